@@ -1,0 +1,1 @@
+"""Primus shared package: spec models, errors, RPC helpers, telemetry and generated contracts."""

@@ -1,0 +1,206 @@
+"""The primus command: validate, up, down, submit, status, cancel, run, demo and report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import grpc
+
+from primus import rpc
+from primus.cluster import ClusterState, running_cluster, start_cluster, stop_services
+from primus.console import console, err_console, follow, print_report, state_name
+from primus.errors import PrimusError, SpecError
+from primus.spec import load_job_file
+from primus.v1 import master_pb2, master_pb2_grpc
+
+EXIT_USER_ERROR = 2
+DEFAULT_STATE_DIR = Path(".primus")
+DEFAULT_RUNS_DIR = Path("runs")
+
+
+def _master(state: ClusterState) -> master_pb2_grpc.MasterServiceStub:
+    return master_pb2_grpc.MasterServiceStub(rpc.connect(state.address("master")))
+
+
+def _require_cluster(args: argparse.Namespace) -> ClusterState:
+    state = running_cluster(args.state_dir)
+    if state is None:
+        raise PrimusError(f"no Primus services are running for {args.state_dir}: start them with `primus up` (or use `primus run`)")
+    return state
+
+
+def _submit(state: ClusterState, job_file: Path) -> str:
+    job = load_job_file(job_file)
+    reply = _master(state).SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=job.to_yaml()), timeout=30)
+    return str(reply.job_id)
+
+
+def _follow_and_report(state: ClusterState, job_id: str) -> int:
+    job = follow(_master(state).WatchJob(master_pb2.WatchJobRequest(job_id=job_id)))
+    if job.report_path and Path(job.report_path).exists():
+        print_report(json.loads(Path(job.report_path).read_text()))
+        console.print(f"report: {job.report_path}")
+    final = state_name(job.state)
+    return 0 if final == "SUCCEEDED" else 1
+
+
+@contextmanager
+def _cluster_for_run(args: argparse.Namespace) -> Iterator[ClusterState]:
+    """Use the running cluster, or start one for this command and tear it down afterwards."""
+    existing = running_cluster(args.state_dir)
+    if existing is not None:
+        yield existing
+        return
+    err_console.print("starting planner, resource_controller and master ...")
+    state = start_cluster(args.runs_dir, args.state_dir)
+    try:
+        yield state
+    finally:
+        stop_services(state.services)
+        (args.state_dir / "cluster.json").unlink(missing_ok=True)
+        err_console.print("services stopped")
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    job = load_job_file(args.job)
+    sources = ", ".join(s.name for s in job.spec.data.sources)
+    console.print(f"{args.job}: valid TrainingJob {job.metadata.name!r} (sources: {sources})")
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    if running_cluster(args.state_dir) is not None:
+        raise PrimusError(f"services for {args.state_dir} are already running; `primus down` stops them")
+    state = start_cluster(args.runs_dir, args.state_dir)
+    for service in state.services:
+        console.print(f"{service.name:<20} pid {service.pid:<8} {service.address}  log {service.log}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    state = ClusterState.load(args.state_dir / "cluster.json")
+    if state is None:
+        console.print("nothing is running")
+        return 0
+    stopped = stop_services(state.services)
+    (args.state_dir / "cluster.json").unlink(missing_ok=True)
+    console.print(f"stopped: {', '.join(stopped) or 'nothing (already gone)'}")
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    state = _require_cluster(args)
+    job_id = _submit(state, args.job)
+    console.print(job_id)
+    return _follow_and_report(state, job_id) if args.watch else 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    stub = _master(_require_cluster(args))
+    jobs = [stub.GetJob(master_pb2.GetJobRequest(job_id=args.job_id), timeout=10).job] if args.job_id else stub.ListJobs(master_pb2.ListJobsRequest(), timeout=10).jobs
+    for job in jobs:
+        p = job.progress
+        console.print(f"{job.job_id:<40} {state_name(job.state):<10} tasks {p.tasks_done}/{p.tasks_total} step {p.step}  {job.message}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    job = _master(_require_cluster(args)).CancelJob(master_pb2.CancelJobRequest(job_id=args.job_id), timeout=10).job
+    console.print(f"{job.job_id}: cancellation requested")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    load_job_file(args.job)
+    with _cluster_for_run(args) as state:
+        job_id = _submit(state, args.job)
+        err_console.print(f"submitted {job_id}")
+        return _follow_and_report(state, job_id)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from primus.demo import write_demo
+
+    job_file = write_demo(args.data_dir, days=args.days, rows_per_hour=args.rows_per_hour, seed=args.seed, progress=err_console.print)
+    args.job = job_file
+    return cmd_run(args)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    path = args.run if args.run.name == "report.json" else args.run / "report.json"
+    if not path.exists():
+        candidate = args.runs_dir / args.run / "report.json"
+        if not candidate.exists():
+            raise PrimusError(f"no report at {path} or {candidate}")
+        path = candidate
+    print_report(json.loads(path.read_text()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="primus", description="Primus: unified training for recommendation models.")
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="where `primus up` keeps its cluster state (default .primus)")
+    parser.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS_DIR, help="where job folders, reports and traces go (default runs)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        command.set_defaults(fn=fn)
+        return command
+
+    add("validate", cmd_validate, "check a job spec without running anything").add_argument("job", type=Path)
+    add("up", cmd_up, "start master, planner and resource_controller as local processes")
+    add("down", cmd_down, "stop the services `primus up` started")
+    submit = add("submit", cmd_submit, "hand a job to the running master")
+    submit.add_argument("job", type=Path)
+    submit.add_argument("--watch", action="store_true", help="follow the job and print its report")
+    add("status", cmd_status, "list jobs, or show one").add_argument("job_id", nargs="?")
+    add("cancel", cmd_cancel, "cancel a job").add_argument("job_id")
+    add("run", cmd_run, "run a job end to end: start services if needed, submit, follow, report, tear down").add_argument("job", type=Path)
+    demo = add("demo", cmd_demo, "generate a synthetic CTR dataset with drift and train on it")
+    demo.add_argument("--data-dir", type=Path, default=Path("runs/demo-data"))
+    demo.add_argument("--days", type=int, default=4, help="days of data; the last one is held out for evaluation")
+    demo.add_argument("--rows-per-hour", type=int, default=600)
+    demo.add_argument("--seed", type=int, default=7)
+    add("report", cmd_report, "print a run's report").add_argument("run", type=Path, help="a run folder, its report.json, or a job id")
+    return parser
+
+
+def _interrupt_on_sigterm() -> None:
+    """Treat SIGTERM like Ctrl-C so `primus run` still tears its services down."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _interrupt_on_sigterm()
+    try:
+        code: int = args.fn(args)
+        return code
+    except SpecError as exc:
+        for problem in exc.problems:
+            err_console.print(f"[red]error[/red]: {problem}", highlight=False)
+        return EXIT_USER_ERROR
+    except PrimusError as exc:
+        err_console.print(f"[red]error[/red]: {exc}", highlight=False)
+        return 1
+    except grpc.RpcError as exc:
+        err_console.print(f"[red]error[/red]: {exc.code().name}: {exc.details()}", highlight=False)  # type: ignore[attr-defined]
+        return 1
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

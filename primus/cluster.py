@@ -1,0 +1,124 @@
+"""LocalCluster: the control-plane services (planner, resource controller, master) as local processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from primus import rpc
+from primus.errors import UnavailableError
+
+START_ORDER = ("planner", "resource_controller", "master")
+START_TIMEOUT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class ServiceProcess:
+    name: str
+    pid: int
+    address: str
+    log: str
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    runs_dir: str
+    services: tuple[ServiceProcess, ...]
+
+    def address(self, name: str) -> str:
+        return next(s.address for s in self.services if s.name == name)
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"runs_dir": self.runs_dir, "services": [asdict(s) for s in self.services]}, indent=2))
+
+    @staticmethod
+    def load(path: Path) -> ClusterState | None:
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        return ClusterState(data["runs_dir"], tuple(ServiceProcess(**s) for s in data["services"]))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _start(name: str, extra: list[str], runs_dir: Path, state_dir: Path) -> ServiceProcess:
+    ready = state_dir / f"{name}.ready.json"
+    ready.unlink(missing_ok=True)
+    log_path = state_dir / "logs" / f"{name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", f"services.{name}", "--runs-dir", str(runs_dir), "--ready-file", str(ready), *extra]
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while not ready.exists():
+        if process.poll() is not None:
+            raise UnavailableError(f"{name} exited with code {process.returncode} while starting; see {log_path}")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise UnavailableError(f"{name} did not start within {START_TIMEOUT_SECONDS:.0f}s; see {log_path}")
+        time.sleep(0.05)
+    address = json.loads(ready.read_text())["address"]
+    rpc.wait_until_serving(address)
+    return ServiceProcess(name=name, pid=process.pid, address=address, log=str(log_path))
+
+
+def start_cluster(runs_dir: Path, state_dir: Path) -> ClusterState:
+    """Start planner and resource controller, then the master pointed at both; stop all on failure."""
+    runs_dir = runs_dir.resolve()
+    started: list[ServiceProcess] = []
+    try:
+        started.append(_start("planner", [], runs_dir, state_dir))
+        started.append(_start("resource_controller", [], runs_dir, state_dir))
+        master_args = ["--planner", started[0].address, "--resource-controller", started[1].address]
+        started.append(_start("master", master_args, runs_dir, state_dir))
+    except BaseException:
+        stop_services(started)
+        raise
+    state = ClusterState(str(runs_dir), tuple(started))
+    state.save(state_dir / "cluster.json")
+    return state
+
+
+def stop_services(services: list[ServiceProcess] | tuple[ServiceProcess, ...], timeout: float = 20.0) -> list[str]:
+    """SIGTERM in reverse start order and wait for each; SIGKILL what outlives the timeout."""
+    stopped = []
+    for service in reversed(list(services)):
+        if not _alive(service.pid):
+            continue
+        os.kill(service.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                pid, _ = os.waitpid(service.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid = service.pid if not _alive(service.pid) else 0
+            if pid:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(service.pid, signal.SIGKILL)
+        stopped.append(service.name)
+    return stopped
+
+
+def running_cluster(state_dir: Path) -> ClusterState | None:
+    """The cluster `primus up` left running, if its processes are still alive."""
+    state = ClusterState.load(state_dir / "cluster.json")
+    if state is None or not all(_alive(s.pid) for s in state.services):
+        return None
+    return state

@@ -1,0 +1,99 @@
+"""Terminal output: report tables and a live progress view of a job."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from primus.v1 import common_pb2, master_pb2
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def state_name(state: int) -> str:
+    return common_pb2.JobState.Name(state).removeprefix("JOB_STATE_")  # type: ignore[arg-type]
+
+
+def follow(updates: Iterable[master_pb2.WatchJobResponse]) -> master_pb2.Job:
+    """Show a progress bar over the job's tasks and its training step and loss until it ends."""
+    last = master_pb2.Job()
+    with Progress(
+        TextColumn("[bold]{task.fields[state]:<10}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("tasks  {task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=False,
+    ) as progress:
+        bar = progress.add_task("job", total=None, state="PENDING", detail="")
+        for update in updates:
+            job = update.job
+            last = job
+            p = job.progress
+            detail = f"step {p.step}  samples {p.samples_trained}  loss {p.loss:.4f}" if p.step else job.message
+            progress.update(bar, total=p.tasks_total or None, completed=p.tasks_done, state=state_name(job.state), detail=detail[:70])
+    return last
+
+
+def _table(title: str, columns: list[str], rows: Iterable[Iterable[Any]]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*[_cell(v) for v in row])
+    return table
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+def print_report(report: dict[str, Any]) -> None:
+    console.print(f"[bold]job[/bold] {report['job_id']}  [bold]state[/bold] {report['state']}  {report['message']}")
+    console.print(
+        _table(
+            "services",
+            ["name", "role", "pid", "address", "exit"],
+            [[s["name"], s["role"], s["pid"], s["address"], s.get("exit_code", "")] for s in report["services"]],
+        )
+    )
+    plan = report.get("plan")
+    if plan:
+        console.print(
+            _table(
+                f"plan {plan['fingerprint']} ({plan['task_count']} tasks, {plan['planning_seconds']:.3f}s)",
+                ["source", "purpose", "partitions", "waiting", "tasks", "bytes", "rows", "schema versions"],
+                [
+                    [s["source"], s["purpose"].removeprefix("TASK_PURPOSE_").lower(), s["partitions"], s["partitions_waiting"], s["tasks"], s["bytes"], s["rows"], s["schema_versions"]]
+                    for s in plan["sources"]
+                ],
+            )
+        )
+    console.print(
+        _table(
+            "per source",
+            ["source", "samples", "bytes read", "cpu s", "retries", "quarantined", "wasted samples"],
+            [[s["source"], s["samples"], s["bytes_read"], s["cpu_seconds"], s["retries"], s["tasks_quarantined"], s["wasted_samples"]] for s in report["sources"]],
+        )
+    )
+    for q in report.get("quarantined", []):
+        console.print(f"[red]quarantined[/red] {q['task_id']} {q['source']} {q['partition']}: {q['reason']}")
+    trainer = report.get("trainer") or {}
+    if trainer and "error" not in trainer:
+        console.print(
+            _table(
+                "trainer",
+                ["steps", "train samples", "eval samples", "auc", "logloss", "train s"],
+                [[trainer["steps"], trainer["train_samples"], trainer["eval_samples"], trainer["auc"], trainer["logloss"], trainer["train_seconds"]]],
+            )
+        )
+    elif trainer:
+        console.print(f"[red]trainer error[/red] {trainer['error']}")

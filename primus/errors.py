@@ -1,0 +1,51 @@
+"""One hierarchy of domain errors, each knowing the gRPC status code it maps to."""
+
+from __future__ import annotations
+
+import grpc
+
+
+class PrimusError(Exception):
+    """Base of every error Primus reports to a user or a peer service."""
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+
+class SpecError(PrimusError):
+    """A job spec is invalid; the message names the field path."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+class InvalidRequestError(PrimusError):
+    """A request that is malformed whatever the state: a missing field, an unknown role."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NotFoundError(PrimusError):
+    """A job, plan, task or executor that does not exist."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class ConflictError(PrimusError):
+    """A request that does not fit the current state (a stale lease, a finished job)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class DataError(PrimusError):
+    """Data that cannot be read or planned; the message names the source and the path."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class UnavailableError(PrimusError):
+    """A peer service or store that cannot be reached; the message names the address."""
+
+    code = grpc.StatusCode.UNAVAILABLE

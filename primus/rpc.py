@@ -1,0 +1,211 @@
+"""gRPC plumbing every service shares: server assembly, interceptors, health, reflection, shutdown."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+from collections import namedtuple
+from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from opentelemetry import context, trace
+
+from primus import telemetry
+from primus.errors import PrimusError
+from primus.v1 import common_pb2, common_pb2_grpc
+
+log = logging.getLogger(__name__)
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
+_SERVICE_CONFIG = json.dumps(
+    {
+        "methodConfig": [
+            {
+                "name": [{}],
+                "retryPolicy": {
+                    "maxAttempts": 4,
+                    "initialBackoff": "0.1s",
+                    "maxBackoff": "1s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    }
+)
+VERSION = "0.1.0"
+
+
+def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], streaming: bool) -> Callable[..., Any]:
+    """Wrap one handler: join the caller's trace, open a server span, map domain errors to statuses."""
+    tracer = telemetry.tracer("primus.rpc")
+
+    def unary(request: Any, ctx: grpc.ServicerContext) -> Any:
+        token = context.attach(telemetry.extract_context(headers))
+        try:
+            with tracer.start_as_current_span(method, kind=trace.SpanKind.SERVER) as span:
+                try:
+                    return fn(request, ctx)
+                except PrimusError as exc:
+                    span.set_attribute("rpc.grpc.status_code", exc.code.value[0])
+                    ctx.abort(exc.code, str(exc))
+        finally:
+            context.detach(token)
+
+    def stream(request: Any, ctx: grpc.ServicerContext) -> Iterator[Any]:
+        token = context.attach(telemetry.extract_context(headers))
+        try:
+            with tracer.start_as_current_span(method, kind=trace.SpanKind.SERVER):
+                try:
+                    yield from fn(request, ctx)
+                except PrimusError as exc:
+                    ctx.abort(exc.code, str(exc))
+        finally:
+            context.detach(token)
+
+    return stream if streaming else unary
+
+
+class _ServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+    def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
+        handler = continuation(details)
+        method = details.method
+        if handler is None or not method.startswith("/primus."):
+            return handler
+        headers = {k: v for k, v in (details.invocation_metadata or ()) if isinstance(v, str)}
+        if handler.unary_unary is not None:
+            return handler._replace(unary_unary=_traced(method, headers, handler.unary_unary, False))
+        if handler.unary_stream is not None:
+            return handler._replace(unary_stream=_traced(method, headers, handler.unary_stream, True))
+        return handler
+
+
+class _CallDetails(
+    namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression")),
+    grpc.ClientCallDetails,  # type: ignore[misc]
+):
+    pass
+
+
+class _PropagatingInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    """Sends the current trace context and baggage with every call."""
+
+    def _details(self, details: grpc.ClientCallDetails) -> _CallDetails:
+        metadata = list(details.metadata or []) + list(telemetry.inject_headers().items())
+        return _CallDetails(details.method, details.timeout, metadata, details.credentials, details.wait_for_ready, details.compression)
+
+    def intercept_unary_unary(self, continuation: Callable[..., Any], details: grpc.ClientCallDetails, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation: Callable[..., Any], details: grpc.ClientCallDetails, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+
+def connect(address: str) -> grpc.Channel:
+    """A channel to a Primus service that propagates traces and retries UNAVAILABLE."""
+    channel = grpc.insecure_channel(address, options=[*_OPTIONS, ("grpc.service_config", _SERVICE_CONFIG)])
+    return grpc.intercept_channel(channel, _PropagatingInterceptor())
+
+
+def wait_until_serving(address: str, timeout: float = 30.0) -> None:
+    """Block until the server at address reports SERVING on its health service."""
+    channel = grpc.insecure_channel(address)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+        health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+    finally:
+        channel.close()
+
+
+class _InfoServicer(common_pb2_grpc.InfoServiceServicer):
+    def __init__(self, info: common_pb2.ServiceInfo) -> None:
+        self._info = info
+
+    def GetServiceInfo(self, request: common_pb2.GetServiceInfoRequest, context: grpc.ServicerContext) -> common_pb2.GetServiceInfoResponse:
+        return common_pb2.GetServiceInfoResponse(info=self._info)
+
+
+@dataclass
+class RunningServer:
+    """A started server: its bound address and the handles needed to stop it well."""
+
+    name: str
+    server: grpc.Server
+    address: str
+    health: health.HealthServicer
+
+    def stop(self, grace: float = 5.0) -> None:
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace).wait()
+
+
+def start_server(
+    name: str,
+    bind: str,
+    registrations: Sequence[Callable[[grpc.Server], None]],
+    service_names: Sequence[str],
+    max_workers: int = 32,
+) -> RunningServer:
+    """Assemble and start a server with the given servicers, health, reflection and the info service.
+
+    bind may end in ':0' to take a free port; the returned address names the bound one.
+    """
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), interceptors=[_ServerInterceptor()], options=_OPTIONS)
+    for register in registrations:
+        register(server)
+    host = bind.rsplit(":", 1)[0]
+    port = server.add_insecure_port(bind)
+    if port == 0:
+        raise OSError(f"{name}: cannot bind {bind}")
+    address = f"{host}:{port}"
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    info = common_pb2.ServiceInfo(name=name, pid=os.getpid(), address=address, version=VERSION)
+    common_pb2_grpc.add_InfoServiceServicer_to_server(_InfoServicer(info), server)
+    names = [*service_names, common_pb2.DESCRIPTOR.services_by_name["InfoService"].full_name, health.SERVICE_NAME, reflection.SERVICE_NAME]
+    reflection.enable_server_reflection(names, server)
+    server.start()
+    for service in ("", *names):
+        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    return RunningServer(name=name, server=server, address=address, health=health_servicer)
+
+
+def run_until_signalled(running: RunningServer, on_stop: Callable[[], None] | None = None, ready_file: str | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, then drain: health NOT_SERVING, on_stop, stop with grace, flush traces."""
+    stopping = threading.Event()
+
+    def _request_stop(signum: int, _frame: object) -> None:
+        log.info("%s: signal %d, shutting down", running.name, signum)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, _request_stop)
+    signal.signal(signal.SIGINT, _request_stop)
+    if ready_file:
+        tmp = f"{ready_file}.tmp"
+        with open(tmp, "w") as handle:
+            json.dump({"name": running.name, "address": running.address, "pid": os.getpid()}, handle)
+        os.replace(tmp, ready_file)
+    while not stopping.wait(0.5):
+        pass
+    running.health.enter_graceful_shutdown()
+    if on_stop is not None:
+        on_stop()
+    running.server.stop(5.0).wait()
+    telemetry.shutdown_tracing()
+    log.info("%s: stopped", running.name)
+
+
+def configure_logging(name: str) -> None:
+    """Plain one-line logs on stderr, prefixed with the service name."""
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")

@@ -1,0 +1,63 @@
+from primus.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetExecutorStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetExecutorStatusResponse(_message.Message):
+    __slots__ = ("executor_id", "job_id", "tasks_done", "rows_served", "bytes_served", "streams_active")
+    EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASKS_DONE_FIELD_NUMBER: _ClassVar[int]
+    ROWS_SERVED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SERVED_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    executor_id: str
+    job_id: str
+    tasks_done: int
+    rows_served: int
+    bytes_served: int
+    streams_active: int
+    def __init__(self, executor_id: _Optional[str] = ..., job_id: _Optional[str] = ..., tasks_done: _Optional[int] = ..., rows_served: _Optional[int] = ..., bytes_served: _Optional[int] = ..., streams_active: _Optional[int] = ...) -> None: ...
+
+class DataTicket(_message.Message):
+    __slots__ = ("job_id", "consumer_id", "purpose", "trace_context")
+    class TraceContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    PURPOSE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    consumer_id: str
+    purpose: _common_pb2.TaskPurpose
+    trace_context: _containers.ScalarMap[str, str]
+    def __init__(self, job_id: _Optional[str] = ..., consumer_id: _Optional[str] = ..., purpose: _Optional[_Union[_common_pb2.TaskPurpose, str]] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class BatchOrigin(_message.Message):
+    __slots__ = ("task_id", "attempt", "source", "row_offset", "row_count", "last_of_task")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ROW_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ROW_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LAST_OF_TASK_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    attempt: int
+    source: str
+    row_offset: int
+    row_count: int
+    last_of_task: bool
+    def __init__(self, task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., source: _Optional[str] = ..., row_offset: _Optional[int] = ..., row_count: _Optional[int] = ..., last_of_task: _Optional[bool] = ...) -> None: ...

@@ -1,0 +1,160 @@
+from primus.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class JobProgress(_message.Message):
+    __slots__ = ("phase", "step", "samples_trained", "loss", "tasks_total", "tasks_done")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_TRAINED_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    TASKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TASKS_DONE_FIELD_NUMBER: _ClassVar[int]
+    phase: str
+    step: int
+    samples_trained: int
+    loss: float
+    tasks_total: int
+    tasks_done: int
+    def __init__(self, phase: _Optional[str] = ..., step: _Optional[int] = ..., samples_trained: _Optional[int] = ..., loss: _Optional[float] = ..., tasks_total: _Optional[int] = ..., tasks_done: _Optional[int] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("job_id", "name", "state", "message", "created_unix", "updated_unix", "progress", "spec_yaml", "report_path", "run_dir")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_UNIX_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_UNIX_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    SPEC_YAML_FIELD_NUMBER: _ClassVar[int]
+    REPORT_PATH_FIELD_NUMBER: _ClassVar[int]
+    RUN_DIR_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    name: str
+    state: _common_pb2.JobState
+    message: str
+    created_unix: float
+    updated_unix: float
+    progress: JobProgress
+    spec_yaml: str
+    report_path: str
+    run_dir: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., message: _Optional[str] = ..., created_unix: _Optional[float] = ..., updated_unix: _Optional[float] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., spec_yaml: _Optional[str] = ..., report_path: _Optional[str] = ..., run_dir: _Optional[str] = ...) -> None: ...
+
+class SubmitJobRequest(_message.Message):
+    __slots__ = ("spec_yaml", "spec_dir")
+    SPEC_YAML_FIELD_NUMBER: _ClassVar[int]
+    SPEC_DIR_FIELD_NUMBER: _ClassVar[int]
+    spec_yaml: str
+    spec_dir: str
+    def __init__(self, spec_yaml: _Optional[str] = ..., spec_dir: _Optional[str] = ...) -> None: ...
+
+class SubmitJobResponse(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class GetJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+
+class CancelJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class CancelJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class WatchJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class WatchJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class ReportTrainingProgressRequest(_message.Message):
+    __slots__ = ("job_id", "trainer_id", "phase", "step", "samples", "loss")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TRAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    trainer_id: str
+    phase: str
+    step: int
+    samples: int
+    loss: float
+    def __init__(self, job_id: _Optional[str] = ..., trainer_id: _Optional[str] = ..., phase: _Optional[str] = ..., step: _Optional[int] = ..., samples: _Optional[int] = ..., loss: _Optional[float] = ...) -> None: ...
+
+class ReportTrainingProgressResponse(_message.Message):
+    __slots__ = ("stop",)
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    stop: bool
+    def __init__(self, stop: _Optional[bool] = ...) -> None: ...
+
+class ReportTrainingResultRequest(_message.Message):
+    __slots__ = ("job_id", "trainer_id", "steps", "train_samples", "eval_samples", "auc", "logloss", "train_seconds", "final_loss", "checkpoint_path", "error")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TRAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    EVAL_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    AUC_FIELD_NUMBER: _ClassVar[int]
+    LOGLOSS_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FINAL_LOSS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_PATH_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    trainer_id: str
+    steps: int
+    train_samples: int
+    eval_samples: int
+    auc: float
+    logloss: float
+    train_seconds: float
+    final_loss: float
+    checkpoint_path: str
+    error: str
+    def __init__(self, job_id: _Optional[str] = ..., trainer_id: _Optional[str] = ..., steps: _Optional[int] = ..., train_samples: _Optional[int] = ..., eval_samples: _Optional[int] = ..., auc: _Optional[float] = ..., logloss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., final_loss: _Optional[float] = ..., checkpoint_path: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ReportTrainingResultResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

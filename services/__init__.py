@@ -1,0 +1,1 @@
+"""Primus services, each its own process."""

@@ -1,0 +1,1 @@
+"""Data executor service: leases data tasks, reads and transforms them, serves record batches."""

@@ -1,0 +1,22 @@
+"""Run one data executor for one job; launched by the resource controller."""
+
+from __future__ import annotations
+
+from primus import rpc, telemetry
+from primus.samples import training_schema
+from primus.worker import fetch_job_spec, parse_worker_args, register
+from services.data_executor.server import create_executor
+
+
+def main() -> None:
+    args = parse_worker_args("python -m services.data_executor", __doc__ or "")
+    rpc.configure_logging(args.executor_id)
+    telemetry.setup_tracing("data_executor", args.runs_dir, job_id=args.job_id)
+    job = fetch_job_spec(args.master, args.job_id)
+    executor = create_executor(args.executor_id, args.job_id, args.planner, training_schema(job.spec.training.features))
+    register(args, executor.control.address, executor.data_address)
+    rpc.run_until_signalled(executor.control, on_stop=executor.flight.shutdown)
+
+
+if __name__ == "__main__":
+    main()

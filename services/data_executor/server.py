@@ -1,0 +1,39 @@
+"""Data executor assembly: control gRPC server, Flight data plane, registration with the controller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from primus import rpc
+from primus.v1 import data_executor_pb2, data_executor_pb2_grpc, planner_pb2_grpc
+from services.data_executor.flight_server import SampleFlightServer
+from services.data_executor.serving import ExecutorCounters, TaskStreamer
+from services.data_executor.servicer import DataExecutorServicer
+
+SERVICE_NAME = data_executor_pb2.DESCRIPTOR.services_by_name["DataExecutorService"].full_name
+
+
+@dataclass
+class DataExecutor:
+    control: rpc.RunningServer
+    flight: SampleFlightServer
+    data_address: str
+
+    def stop(self) -> None:
+        self.control.health.enter_graceful_shutdown()
+        self.flight.shutdown()
+        self.control.stop()
+
+
+def create_executor(executor_id: str, job_id: str, planner_address: str, schema: pa.Schema, host: str = "127.0.0.1") -> DataExecutor:
+    counters = ExecutorCounters()
+    streamer = TaskStreamer(planner_pb2_grpc.PlannerServiceStub(rpc.connect(planner_address)), executor_id, schema, counters)
+    flight = SampleFlightServer(f"grpc://{host}:0", job_id, schema, streamer)
+    flight.serve_in_background()
+    servicer = DataExecutorServicer(executor_id, job_id, counters)
+    control = rpc.start_server(
+        "data_executor", f"{host}:0", [lambda s: data_executor_pb2_grpc.add_DataExecutorServiceServicer_to_server(servicer, s)], [SERVICE_NAME]
+    )
+    return DataExecutor(control=control, flight=flight, data_address=f"{host}:{flight.port}")

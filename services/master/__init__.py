@@ -1,0 +1,1 @@
+"""Master service: accepts jobs, persists them, drives their lifecycle and writes their reports."""

@@ -1,0 +1,28 @@
+"""Run the master as its own process: python -m services.master --planner ADDR --resource-controller ADDR."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from primus import rpc, telemetry
+from services.master.server import create_server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m services.master", description=__doc__)
+    parser.add_argument("--bind", default="127.0.0.1:0")
+    parser.add_argument("--planner", required=True, help="planner address")
+    parser.add_argument("--resource-controller", required=True, help="resource controller address")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="each job's folder is created here")
+    parser.add_argument("--db", type=Path, default=None, help="SQLite job store (default RUNS_DIR/primus.db)")
+    parser.add_argument("--ready-file", default=None, help="write the bound address here once serving")
+    args = parser.parse_args()
+    rpc.configure_logging("master")
+    telemetry.setup_tracing("master", args.runs_dir)
+    master = create_server(args.bind, args.runs_dir, args.db or args.runs_dir / "primus.db", args.planner, args.resource_controller)
+    rpc.run_until_signalled(master.running, ready_file=args.ready_file)
+
+
+if __name__ == "__main__":
+    main()

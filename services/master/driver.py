@@ -1,0 +1,158 @@
+"""JobDriver: moves a job PENDING -> PLANNING -> RUNNING -> a final state, and writes its report."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import grpc
+
+from primus import telemetry
+from primus.spec import load_job_text
+from primus.v1 import common_pb2, planner_pb2
+from primus.v1 import resource_controller_pb2 as rc_pb2
+from services.master.peers import Peers
+from services.master.report import build_report, write_report
+from services.master.store import JobRecord, JobStore
+
+log = logging.getLogger(__name__)
+POLL_SECONDS = 0.5
+EXIT_GRACE_SECONDS = 3.0
+LIVE_STATES = (rc_pb2.EXECUTOR_STATE_STARTING, rc_pb2.EXECUTOR_STATE_READY)
+
+
+class JobFailed(Exception):
+    """Ends a job as FAILED with this message."""
+
+
+class JobDriver:
+    """One thread per job; every transition is persisted before the next step starts."""
+
+    def __init__(self, store: JobStore, peers: Peers, own_info: Callable[[], common_pb2.ServiceInfo]) -> None:
+        self._store = store
+        self._peers = peers
+        self._own_info = own_info
+        self._threads: dict[str, threading.Thread] = {}
+
+    def start(self, job_id: str) -> None:
+        thread = threading.Thread(target=self._drive, args=(job_id,), name=f"job-{job_id}", daemon=True)
+        self._threads[job_id] = thread
+        thread.start()
+
+    def recover(self) -> None:
+        """After a master restart: jobs that were mid-flight cannot be re-attached yet; say so."""
+        for job in self._store.list():
+            if not job.final:
+                self._store.update(job.job_id, state="FAILED", message=f"master restarted while the job was {job.state}; resubmit it")
+
+    def _drive(self, job_id: str) -> None:
+        with telemetry.job_context(job_id), telemetry.tracer("primus.master").start_as_current_span("job") as span:
+            job = self._store.get(job_id)
+            span.set_attribute("primus.job_name", job.name)
+            try:
+                self._plan(job)
+                self._launch(job)
+                state, message = self._follow(job_id)
+            except JobFailed as exc:
+                state, message = "FAILED", str(exc)
+            except grpc.RpcError as exc:
+                state, message = "FAILED", f"a peer service failed: {exc.code().name}: {exc.details()}"
+            except Exception as exc:  # noqa: BLE001 - a driver bug must fail the job, not leave it hanging
+                log.exception("job %s: driver error", job_id)
+                state, message = "FAILED", f"master error: {type(exc).__name__}: {exc}"
+            span.set_attribute("primus.state", state)
+            try:
+                self._finish(job_id, state, message)
+            except Exception as exc:  # noqa: BLE001 - the job must still reach a final state
+                log.exception("job %s: could not write the report", job_id)
+                self._store.update(job_id, state=state, message=f"{message}; report not written: {type(exc).__name__}: {exc}")
+
+    def _plan(self, job: JobRecord) -> None:
+        self._store.update(job.job_id, state="PLANNING", message="expanding sources into a task graph")
+        try:
+            reply = self._peers.planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job.job_id, spec_yaml=job.spec_yaml), timeout=600)
+        except grpc.RpcError as exc:
+            raise JobFailed(f"planning failed: {exc.details()}") from None
+        summary = reply.summary
+        if summary.task_count == 0:
+            raise JobFailed("the plan has no tasks: no partition of any source is ready (see `primus plan --explain`)")
+        progress = {"phase": "planned", "tasks_total": summary.task_count, "tasks_done": 0, "fingerprint": summary.fingerprint}
+        self._store.update(job.job_id, progress=progress, message=f"planned {summary.task_count} tasks, fingerprint {summary.fingerprint}")
+
+    def _launch(self, job: JobRecord) -> None:
+        spec = load_job_text(job.spec_yaml, f"job {job.job_id}").spec
+        own = self._own_info()
+        for role, resources in (
+            (rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR, spec.resources.data_executor),
+            (rc_pb2.EXECUTOR_ROLE_TRAINER, spec.resources.trainer),
+        ):
+            self._peers.rc.LaunchExecutors(
+                rc_pb2.LaunchExecutorsRequest(
+                    job_id=job.job_id,
+                    role=role,
+                    count=resources.replicas,
+                    resources=rc_pb2.ExecutorResources(cpu=resources.cpu, memory_mib=resources.memory_mib),
+                    run_dir=job.run_dir,
+                    planner_address=self._peers.planner_address,
+                    master_address=own.address,
+                ),
+                timeout=60,
+            )
+        self._store.update(job.job_id, state="RUNNING", message="executors launched")
+
+    def _follow(self, job_id: str) -> tuple[str, str]:
+        """Watch until the trainer reports, the job is cancelled, or its processes die."""
+        exited_since: float | None = None
+        while True:
+            job = self._store.get(job_id)
+            if job.cancel_requested:
+                return "CANCELLED", "cancelled by request"
+            if job.result:
+                if job.result.get("error"):
+                    return "FAILED", f"trainer failed: {job.result['error']}"
+                return "SUCCEEDED", f"trained {job.result.get('steps', 0)} steps"
+            executors = self._peers.rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id), timeout=10).executors
+            trainers = [e for e in executors if e.role == rc_pb2.EXECUTOR_ROLE_TRAINER]
+            data = [e for e in executors if e.role == rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR]
+            dead_trainers = [e for e in trainers if e.state not in LIVE_STATES]
+            if dead_trainers or (data and all(e.state == rc_pb2.EXECUTOR_STATE_FAILED for e in data)):
+                exited_since = exited_since or time.monotonic()
+                if time.monotonic() - exited_since > EXIT_GRACE_SECONDS:
+                    culprit = (dead_trainers or data)[0]
+                    raise JobFailed(f"{culprit.executor_id} exited with code {culprit.exit_code} before the trainer reported; see {culprit.log_path}")
+            self._refresh_progress(job)
+            self._store.wait_for_change(POLL_SECONDS)
+
+    def _refresh_progress(self, job: JobRecord) -> None:
+        plan = self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job.job_id), timeout=10)
+        if job.progress.get("tasks_done") != plan.tasks_done:
+            self._store.update(job.job_id, progress={**job.progress, "tasks_done": plan.tasks_done})
+
+    def _finish(self, job_id: str, state: str, message: str) -> None:
+        """Release the executors, write the report, then persist the final state with the report's path."""
+        plan = self._fetch_plan(job_id)
+        try:
+            executors = list(self._peers.rc.ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id=job_id), timeout=60).executors)
+        except grpc.RpcError as exc:
+            log.warning("job %s: could not release executors: %s", job_id, exc.details())
+            executors = []
+        services = [self._own_info()]
+        try:
+            services += self._peers.service_infos()
+        except grpc.RpcError as exc:
+            log.warning("job %s: could not describe peers: %s", job_id, exc.details())
+        final = replace(self._store.get(job_id), state=state, message=message, updated=time.time())
+        path = write_report(build_report(final, services, executors, plan), Path(final.run_dir))
+        self._store.update(job_id, state=state, message=message, report_path=str(path))
+        log.info("job %s %s: %s (report %s)", job_id, state, message, path)
+
+    def _fetch_plan(self, job_id: str) -> planner_pb2.GetPlanResponse | None:
+        try:
+            return self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job_id), timeout=10)
+        except grpc.RpcError:
+            return None
+

@@ -1,0 +1,87 @@
+"""The job report: services, plan, per-source cost and trainer results, as report.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.descriptor import FieldDescriptor
+
+from primus.v1 import common_pb2, planner_pb2
+from primus.v1 import resource_controller_pb2 as rc_pb2
+from services.master.store import JobRecord
+
+ROLE_NAMES = {rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR: "data_executor", rc_pb2.EXECUTOR_ROLE_TRAINER: "trainer"}
+
+
+def _plain(message: Any) -> dict[str, Any]:
+    """A flat message as plain JSON values: numbers stay numbers, enums become their names."""
+    out: dict[str, Any] = {}
+    for field in message.DESCRIPTOR.fields:
+        value = getattr(message, field.name)
+        if field.type == FieldDescriptor.TYPE_ENUM:
+            value = field.enum_type.values_by_number[value].name
+        elif field.is_repeated:
+            value = list(value)
+        out[field.name] = round(value, 6) if isinstance(value, float) else value
+    return out
+
+
+def build_report(
+    job: JobRecord,
+    services: list[common_pb2.ServiceInfo],
+    executors: list[rc_pb2.Executor],
+    plan: planner_pb2.GetPlanResponse | None,
+) -> dict[str, Any]:
+    """Everything a user needs to judge a run, in one document."""
+    service_rows = [{"name": s.name, "pid": s.pid, "address": s.address, "role": s.name} for s in services]
+    service_rows += [
+        {
+            "name": e.executor_id,
+            "pid": e.pid,
+            "address": e.address,
+            "role": ROLE_NAMES.get(e.role, "unknown"),
+            "data_address": e.data_address,
+            "exit_code": e.exit_code,
+            "backend": e.backend,
+            "log": e.log_path,
+        }
+        for e in executors
+    ]
+    report: dict[str, Any] = {
+        "job_id": job.job_id,
+        "name": job.name,
+        "state": job.state,
+        "message": job.message,
+        "created_unix": job.created,
+        "finished_unix": job.updated,
+        "duration_seconds": round(job.updated - job.created, 3),
+        "services": service_rows,
+        "plan": None,
+        "sources": [],
+        "quarantined": [],
+        "trainer": job.result,
+        "traces_dir": str(Path(job.run_dir) / "traces"),
+    }
+    if plan is not None:
+        summary = plan.summary
+        report["plan"] = {
+            "fingerprint": summary.fingerprint,
+            "plan_version": summary.plan_version,
+            "task_count": summary.task_count,
+            "planning_seconds": round(summary.planning_seconds, 4),
+            "sources": [_plain(s) for s in summary.sources],
+        }
+        report["sources"] = [_plain(s) for s in plan.sources]
+        report["quarantined"] = [_plain(q) for q in plan.quarantined]
+    return report
+
+
+def write_report(report: dict[str, Any], run_dir: Path) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "report.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,39 @@
+"""Master server assembly: store, driver, servicer, health and reflection."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from primus import rpc
+from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+from services.master.driver import JobDriver
+from services.master.peers import Peers
+from services.master.servicer import MasterServicer
+from services.master.store import JobStore
+
+SERVICE_NAME = master_pb2.DESCRIPTOR.services_by_name["MasterService"].full_name
+
+
+@dataclass
+class Master:
+    running: rpc.RunningServer
+    store: JobStore
+    driver: JobDriver
+
+
+def create_server(bind: str, runs_dir: Path, db_path: Path, planner_address: str, rc_address: str) -> Master:
+    store = JobStore(db_path)
+    holder: dict[str, rpc.RunningServer] = {}
+
+    def own_info() -> common_pb2.ServiceInfo:
+        running = holder["server"]
+        return common_pb2.ServiceInfo(name="master", pid=os.getpid(), address=running.address, version=rpc.VERSION)
+
+    driver = JobDriver(store, Peers(planner_address, rc_address), own_info)
+    driver.recover()
+    servicer = MasterServicer(store, driver, runs_dir)
+    running = rpc.start_server("master", bind, [lambda s: master_pb2_grpc.add_MasterServiceServicer_to_server(servicer, s)], [SERVICE_NAME])
+    holder["server"] = running
+    return Master(running=running, store=store, driver=driver)

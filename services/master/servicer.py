@@ -1,0 +1,119 @@
+"""MasterService servicer: job submission, queries, watch streams and trainer reports."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import grpc
+
+from primus.errors import ConflictError
+from primus.spec import load_job_text, resolve_paths
+from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+from services.master.driver import JobDriver
+from services.master.store import JobRecord, JobStore
+
+
+def job_proto(record: JobRecord) -> master_pb2.Job:
+    progress = record.progress
+    return master_pb2.Job(
+        job_id=record.job_id,
+        name=record.name,
+        state=common_pb2.JobState.Value(f"JOB_STATE_{record.state}"),
+        message=record.message,
+        created_unix=record.created,
+        updated_unix=record.updated,
+        progress=master_pb2.JobProgress(
+            phase=str(progress.get("phase", "")),
+            step=int(progress.get("step", 0)),
+            samples_trained=int(progress.get("samples", 0)),
+            loss=float(progress.get("loss", 0.0)),
+            tasks_total=int(progress.get("tasks_total", 0)),
+            tasks_done=int(progress.get("tasks_done", 0)),
+        ),
+        spec_yaml=record.spec_yaml,
+        report_path=record.report_path,
+        run_dir=record.run_dir,
+    )
+
+
+def new_job_id(name: str) -> str:
+    return f"{name}-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+class MasterServicer(master_pb2_grpc.MasterServiceServicer):
+    def __init__(self, store: JobStore, driver: JobDriver, runs_dir: Path) -> None:
+        self._store = store
+        self._driver = driver
+        self._runs_dir = runs_dir.resolve()
+
+    def SubmitJob(self, request: master_pb2.SubmitJobRequest, context: grpc.ServicerContext) -> master_pb2.SubmitJobResponse:
+        job = load_job_text(request.spec_yaml, "submitted spec")
+        if request.spec_dir:
+            job = resolve_paths(job, Path(request.spec_dir))
+        job_id = new_job_id(job.metadata.name)
+        now = time.time()
+        record = JobRecord(
+            job_id=job_id,
+            name=job.metadata.name,
+            state="PENDING",
+            spec_yaml=job.to_yaml(),
+            run_dir=str(self._runs_dir / job_id),
+            created=now,
+            updated=now,
+            message="accepted",
+        )
+        self._store.insert(record)
+        self._driver.start(job_id)
+        return master_pb2.SubmitJobResponse(job_id=job_id)
+
+    def GetJob(self, request: master_pb2.GetJobRequest, context: grpc.ServicerContext) -> master_pb2.GetJobResponse:
+        return master_pb2.GetJobResponse(job=job_proto(self._store.get(request.job_id)))
+
+    def ListJobs(self, request: master_pb2.ListJobsRequest, context: grpc.ServicerContext) -> master_pb2.ListJobsResponse:
+        return master_pb2.ListJobsResponse(jobs=[job_proto(r) for r in self._store.list()])
+
+    def CancelJob(self, request: master_pb2.CancelJobRequest, context: grpc.ServicerContext) -> master_pb2.CancelJobResponse:
+        record = self._store.get(request.job_id)
+        if record.final:
+            raise ConflictError(f"job {request.job_id} already ended as {record.state}")
+        return master_pb2.CancelJobResponse(job=job_proto(self._store.update(request.job_id, cancel_requested=True)))
+
+    def WatchJob(self, request: master_pb2.WatchJobRequest, context: grpc.ServicerContext) -> Iterator[master_pb2.WatchJobResponse]:
+        last = -1.0
+        while context.is_active():
+            record = self._store.get(request.job_id)
+            if record.updated != last:
+                last = record.updated
+                yield master_pb2.WatchJobResponse(job=job_proto(record))
+            if record.final and (record.report_path or 'report not written' in record.message):
+                return
+            self._store.wait_for_change(1.0)
+
+    def ReportTrainingProgress(
+        self, request: master_pb2.ReportTrainingProgressRequest, context: grpc.ServicerContext
+    ) -> master_pb2.ReportTrainingProgressResponse:
+        record = self._store.get(request.job_id)
+        progress = {**record.progress, "phase": request.phase, "step": request.step, "samples": request.samples, "loss": request.loss}
+        record = self._store.update(request.job_id, progress=progress)
+        return master_pb2.ReportTrainingProgressResponse(stop=record.cancel_requested or record.final)
+
+    def ReportTrainingResult(self, request: master_pb2.ReportTrainingResultRequest, context: grpc.ServicerContext) -> master_pb2.ReportTrainingResultResponse:
+        result = {
+            "trainer_id": request.trainer_id,
+            "steps": request.steps,
+            "train_samples": request.train_samples,
+            "eval_samples": request.eval_samples,
+            "auc": round(request.auc, 6),
+            "logloss": round(request.logloss, 6),
+            "final_loss": round(request.final_loss, 6),
+            "train_seconds": round(request.train_seconds, 3),
+            "checkpoint": request.checkpoint_path,
+        }
+        if request.error:
+            result = {"trainer_id": request.trainer_id, "error": request.error}
+        self._store.update(request.job_id, result=result)
+        return master_pb2.ReportTrainingResultResponse()

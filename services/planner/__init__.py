@@ -1,0 +1,1 @@
+"""Planner service: turns sources and a time range into a task graph, leases tasks, keeps the ledger."""

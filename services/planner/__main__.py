@@ -1,0 +1,28 @@
+"""Run the planner as its own process: python -m services.planner --bind HOST:PORT."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from primus import rpc, telemetry
+from services.planner.registry import PlanRegistry
+from services.planner.server import create_server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m services.planner", description=__doc__)
+    parser.add_argument("--bind", default="127.0.0.1:0")
+    parser.add_argument("--runs-dir", type=Path, default=None, help="where traces are written")
+    parser.add_argument("--ready-file", default=None, help="write the bound address here once serving")
+    parser.add_argument("--lease-seconds", type=float, default=300.0)
+    parser.add_argument("--max-attempts", type=int, default=3)
+    args = parser.parse_args()
+    rpc.configure_logging("planner")
+    telemetry.setup_tracing("planner", args.runs_dir)
+    running = create_server(args.bind, PlanRegistry(lease_seconds=args.lease_seconds, max_attempts=args.max_attempts))
+    rpc.run_until_signalled(running, ready_file=args.ready_file)
+
+
+if __name__ == "__main__":
+    main()

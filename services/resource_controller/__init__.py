@@ -1,0 +1,1 @@
+"""Resource controller service: launches, watches and releases executors through a scheduler backend."""

@@ -1,0 +1,1 @@
+"""Trainer service: consumes served batches and trains a CTR model."""

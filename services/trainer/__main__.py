@@ -1,0 +1,47 @@
+"""Run the trainer for one job; launched by the resource controller."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import torch
+
+from primus import rpc, telemetry
+from primus.errors import PrimusError
+from primus.worker import fetch_job_spec, parse_worker_args, register
+from services.trainer.server import report_failure, run_trainer, start_status_server
+from services.trainer.servicer import TrainerStatus
+
+log = logging.getLogger("services.trainer")
+
+
+def main() -> int:
+    args = parse_worker_args("python -m services.trainer", __doc__ or "")
+    rpc.configure_logging(args.executor_id)
+    telemetry.setup_tracing("trainer", args.runs_dir, job_id=args.job_id)
+    torch.set_num_threads(1)
+    status = TrainerStatus(trainer_id=args.executor_id, job_id=args.job_id)
+    server = start_status_server(status)
+    code = 0
+    try:
+        register(args, server.address)
+        job = fetch_job_spec(args.master, args.job_id)
+        result = run_trainer(args, job, status)
+        log.info("trained %d steps on %d samples; eval auc %.4f logloss %.4f", result.steps, result.train_samples, result.auc, result.logloss)
+    except PrimusError as exc:
+        log.error("training failed: %s", exc)
+        report_failure(args, str(exc))
+        code = 1
+    except Exception as exc:
+        log.exception("training failed")
+        report_failure(args, f"{type(exc).__name__}: {exc}")
+        code = 1
+    finally:
+        server.stop(grace=1.0)
+        telemetry.shutdown_tracing()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Tests for the DLRM-style CTR model, tensor conversion, training step and metrics."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from primus.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES, generate_dataset
+from services.trainer.model import (
+    CtrModel,
+    FeatureSpec,
+    SparseFeature,
+    batch_to_tensors,
+    log_loss,
+    predict,
+    roc_auc,
+    train_step,
+)
+
+torch.set_num_threads(2)
+
+TINY_SPEC = FeatureSpec(
+    label="y",
+    dense=("a", "b"),
+    sparse=(SparseFeature("u", buckets=5, dim=4), SparseFeature("v", buckets=3, dim=4)),
+)
+
+
+def _tiny_batch() -> pa.RecordBatch:
+    return pa.record_batch(
+        {
+            "y": pa.array([1, 0, 1], type=pa.int8()),
+            "a": pa.array([0.5, None, -1.0], type=pa.float32()),
+            "b": pa.array([1.0, 2.0, None], type=pa.float64()),
+            "u": pa.array([7, -3, 4], type=pa.int64()),
+            "v": pa.array([0, 2, 5], type=pa.int32()),
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("labels", "scores", "expected"),
+    [
+        ([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8], 0.75),
+        ([0, 1, 0, 1], [0.5, 0.5, 0.2, 0.9], 0.875),
+        ([1, 0, 1, 0], [0.3, 0.3, 0.3, 0.3], 0.5),
+        ([1, 1, 0], [0.1, 0.2, 0.9], 0.0),
+        ([0, 1], [0.0, 1.0], 1.0),
+    ],
+)
+def test_roc_auc_hand_computed(
+    labels: list[int], scores: list[float], expected: float
+) -> None:
+    assert roc_auc(np.array(labels), np.array(scores)) == pytest.approx(expected)
+
+
+def test_roc_auc_rejects_single_class_and_bad_input() -> None:
+    with pytest.raises(ValueError):
+        roc_auc(np.array([1, 1, 1]), np.array([0.1, 0.2, 0.3]))
+    with pytest.raises(ValueError):
+        roc_auc(np.array([0, 1]), np.array([0.1]))
+    with pytest.raises(ValueError):
+        roc_auc(np.array([0, 2]), np.array([0.1, 0.2]))
+
+
+def test_log_loss_hand_computed() -> None:
+    expected = -(math.log(0.8) + math.log(0.6)) / 2.0
+    assert log_loss(np.array([1, 0]), np.array([0.8, 0.4])) == pytest.approx(expected)
+
+
+def test_log_loss_clips_extreme_probabilities() -> None:
+    loss = log_loss(np.array([0, 1]), np.array([1.0, 0.0]), eps=1e-7)
+    assert loss == pytest.approx(-math.log(1e-7), rel=1e-6)
+
+
+def test_batch_to_tensors_shapes_nulls_and_buckets() -> None:
+    dense, sparse, labels = batch_to_tensors(_tiny_batch(), TINY_SPEC)
+    assert dense.dtype == torch.float32 and dense.shape == (3, 2)
+    assert sparse.dtype == torch.int64 and sparse.shape == (3, 2)
+    assert labels.dtype == torch.float32 and labels.tolist() == [1.0, 0.0, 1.0]
+    assert dense.tolist() == [[0.5, 1.0], [0.0, 2.0], [-1.0, 0.0]]
+    assert sparse.tolist() == [[2, 0], [2, 2], [4, 2]]
+
+
+def test_batch_to_tensors_accepts_tables() -> None:
+    table = pa.Table.from_batches([_tiny_batch(), _tiny_batch()])
+    dense, sparse, labels = batch_to_tensors(table, TINY_SPEC)
+    assert dense.shape == (6, 2) and sparse.shape == (6, 2) and labels.shape == (6,)
+
+
+def test_batch_to_tensors_names_missing_column() -> None:
+    batch = _tiny_batch().drop_columns(["v"])
+    with pytest.raises(ValueError, match="'v'"):
+        batch_to_tensors(batch, TINY_SPEC)
+
+
+def test_mismatched_embedding_dims_are_rejected() -> None:
+    spec = FeatureSpec(
+        label="y",
+        dense=("a",),
+        sparse=(SparseFeature("u", 5, 4), SparseFeature("odd", 5, 6)),
+    )
+    with pytest.raises(ValueError, match="'odd'"):
+        CtrModel(spec)
+
+
+def test_forward_and_predict_shapes() -> None:
+    torch.manual_seed(0)
+    model = CtrModel(TINY_SPEC)
+    dense, sparse, _ = batch_to_tensors(_tiny_batch(), TINY_SPEC)
+    assert model(dense, sparse).shape == (3,)
+    probs = predict(model, dense, sparse)
+    assert probs.shape == (3,) and ((probs > 0.0) & (probs < 1.0)).all()
+    assert model.training
+
+
+def test_train_step_learns_tiny_problem() -> None:
+    torch.manual_seed(1)
+    generator = torch.Generator().manual_seed(2)
+    dense = torch.randn(256, 2, generator=generator)
+    sparse = torch.stack(
+        [
+            torch.randint(0, 5, (256,), generator=generator),
+            torch.randint(0, 3, (256,), generator=generator),
+        ],
+        dim=1,
+    )
+    labels = ((dense[:, 0] > 0) ^ (sparse[:, 0] % 2 == 1)).float()
+    model = CtrModel(TINY_SPEC)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses = [train_step(model, optimizer, dense, sparse, labels) for _ in range(300)]
+    assert losses[-1] < 0.5 * losses[0]
+    assert roc_auc(labels.numpy(), predict(model, dense, sparse)) > 0.95
+
+
+def _read_day(root: Path, day: datetime) -> pa.Table:
+    files = sorted((root / f"date={day:%Y-%m-%d}").glob("hour=*/part-*.parquet"))
+    return pa.concat_tables([pq.read_table(path) for path in files])
+
+
+def test_one_pass_over_synthetic_days_beats_chance_on_later_day(tmp_path: Path) -> None:
+    start = datetime(2024, 5, 1)
+    generate_dataset(tmp_path, start, days=4, rows_per_hour=300, seed=7)
+    spec = FeatureSpec(
+        label=LABEL,
+        dense=tuple(DENSE_FEATURES),
+        sparse=tuple(
+            SparseFeature(name, vocab, 8) for name, vocab in SPARSE_FEATURES.items()
+        ),
+    )
+    torch.manual_seed(0)
+    model = CtrModel(spec)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    train = pa.concat_tables(
+        [_read_day(tmp_path, start + timedelta(days=day)) for day in range(3)]
+    )
+    for batch in train.combine_chunks().to_batches(max_chunksize=512):
+        train_step(model, optimizer, *batch_to_tensors(batch, spec))
+    dense, sparse, labels = batch_to_tensors(
+        _read_day(tmp_path, start + timedelta(days=3)), spec
+    )
+    probs = predict(model, dense, sparse)
+    assert roc_auc(labels.numpy(), probs) > 0.6
+    assert log_loss(labels.numpy(), probs) < 0.6
