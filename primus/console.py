@@ -16,7 +16,7 @@ err_console = Console(stderr=True)
 
 
 def state_name(state: int) -> str:
-    return common_pb2.JobState.Name(state).removeprefix("JOB_STATE_")  # type: ignore[arg-type]
+    return common_pb2.JobState.Name(state).removeprefix("JOB_STATE_")
 
 
 def follow(updates: Iterable[master_pb2.WatchJobResponse]) -> master_pb2.Job:
@@ -72,7 +72,16 @@ def print_report(report: dict[str, Any]) -> None:
                 f"plan {plan['fingerprint']} ({plan['task_count']} tasks, {plan['planning_seconds']:.3f}s)",
                 ["source", "purpose", "partitions", "waiting", "tasks", "bytes", "rows", "schema versions"],
                 [
-                    [s["source"], s["purpose"].removeprefix("TASK_PURPOSE_").lower(), s["partitions"], s["partitions_waiting"], s["tasks"], s["bytes"], s["rows"], s["schema_versions"]]
+                    [
+                        s["source"],
+                        s["purpose"].removeprefix("TASK_PURPOSE_").lower(),
+                        s["partitions"],
+                        s["partitions_waiting"],
+                        s["tasks"],
+                        s["bytes"],
+                        s["rows"],
+                        s["schema_versions"],
+                    ]
                     for s in plan["sources"]
                 ],
             )
@@ -81,7 +90,10 @@ def print_report(report: dict[str, Any]) -> None:
         _table(
             "per source",
             ["source", "samples", "bytes read", "cpu s", "retries", "quarantined", "wasted samples"],
-            [[s["source"], s["samples"], s["bytes_read"], s["cpu_seconds"], s["retries"], s["tasks_quarantined"], s["wasted_samples"]] for s in report["sources"]],
+            [
+                [s["source"], s["samples"], s["bytes_read"], s["cpu_seconds"], s["retries"], s["tasks_quarantined"], s["wasted_samples"]]
+                for s in report["sources"]
+            ],
         )
     )
     for q in report.get("quarantined", []):

@@ -101,9 +101,7 @@ def _launch_hours(rng: np.random.Generator, items: int, total_hours: int) -> Flo
     """Launch hour of each item relative to start; most items predate the range."""
     before = -rng.uniform(0.0, _PRELAUNCH_WINDOW_HOURS, items)
     during = rng.uniform(0.0, max(total_hours - 6, 1), items)
-    launch: FloatArray = np.where(
-        rng.random(items) < _PRELAUNCHED_SHARE, before, during
-    )
+    launch: FloatArray = np.where(rng.random(items) < _PRELAUNCHED_SHARE, before, during)
     return launch
 
 
@@ -136,14 +134,10 @@ def _popularity(age_hours: FloatArray, peak_hours: FloatArray) -> FloatArray:
 
 def _hour_effect(hour_of_day: int) -> float:
     """Daily click propensity cycle, highest in the evening."""
-    return _HOUR_WEIGHT * float(
-        np.cos(2.0 * np.pi * (hour_of_day - 20) / _HOURS_PER_DAY)
-    )
+    return _HOUR_WEIGHT * float(np.cos(2.0 * np.pi * (hour_of_day - 20) / _HOURS_PER_DAY))
 
 
-def _sample_items(
-    world: _World, rng: np.random.Generator, hour: float, rows: int
-) -> IntArray:
+def _sample_items(world: _World, rng: np.random.Generator, hour: float, rows: int) -> IntArray:
     """Draw impressed items among launched ones, favouring currently popular items."""
     age = hour - world.item_launch
     pop = _popularity(age, world.item_peak)
@@ -163,9 +157,7 @@ def _partition_columns(
     users = rng.choice(world.user_prob.size, size=rows, p=world.user_prob)
     items = _sample_items(world, rng, hour, rows)
     position = rng.integers(0, _POSITIONS, rows)
-    activity = (
-        world.user_activity[users] + rng.normal(0.0, _ACTIVITY_NOISE, rows)
-    ) / np.sqrt(1.0 + _ACTIVITY_NOISE**2)
+    activity = (world.user_activity[users] + rng.normal(0.0, _ACTIVITY_NOISE, rows)) / np.sqrt(1.0 + _ACTIVITY_NOISE**2)
     age_hours = hour - world.item_launch[items]
     segment = world.user_segment[users]
     category = world.item_category[items]
@@ -188,13 +180,9 @@ def _partition_columns(
         "user_segment": segment.astype(np.int64),
         "hour_of_day": np.full(rows, hour_of_day, dtype=np.int64),
         "user_activity": activity.astype(np.float32),
-        "item_age_days": (
-            (age_hours / _HOURS_PER_DAY - _AGE_CENTER_DAYS) / _AGE_SCALE_DAYS
-        ).astype(np.float32),
+        "item_age_days": ((age_hours / _HOURS_PER_DAY - _AGE_CENTER_DAYS) / _AGE_SCALE_DAYS).astype(np.float32),
         "item_price": world.item_price[items].astype(np.float32),
-        "position": (
-            (position - (_POSITIONS - 1) / 2.0) / np.std(np.arange(_POSITIONS))
-        ).astype(np.float32),
+        "position": ((position - (_POSITIONS - 1) / 2.0) / np.std(np.arange(_POSITIONS))).astype(np.float32),
     }
 
 
@@ -205,9 +193,7 @@ def _event_times(rng: np.random.Generator, hour_start: datetime, rows: int) -> p
     return pa.array(seconds, type=pa.timestamp("s", tz="UTC"))
 
 
-def _partition_table(
-    world: _World, seed: int, hour_index: int, hour_start: datetime, rows: int
-) -> pa.Table:
+def _partition_table(world: _World, seed: int, hour_index: int, hour_start: datetime, rows: int) -> pa.Table:
     """Build the Arrow table for one hourly partition from its own seeded stream."""
     rng = np.random.default_rng([seed, 1, hour_index])
     times = _event_times(rng, hour_start, rows)
@@ -228,9 +214,7 @@ def _write_partition(directory: Path, table: pa.Table, files: int) -> None:
     for index in range(files):
         start, stop = int(bounds[index]), int(bounds[index + 1])
         path = directory / f"part-{index:05d}.parquet"
-        pq.write_table(
-            table.slice(start, stop - start), path, row_group_size=_ROW_GROUP_SIZE
-        )
+        pq.write_table(table.slice(start, stop - start), path, row_group_size=_ROW_GROUP_SIZE)
     (directory / "_SUCCESS").write_bytes(b"")
 
 
@@ -243,18 +227,14 @@ def generate_dataset(
     files_per_partition: int = 1,
 ) -> DatasetInfo:
     """Write `days` days of hourly CTR partitions under root and describe them."""
-    _check_positive(
-        days=days, rows_per_hour=rows_per_hour, files_per_partition=files_per_partition
-    )
+    _check_positive(days=days, rows_per_hour=rows_per_hour, files_per_partition=files_per_partition)
     origin = _utc_start(start)
     total_hours = days * _HOURS_PER_DAY
     world = _build_world(np.random.default_rng([seed, 0]), total_hours)
     for hour_index in range(total_hours):
         hour_start = origin + timedelta(hours=hour_index)
         table = _partition_table(world, seed, hour_index, hour_start, rows_per_hour)
-        _write_partition(
-            _partition_dir(Path(root), hour_start), table, files_per_partition
-        )
+        _write_partition(_partition_dir(Path(root), hour_start), table, files_per_partition)
     return DatasetInfo(
         root=Path(root),
         start=origin,

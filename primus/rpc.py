@@ -77,7 +77,7 @@ def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], stream
     return stream if streaming else unary
 
 
-class _ServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+class _ServerInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
     def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
         handler = continuation(details)
         method = details.method
@@ -93,12 +93,12 @@ class _ServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
 
 class _CallDetails(
     namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression")),
-    grpc.ClientCallDetails,  # type: ignore[misc]
+    grpc.ClientCallDetails,
 ):
     pass
 
 
-class _PropagatingInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[misc]
+class _PropagatingInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[type-arg]
     """Sends the current trace context and baggage with every call."""
 
     def _details(self, details: grpc.ClientCallDetails) -> _CallDetails:

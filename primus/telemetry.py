@@ -47,10 +47,7 @@ def span_to_otlp(span: ReadableSpan) -> dict[str, Any]:
         "startTimeUnixNano": str(span.start_time or 0),
         "endTimeUnixNano": str(span.end_time or 0),
         "attributes": _attributes(span.attributes),
-        "events": [
-            {"timeUnixNano": str(e.timestamp), "name": e.name, "attributes": _attributes(e.attributes)}
-            for e in span.events
-        ],
+        "events": [{"timeUnixNano": str(e.timestamp), "name": e.name, "attributes": _attributes(e.attributes)} for e in span.events],
         "status": {"code": span.status.status_code.value, "message": span.status.description or ""},
     }
     if span.parent is not None:
@@ -142,3 +139,18 @@ def inject_headers() -> dict[str, str]:
 
 def extract_context(headers: Mapping[str, str]) -> context.Context:
     return propagate.extract(dict(headers))
+
+
+TRACE_ENV = "PRIMUS_TRACE_CONTEXT"
+
+
+def context_env() -> dict[str, str]:
+    """The current trace context as an environment variable for a process about to be launched."""
+    return {TRACE_ENV: json.dumps(inject_headers())}
+
+
+def join_launch_context(job_id: str) -> object:
+    """In a launched process: continue the launcher's trace, with the job id in baggage."""
+    headers = json.loads(os.environ.get(TRACE_ENV, "{}"))
+    ctx = baggage.set_baggage(JOB_KEY, job_id, extract_context(headers))
+    return context.attach(ctx)

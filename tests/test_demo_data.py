@@ -42,12 +42,8 @@ def test_same_seed_gives_identical_data(tmp_path: Path) -> None:
 
 
 def test_layout_markers_and_row_groups(tmp_path: Path) -> None:
-    info = generate_dataset(
-        tmp_path, START, days=2, rows_per_hour=700, files_per_partition=2
-    )
-    partitions = sorted(
-        path for path in tmp_path.glob("date=*/hour=*") if path.is_dir()
-    )
+    info = generate_dataset(tmp_path, START, days=2, rows_per_hour=700, files_per_partition=2)
+    partitions = sorted(path for path in tmp_path.glob("date=*/hour=*") if path.is_dir())
     assert len(partitions) == 2 * 24 == info.partitions
     assert partitions[0].relative_to(tmp_path) == Path("date=2024-05-01/hour=00")
     assert partitions[-1].relative_to(tmp_path) == Path("date=2024-05-02/hour=23")
@@ -55,10 +51,7 @@ def test_layout_markers_and_row_groups(tmp_path: Path) -> None:
         assert (partition / "_SUCCESS").read_bytes() == b""
         parts = sorted(path.name for path in partition.glob("*.parquet"))
         assert parts == ["part-00000.parquet", "part-00001.parquet"]
-    assert (
-        pq.ParquetFile(partitions[0] / "part-00000.parquet").metadata.num_row_groups
-        >= 2
-    )
+    assert pq.ParquetFile(partitions[0] / "part-00000.parquet").metadata.num_row_groups >= 2
     assert info == DatasetInfo(
         root=tmp_path,
         start=START.replace(tzinfo=UTC),
@@ -101,9 +94,7 @@ def test_start_must_be_on_hour_boundary(tmp_path: Path) -> None:
 
 def test_aware_start_is_converted_to_utc(tmp_path: Path) -> None:
     plus_two = timezone(timedelta(hours=2))
-    info = generate_dataset(
-        tmp_path, datetime(2024, 5, 1, 2, tzinfo=plus_two), days=1, rows_per_hour=10
-    )
+    info = generate_dataset(tmp_path, datetime(2024, 5, 1, 2, tzinfo=plus_two), days=1, rows_per_hour=10)
     assert info.start == datetime(2024, 5, 1, tzinfo=UTC)
     assert (tmp_path / "date=2024-05-01" / "hour=00" / "_SUCCESS").exists()
 
@@ -120,10 +111,7 @@ def _item_clicks(table: pa.Table) -> dict[int, tuple[int, int]]:
     clicks = table.column(LABEL).to_numpy().astype(np.int64)
     shown = np.bincount(items, minlength=SPARSE_FEATURES["item_id"])
     clicked = np.bincount(items, weights=clicks, minlength=SPARSE_FEATURES["item_id"])
-    return {
-        int(item): (int(shown[item]), int(clicked[item]))
-        for item in np.flatnonzero(shown)
-    }
+    return {int(item): (int(shown[item]), int(clicked[item])) for item in np.flatnonzero(shown)}
 
 
 def _drift_z(first: tuple[int, int], last: tuple[int, int]) -> float:
@@ -138,17 +126,10 @@ def test_item_ctr_drifts_between_first_and_last_day(tmp_path: Path) -> None:
     generate_dataset(tmp_path, START, days=4, rows_per_hour=1000)
     first = _item_clicks(_read_day(tmp_path, START))
     last = _item_clicks(_read_day(tmp_path, START + timedelta(days=3)))
-    common = [
-        item
-        for item in first
-        if item in last and min(first[item][0], last[item][0]) >= 100
-    ]
+    common = [item for item in first if item in last and min(first[item][0], last[item][0]) >= 100]
     assert len(common) >= 5
     drifted = [
-        item
-        for item in common
-        if _drift_z(first[item], last[item]) > 5.0
-        and abs(first[item][1] / first[item][0] - last[item][1] / last[item][0]) > 0.05
+        item for item in common if _drift_z(first[item], last[item]) > 5.0 and abs(first[item][1] / first[item][0] - last[item][1] / last[item][0]) > 0.05
     ]
     assert drifted, "expected at least one well-sampled item whose CTR clearly changed"
 
@@ -157,9 +138,5 @@ def test_items_launch_during_the_range(tmp_path: Path) -> None:
     generate_dataset(tmp_path, START, days=3, rows_per_hour=400)
     first = _item_clicks(_read_day(tmp_path, START))
     last = _item_clicks(_read_day(tmp_path, START + timedelta(days=2)))
-    newcomers = [
-        item for item, (shown, _) in last.items() if item not in first and shown >= 50
-    ]
-    assert newcomers, (
-        "expected an item unseen on day one to be widely shown on the last day"
-    )
+    newcomers = [item for item, (shown, _) in last.items() if item not in first and shown >= 50]
+    assert newcomers, "expected an item unseen on day one to be widely shown on the last day"

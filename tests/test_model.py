@@ -55,9 +55,7 @@ def _tiny_batch() -> pa.RecordBatch:
         ([0, 1], [0.0, 1.0], 1.0),
     ],
 )
-def test_roc_auc_hand_computed(
-    labels: list[int], scores: list[float], expected: float
-) -> None:
+def test_roc_auc_hand_computed(labels: list[int], scores: list[float], expected: float) -> None:
     assert roc_auc(np.array(labels), np.array(scores)) == pytest.approx(expected)
 
 
@@ -151,21 +149,15 @@ def test_one_pass_over_synthetic_days_beats_chance_on_later_day(tmp_path: Path) 
     spec = FeatureSpec(
         label=LABEL,
         dense=tuple(DENSE_FEATURES),
-        sparse=tuple(
-            SparseFeature(name, vocab, 8) for name, vocab in SPARSE_FEATURES.items()
-        ),
+        sparse=tuple(SparseFeature(name, vocab, 8) for name, vocab in SPARSE_FEATURES.items()),
     )
     torch.manual_seed(0)
     model = CtrModel(spec)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    train = pa.concat_tables(
-        [_read_day(tmp_path, start + timedelta(days=day)) for day in range(3)]
-    )
+    train = pa.concat_tables([_read_day(tmp_path, start + timedelta(days=day)) for day in range(3)])
     for batch in train.combine_chunks().to_batches(max_chunksize=512):
         train_step(model, optimizer, *batch_to_tensors(batch, spec))
-    dense, sparse, labels = batch_to_tensors(
-        _read_day(tmp_path, start + timedelta(days=3)), spec
-    )
+    dense, sparse, labels = batch_to_tensors(_read_day(tmp_path, start + timedelta(days=3)), spec)
     probs = predict(model, dense, sparse)
     assert roc_auc(labels.numpy(), probs) > 0.6
     assert log_loss(labels.numpy(), probs) < 0.6

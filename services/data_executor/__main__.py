@@ -12,6 +12,7 @@ def main() -> None:
     args = parse_worker_args("python -m services.data_executor", __doc__ or "")
     rpc.configure_logging(args.executor_id)
     telemetry.setup_tracing("data_executor", args.runs_dir, job_id=args.job_id)
+    telemetry.join_launch_context(args.job_id)
     job = fetch_job_spec(args.master, args.job_id)
     executor = create_executor(args.executor_id, args.job_id, args.planner, training_schema(job.spec.training.features))
     register(args, executor.control.address, executor.data_address)

@@ -33,19 +33,19 @@ def _read_split(split: planner_pb2.FileSplit, columns: list[str]) -> tuple[pa.Ta
         meta = parquet.metadata
         groups = list(split.row_groups) or list(range(meta.num_row_groups))
         names = set(columns)
-        bytes_read = sum(
+        bytes_read: int = sum(
             meta.row_group(g).column(c).total_compressed_size
             for g in groups
             for c in range(meta.num_columns)
             if meta.row_group(g).column(c).path_in_schema in names
         )
         present = [c for c in columns if c in parquet.schema_arrow.names]
-        return parquet.read_row_groups(groups, columns=present), bytes_read
+        return parquet.read_row_groups(groups, columns=present), int(bytes_read)
 
 
 def rows_per_batch(schema: pa.Schema, target_bytes: int = TARGET_BATCH_BYTES) -> int:
     width = sum(max(field.type.bit_width // 8, 1) for field in schema)
-    return max(1024, target_bytes // max(width, 1))
+    return max(1024, target_bytes // max(int(width), 1))
 
 
 def read_task(task: planner_pb2.DataTask, schema: pa.Schema) -> TaskRead:

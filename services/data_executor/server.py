@@ -9,8 +9,8 @@ import pyarrow as pa
 from primus import rpc
 from primus.v1 import data_executor_pb2, data_executor_pb2_grpc, planner_pb2_grpc
 from services.data_executor.flight_server import SampleFlightServer
-from services.data_executor.serving import ExecutorCounters, TaskStreamer
 from services.data_executor.servicer import DataExecutorServicer
+from services.data_executor.serving import ExecutorCounters, TaskStreamer
 
 SERVICE_NAME = data_executor_pb2.DESCRIPTOR.services_by_name["DataExecutorService"].full_name
 

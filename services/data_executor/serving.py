@@ -16,8 +16,7 @@ from opentelemetry import context, trace
 
 from primus import telemetry
 from primus.errors import DataError
-from primus.v1 import data_executor_pb2, planner_pb2
-from primus.v1 import planner_pb2_grpc
+from primus.v1 import data_executor_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor.reader import TaskRead, read_task
 
 log = logging.getLogger(__name__)
@@ -111,7 +110,9 @@ class TaskStreamer:
 
     def _read(self, task: planner_pb2.DataTask) -> _TaskServed | None:
         with telemetry.tracer("primus.data_executor").start_as_current_span("data_task.read") as span:
-            span.set_attributes({"primus.source": task.source, "primus.task_id": task.task_id, "primus.attempt": task.attempt, "primus.partition": task.partition})
+            span.set_attributes(
+                {"primus.source": task.source, "primus.task_id": task.task_id, "primus.attempt": task.attempt, "primus.partition": task.partition}
+            )
             try:
                 read = read_task(task, self._schema)
             except DataError as exc:
@@ -156,7 +157,9 @@ class TaskStreamer:
         read = served.read
         stats = planner_pb2.TaskStats(rows=read.rows, bytes_read=read.bytes_read, cpu_seconds=read.cpu_seconds, batches=len(read.batches))
         reply = self._planner.CompleteTask(
-            planner_pb2.CompleteTaskRequest(job_id=job_id, task_id=served.task.task_id, attempt=served.task.attempt, executor_id=self._executor_id, stats=stats),
+            planner_pb2.CompleteTaskRequest(
+                job_id=job_id, task_id=served.task.task_id, attempt=served.task.attempt, executor_id=self._executor_id, stats=stats
+            ),
             timeout=30,
         )
         if reply.accepted:

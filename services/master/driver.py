@@ -25,7 +25,7 @@ EXIT_GRACE_SECONDS = 3.0
 LIVE_STATES = (rc_pb2.EXECUTOR_STATE_STARTING, rc_pb2.EXECUTOR_STATE_READY)
 
 
-class JobFailed(Exception):
+class JobFailedError(Exception):
     """Ends a job as FAILED with this message."""
 
 
@@ -57,17 +57,17 @@ class JobDriver:
                 self._plan(job)
                 self._launch(job)
                 state, message = self._follow(job_id)
-            except JobFailed as exc:
+            except JobFailedError as exc:
                 state, message = "FAILED", str(exc)
             except grpc.RpcError as exc:
                 state, message = "FAILED", f"a peer service failed: {exc.code().name}: {exc.details()}"
-            except Exception as exc:  # noqa: BLE001 - a driver bug must fail the job, not leave it hanging
+            except Exception as exc:
                 log.exception("job %s: driver error", job_id)
                 state, message = "FAILED", f"master error: {type(exc).__name__}: {exc}"
             span.set_attribute("primus.state", state)
             try:
                 self._finish(job_id, state, message)
-            except Exception as exc:  # noqa: BLE001 - the job must still reach a final state
+            except Exception as exc:
                 log.exception("job %s: could not write the report", job_id)
                 self._store.update(job_id, state=state, message=f"{message}; report not written: {type(exc).__name__}: {exc}")
 
@@ -76,10 +76,10 @@ class JobDriver:
         try:
             reply = self._peers.planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job.job_id, spec_yaml=job.spec_yaml), timeout=600)
         except grpc.RpcError as exc:
-            raise JobFailed(f"planning failed: {exc.details()}") from None
+            raise JobFailedError(f"planning failed: {exc.details()}") from None
         summary = reply.summary
         if summary.task_count == 0:
-            raise JobFailed("the plan has no tasks: no partition of any source is ready (see `primus plan --explain`)")
+            raise JobFailedError("the plan has no tasks: no partition of any source is ready (see `primus plan --explain`)")
         progress = {"phase": "planned", "tasks_total": summary.task_count, "tasks_done": 0, "fingerprint": summary.fingerprint}
         self._store.update(job.job_id, progress=progress, message=f"planned {summary.task_count} tasks, fingerprint {summary.fingerprint}")
 
@@ -123,7 +123,7 @@ class JobDriver:
                 exited_since = exited_since or time.monotonic()
                 if time.monotonic() - exited_since > EXIT_GRACE_SECONDS:
                     culprit = (dead_trainers or data)[0]
-                    raise JobFailed(f"{culprit.executor_id} exited with code {culprit.exit_code} before the trainer reported; see {culprit.log_path}")
+                    raise JobFailedError(f"{culprit.executor_id} exited with code {culprit.exit_code} before the trainer reported; see {culprit.log_path}")
             self._refresh_progress(job)
             self._store.wait_for_change(POLL_SECONDS)
 
@@ -152,7 +152,7 @@ class JobDriver:
 
     def _fetch_plan(self, job_id: str) -> planner_pb2.GetPlanResponse | None:
         try:
-            return self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job_id), timeout=10)
+            reply: planner_pb2.GetPlanResponse = self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job_id), timeout=10)
         except grpc.RpcError:
             return None
-
+        return reply

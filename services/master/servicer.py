@@ -22,7 +22,7 @@ def job_proto(record: JobRecord) -> master_pb2.Job:
     return master_pb2.Job(
         job_id=record.job_id,
         name=record.name,
-        state=common_pb2.JobState.Value(f"JOB_STATE_{record.state}"),
+        state=common_pb2.JobState.Value(f"JOB_STATE_{record.state}"),  # type: ignore[arg-type]
         message=record.message,
         created_unix=record.created,
         updated_unix=record.updated,
@@ -89,7 +89,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             if record.updated != last:
                 last = record.updated
                 yield master_pb2.WatchJobResponse(job=job_proto(record))
-            if record.final and (record.report_path or 'report not written' in record.message):
+            if record.final and (record.report_path or "report not written" in record.message):
                 return
             self._store.wait_for_change(1.0)
 

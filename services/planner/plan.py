@@ -39,8 +39,7 @@ def fingerprint(job: TrainingJob, plan_version: int, partitions: list[tuple[int,
     """Pins sources, schema versions, time ranges and the resolved manifest (paths, sizes, mtimes)."""
     data = job.spec.data
     manifest = [
-        [purpose, p.key, p.ready, [[f.path, f.size, f.mtime_ns] for f in p.files]]
-        for purpose, p in sorted(partitions, key=lambda item: (item[0], item[1].key))
+        [purpose, p.key, p.ready, [[f.path, f.size, f.mtime_ns] for f in p.files]] for purpose, p in sorted(partitions, key=lambda item: (item[0], item[1].key))
     ]
     body = {
         "plan_version": plan_version,
@@ -53,7 +52,7 @@ def fingerprint(job: TrainingJob, plan_version: int, partitions: list[tuple[int,
 
 def _work_items(job: TrainingJob) -> list[tuple[int, Source, TimeRange]]:
     data = job.spec.data
-    items = [(common_pb2.TASK_PURPOSE_TRAIN, s, s.time_range) for s in data.sources]
+    items: list[tuple[int, Source, TimeRange]] = [(common_pb2.TASK_PURPOSE_TRAIN, s, s.time_range) for s in data.sources]
     if data.eval is not None:
         by_name = {s.name: s for s in data.sources}
         items.append((common_pb2.TASK_PURPOSE_EVAL, by_name[data.eval.source], data.eval.time_range))

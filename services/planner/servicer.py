@@ -19,7 +19,7 @@ def summary_proto(job_plan: JobPlan) -> planner_pb2.PlanSummary:
     per_source: dict[tuple[str, int], planner_pb2.SourcePlan] = {}
     versions: dict[tuple[str, int], set[int]] = defaultdict(set)
     for purpose, partition in plan.partitions:
-        entry = per_source.setdefault((partition.source, purpose), planner_pb2.SourcePlan(source=partition.source, purpose=purpose))
+        entry = per_source.setdefault((partition.source, purpose), planner_pb2.SourcePlan(source=partition.source, purpose=purpose))  # type: ignore[arg-type]
         if partition.ready:
             entry.partitions += 1
         else:

@@ -101,8 +101,6 @@ def _merge_by_file(pieces: list[FilePiece]) -> list[FilePiece]:
     for piece in pieces:
         prev = merged.get(piece.path)
         merged[piece.path] = (
-            piece
-            if prev is None
-            else FilePiece(piece.path, prev.row_groups + piece.row_groups, prev.bytes + piece.bytes, prev.rows + piece.rows)
+            piece if prev is None else FilePiece(piece.path, prev.row_groups + piece.row_groups, prev.bytes + piece.bytes, prev.rows + piece.rows)
         )
     return list(merged.values())

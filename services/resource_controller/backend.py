@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from primus import telemetry
+
 ROLE_MODULES = {"data_executor": "services.data_executor", "trainer": "services.trainer"}
 
 
@@ -55,7 +57,7 @@ class LocalProcessBackend:
     def launch(self, spec: LaunchSpec) -> LocalHandle:
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", ROLE_MODULES[spec.role], *spec.args]
-        env = dict(os.environ, PRIMUS_CPU_LIMIT=str(spec.cpu), PRIMUS_MEMORY_MIB=str(spec.memory_mib), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PRIMUS_CPU_LIMIT=str(spec.cpu), PRIMUS_MEMORY_MIB=str(spec.memory_mib), PYTHONUNBUFFERED="1", **telemetry.context_env())
         with spec.log_path.open("ab") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         return LocalHandle(pid=process.pid, process=process)

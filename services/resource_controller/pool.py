@@ -90,7 +90,7 @@ class ExecutorPool:
             if record.state == "STARTING":
                 record.state = "READY"
 
-    def list(self, job_id: str = "", role: str = "") -> list[ExecutorRecord]:
+    def records(self, job_id: str = "", role: str = "") -> list[ExecutorRecord]:
         with self._lock:
             return [replace(r) for r in self._records.values() if (not job_id or r.job_id == job_id) and (not role or r.role == role)]
 
@@ -107,7 +107,7 @@ class ExecutorPool:
 
     def release_all(self) -> None:
         self._stop.set()
-        for job_id in {r.job_id for r in self.list()}:
+        for job_id in {r.job_id for r in self.records()}:
             self.release(job_id, grace_seconds=5.0)
 
     def _watch(self, poll_seconds: float) -> None:

@@ -20,7 +20,7 @@ def executor_proto(record: ExecutorRecord, backend: str) -> rc_pb2.Executor:
         executor_id=record.executor_id,
         job_id=record.job_id,
         role=ROLE_ENUMS[record.role],
-        state=rc_pb2.ExecutorState.Value(f"EXECUTOR_STATE_{record.state}"),
+        state=rc_pb2.ExecutorState.Value(f"EXECUTOR_STATE_{record.state}"),  # type: ignore[arg-type]
         pid=record.pid,
         address=record.address,
         data_address=record.data_address,
@@ -59,9 +59,8 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
         return rc_pb2.RegisterExecutorResponse()
 
     def ListExecutors(self, request: rc_pb2.ListExecutorsRequest, context: grpc.ServicerContext) -> rc_pb2.ListExecutorsResponse:
-        records = self._pool.list(request.job_id, ROLES.get(request.role, ""))
+        records = self._pool.records(request.job_id, ROLES.get(request.role, ""))
         return rc_pb2.ListExecutorsResponse(executors=self._protos(records))
 
     def ReleaseExecutors(self, request: rc_pb2.ReleaseExecutorsRequest, context: grpc.ServicerContext) -> rc_pb2.ReleaseExecutorsResponse:
         return rc_pb2.ReleaseExecutorsResponse(executors=self._protos(self._pool.release(request.job_id)))
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import torch
@@ -20,7 +21,8 @@ def main() -> int:
     args = parse_worker_args("python -m services.trainer", __doc__ or "")
     rpc.configure_logging(args.executor_id)
     telemetry.setup_tracing("trainer", args.runs_dir, job_id=args.job_id)
-    torch.set_num_threads(1)
+    telemetry.join_launch_context(args.job_id)
+    torch.set_num_threads(max(1, round(float(os.environ.get("PRIMUS_CPU_LIMIT", "1")))))
     status = TrainerStatus(trainer_id=args.executor_id, job_id=args.job_id)
     server = start_status_server(status)
     code = 0

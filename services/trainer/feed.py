@@ -23,7 +23,10 @@ class BatchFeed:
     def __init__(self, data_addresses: Sequence[str], job_id: str, consumer_id: str, purpose: int, prefetch: int = 16) -> None:
         self._addresses = list(data_addresses)
         self._ticket = data_executor_pb2.DataTicket(
-            job_id=job_id, consumer_id=consumer_id, purpose=purpose, trace_context=telemetry.inject_headers()  # type: ignore[arg-type]
+            job_id=job_id,
+            consumer_id=consumer_id,
+            purpose=purpose,  # type: ignore[arg-type]
+            trace_context=telemetry.inject_headers(),
         )
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
         self._stop = threading.Event()

@@ -42,14 +42,9 @@ def _shared_dim(sparse: tuple[SparseFeature, ...]) -> int:
     dim = sparse[0].dim
     for feature in sparse:
         if feature.dim != dim:
-            raise ValueError(
-                f"sparse feature {feature.name!r} has dim {feature.dim}, "
-                f"expected {dim} like {sparse[0].name!r}"
-            )
+            raise ValueError(f"sparse feature {feature.name!r} has dim {feature.dim}, expected {dim} like {sparse[0].name!r}")
         if feature.dim < 1 or feature.buckets < 1:
-            raise ValueError(
-                f"sparse feature {feature.name!r} needs positive buckets and dim"
-            )
+            raise ValueError(f"sparse feature {feature.name!r} needs positive buckets and dim")
     return dim
 
 
@@ -80,10 +75,7 @@ class CtrModel(nn.Module):
         dim = _shared_dim(features.sparse)
         self.features = features
         self.bottom = _mlp([len(features.dense), *bottom_mlp, dim])
-        bags = [
-            nn.EmbeddingBag(feature.buckets, dim, mode="sum")
-            for feature in features.sparse
-        ]
+        bags = [nn.EmbeddingBag(feature.buckets, dim, mode="sum") for feature in features.sparse]
         for bag in bags:
             nn.init.normal_(bag.weight, std=_EMBEDDING_INIT_STD)
         self.embeddings = nn.ModuleList(bags)
@@ -96,10 +88,7 @@ class CtrModel(nn.Module):
 
     def _embed(self, sparse: torch.Tensor) -> list[torch.Tensor]:
         """Look up one embedding per sparse column (a single id per bag)."""
-        return [
-            bag(sparse[:, index : index + 1])
-            for index, bag in enumerate(self.embeddings)
-        ]
+        return [bag(sparse[:, index : index + 1]) for index, bag in enumerate(self.embeddings)]
 
     def _interact(self, vectors: torch.Tensor) -> torch.Tensor:
         """Upper-triangle pairwise dot products of the stacked [B, F, D] vectors."""
@@ -122,21 +111,14 @@ def _column(batch: pa.RecordBatch | pa.Table, name: str) -> Any:
     return batch.column(name)
 
 
-def _dense_matrix(
-    batch: pa.RecordBatch | pa.Table, names: tuple[str, ...]
-) -> torch.Tensor:
+def _dense_matrix(batch: pa.RecordBatch | pa.Table, names: tuple[str, ...]) -> torch.Tensor:
     """Dense columns as float32 [B, n_dense], nulls replaced by 0.0."""
-    columns = [
-        pc.fill_null(pc.cast(_column(batch, name), pa.float32()), 0.0).to_numpy()
-        for name in names
-    ]
+    columns = [pc.fill_null(pc.cast(_column(batch, name), pa.float32()), 0.0).to_numpy() for name in names]
     matrix = np.stack(columns, axis=1) if columns else np.zeros((batch.num_rows, 0))
     return torch.from_numpy(np.array(matrix, dtype=np.float32))
 
 
-def _sparse_matrix(
-    batch: pa.RecordBatch | pa.Table, sparse: tuple[SparseFeature, ...]
-) -> torch.Tensor:
+def _sparse_matrix(batch: pa.RecordBatch | pa.Table, sparse: tuple[SparseFeature, ...]) -> torch.Tensor:
     """Sparse ids as int64 [B, n_sparse], taken modulo buckets; nulls become id 0."""
     columns = [
         np.mod(
@@ -158,9 +140,7 @@ def _label_vector(batch: pa.RecordBatch | pa.Table, label: str) -> torch.Tensor:
     return torch.from_numpy(np.array(values, dtype=np.float32))
 
 
-def batch_to_tensors(
-    batch: pa.RecordBatch | pa.Table, features: FeatureSpec
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def batch_to_tensors(batch: pa.RecordBatch | pa.Table, features: FeatureSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Convert an Arrow batch to (dense, sparse, labels) tensors.
 
     dense is float32 [B, n_dense], sparse int64 [B, n_sparse], labels float32 [B].
@@ -188,9 +168,7 @@ def train_step(
     return float(loss.detach().item())
 
 
-def predict(
-    model: CtrModel, dense: torch.Tensor, sparse: torch.Tensor
-) -> npt.NDArray[np.float64]:
+def predict(model: CtrModel, dense: torch.Tensor, sparse: torch.Tensor) -> npt.NDArray[np.float64]:
     """Click probabilities computed in eval mode without gradients; mode is restored."""
     was_training = model.training
     model.eval()
@@ -202,17 +180,12 @@ def predict(
     return probs.numpy().astype(np.float64)
 
 
-def _binary_pair(
-    labels: npt.NDArray[Any], values: npt.NDArray[Any], what: str
-) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
+def _binary_pair(labels: npt.NDArray[Any], values: npt.NDArray[Any], what: str) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
     """Check non-empty equal-length 0/1 labels and finite values; cast them."""
     y = np.asarray(labels).reshape(-1)
     v = np.asarray(values, dtype=np.float64).reshape(-1)
     if y.size == 0 or y.size != v.size:
-        raise ValueError(
-            f"labels and {what} must be non-empty and of equal length, "
-            f"got {y.size} and {v.size}"
-        )
+        raise ValueError(f"labels and {what} must be non-empty and of equal length, got {y.size} and {v.size}")
     if not np.isin(y, (0, 1)).all():
         raise ValueError("labels must be 0 or 1")
     if not np.isfinite(v).all():
@@ -239,9 +212,7 @@ def roc_auc(labels: npt.NDArray[Any], scores: npt.NDArray[Any]) -> float:
     return (rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
 
 
-def log_loss(
-    labels: npt.NDArray[Any], probs: npt.NDArray[Any], eps: float = 1e-7
-) -> float:
+def log_loss(labels: npt.NDArray[Any], probs: npt.NDArray[Any], eps: float = 1e-7) -> float:
     """Mean binary cross-entropy of probabilities clipped to [eps, 1 - eps]."""
     positive, values = _binary_pair(labels, probs, "probs")
     clipped = np.clip(values, eps, 1.0 - eps)
