@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -11,8 +12,9 @@ from rich.table import Table
 
 from primus.v1 import common_pb2, master_pb2
 
-console = Console()
-err_console = Console(stderr=True)
+# Off a terminal (pipes, CI, tests) lines must not wrap: an error stays one line, tables stay whole.
+console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+err_console = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
 
 
 def state_name(state: int) -> str:

@@ -1,0 +1,129 @@
+"""End to end through real processes and ports: `primus run`, and `primus up` / `submit` / `status` / `down`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from primus.cluster import running_cluster
+from tests.conftest import DAYS, ROWS_PER_HOUR
+
+ROLES = ["data_executor", "data_executor", "master", "planner", "resource_controller", "trainer"]
+
+
+def _primus(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "primus.cli", "--state-dir", str(tmp_path / "state"), "--runs-dir", str(tmp_path / "runs"), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+
+
+def _report(tmp_path: Path) -> dict[str, object]:
+    (path,) = (tmp_path / "runs").glob("ctr-demo-*/report.json")
+    report: dict[str, object] = json.loads(path.read_text())
+    return report
+
+
+def test_run_trains_through_five_services(job_file: Path, tmp_path: Path) -> None:
+    result = _primus(tmp_path, "run", str(job_file))
+    assert result.returncode == 0, result.stderr + result.stdout
+    report = _report(tmp_path)
+    assert report["state"] == "SUCCEEDED"
+    services = report["services"]
+    assert isinstance(services, list)
+    assert sorted(s["role"] for s in services) == ROLES
+    assert len({s["pid"] for s in services}) == len(ROLES)
+    assert all(s["address"].startswith("127.0.0.1:") for s in services)
+    (source,) = report["sources"]  # type: ignore[misc]
+    assert source["source"] == "clicks" and source["samples"] == DAYS * 24 * ROWS_PER_HOUR
+    assert source["bytes_read"] > 0 and source["retries"] == 0
+    trainer = report["trainer"]
+    assert isinstance(trainer, dict)
+    assert trainer["train_samples"] == (DAYS - 1) * 24 * ROWS_PER_HOUR
+    assert trainer["eval_samples"] == 24 * ROWS_PER_HOUR
+    assert 0.5 < trainer["auc"] <= 1.0 and trainer["logloss"] > 0
+    plan = report["plan"]
+    assert isinstance(plan, dict) and len(plan["fingerprint"]) == 32 and plan["task_count"] == DAYS * 24
+    assert "SUCCEEDED" in result.stdout and "per source" in result.stdout
+    assert running_cluster(tmp_path / "state") is None, "primus run must tear its services down"
+    traces = list((tmp_path / "runs").glob("ctr-demo-*/traces/*.otlp.jsonl"))
+    assert {p.name.split("-")[0] for p in traces} >= {"master", "planner", "data_executor", "trainer", "resource_controller"}
+    spans = [
+        span
+        for path in traces
+        for line in path.read_text().splitlines()
+        for resource in json.loads(line)["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+    ]
+    reads = [s for s in spans if s["name"] == "data_task.read"]
+    assert len(reads) == DAYS * 24
+    keys = {a["key"] for a in reads[0]["attributes"]}
+    assert {"primus.source", "primus.task_id", "primus.attempt", "primus.bytes", "primus.rows", "primus.cpu_seconds", "primus.job_id"} <= keys
+    assert len({s["traceId"] for s in spans if s["name"] in ("job", "train", "data_task.read")}) == 1, "one trace from master to executors"
+
+
+def _health(address: str) -> int:
+    with grpc.insecure_channel(address) as channel:
+        return int(health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status)
+
+
+def _reflected_services(address: str) -> set[str]:
+    with grpc.insecure_channel(address) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        replies = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
+        return {s.name for reply in replies for s in reply.list_services_response.service}
+
+
+def test_up_submit_status_down(job_file: Path, tmp_path: Path) -> None:
+    up = _primus(tmp_path, "up")
+    assert up.returncode == 0, up.stderr
+    state = running_cluster(tmp_path / "state")
+    assert state is not None
+    try:
+        expected = {"master": "primus.v1.MasterService", "planner": "primus.v1.PlannerService", "resource_controller": "primus.v1.ResourceControllerService"}
+        for service in state.services:
+            assert _health(service.address) == health_pb2.HealthCheckResponse.SERVING
+            assert {expected[service.name], "primus.v1.InfoService", "grpc.health.v1.Health"} <= _reflected_services(service.address)
+        again = _primus(tmp_path, "up")
+        assert again.returncode == 1 and "already running" in again.stderr
+        submitted = _primus(tmp_path, "submit", str(job_file), "--watch")
+        assert submitted.returncode == 0, submitted.stderr
+        job_id = submitted.stdout.splitlines()[0].strip()
+        status = _primus(tmp_path, "status", job_id)
+        assert status.returncode == 0 and "SUCCEEDED" in status.stdout
+        missing = _primus(tmp_path, "status", "no-such-job")
+        assert missing.returncode == 1 and "NOT_FOUND: no job 'no-such-job'" in missing.stderr
+    finally:
+        down = _primus(tmp_path, "down")
+    assert down.returncode == 0 and "stopped" in down.stdout
+    for service in state.services:
+        with pytest.raises(ProcessLookupError):
+            os.kill(service.pid, 0)
+
+
+def test_service_exits_cleanly_on_sigterm(tmp_path: Path) -> None:
+    ready = tmp_path / "ready.json"
+    process = subprocess.Popen([sys.executable, "-m", "services.planner", "--ready-file", str(ready)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    address = json.loads(ready.read_text())["address"]
+    assert _health(address) == health_pb2.HealthCheckResponse.SERVING
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    assert process.stderr is not None and "planner: stopped" in process.stderr.read()
+
+
+def test_submit_without_cluster_says_what_to_do(job_file: Path, tmp_path: Path) -> None:
+    result = _primus(tmp_path, "submit", str(job_file))
+    assert result.returncode == 1
+    assert "start them with `primus up`" in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,117 @@
+"""Planning: partitions from metadata, deterministic task ids, fingerprints, readiness and the task ledger."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from primus.spec import TrainingJob, load_job_file
+from primus.v1 import common_pb2
+from services.planner.ledger import TaskLedger, TaskStatus, WorkDone
+from services.planner.partitions import PartitionResolver
+from services.planner.plan import build_plan
+from services.planner.tasks import split_partition
+from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
+
+TRAIN = common_pb2.TASK_PURPOSE_TRAIN
+EVAL = common_pb2.TASK_PURPOSE_EVAL
+
+
+def _job(dataset: Path, tmp_path: Path) -> TrainingJob:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job_document(dataset)))
+    return load_job_file(path)
+
+
+def test_plan_covers_every_hour_and_row(dataset: Path, tmp_path: Path) -> None:
+    plan = build_plan("j1", _job(dataset, tmp_path), PartitionResolver())
+    train = [t for t in plan.tasks if t.purpose == TRAIN]
+    evaluation = [t for t in plan.tasks if t.purpose == EVAL]
+    assert len([p for purpose, p in plan.partitions if purpose == TRAIN]) == (DAYS - 1) * 24
+    assert sum(t.rows for t in train) == (DAYS - 1) * 24 * ROWS_PER_HOUR
+    assert sum(t.rows for t in evaluation) == 24 * ROWS_PER_HOUR
+    assert len({t.task_id for t in plan.tasks}) == len(plan.tasks)
+
+
+def test_same_inputs_same_ids_and_fingerprint(dataset: Path, tmp_path: Path) -> None:
+    job = _job(dataset, tmp_path)
+    first = build_plan("j1", job, PartitionResolver())
+    second = build_plan("j2", job, PartitionResolver(concurrency=1))
+    assert first.fingerprint == second.fingerprint
+    assert [t.task_id for t in first.tasks] == [t.task_id for t in second.tasks]
+
+
+def test_changed_file_changes_fingerprint(dataset: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "clicks"
+    shutil.copytree(dataset, copy)
+    job = _job(copy, tmp_path)
+    before = build_plan("j", job, PartitionResolver()).fingerprint
+    victim = next(copy.glob("date=2026-11-01/hour=05/*.parquet"))
+    table = pq.read_table(victim)
+    pq.write_table(table.slice(1), victim)  # one record fewer
+    assert build_plan("j", job, PartitionResolver()).fingerprint != before
+
+
+def test_missing_marker_waits_instead_of_reading(dataset: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "clicks"
+    shutil.copytree(dataset, copy)
+    (copy / "date=2026-11-01" / "hour=07" / "_SUCCESS").unlink()
+    shutil.rmtree(copy / "date=2026-11-01" / "hour=08")
+    plan = build_plan("j", _job(copy, tmp_path), PartitionResolver())
+    waiting = {p.key: p.reason for purpose, p in plan.partitions if not p.ready}
+    assert waiting == {"clicks/2026-11-01T07": "readiness marker _SUCCESS missing", "clicks/2026-11-01T08": "partition folder not found yet"}
+    assert not any(t.partition in waiting for t in plan.tasks)
+
+
+def test_split_respects_target_size(dataset: Path, tmp_path: Path) -> None:
+    plan = build_plan("j", _job(dataset, tmp_path), PartitionResolver())
+    partition = next(p for _, p in plan.partitions if p.ready)
+    groups = sum(len(f.row_groups) for f in partition.files)
+    tiny = split_partition(partition, 1, TRAIN, 0, 1, 0, target_bytes=1)
+    assert len(tiny) == groups
+    assert sum(t.rows for t in tiny) == partition.rows
+    assert len(split_partition(partition, 1, TRAIN, 0, 1, 0)) == 1
+
+
+@pytest.fixture
+def ledger(dataset: Path, tmp_path: Path) -> TaskLedger:
+    plan = build_plan("j", _job(dataset, tmp_path), PartitionResolver())
+    return TaskLedger(plan.tasks, lease_seconds=60, max_attempts=2)
+
+
+def test_retry_keeps_id_and_stale_work_is_waste(ledger: TaskLedger) -> None:
+    lease = ledger.lease(TRAIN, "e1", now=0)
+    assert lease is not None and lease.attempt == 0
+    ledger.fail(lease.spec.task_id, 0, "boom", WorkDone(rows=10, cpu_seconds=0.5))
+    again = ledger.lease(TRAIN, "e2", now=1)
+    assert again is not None and again.spec.task_id == lease.spec.task_id and again.attempt == 1
+    assert ledger.complete(lease.spec.task_id, 0, WorkDone(rows=lease.spec.rows)) is False
+    assert ledger.complete(lease.spec.task_id, 1, WorkDone(rows=lease.spec.rows)) is True
+    account = ledger.accounts["clicks"]
+    assert account.samples == lease.spec.rows
+    assert account.retries == 1
+    assert account.wasted_samples == 10 + lease.spec.rows
+
+
+def test_expired_lease_is_retried_then_quarantined(ledger: TaskLedger) -> None:
+    first = ledger.lease(TRAIN, "e1", now=0)
+    assert first is not None
+    second = ledger.lease(TRAIN, "e1", now=100)  # the first lease expired at 60
+    assert second is not None and second.spec.task_id == first.spec.task_id and second.attempt == 1
+    ledger.lease(TRAIN, "e1", now=200)
+    assert ledger.counts()[TaskStatus.QUARANTINED] == 1
+    (entry,) = ledger.quarantined()
+    assert "expired" in entry.errors[-1]
+
+
+def test_exhausted_only_when_everything_finished(ledger: TaskLedger) -> None:
+    assert not ledger.exhausted(EVAL)
+    while (lease := ledger.lease(EVAL, "e1", now=0)) is not None:
+        assert not ledger.exhausted(EVAL)
+        ledger.complete(lease.spec.task_id, lease.attempt, WorkDone(rows=lease.spec.rows))
+    assert ledger.exhausted(EVAL)
+    assert not ledger.exhausted(TRAIN)

@@ -1,0 +1,104 @@
+"""Job spec validation: each mistake gives one line naming the field path, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from primus.errors import SpecError
+from primus.spec import load_job_file, load_job_text
+from tests.conftest import job_document
+
+
+def _write(tmp_path: Path, document: object) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def _problems(tmp_path: Path, document: object) -> list[str]:
+    with pytest.raises(SpecError) as caught:
+        load_job_file(_write(tmp_path, document))
+    return caught.value.problems
+
+
+def test_valid_spec_resolves_relative_paths(dataset: Path, tmp_path: Path) -> None:
+    document = job_document(dataset)
+    job = load_job_file(_write(tmp_path, document))
+    assert job.spec.data.sources[0].uri.startswith("file:///")
+    assert job.spec.resources.data_executor.replicas == 2
+    assert load_job_text(job.to_yaml()) == job
+
+
+def test_unknown_field_names_its_path(dataset: Path, tmp_path: Path) -> None:
+    document = job_document(dataset)
+    document["spec"]["data"]["sources"][0]["compression"] = "zstd"  # type: ignore[index]
+    assert _problems(tmp_path, document) == ["spec.data.sources[0].compression: unknown field"]
+
+
+def test_wrong_type_names_its_path(dataset: Path, tmp_path: Path) -> None:
+    document = job_document(dataset)
+    document["spec"]["training"]["batchSize"] = "large"  # type: ignore[index]
+    (problem,) = _problems(tmp_path, document)
+    assert problem.startswith("spec.training.batchSize: ")
+    assert "integer" in problem
+
+
+@pytest.mark.parametrize(("start", "end"), [("2026-11-02T00:00", "2026-11-01T00:00"), ("2026-11-01T00:00", "2026-11-01T00:00")])
+def test_inverted_or_empty_time_range(dataset: Path, tmp_path: Path, start: str, end: str) -> None:
+    document = job_document(dataset)
+    document["spec"]["data"]["sources"][0]["timeRange"] = {"start": start, "end": end}  # type: ignore[index]
+    (problem,) = _problems(tmp_path, document)
+    assert problem.startswith("spec.data.sources[0].timeRange: time range is empty or inverted")
+
+
+def test_missing_source_path(tmp_path: Path) -> None:
+    document = job_document(tmp_path / "nowhere" / "clicks")
+    (problem,) = _problems(tmp_path, document)
+    assert problem.startswith("spec.data.sources[0].uri: path ")
+    assert "nowhere" in problem and "does not exist" in problem
+
+
+def test_eval_slice_must_not_overlap_training(dataset: Path, tmp_path: Path) -> None:
+    document = job_document(dataset)
+    document["spec"]["data"]["eval"]["timeRange"] = document["spec"]["data"]["sources"][0]["timeRange"]  # type: ignore[index]
+    (problem,) = _problems(tmp_path, document)
+    assert problem.startswith("spec.data: eval.timeRange overlaps")
+
+
+def test_unknown_placeholder_and_missing_field(dataset: Path, tmp_path: Path) -> None:
+    document = job_document(dataset)
+    document["spec"]["data"]["sources"][0]["uri"] = str(dataset) + "/{day}"  # type: ignore[index]
+    del document["spec"]["training"]["features"]["label"]  # type: ignore[index]
+    problems = _problems(tmp_path, document)
+    assert "spec.data.sources[0].uri: unknown placeholder {day}; use {date} and {hour}" in problems
+    assert "spec.training.features.label: required field is missing" in problems
+
+
+def test_not_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("spec: [unclosed\n")
+    with pytest.raises(SpecError) as caught:
+        load_job_file(path)
+    assert "not valid YAML" in caught.value.problems[0]
+
+
+def test_cli_validate_exit_codes(dataset: Path, tmp_path: Path) -> None:
+    good = _write(tmp_path, job_document(dataset))
+    ok = subprocess.run([sys.executable, "-m", "primus.cli", "validate", str(good)], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    assert "valid TrainingJob 'ctr-demo'" in ok.stdout
+
+    document = job_document(dataset)
+    document["spec"]["data"]["sources"][0]["timeRange"]["end"] = "2026-10-01T00:00"  # type: ignore[index]
+    bad = _write(tmp_path, document)
+    failed = subprocess.run([sys.executable, "-m", "primus.cli", "validate", str(bad)], capture_output=True, text=True, timeout=60)
+    assert failed.returncode == 2
+    lines = failed.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("error: spec.data.sources[0].timeRange: ")
+    assert "Traceback" not in failed.stderr
