@@ -103,11 +103,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     stub = _master(_require_cluster(args))
-    jobs = (
-        [stub.GetJob(master_pb2.GetJobRequest(job_id=args.job_id), timeout=10).job]
-        if args.job_id
-        else stub.ListJobs(master_pb2.ListJobsRequest(), timeout=10).jobs
-    )
+    jobs = [stub.GetJob(master_pb2.GetJobRequest(job_id=args.job_id), timeout=10).job] if args.job_id else stub.ListJobs(master_pb2.ListJobsRequest(), timeout=10).jobs
     for job in jobs:
         p = job.progress
         console.print(f"{job.job_id:<40} {state_name(job.state):<10} tasks {p.tasks_done}/{p.tasks_total} step {p.step}  {job.message}")

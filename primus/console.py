@@ -92,10 +92,7 @@ def print_report(report: dict[str, Any]) -> None:
         _table(
             "per source",
             ["source", "samples", "bytes read", "cpu s", "retries", "quarantined", "wasted samples"],
-            [
-                [s["source"], s["samples"], s["bytes_read"], s["cpu_seconds"], s["retries"], s["tasks_quarantined"], s["wasted_samples"]]
-                for s in report["sources"]
-            ],
+            [[s["source"], s["samples"], s["bytes_read"], s["cpu_seconds"], s["retries"], s["tasks_quarantined"], s["wasted_samples"]] for s in report["sources"]],
         )
     )
     for q in report.get("quarantined", []):

@@ -23,9 +23,10 @@ class _Model(BaseModel):
 
 
 class RoleResources(_Model):
-    """How many processes of a role, and how big each is."""
+    """How many processes of a role, how big each is, and how often one may be relaunched after a crash."""
 
     replicas: int = Field(1, ge=1, le=64)
+    max_restarts: int = Field(3, ge=0, le=100)
     cpu: float = Field(1.0, gt=0, le=128)
     memory_mib: int = Field(1024, ge=64, alias="memoryMiB")
 
@@ -43,14 +44,16 @@ class Resources(_Model):
 
 
 class TimeRange(_Model):
-    """Hour-aligned [start, end) in UTC; naive times are taken as UTC."""
+    """Hour-aligned [start, end) in UTC; naive times are taken as UTC. No end means open-ended."""
 
     start: datetime
-    end: datetime
+    end: datetime | None = None
 
     @field_validator("start", "end")
     @classmethod
-    def _hour_aligned_utc(cls, value: datetime) -> datetime:
+    def _hour_aligned_utc(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
         value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
         if value.minute or value.second or value.microsecond:
             raise ValueError("must fall on an hour boundary")
@@ -58,30 +61,108 @@ class TimeRange(_Model):
 
     @model_validator(mode="after")
     def _not_empty(self) -> TimeRange:
-        if self.end <= self.start:
+        if self.end is not None and self.end <= self.start:
             raise ValueError(f"time range is empty or inverted: end {self.end:%Y-%m-%dT%H} is not after start {self.start:%Y-%m-%dT%H}")
         return self
 
-    def hours(self) -> list[datetime]:
-        """Every hour slot in the range, in order."""
-        count = int((self.end - self.start) / timedelta(hours=1))
+    @property
+    def open_ended(self) -> bool:
+        return self.end is None
+
+    def hours(self, until: datetime | None = None) -> list[datetime]:
+        """Every hour slot in the range, in order; an open-ended range stops at until (default: now)."""
+        end = self.end or _floor_hour(until or datetime.now(UTC))
+        count = max(0, int((end - self.start) / timedelta(hours=1)))
         return [self.start + timedelta(hours=i) for i in range(count)]
 
     def overlaps(self, other: TimeRange) -> bool:
-        return self.start < other.end and other.start < self.end
+        far = datetime.max.replace(tzinfo=UTC)
+        return self.start < (other.end or far) and other.start < (self.end or far)
+
+
+def _floor_hour(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+class Transformation(_Model):
+    """A versioned, built-in transformation applied by data executors; the version is pinned in the plan."""
+
+    name: Literal["fill_null", "clip", "hash_bucket", "require_not_null", "filter_range"]
+    version: int = Field(1, ge=1)
+    column: str = Field(min_length=1)
+    value: float | None = None
+    min: float | None = None
+    max: float | None = None
+    buckets: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _params(self) -> Transformation:
+        needs = {"fill_null": ("value",), "clip": (), "hash_bucket": ("buckets",), "require_not_null": (), "filter_range": ()}[self.name]
+        missing = [n for n in needs if getattr(self, n) is None]
+        if missing:
+            raise ValueError(f"{self.name} needs {', '.join(missing)}")
+        if self.name in ("clip", "filter_range") and self.min is None and self.max is None:
+            raise ValueError(f"{self.name} needs min or max")
+        return self
+
+
+class SchemaVersion(_Model):
+    """How one physical schema of a source maps onto the training columns."""
+
+    version: int = Field(ge=1)
+    rename: dict[str, str] = Field(default_factory=dict, description="physical column -> training column")
+    defaults: dict[str, float] = Field(default_factory=dict, description="training column -> value when the column is absent")
+    transformations: list[Transformation] = Field(default_factory=list)
+
+
+class Quota(_Model):
+    max_concurrent_tasks: int = Field(64, ge=1)
+    max_bytes_in_flight: int = Field(1 << 30, ge=1)
+
+
+SourceKind = Literal["batch_files", "table", "feature_store", "stream"]
+Adapter = Literal["files", "postgres", "redis", "landing", "nats", "kafka"]
+_DEFAULT_ADAPTER: dict[str, str] = {"batch_files": "files", "table": "postgres", "feature_store": "redis", "stream": "landing"}
+_KINDS_OF_ADAPTER: dict[str, str] = {
+    "files": "batch_files",
+    "postgres": "table",
+    "redis": "feature_store",
+    "landing": "stream",
+    "nats": "stream",
+    "kafka": "stream",
+}
+_REQUIRED_BY_ADAPTER: dict[str, tuple[str, ...]] = {
+    "postgres": ("table", "time_column"),
+    "redis": ("key", "join_to"),
+    "nats": ("stream", "subject"),
+    "kafka": ("topic",),
+}
 
 
 class Source(_Model):
-    """A logical source: where its partitions live and how to read them."""
+    """A logical source: where its partitions live, how to read them, and how they map onto training columns."""
 
     name: str = Field(pattern=_NAME)
-    kind: Literal["batch_files"] = "batch_files"
-    uri: str = Field(min_length=1, description="template with {date} (YYYY-MM-DD) and {hour} (HH) placeholders")
-    format: Literal["parquet"] = "parquet"
+    kind: SourceKind = "batch_files"
+    adapter: Adapter | None = None
+    uri: str = Field(min_length=1, description="template with {date} (YYYY-MM-DD) and {hour} (HH) placeholders, or a store address")
+    format: Literal["parquet", "orc", "csv", "json"] = "parquet"
     schema_version: int = Field(1, ge=1)
-    time_range: TimeRange
+    schemas: list[SchemaVersion] = Field(default_factory=list)
+    transformations: list[Transformation] = Field(default_factory=list)
+    time_range: TimeRange | None = None
     readiness: str = Field("_SUCCESS", description="marker file that says a partition is complete; empty for none")
     priority: int = Field(0, ge=0, le=100)
+    quota: Quota = Quota()
+    table: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")
+    time_column: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    stream: str | None = None
+    subject: str | None = None
+    topic: str | None = None
+    key: str | None = Field(None, description="feature stores: the sample column whose value is the lookup key")
+    join_to: list[str] = Field(default_factory=list, description="feature stores: the sources whose samples are joined")
+    key_prefix: str = ""
+    fields: list[str] = Field(default_factory=list, description="feature stores: hash fields joined as float32 columns")
 
     @field_validator("uri")
     @classmethod
@@ -90,6 +171,42 @@ class Source(_Model):
         if unknown:
             raise ValueError(f"unknown placeholder {unknown[0]}; use {{date}} and {{hour}}")
         return value
+
+    @model_validator(mode="after")
+    def _adapter_fits(self) -> Source:
+        adapter = self.adapter or _DEFAULT_ADAPTER[self.kind]
+        if _KINDS_OF_ADAPTER[adapter] != self.kind:
+            raise ValueError(f"adapter {adapter!r} serves kind {_KINDS_OF_ADAPTER[adapter]!r}, not {self.kind!r}")
+        missing = [to_camel(f) for f in _REQUIRED_BY_ADAPTER.get(adapter, ()) if not getattr(self, f)]
+        if missing:
+            raise ValueError(f"adapter {adapter!r} needs {', '.join(missing)}")
+        if self.kind != "feature_store" and self.time_range is None:
+            raise ValueError("timeRange is required (leave out its end for an open-ended source)")
+        versions = [s.version for s in self.schemas]
+        if len(set(versions)) != len(versions):
+            raise ValueError("schemas: each version may appear once")
+        return self
+
+    @property
+    def resolved_adapter(self) -> str:
+        return self.adapter or _DEFAULT_ADAPTER[self.kind]
+
+    @property
+    def range(self) -> TimeRange:
+        """The time range of a partitioned source (feature stores have none)."""
+        if self.time_range is None:
+            raise ValueError(f"source {self.name!r} has no time range")
+        return self.time_range
+
+    def schema_for(self, version: int) -> SchemaVersion:
+        """The declared mapping of a schema version; an undeclared version maps columns as they are."""
+        for schema in self.schemas:
+            if schema.version == version:
+                return schema
+        return SchemaVersion(version=version, transformations=list(self.transformations))
+
+    def known_versions(self) -> list[SchemaVersion]:
+        return sorted(self.schemas, key=lambda s: s.version) or [self.schema_for(self.schema_version)]
 
 
 class EvalData(_Model):
@@ -102,6 +219,8 @@ class EvalData(_Model):
 class Data(_Model):
     sources: list[Source] = Field(min_length=1)
     eval: EvalData | None = None
+    on_quarantine: Literal["continue", "fail"] = Field("continue", description="what a job does when a task is quarantined")
+    max_attempts: int = Field(3, ge=1, le=20)
 
     @model_validator(mode="after")
     def _consistent(self) -> Data:
@@ -109,13 +228,29 @@ class Data(_Model):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"source names must be unique: {', '.join(duplicates)} repeats")
+        by_name = {s.name: s for s in self.sources}
+        for source in self.sources:
+            for target in source.join_to:
+                if target not in by_name or by_name[target].kind == "feature_store":
+                    raise ValueError(f"source {source.name!r} joins to {target!r}, which is not a sample source")
+        if all(s.kind == "feature_store" for s in self.sources):
+            raise ValueError("at least one source must provide samples (feature stores only join)")
         if self.eval is not None:
-            by_name = {s.name: s for s in self.sources}
-            if self.eval.source not in by_name:
-                raise ValueError(f"eval.source {self.eval.source!r} is not one of the sources ({', '.join(names)})")
-            if self.eval.time_range.overlaps(by_name[self.eval.source].time_range):
+            if self.eval.source not in by_name or by_name[self.eval.source].kind == "feature_store":
+                raise ValueError(f"eval.source {self.eval.source!r} is not one of the sample sources ({', '.join(names)})")
+            if self.eval.time_range.open_ended:
+                raise ValueError("eval.timeRange needs an end")
+            if self.eval.time_range.overlaps(by_name[self.eval.source].range):
                 raise ValueError("eval.timeRange overlaps the training range of its source: a held-out slice must not be trained on")
         return self
+
+    @property
+    def sample_sources(self) -> list[Source]:
+        return [s for s in self.sources if s.kind != "feature_store"]
+
+    def joins_for(self, source: str) -> list[Source]:
+        """Feature stores joined to a source's samples at read time."""
+        return [s for s in self.sources if source in s.join_to]
 
 
 class SparseFeatureSpec(_Model):
@@ -137,6 +272,7 @@ class Training(_Model):
     optimizer: Literal["adam", "adagrad", "sgd"] = "adam"
     seed: int = 0
     report_every_steps: int = Field(20, ge=1)
+    checkpoint_every_steps: int = Field(50, ge=1, description="model and data progress commit together this often")
 
 
 class Metadata(_Model):

@@ -49,9 +49,7 @@ def main() -> int:
         fresh = {p.name: p for p in generate(Path(tmp)) if p.is_file()}
         current = {p.name: p for p in (ROOT / OUT_PACKAGE).glob("*") if p.is_file()}
         stale = sorted(
-            name
-            for name in fresh.keys() | current.keys()
-            if name not in fresh or name not in current or not filecmp.cmp(fresh[name], current[name], shallow=False)
+            name for name in fresh.keys() | current.keys() if name not in fresh or name not in current or not filecmp.cmp(fresh[name], current[name], shallow=False)
         )
     if stale:
         print(f"generated code in {OUT_PACKAGE} is stale: {', '.join(stale)}; run scripts/gen_protos.py", file=sys.stderr)

@@ -13,7 +13,7 @@ from primus.demo_data import generate_dataset
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 DAYS = 3
-ROWS_PER_HOUR = 120
+ROWS_PER_HOUR = 600
 
 
 @pytest.fixture(scope="session")

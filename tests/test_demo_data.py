@@ -128,9 +128,7 @@ def test_item_ctr_drifts_between_first_and_last_day(tmp_path: Path) -> None:
     last = _item_clicks(_read_day(tmp_path, START + timedelta(days=3)))
     common = [item for item in first if item in last and min(first[item][0], last[item][0]) >= 100]
     assert len(common) >= 5
-    drifted = [
-        item for item in common if _drift_z(first[item], last[item]) > 5.0 and abs(first[item][1] / first[item][0] - last[item][1] / last[item][0]) > 0.05
-    ]
+    drifted = [item for item in common if _drift_z(first[item], last[item]) > 5.0 and abs(first[item][1] / first[item][0] - last[item][1] / last[item][0]) > 0.05]
     assert drifted, "expected at least one well-sampled item whose CTR clearly changed"
 
 

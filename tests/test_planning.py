@@ -11,9 +11,8 @@ import yaml
 
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2
-from services.planner.ledger import TaskLedger, TaskStatus, WorkDone
-from services.planner.partitions import PartitionResolver
-from services.planner.plan import build_plan
+from services.planner.ledger import Progress, TaskLedger, TaskStatus, WorkDone
+from services.planner.plan import PartitionResolver, build_plan
 from services.planner.tasks import split_partition
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 
@@ -70,11 +69,10 @@ def test_missing_marker_waits_instead_of_reading(dataset: Path, tmp_path: Path) 
 def test_split_respects_target_size(dataset: Path, tmp_path: Path) -> None:
     plan = build_plan("j", _job(dataset, tmp_path), PartitionResolver())
     partition = next(p for _, p in plan.partitions if p.ready)
-    groups = sum(len(f.row_groups) for f in partition.files)
-    tiny = split_partition(partition, 1, TRAIN, 0, 1, 0, target_bytes=1)
-    assert len(tiny) == groups
+    tiny = split_partition(partition, 1, TRAIN, 0, 0, "files", target_bytes=1)
+    assert len(tiny) == len(partition.pieces) > 1
     assert sum(t.rows for t in tiny) == partition.rows
-    assert len(split_partition(partition, 1, TRAIN, 0, 1, 0)) == 1
+    assert len(split_partition(partition, 1, TRAIN, 0, 0, "files")) == 1
 
 
 @pytest.fixture
@@ -89,9 +87,13 @@ def test_retry_keeps_id_and_stale_work_is_waste(ledger: TaskLedger) -> None:
     ledger.fail(lease.spec.task_id, 0, "boom", WorkDone(rows=10, cpu_seconds=0.5))
     again = ledger.lease(TRAIN, "e2", now=1)
     assert again is not None and again.spec.task_id == lease.spec.task_id and again.attempt == 1
-    assert ledger.complete(lease.spec.task_id, 0, WorkDone(rows=lease.spec.rows)) is False
-    assert ledger.complete(lease.spec.task_id, 1, WorkDone(rows=lease.spec.rows)) is True
-    account = ledger.accounts["clicks"]
+    assert ledger.claim(lease.spec.task_id, 0) is False
+    assert ledger.served(lease.spec.task_id, 0, WorkDone(rows=lease.spec.rows)) is False
+    assert ledger.claim(again.spec.task_id, 1) is True
+    assert ledger.served(lease.spec.task_id, 1, WorkDone(rows=lease.spec.rows)) is True
+    assert ledger.samples_by_source()["clicks"] == 0, "served rows count only once a checkpoint commits them"
+    ledger.commit(1, [Progress(lease.spec.task_id, lease.spec.rows, True)])
+    account = ledger.snapshot()["clicks"]
     assert account.samples == lease.spec.rows
     assert account.retries == 1
     assert account.wasted_samples == 10 + lease.spec.rows
@@ -112,6 +114,7 @@ def test_exhausted_only_when_everything_finished(ledger: TaskLedger) -> None:
     assert not ledger.exhausted(EVAL)
     while (lease := ledger.lease(EVAL, "e1", now=0)) is not None:
         assert not ledger.exhausted(EVAL)
-        ledger.complete(lease.spec.task_id, lease.attempt, WorkDone(rows=lease.spec.rows))
+        assert ledger.claim(lease.spec.task_id, lease.attempt)
+        ledger.served(lease.spec.task_id, lease.attempt, WorkDone(rows=lease.spec.rows))
     assert ledger.exhausted(EVAL)
     assert not ledger.exhausted(TRAIN)

@@ -20,7 +20,8 @@ from primus.v1 import common_pb2, data_executor_pb2, planner_pb2, planner_pb2_gr
 from services.data_executor.server import DataExecutor, create_executor
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server as create_planner
-from services.trainer.feed import BatchFeed
+from services.trainer.consumed import ConsumedTasks
+from services.trainer.feed import BatchFeed, Lost, Served, fixed
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 
 TRAIN = common_pb2.TASK_PURPOSE_TRAIN
@@ -46,8 +47,15 @@ def _job(data: Path, tmp_path: Path) -> TrainingJob:
 
 
 def _executors(count: int, job_id: str, planner: rpc.RunningServer, job: TrainingJob) -> list[DataExecutor]:
-    schema = training_schema(job.spec.training.features)
-    return [create_executor(f"e{i}", job_id, planner.address, schema) for i in range(count)]
+    return [create_executor(f"e{i}", job_id, planner.address, job) for i in range(count)]
+
+
+def _feed(executors: list[DataExecutor], job_id: str, purpose: int) -> Iterator[tuple[object, data_executor_pb2.BatchOrigin]]:
+    """Batches from a BatchFeed; a lost executor fails the test."""
+    for event in BatchFeed(fixed({f"e{i}": e.data_address for i, e in enumerate(executors)}), job_id, "trainer-0", purpose, replacement_timeout=5):
+        assert not isinstance(event, Lost), event.error
+        assert isinstance(event, Served)
+        yield event.batch, event.origin
 
 
 def test_two_executors_serve_every_row_once(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
@@ -57,13 +65,19 @@ def test_two_executors_serve_every_row_once(planner: rpc.RunningServer, dataset:
     try:
         per_task: Counter[str] = Counter()
         rows = 0
-        for batch, origin in BatchFeed([e.data_address for e in executors], "job-a", "trainer-0", TRAIN):
-            assert batch.schema == training_schema(job.spec.training.features)
-            per_task[origin.task_id] += batch.num_rows
-            rows += batch.num_rows
+        consumed = ConsumedTasks()
+        for batch, origin in _feed(executors, "job-a", TRAIN):
+            assert batch.schema == training_schema(job.spec.training.features)  # type: ignore[attr-defined]
+            per_task[origin.task_id] += batch.num_rows  # type: ignore[attr-defined]
+            rows += batch.num_rows  # type: ignore[attr-defined]
             assert origin.source == "clicks"
+            consumed.accept(batch, origin)  # type: ignore[arg-type]
         assert rows == (DAYS - 1) * 24 * ROWS_PER_HOUR
+        before = stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-a"), timeout=10)
+        assert before.sources[0].samples == 0, "served but uncommitted rows are not progress"
+        stub.CommitProgress(planner_pb2.CommitProgressRequest(job_id="job-a", checkpoint_seq=1, progress=consumed.progress()), timeout=10)
         plan = stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-a"), timeout=10)
+        assert plan.tasks_done == len(per_task)
         train_tasks = sum(s.tasks for s in plan.summary.sources if s.purpose == TRAIN)
         assert len(per_task) == train_tasks
         (source,) = plan.sources
@@ -83,7 +97,7 @@ def test_corrupt_file_is_retried_then_quarantined(planner: rpc.RunningServer, da
     stub = _plan(planner, "job-b", job)
     (executor,) = _executors(1, "job-b", planner, job)
     try:
-        rows = sum(batch.num_rows for batch, _ in BatchFeed([executor.data_address], "job-b", "t", TRAIN))
+        rows = sum(batch.num_rows for batch, _ in _feed([executor], "job-b", TRAIN))  # type: ignore[attr-defined]
         assert rows == ((DAYS - 1) * 24 - 1) * ROWS_PER_HOUR
         plan = stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-b"), timeout=10)
         (quarantined,) = plan.quarantined
@@ -105,8 +119,11 @@ def test_unknown_job_gets_clear_status(planner: rpc.RunningServer, dataset: Path
     job = _job(dataset, tmp_path)
     (executor,) = _executors(1, "job-c", planner, job)
     try:
-        with pytest.raises(UnavailableError, match="serves job 'job-c', not 'other'"):
-            list(BatchFeed([executor.data_address], "other", "t", TRAIN))
+        events = iter(BatchFeed(fixed({"e0": executor.data_address}), "other", "t", TRAIN, replacement_timeout=1, poll_seconds=0.2))
+        first = next(events)
+        assert isinstance(first, Lost) and "serves job 'job-c', not 'other'" in first.error
+        with pytest.raises(UnavailableError, match="no live data executor"):
+            next(events)
         client = flight.connect(f"grpc://{executor.data_address}")
         with pytest.raises(flight.FlightServerError, match="DataTicket"):
             client.do_get(flight.Ticket(b"\xff\xff not a ticket")).read_all()
@@ -121,7 +138,7 @@ def test_status_rpc_counts_served_rows(planner: rpc.RunningServer, dataset: Path
     _plan(planner, "job-d", job)
     (executor,) = _executors(1, "job-d", planner, job)
     try:
-        rows = sum(b.num_rows for b, _ in BatchFeed([executor.data_address], "job-d", "t", common_pb2.TASK_PURPOSE_EVAL))
+        rows = sum(b.num_rows for b, _ in _feed([executor], "job-d", common_pb2.TASK_PURPOSE_EVAL))  # type: ignore[attr-defined]
         status = data_executor_pb2_grpc.DataExecutorServiceStub(rpc.connect(executor.control.address)).GetExecutorStatus(
             data_executor_pb2.GetExecutorStatusRequest(), timeout=10
         )

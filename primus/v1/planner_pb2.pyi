@@ -7,20 +7,32 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class FileSplit(_message.Message):
-    __slots__ = ("path", "row_groups", "bytes", "rows")
-    PATH_FIELD_NUMBER: _ClassVar[int]
+class Split(_message.Message):
+    __slots__ = ("location", "row_groups", "byte_start", "byte_end", "offset_start", "offset_end", "range_start", "range_end", "bytes", "rows")
+    LOCATION_FIELD_NUMBER: _ClassVar[int]
     ROW_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    BYTE_START_FIELD_NUMBER: _ClassVar[int]
+    BYTE_END_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_START_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_END_FIELD_NUMBER: _ClassVar[int]
+    RANGE_START_FIELD_NUMBER: _ClassVar[int]
+    RANGE_END_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
-    path: str
+    location: str
     row_groups: _containers.RepeatedScalarFieldContainer[int]
+    byte_start: int
+    byte_end: int
+    offset_start: int
+    offset_end: int
+    range_start: str
+    range_end: str
     bytes: int
     rows: int
-    def __init__(self, path: _Optional[str] = ..., row_groups: _Optional[_Iterable[int]] = ..., bytes: _Optional[int] = ..., rows: _Optional[int] = ...) -> None: ...
+    def __init__(self, location: _Optional[str] = ..., row_groups: _Optional[_Iterable[int]] = ..., byte_start: _Optional[int] = ..., byte_end: _Optional[int] = ..., offset_start: _Optional[int] = ..., offset_end: _Optional[int] = ..., range_start: _Optional[str] = ..., range_end: _Optional[str] = ..., bytes: _Optional[int] = ..., rows: _Optional[int] = ...) -> None: ...
 
 class DataTask(_message.Message):
-    __slots__ = ("task_id", "job_id", "source", "partition", "purpose", "attempt", "format", "splits", "priority", "schema_version", "lease_deadline_unix", "rows", "bytes")
+    __slots__ = ("task_id", "job_id", "source", "partition", "purpose", "attempt", "format", "splits", "priority", "schema_version", "lease_deadline_unix", "rows", "bytes", "adapter", "start_offset", "depends_on", "speculative")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +46,10 @@ class DataTask(_message.Message):
     LEASE_DEADLINE_UNIX_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIVE_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     job_id: str
     source: str
@@ -41,13 +57,17 @@ class DataTask(_message.Message):
     purpose: _common_pb2.TaskPurpose
     attempt: int
     format: str
-    splits: _containers.RepeatedCompositeFieldContainer[FileSplit]
+    splits: _containers.RepeatedCompositeFieldContainer[Split]
     priority: int
     schema_version: int
     lease_deadline_unix: float
     rows: int
     bytes: int
-    def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., source: _Optional[str] = ..., partition: _Optional[str] = ..., purpose: _Optional[_Union[_common_pb2.TaskPurpose, str]] = ..., attempt: _Optional[int] = ..., format: _Optional[str] = ..., splits: _Optional[_Iterable[_Union[FileSplit, _Mapping]]] = ..., priority: _Optional[int] = ..., schema_version: _Optional[int] = ..., lease_deadline_unix: _Optional[float] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+    adapter: str
+    start_offset: int
+    depends_on: _containers.RepeatedScalarFieldContainer[str]
+    speculative: bool
+    def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., source: _Optional[str] = ..., partition: _Optional[str] = ..., purpose: _Optional[_Union[_common_pb2.TaskPurpose, str]] = ..., attempt: _Optional[int] = ..., format: _Optional[str] = ..., splits: _Optional[_Iterable[_Union[Split, _Mapping]]] = ..., priority: _Optional[int] = ..., schema_version: _Optional[int] = ..., lease_deadline_unix: _Optional[float] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., adapter: _Optional[str] = ..., start_offset: _Optional[int] = ..., depends_on: _Optional[_Iterable[str]] = ..., speculative: _Optional[bool] = ...) -> None: ...
 
 class SourcePlan(_message.Message):
     __slots__ = ("source", "partitions", "partitions_waiting", "tasks", "bytes", "rows", "schema_versions", "purpose")
@@ -156,16 +176,22 @@ class LeaseTaskResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[DataTask, _Mapping]] = ..., exhausted: _Optional[bool] = ..., retry_after_seconds: _Optional[float] = ...) -> None: ...
 
 class TaskStats(_message.Message):
-    __slots__ = ("rows", "bytes_read", "cpu_seconds", "batches")
+    __slots__ = ("rows", "bytes_read", "cpu_seconds", "batches", "records_quarantined", "read_seconds", "transform_seconds")
     ROWS_FIELD_NUMBER: _ClassVar[int]
     BYTES_READ_FIELD_NUMBER: _ClassVar[int]
     CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
     BATCHES_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    READ_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    TRANSFORM_SECONDS_FIELD_NUMBER: _ClassVar[int]
     rows: int
     bytes_read: int
     cpu_seconds: float
     batches: int
-    def __init__(self, rows: _Optional[int] = ..., bytes_read: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., batches: _Optional[int] = ...) -> None: ...
+    records_quarantined: int
+    read_seconds: float
+    transform_seconds: float
+    def __init__(self, rows: _Optional[int] = ..., bytes_read: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., batches: _Optional[int] = ..., records_quarantined: _Optional[int] = ..., read_seconds: _Optional[float] = ..., transform_seconds: _Optional[float] = ...) -> None: ...
 
 class CompleteTaskRequest(_message.Message):
     __slots__ = ("job_id", "task_id", "attempt", "executor_id", "stats")
@@ -220,3 +246,179 @@ class DropPlanRequest(_message.Message):
 class DropPlanResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class ReleaseTaskRequest(_message.Message):
+    __slots__ = ("job_id", "task_id", "attempt", "executor_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    task_id: str
+    attempt: int
+    executor_id: str
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., executor_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseTaskResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ClaimTaskRequest(_message.Message):
+    __slots__ = ("job_id", "task_id", "attempt", "executor_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    task_id: str
+    attempt: int
+    executor_id: str
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., executor_id: _Optional[str] = ...) -> None: ...
+
+class ClaimTaskResponse(_message.Message):
+    __slots__ = ("granted",)
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    granted: bool
+    def __init__(self, granted: _Optional[bool] = ...) -> None: ...
+
+class TaskProgress(_message.Message):
+    __slots__ = ("task_id", "attempt", "rows_consumed", "finished", "source")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    ROWS_CONSUMED_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    attempt: int
+    rows_consumed: int
+    finished: bool
+    source: str
+    def __init__(self, task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., rows_consumed: _Optional[int] = ..., finished: _Optional[bool] = ..., source: _Optional[str] = ...) -> None: ...
+
+class CommitProgressRequest(_message.Message):
+    __slots__ = ("job_id", "trainer_id", "checkpoint_seq", "progress", "lost_executors")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TRAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    LOST_EXECUTORS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    trainer_id: str
+    checkpoint_seq: int
+    progress: _containers.RepeatedCompositeFieldContainer[TaskProgress]
+    lost_executors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., trainer_id: _Optional[str] = ..., checkpoint_seq: _Optional[int] = ..., progress: _Optional[_Iterable[_Union[TaskProgress, _Mapping]]] = ..., lost_executors: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CommitProgressResponse(_message.Message):
+    __slots__ = ("accepted", "tasks_committed")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    TASKS_COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    tasks_committed: int
+    def __init__(self, accepted: _Optional[bool] = ..., tasks_committed: _Optional[int] = ...) -> None: ...
+
+class ResumeTrainingRequest(_message.Message):
+    __slots__ = ("job_id", "trainer_id", "checkpoint_seq", "progress")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TRAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    trainer_id: str
+    checkpoint_seq: int
+    progress: _containers.RepeatedCompositeFieldContainer[TaskProgress]
+    def __init__(self, job_id: _Optional[str] = ..., trainer_id: _Optional[str] = ..., checkpoint_seq: _Optional[int] = ..., progress: _Optional[_Iterable[_Union[TaskProgress, _Mapping]]] = ...) -> None: ...
+
+class ResumeTrainingResponse(_message.Message):
+    __slots__ = ("tasks_reset",)
+    TASKS_RESET_FIELD_NUMBER: _ClassVar[int]
+    tasks_reset: int
+    def __init__(self, tasks_reset: _Optional[int] = ...) -> None: ...
+
+class PartitionDecision(_message.Message):
+    __slots__ = ("source", "partition", "purpose", "decision", "reason", "files", "bytes", "rows", "schema_version", "tasks")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    PURPOSE_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    partition: str
+    purpose: _common_pb2.TaskPurpose
+    decision: str
+    reason: str
+    files: int
+    bytes: int
+    rows: int
+    schema_version: int
+    tasks: int
+    def __init__(self, source: _Optional[str] = ..., partition: _Optional[str] = ..., purpose: _Optional[_Union[_common_pb2.TaskPurpose, str]] = ..., decision: _Optional[str] = ..., reason: _Optional[str] = ..., files: _Optional[int] = ..., bytes: _Optional[int] = ..., rows: _Optional[int] = ..., schema_version: _Optional[int] = ..., tasks: _Optional[int] = ...) -> None: ...
+
+class PreviewPlanRequest(_message.Message):
+    __slots__ = ("spec_yaml", "replica_addresses")
+    SPEC_YAML_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    spec_yaml: str
+    replica_addresses: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, spec_yaml: _Optional[str] = ..., replica_addresses: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PreviewPlanResponse(_message.Message):
+    __slots__ = ("summary", "partitions")
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    summary: PlanSummary
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionDecision]
+    def __init__(self, summary: _Optional[_Union[PlanSummary, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[PartitionDecision, _Mapping]]] = ...) -> None: ...
+
+class ManifestEntry(_message.Message):
+    __slots__ = ("location", "size", "version")
+    LOCATION_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    location: str
+    size: int
+    version: int
+    def __init__(self, location: _Optional[str] = ..., size: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
+
+class PartitionManifest(_message.Message):
+    __slots__ = ("source", "slot_unix", "location", "ready", "reason", "pieces", "manifest", "schema_version", "files")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SLOT_UNIX_FIELD_NUMBER: _ClassVar[int]
+    LOCATION_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    PIECES_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    slot_unix: int
+    location: str
+    ready: bool
+    reason: str
+    pieces: _containers.RepeatedCompositeFieldContainer[Split]
+    manifest: _containers.RepeatedCompositeFieldContainer[ManifestEntry]
+    schema_version: int
+    files: int
+    def __init__(self, source: _Optional[str] = ..., slot_unix: _Optional[int] = ..., location: _Optional[str] = ..., ready: _Optional[bool] = ..., reason: _Optional[str] = ..., pieces: _Optional[_Iterable[_Union[Split, _Mapping]]] = ..., manifest: _Optional[_Iterable[_Union[ManifestEntry, _Mapping]]] = ..., schema_version: _Optional[int] = ..., files: _Optional[int] = ...) -> None: ...
+
+class ResolvePartitionsRequest(_message.Message):
+    __slots__ = ("spec_yaml", "source", "slot_unix")
+    SPEC_YAML_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SLOT_UNIX_FIELD_NUMBER: _ClassVar[int]
+    spec_yaml: str
+    source: str
+    slot_unix: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, spec_yaml: _Optional[str] = ..., source: _Optional[str] = ..., slot_unix: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ResolvePartitionsResponse(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionManifest]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionManifest, _Mapping]]] = ...) -> None: ...

@@ -64,6 +64,36 @@ class PlannerServiceStub:
                 request_serializer=primus_dot_v1_dot_planner__pb2.DropPlanRequest.SerializeToString,
                 response_deserializer=primus_dot_v1_dot_planner__pb2.DropPlanResponse.FromString,
                 _registered_method=True)
+        self.ReleaseTask = channel.unary_unary(
+                '/primus.v1.PlannerService/ReleaseTask',
+                request_serializer=primus_dot_v1_dot_planner__pb2.ReleaseTaskRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_planner__pb2.ReleaseTaskResponse.FromString,
+                _registered_method=True)
+        self.ClaimTask = channel.unary_unary(
+                '/primus.v1.PlannerService/ClaimTask',
+                request_serializer=primus_dot_v1_dot_planner__pb2.ClaimTaskRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_planner__pb2.ClaimTaskResponse.FromString,
+                _registered_method=True)
+        self.CommitProgress = channel.unary_unary(
+                '/primus.v1.PlannerService/CommitProgress',
+                request_serializer=primus_dot_v1_dot_planner__pb2.CommitProgressRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_planner__pb2.CommitProgressResponse.FromString,
+                _registered_method=True)
+        self.ResumeTraining = channel.unary_unary(
+                '/primus.v1.PlannerService/ResumeTraining',
+                request_serializer=primus_dot_v1_dot_planner__pb2.ResumeTrainingRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_planner__pb2.ResumeTrainingResponse.FromString,
+                _registered_method=True)
+        self.PreviewPlan = channel.unary_unary(
+                '/primus.v1.PlannerService/PreviewPlan',
+                request_serializer=primus_dot_v1_dot_planner__pb2.PreviewPlanRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_planner__pb2.PreviewPlanResponse.FromString,
+                _registered_method=True)
+        self.ResolvePartitions = channel.unary_unary(
+                '/primus.v1.PlannerService/ResolvePartitions',
+                request_serializer=primus_dot_v1_dot_planner__pb2.ResolvePartitionsRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_planner__pb2.ResolvePartitionsResponse.FromString,
+                _registered_method=True)
 
 
 class PlannerServiceServicer:
@@ -106,6 +136,48 @@ class PlannerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReleaseTask(self, request, context):
+        """Gives back a lease that was never started (a stream closed): no attempt is spent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClaimTask(self, request, context):
+        """Before serving the first batch of a task: the first attempt to claim it wins (speculative copies lose).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitProgress(self, request, context):
+        """A trainer checkpoint committed: the rows it covers become progress, exactly once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeTraining(self, request, context):
+        """A trainer restarted from a checkpoint: everything after it is served again from the checkpoint's offsets.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PreviewPlan(self, request, context):
+        """Plan without keeping anything: the summary and why each partition was included, waited on or skipped.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResolvePartitions(self, request, context):
+        """Resolve some slots of one source to partitions (metadata only); used to spread planning over replicas.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PlannerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -138,6 +210,36 @@ def add_PlannerServiceServicer_to_server(servicer, server):
                     servicer.DropPlan,
                     request_deserializer=primus_dot_v1_dot_planner__pb2.DropPlanRequest.FromString,
                     response_serializer=primus_dot_v1_dot_planner__pb2.DropPlanResponse.SerializeToString,
+            ),
+            'ReleaseTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseTask,
+                    request_deserializer=primus_dot_v1_dot_planner__pb2.ReleaseTaskRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_planner__pb2.ReleaseTaskResponse.SerializeToString,
+            ),
+            'ClaimTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClaimTask,
+                    request_deserializer=primus_dot_v1_dot_planner__pb2.ClaimTaskRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_planner__pb2.ClaimTaskResponse.SerializeToString,
+            ),
+            'CommitProgress': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitProgress,
+                    request_deserializer=primus_dot_v1_dot_planner__pb2.CommitProgressRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_planner__pb2.CommitProgressResponse.SerializeToString,
+            ),
+            'ResumeTraining': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeTraining,
+                    request_deserializer=primus_dot_v1_dot_planner__pb2.ResumeTrainingRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_planner__pb2.ResumeTrainingResponse.SerializeToString,
+            ),
+            'PreviewPlan': grpc.unary_unary_rpc_method_handler(
+                    servicer.PreviewPlan,
+                    request_deserializer=primus_dot_v1_dot_planner__pb2.PreviewPlanRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_planner__pb2.PreviewPlanResponse.SerializeToString,
+            ),
+            'ResolvePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolvePartitions,
+                    request_deserializer=primus_dot_v1_dot_planner__pb2.ResolvePartitionsRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_planner__pb2.ResolvePartitionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -302,6 +404,168 @@ class PlannerService:
             '/primus.v1.PlannerService/DropPlan',
             primus_dot_v1_dot_planner__pb2.DropPlanRequest.SerializeToString,
             primus_dot_v1_dot_planner__pb2.DropPlanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.PlannerService/ReleaseTask',
+            primus_dot_v1_dot_planner__pb2.ReleaseTaskRequest.SerializeToString,
+            primus_dot_v1_dot_planner__pb2.ReleaseTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClaimTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.PlannerService/ClaimTask',
+            primus_dot_v1_dot_planner__pb2.ClaimTaskRequest.SerializeToString,
+            primus_dot_v1_dot_planner__pb2.ClaimTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitProgress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.PlannerService/CommitProgress',
+            primus_dot_v1_dot_planner__pb2.CommitProgressRequest.SerializeToString,
+            primus_dot_v1_dot_planner__pb2.CommitProgressResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeTraining(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.PlannerService/ResumeTraining',
+            primus_dot_v1_dot_planner__pb2.ResumeTrainingRequest.SerializeToString,
+            primus_dot_v1_dot_planner__pb2.ResumeTrainingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PreviewPlan(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.PlannerService/PreviewPlan',
+            primus_dot_v1_dot_planner__pb2.PreviewPlanRequest.SerializeToString,
+            primus_dot_v1_dot_planner__pb2.PreviewPlanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolvePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.PlannerService/ResolvePartitions',
+            primus_dot_v1_dot_planner__pb2.ResolvePartitionsRequest.SerializeToString,
+            primus_dot_v1_dot_planner__pb2.ResolvePartitionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from primus import rpc, telemetry
-from primus.samples import training_schema
 from primus.worker import fetch_job_spec, parse_worker_args, register
 from services.data_executor.server import create_executor
 
@@ -14,7 +13,7 @@ def main() -> None:
     telemetry.setup_tracing("data_executor", args.runs_dir, job_id=args.job_id)
     telemetry.join_launch_context(args.job_id)
     job = fetch_job_spec(args.master, args.job_id)
-    executor = create_executor(args.executor_id, args.job_id, args.planner, training_schema(job.spec.training.features))
+    executor = create_executor(args.executor_id, args.job_id, args.planner, job, args.run_dir / "quarantine")
     register(args, executor.control.address, executor.data_address)
     rpc.run_until_signalled(executor.control, on_stop=executor.flight.shutdown)
 

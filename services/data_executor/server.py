@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import pyarrow as pa
+from pathlib import Path
 
 from primus import rpc
+from primus.samples import training_schema
+from primus.spec import TrainingJob
 from primus.v1 import data_executor_pb2, data_executor_pb2_grpc, planner_pb2_grpc
 from services.data_executor.flight_server import SampleFlightServer
 from services.data_executor.servicer import DataExecutorServicer
@@ -27,13 +28,13 @@ class DataExecutor:
         self.control.stop()
 
 
-def create_executor(executor_id: str, job_id: str, planner_address: str, schema: pa.Schema, host: str = "127.0.0.1") -> DataExecutor:
+def create_executor(executor_id: str, job_id: str, planner_address: str, job: TrainingJob, quarantine_dir: Path | None = None, host: str = "127.0.0.1") -> DataExecutor:
     counters = ExecutorCounters()
-    streamer = TaskStreamer(planner_pb2_grpc.PlannerServiceStub(rpc.connect(planner_address)), executor_id, schema, counters)
+    schema = training_schema(job.spec.training.features)
+    planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(planner_address))
+    streamer = TaskStreamer(planner, executor_id, job, schema, counters, quarantine_dir)
     flight = SampleFlightServer(f"grpc://{host}:0", job_id, schema, streamer)
     flight.serve_in_background()
     servicer = DataExecutorServicer(executor_id, job_id, counters)
-    control = rpc.start_server(
-        "data_executor", f"{host}:0", [lambda s: data_executor_pb2_grpc.add_DataExecutorServiceServicer_to_server(servicer, s)], [SERVICE_NAME]
-    )
+    control = rpc.start_server("data_executor", f"{host}:0", [lambda s: data_executor_pb2_grpc.add_DataExecutorServiceServicer_to_server(servicer, s)], [SERVICE_NAME])
     return DataExecutor(control=control, flight=flight, data_address=f"{host}:{flight.port}")

@@ -14,9 +14,7 @@ class DataExecutorServicer(data_executor_pb2_grpc.DataExecutorServiceServicer):
         self._job_id = job_id
         self._counters = counters
 
-    def GetExecutorStatus(
-        self, request: data_executor_pb2.GetExecutorStatusRequest, context: grpc.ServicerContext
-    ) -> data_executor_pb2.GetExecutorStatusResponse:
+    def GetExecutorStatus(self, request: data_executor_pb2.GetExecutorStatusRequest, context: grpc.ServicerContext) -> data_executor_pb2.GetExecutorStatusResponse:
         c = self._counters
         with c.lock:
             return data_executor_pb2.GetExecutorStatusResponse(

@@ -1,4 +1,8 @@
-"""TaskStreamer: lease tasks for one consumer stream, read ahead into a bounded queue, serve, commit."""
+"""TaskStreamer: lease tasks for one consumer stream, read ahead into a bounded queue, claim, serve, report.
+
+Memory is bounded: the queue holds a few batches, and a reader blocked on a full queue stops leasing, so a
+slow trainer slows reading down. HTTP/2 flow control under Flight carries the same back-pressure to the wire.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -16,11 +21,13 @@ from opentelemetry import context, trace
 
 from primus import telemetry
 from primus.errors import DataError
+from primus.spec import TrainingJob
 from primus.v1 import data_executor_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor.reader import TaskRead, read_task
 
 log = logging.getLogger(__name__)
 PREFETCH_BATCHES = 8
+READERS_PER_STREAM = 2
 
 
 @dataclass
@@ -40,108 +47,169 @@ class ExecutorCounters:
 
 
 @dataclass(frozen=True)
-class _TaskServed:
+class _TaskStart:
     task: planner_pb2.DataTask
     read: TaskRead
 
 
-_END = object()
+@dataclass(frozen=True)
+class _TaskEnd:
+    task: planner_pb2.DataTask
+    read: TaskRead
+
+
+_READER_DONE = object()
+
+
+def _attributes(task: planner_pb2.DataTask) -> dict[str, Any]:
+    return {
+        "primus.source": task.source,
+        "primus.task_id": task.task_id,
+        "primus.attempt": task.attempt,
+        "primus.partition": task.partition,
+        "primus.speculative": task.speculative,
+    }
 
 
 class TaskStreamer:
-    """One consumer stream: a producer thread leases and reads, the consumer side yields batches.
+    """Serves one job's tasks to consumer streams; each stream has its own readers and queue."""
 
-    The queue bounds memory: a slow consumer blocks the producer, which stops leasing.
-    """
-
-    def __init__(self, planner: planner_pb2_grpc.PlannerServiceStub, executor_id: str, schema: pa.Schema, counters: ExecutorCounters) -> None:
+    def __init__(
+        self,
+        planner: planner_pb2_grpc.PlannerServiceStub,
+        executor_id: str,
+        job: TrainingJob,
+        schema: pa.Schema,
+        counters: ExecutorCounters,
+        quarantine_dir: Path | None = None,
+        readers: int = READERS_PER_STREAM,
+    ) -> None:
         self._planner = planner
         self._executor_id = executor_id
+        self._job = job
         self._schema = schema
         self._counters = counters
+        self._quarantine_dir = quarantine_dir
+        self._readers = readers
+        self._tracer = telemetry.tracer("primus.data_executor")
 
     def stream(self, ticket: data_executor_pb2.DataTicket) -> Iterator[tuple[pa.RecordBatch, bytes]]:
         items: queue.Queue[Any] = queue.Queue(maxsize=PREFETCH_BATCHES)
         stop = threading.Event()
         parent = telemetry.extract_context(ticket.trace_context)
-        producer = threading.Thread(target=self._produce, args=(ticket, items, stop, parent), name=f"lease-{ticket.consumer_id}", daemon=True)
-        producer.start()
+        for index in range(self._readers):
+            threading.Thread(target=self._produce, args=(ticket, items, stop, parent), name=f"reader-{ticket.consumer_id}-{index}", daemon=True).start()
         self._counters.add(streams_active=1)
         try:
-            yield from self._consume(ticket, items)
+            yield from self._consume(ticket, items, parent)
         finally:
             stop.set()
             self._counters.add(streams_active=-1)
 
-    def _consume(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any]) -> Iterator[tuple[pa.RecordBatch, bytes]]:
-        while True:
+    def _consume(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], parent: context.Context) -> Iterator[tuple[pa.RecordBatch, bytes]]:
+        finished_readers = 0
+        spans: dict[str, trace.Span] = {}
+        while finished_readers < self._readers:
             item = items.get()
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
+            if item is _READER_DONE:
+                finished_readers += 1
+            elif isinstance(item, BaseException):
                 raise item
-            if isinstance(item, _TaskServed):
-                self._complete(ticket.job_id, item)
-                continue
-            batch, origin = item
-            self._counters.add(rows_served=batch.num_rows, bytes_served=batch.nbytes)
-            yield batch, origin.SerializeToString()
+            elif isinstance(item, _TaskStart):
+                span = self._tracer.start_span("data_task.serve", context=parent, attributes=_attributes(item.task))
+                spans[item.task.task_id] = span
+            elif isinstance(item, _TaskEnd):
+                span = spans.pop(item.task.task_id)
+                accepted = self._served(ticket.job_id, item)
+                span.set_attributes({"primus.rows": item.read.rows, "primus.batches": len(item.read.batches), "primus.accepted": accepted})
+                span.end()
+            else:
+                batch, origin = item
+                self._counters.add(rows_served=batch.num_rows, bytes_served=batch.nbytes)
+                yield batch, origin.SerializeToString()
 
     def _produce(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], stop: threading.Event, parent: context.Context) -> None:
         token = context.attach(parent)
         try:
             while not stop.is_set():
-                reply = self._planner.LeaseTask(
-                    planner_pb2.LeaseTaskRequest(job_id=ticket.job_id, executor_id=self._executor_id, purpose=ticket.purpose), timeout=30
-                )
+                reply = self._planner.LeaseTask(planner_pb2.LeaseTaskRequest(job_id=ticket.job_id, executor_id=self._executor_id, purpose=ticket.purpose), timeout=30)
                 if reply.exhausted:
                     break
                 if not reply.HasField("task"):
                     time.sleep(reply.retry_after_seconds or 0.2)
                     continue
-                served = self._read(reply.task)
-                if served is not None and not self._offer(served, items, stop):
+                read = self._read(reply.task)
+                if read is not None and not self._offer(reply.task, read, items, stop):
                     return
-            self._put(items, _END, stop)
+            self._put(items, _READER_DONE, stop)
         except grpc.RpcError as exc:
             self._put(items, DataError(f"planner unreachable while leasing: {exc.details() or exc.code()}"), stop)
         finally:
             context.detach(token)
 
-    def _read(self, task: planner_pb2.DataTask) -> _TaskServed | None:
-        with telemetry.tracer("primus.data_executor").start_as_current_span("data_task.read") as span:
-            span.set_attributes(
-                {"primus.source": task.source, "primus.task_id": task.task_id, "primus.attempt": task.attempt, "primus.partition": task.partition}
-            )
+    def _read(self, task: planner_pb2.DataTask) -> TaskRead | None:
+        with self._tracer.start_as_current_span("data_task.read", attributes=_attributes(task)) as span:
+            if task.attempt > 0:
+                span.add_event("retry", {"primus.attempt": task.attempt})
             try:
-                read = read_task(task, self._schema)
+                read = read_task(task, self._job, self._schema, self._quarantine_dir)
             except DataError as exc:
                 span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
                 span.add_event("task_failed", {"error": str(exc)})
                 log.warning("task %s attempt %d failed: %s", task.task_id, task.attempt, exc)
-                self._planner.FailTask(
-                    planner_pb2.FailTaskRequest(job_id=task.job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id, error=str(exc)),
-                    timeout=30,
-                )
+                request = planner_pb2.FailTaskRequest(job_id=task.job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id, error=str(exc))
+                self._planner.FailTask(request, timeout=30)
                 return None
-            span.set_attributes({"primus.rows": read.rows, "primus.bytes": read.bytes_read, "primus.cpu_seconds": read.cpu_seconds})
-            return _TaskServed(task, read)
+            span.set_attributes(
+                {
+                    "primus.rows": read.rows,
+                    "primus.bytes": read.bytes_read,
+                    "primus.cpu_seconds": read.cpu_seconds,
+                    "primus.read_seconds": read.read_seconds,
+                    "primus.transform_seconds": read.transform_seconds,
+                    "primus.records_quarantined": read.records_quarantined,
+                }
+            )
+            claim = planner_pb2.ClaimTaskRequest(job_id=task.job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id)
+            if not self._planner.ClaimTask(claim, timeout=30).granted:
+                span.add_event("superseded", {"reason": "another attempt claimed the task first"})
+                self._report_waste(task, read)
+                return None
+            return read
 
-    def _offer(self, served: _TaskServed, items: queue.Queue[Any], stop: threading.Event) -> bool:
-        offset = 0
-        for index, batch in enumerate(served.read.batches):
+    def _report_waste(self, task: planner_pb2.DataTask, read: TaskRead) -> None:
+        stats = planner_pb2.TaskStats(rows=read.rows, bytes_read=read.bytes_read, cpu_seconds=read.cpu_seconds)
+        self._planner.CompleteTask(
+            planner_pb2.CompleteTaskRequest(job_id=task.job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id, stats=stats),
+            timeout=30,
+        )
+
+    def _offer(self, task: planner_pb2.DataTask, read: TaskRead, items: queue.Queue[Any], stop: threading.Event) -> bool:
+        if not self._put(items, _TaskStart(task, read), stop):
+            self._give_back(task)
+            return False
+        offset = task.start_offset
+        batches = read.batches or [pa.RecordBatch.from_pylist([], schema=self._schema)]
+        for index, batch in enumerate(batches):
             origin = data_executor_pb2.BatchOrigin(
-                task_id=served.task.task_id,
-                attempt=served.task.attempt,
-                source=served.task.source,
+                task_id=task.task_id,
+                attempt=task.attempt,
+                source=task.source,
                 row_offset=offset,
                 row_count=batch.num_rows,
-                last_of_task=index == len(served.read.batches) - 1,
+                last_of_task=index == len(batches) - 1,
             )
             offset += batch.num_rows
             if not self._put(items, (batch, origin), stop):
                 return False
-        return self._put(items, served, stop)
+        return self._put(items, _TaskEnd(task, read), stop)
+
+    def _give_back(self, task: planner_pb2.DataTask) -> None:
+        request = planner_pb2.ReleaseTaskRequest(job_id=task.job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id)
+        try:
+            self._planner.ReleaseTask(request, timeout=10)
+        except grpc.RpcError:
+            log.warning("could not give back task %s; its lease will expire", task.task_id)
 
     @staticmethod
     def _put(items: queue.Queue[Any], item: object, stop: threading.Event) -> bool:
@@ -153,16 +221,21 @@ class TaskStreamer:
                 continue
         return False
 
-    def _complete(self, job_id: str, served: _TaskServed) -> None:
-        read = served.read
-        stats = planner_pb2.TaskStats(rows=read.rows, bytes_read=read.bytes_read, cpu_seconds=read.cpu_seconds, batches=len(read.batches))
-        reply = self._planner.CompleteTask(
-            planner_pb2.CompleteTaskRequest(
-                job_id=job_id, task_id=served.task.task_id, attempt=served.task.attempt, executor_id=self._executor_id, stats=stats
-            ),
-            timeout=30,
+    def _served(self, job_id: str, end: _TaskEnd) -> bool:
+        read = end.read
+        stats = planner_pb2.TaskStats(
+            rows=read.rows,
+            bytes_read=read.bytes_read,
+            cpu_seconds=read.cpu_seconds,
+            batches=len(read.batches),
+            records_quarantined=read.records_quarantined,
+            read_seconds=read.read_seconds,
+            transform_seconds=read.transform_seconds,
         )
-        if reply.accepted:
+        request = planner_pb2.CompleteTaskRequest(job_id=job_id, task_id=end.task.task_id, attempt=end.task.attempt, executor_id=self._executor_id, stats=stats)
+        accepted = bool(self._planner.CompleteTask(request, timeout=30).accepted)
+        if accepted:
             self._counters.add(tasks_done=1)
         else:
-            log.info("task %s attempt %d was superseded: its work counts as waste", served.task.task_id, served.task.attempt)
+            log.info("task %s attempt %d was superseded: its work counts as waste", end.task.task_id, end.task.attempt)
+        return accepted

@@ -85,27 +85,34 @@ class JobDriver:
 
     def _launch(self, job: JobRecord) -> None:
         spec = load_job_text(job.spec_yaml, f"job {job.job_id}").spec
-        own = self._own_info()
-        for role, resources in (
-            (rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR, spec.resources.data_executor),
-            (rc_pb2.EXECUTOR_ROLE_TRAINER, spec.resources.trainer),
-        ):
-            self._peers.rc.LaunchExecutors(
-                rc_pb2.LaunchExecutorsRequest(
-                    job_id=job.job_id,
-                    role=role,
-                    count=resources.replicas,
-                    resources=rc_pb2.ExecutorResources(cpu=resources.cpu, memory_mib=resources.memory_mib),
-                    run_dir=job.run_dir,
-                    planner_address=self._peers.planner_address,
-                    master_address=own.address,
-                ),
-                timeout=60,
-            )
+        self._launch_role(job, rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR, spec.resources.data_executor.replicas)
+        self._launch_role(job, rc_pb2.EXECUTOR_ROLE_TRAINER, spec.resources.trainer.replicas)
         self._store.update(job.job_id, state="RUNNING", message="executors launched")
 
+    def _launch_role(self, job: JobRecord, role: int, count: int) -> None:
+        spec = load_job_text(job.spec_yaml, f"job {job.job_id}").spec
+        resources = spec.resources.trainer if role == rc_pb2.EXECUTOR_ROLE_TRAINER else spec.resources.data_executor
+        self._peers.rc.LaunchExecutors(
+            rc_pb2.LaunchExecutorsRequest(
+                job_id=job.job_id,
+                role=role,  # type: ignore[arg-type]
+                count=count,
+                resources=rc_pb2.ExecutorResources(cpu=resources.cpu, memory_mib=resources.memory_mib),
+                run_dir=job.run_dir,
+                planner_address=self._peers.planner_address,
+                master_address=self._own_info().address,
+            ),
+            timeout=60,
+        )
+
     def _follow(self, job_id: str) -> tuple[str, str]:
-        """Watch until the trainer reports, the job is cancelled, or its processes die."""
+        """Watch until the trainer reports or the job is cancelled; relaunch crashed executors within their budget."""
+        spec = load_job_text(self._store.get(job_id).spec_yaml, f"job {job_id}").spec
+        budget: dict[int, int] = {
+            rc_pb2.EXECUTOR_ROLE_TRAINER: spec.resources.trainer.max_restarts,
+            rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR: spec.resources.data_executor.max_restarts,
+        }
+        handled: set[str] = set()
         exited_since: float | None = None
         while True:
             job = self._store.get(job_id)
@@ -116,16 +123,34 @@ class JobDriver:
                     return "FAILED", f"trainer failed: {job.result['error']}"
                 return "SUCCEEDED", f"trained {job.result.get('steps', 0)} steps"
             executors = self._peers.rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id), timeout=10).executors
+            for crashed in [e for e in executors if e.state == rc_pb2.EXECUTOR_STATE_FAILED and e.executor_id not in handled]:
+                handled.add(crashed.executor_id)
+                self._relaunch(job, crashed, budget)
             trainers = [e for e in executors if e.role == rc_pb2.EXECUTOR_ROLE_TRAINER]
-            data = [e for e in executors if e.role == rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR]
-            dead_trainers = [e for e in trainers if e.state not in LIVE_STATES]
-            if dead_trainers or (data and all(e.state == rc_pb2.EXECUTOR_STATE_FAILED for e in data)):
+            if trainers and not any(e.state in LIVE_STATES for e in trainers):
                 exited_since = exited_since or time.monotonic()
                 if time.monotonic() - exited_since > EXIT_GRACE_SECONDS:
-                    culprit = (dead_trainers or data)[0]
-                    raise JobFailedError(f"{culprit.executor_id} exited with code {culprit.exit_code} before the trainer reported; see {culprit.log_path}")
+                    last = trainers[-1]
+                    raise JobFailedError(f"{last.executor_id} exited with code {last.exit_code} before reporting a result; see {last.log_path}")
+            else:
+                exited_since = None
             self._refresh_progress(job)
             self._store.wait_for_change(POLL_SECONDS)
+
+    def _relaunch(self, job: JobRecord, crashed: rc_pb2.Executor, budget: dict[int, int]) -> None:
+        role_name = "trainer" if crashed.role == rc_pb2.EXECUTOR_ROLE_TRAINER else "data executor"
+        if budget[crashed.role] <= 0:
+            raise JobFailedError(f"{crashed.executor_id} exited with code {crashed.exit_code} and the {role_name} restart budget is spent; see {crashed.log_path}")
+        budget[crashed.role] -= 1
+        restarts = dict(self._store.get(job.job_id).progress.get("restarts", {}))
+        restarts[role_name] = restarts.get(role_name, 0) + 1
+        self._store.update(
+            job.job_id,
+            progress={**self._store.get(job.job_id).progress, "restarts": restarts},
+            message=f"{crashed.executor_id} exited with code {crashed.exit_code}; relaunched a {role_name}",
+        )
+        log.warning("job %s: %s exited with code %d; relaunching", job.job_id, crashed.executor_id, crashed.exit_code)
+        self._launch_role(job, crashed.role, 1)
 
     def _refresh_progress(self, job: JobRecord) -> None:
         plan = self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job.job_id), timeout=10)

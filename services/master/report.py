@@ -62,6 +62,7 @@ def build_report(
         "sources": [],
         "quarantined": [],
         "trainer": job.result,
+        "restarts": job.progress.get("restarts", {}),
         "traces_dir": str(Path(job.run_dir) / "traces"),
     }
     if plan is not None:

@@ -93,9 +93,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
                 return
             self._store.wait_for_change(1.0)
 
-    def ReportTrainingProgress(
-        self, request: master_pb2.ReportTrainingProgressRequest, context: grpc.ServicerContext
-    ) -> master_pb2.ReportTrainingProgressResponse:
+    def ReportTrainingProgress(self, request: master_pb2.ReportTrainingProgressRequest, context: grpc.ServicerContext) -> master_pb2.ReportTrainingProgressResponse:
         record = self._store.get(request.job_id)
         progress = {**record.progress, "phase": request.phase, "step": request.step, "samples": request.samples, "loss": request.loss}
         record = self._store.update(request.job_id, progress=progress)

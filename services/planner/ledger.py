@@ -1,24 +1,38 @@
-"""TaskLedger: the state of every task of a plan, its leases and attempts, and per-source accounting."""
+"""TaskLedger: every task's lease, attempts and committed offset, and what each source spent.
+
+Progress is counted once: a training task's rows count only when a trainer checkpoint that covers them
+commits. A retried task keeps its id; a superseded attempt's work is waste, never progress.
+"""
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
 from primus.errors import ConflictError, NotFoundError
+from primus.v1 import common_pb2
 from services.planner.tasks import TaskSpec
 
 DEFAULT_LEASE_SECONDS = 300.0
 DEFAULT_MAX_ATTEMPTS = 3
+SPECULATE_AFTER_FACTOR = 3.0
+SPECULATE_MIN_SECONDS = 5.0
+TRAIN = common_pb2.TASK_PURPOSE_TRAIN
 
 
 class TaskStatus(Enum):
     PENDING = "pending"
     LEASED = "leased"
+    SERVED = "served"
     DONE = "done"
     QUARANTINED = "quarantined"
+
+
+FINISHED = (TaskStatus.DONE, TaskStatus.QUARANTINED)
 
 
 @dataclass
@@ -33,6 +47,9 @@ class SourceAccount:
     tasks_quarantined: int = 0
     wasted_samples: int = 0
     wasted_cpu_seconds: float = 0.0
+    records_quarantined: int = 0
+    wasted_bytes: int = 0
+    speculative_attempts: int = 0
 
 
 @dataclass(frozen=True)
@@ -40,6 +57,7 @@ class WorkDone:
     rows: int = 0
     bytes_read: int = 0
     cpu_seconds: float = 0.0
+    records_quarantined: int = 0
 
 
 @dataclass
@@ -49,6 +67,11 @@ class TaskEntry:
     attempt: int = 0
     executor: str = ""
     lease_deadline: float = 0.0
+    leased_at: float = 0.0
+    committed: int = 0
+    served_rows: int = 0
+    claimed_by: int = -1
+    speculative: tuple[int, str] | None = None
     errors: list[str] = field(default_factory=list)
 
 
@@ -57,86 +80,212 @@ class Lease:
     spec: TaskSpec
     attempt: int
     deadline: float
+    start_offset: int
+    speculative: bool = False
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a trainer's checkpoint consumed one task."""
+
+    task_id: str
+    rows_consumed: int
+    finished: bool
 
 
 class TaskLedger:
-    """Thread-safe. A retried task keeps its id; only the current attempt's completion counts."""
+    """Thread-safe state of one plan's tasks."""
 
-    def __init__(self, tasks: tuple[TaskSpec, ...], lease_seconds: float = DEFAULT_LEASE_SECONDS, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+    def __init__(self, tasks: Iterable[TaskSpec], lease_seconds: float = DEFAULT_LEASE_SECONDS, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
         self._lock = threading.Lock()
-        self._entries = {t.task_id: TaskEntry(t) for t in tasks}
+        self._entries: dict[str, TaskEntry] = {}
         self._lease_seconds = lease_seconds
         self._max_attempts = max_attempts
-        self.accounts: dict[str, SourceAccount] = {t.source: SourceAccount() for t in tasks}
+        self._durations: list[float] = []
+        self.accounts: dict[str, SourceAccount] = {}
+        self.open_ended = False
+        self.checkpoint_seq = 0
+        self.add_tasks(tasks)
+
+    def add_tasks(self, tasks: Iterable[TaskSpec]) -> int:
+        """Add newly planned tasks (incremental planning); a task id already known is left alone."""
+        with self._lock:
+            added = 0
+            for task in tasks:
+                if task.task_id not in self._entries:
+                    self._entries[task.task_id] = TaskEntry(task)
+                    self.accounts.setdefault(task.source, SourceAccount())
+                    added += 1
+            return added
+
+    # --- leasing -----------------------------------------------------------------------------
 
     def lease(self, purpose: int, executor: str, now: float | None = None) -> Lease | None:
-        """The next pending task of a purpose (priority first, then time order), or None."""
+        """The next runnable task of a purpose (priority, then time order), a speculative copy of a straggler, or None."""
         now = time.time() if now is None else now
         with self._lock:
             self._expire(now)
-            pending = [e for e in self._entries.values() if e.status is TaskStatus.PENDING and e.spec.purpose == purpose]
-            if not pending:
-                return None
-            entry = min(pending, key=lambda e: (-e.spec.priority, e.spec.order, e.spec.source, e.spec.task_id))
-            entry.status = TaskStatus.LEASED
-            entry.executor = executor
-            entry.lease_deadline = now + self._lease_seconds
-            return Lease(entry.spec, entry.attempt, entry.lease_deadline)
+            ready = [e for e in self._entries.values() if e.status is TaskStatus.PENDING and e.spec.purpose == purpose and self._deps_met(e)]
+            if ready:
+                entry = min(ready, key=lambda e: (-e.spec.priority, e.spec.order, e.spec.source, e.spec.task_id))
+                entry.status, entry.executor = TaskStatus.LEASED, executor
+                entry.lease_deadline, entry.leased_at, entry.claimed_by = now + self._lease_seconds, now, -1
+                return Lease(entry.spec, entry.attempt, entry.lease_deadline, entry.committed)
+            return self._speculate(purpose, executor, now)
+
+    def _deps_met(self, entry: TaskEntry) -> bool:
+        return all(self._entries[d].status in FINISHED for d in entry.spec.depends_on if d in self._entries)
+
+    def _speculate(self, purpose: int, executor: str, now: float) -> Lease | None:
+        if len(self._durations) < 3:
+            return None
+        threshold = max(SPECULATE_MIN_SECONDS, SPECULATE_AFTER_FACTOR * statistics.median(self._durations))
+        for entry in self._entries.values():
+            straggling = entry.status is TaskStatus.LEASED and entry.claimed_by < 0 and now - entry.leased_at > threshold
+            if straggling and entry.spec.purpose == purpose and entry.speculative is None and entry.executor != executor:
+                entry.speculative = (entry.attempt + 1, executor)
+                self.accounts[entry.spec.source].speculative_attempts += 1
+                return Lease(entry.spec, entry.attempt + 1, entry.lease_deadline, entry.committed, speculative=True)
+        return None
+
+    def claim(self, task_id: str, attempt: int) -> bool:
+        """Before serving: the first live attempt to claim a task serves it; later claimants lose."""
+        with self._lock:
+            entry = self._entry(task_id)
+            live = {entry.attempt} | ({entry.speculative[0]} if entry.speculative else set())
+            if entry.status is not TaskStatus.LEASED or attempt not in live or entry.claimed_by >= 0:
+                return False
+            entry.claimed_by = attempt
+            if attempt != entry.attempt:
+                entry.attempt = attempt
+            entry.speculative = None
+            return True
+
+    def release(self, task_id: str, attempt: int) -> None:
+        """A lease given back unstarted: pending again, no attempt spent."""
+        with self._lock:
+            entry = self._entry(task_id)
+            if entry.status is TaskStatus.LEASED and entry.attempt == attempt and entry.claimed_by < 0:
+                entry.status, entry.executor = TaskStatus.PENDING, ""
 
     def exhausted(self, purpose: int) -> bool:
-        """True when no task of the purpose is pending or leased."""
+        """True when nothing of the purpose is pending or being read, and no more can be planned."""
         with self._lock:
-            return all(e.status in (TaskStatus.DONE, TaskStatus.QUARANTINED) for e in self._entries.values() if e.spec.purpose == purpose)
+            if self.open_ended and purpose == TRAIN:
+                return False
+            return all(e.status not in (TaskStatus.PENDING, TaskStatus.LEASED) for e in self._entries.values() if e.spec.purpose == purpose)
 
-    def complete(self, task_id: str, attempt: int, work: WorkDone) -> bool:
-        """Commit the current attempt's work; a superseded attempt's work is waste. Returns accepted."""
+    # --- outcomes ----------------------------------------------------------------------------
+
+    def served(self, task_id: str, attempt: int, work: WorkDone, now: float | None = None) -> bool:
+        """An executor streamed a task to the end. Training rows still wait for a checkpoint; eval rows count now."""
+        now = time.time() if now is None else now
         with self._lock:
             entry = self._entry(task_id)
             account = self.accounts[entry.spec.source]
-            if entry.status is not TaskStatus.LEASED or entry.attempt != attempt:
-                account.wasted_samples += work.rows
-                account.wasted_cpu_seconds += work.cpu_seconds
-                account.bytes_read += work.bytes_read
-                return False
-            entry.status = TaskStatus.DONE
-            account.samples += work.rows
             account.bytes_read += work.bytes_read
             account.cpu_seconds += work.cpu_seconds
-            account.tasks_done += 1
+            if entry.status is not TaskStatus.LEASED or entry.attempt != attempt or entry.claimed_by != attempt:
+                account.wasted_samples += work.rows
+                account.wasted_cpu_seconds += work.cpu_seconds
+                account.wasted_bytes += work.bytes_read
+                return False
+            account.records_quarantined += work.records_quarantined
+            self._durations.append(max(0.0, now - entry.leased_at))
+            entry.served_rows = work.rows
+            if entry.spec.purpose == TRAIN:
+                entry.status = TaskStatus.SERVED
+            else:
+                entry.status = TaskStatus.DONE
+                entry.committed = entry.committed + work.rows
+                account.tasks_done += 1
             return True
 
     def fail(self, task_id: str, attempt: int, error: str, work: WorkDone) -> TaskStatus:
-        """Record a failed attempt: retry under the same id, or quarantine past the attempt limit."""
+        """A failed attempt: retried under the same id, or quarantined past the attempt limit."""
         with self._lock:
             entry = self._entry(task_id)
             account = self.accounts[entry.spec.source]
+            account.bytes_read += work.bytes_read
+            account.cpu_seconds += work.cpu_seconds
             account.wasted_samples += work.rows
             account.wasted_cpu_seconds += work.cpu_seconds
-            account.bytes_read += work.bytes_read
+            account.wasted_bytes += work.bytes_read
+            if entry.speculative is not None and entry.speculative[0] == attempt:
+                entry.speculative = None
+                return entry.status
             if entry.status is not TaskStatus.LEASED or entry.attempt != attempt:
                 raise ConflictError(f"task {task_id} attempt {attempt} is not the current lease (attempt {entry.attempt}, {entry.status.value})")
             entry.errors.append(error)
             self._retry_or_quarantine(entry)
             return entry.status
 
+    def commit(self, checkpoint_seq: int, progress: Iterable[Progress], lost_executors: Iterable[str] = ()) -> int:
+        """A trainer checkpoint committed: its offsets become progress; lost executors' work goes back to the queue."""
+        with self._lock:
+            if checkpoint_seq < self.checkpoint_seq:
+                raise ConflictError(f"checkpoint {checkpoint_seq} is older than the committed checkpoint {self.checkpoint_seq}")
+            self.checkpoint_seq = checkpoint_seq
+            done = 0
+            for item in progress:
+                entry = self._entry(item.task_id)
+                entry.committed = max(entry.committed, item.rows_consumed)
+                if item.finished and entry.status not in FINISHED:
+                    entry.status = TaskStatus.DONE
+                    self.accounts[entry.spec.source].tasks_done += 1
+                    done += 1
+            for executor in set(lost_executors):
+                for entry in self._entries.values():
+                    if entry.executor == executor and entry.status in (TaskStatus.LEASED, TaskStatus.SERVED):
+                        entry.errors.append(f"executor {executor} was lost")
+                        self._retry_or_quarantine(entry)
+            return done
+
+    def resume(self, checkpoint_seq: int, progress: Iterable[Progress]) -> int:
+        """A trainer restarted from a checkpoint: offsets return to it and all unfinished work is served again."""
+        with self._lock:
+            by_task = {p.task_id: p for p in progress}
+            self.checkpoint_seq = checkpoint_seq
+            reset = 0
+            for entry in self._entries.values():
+                account = self.accounts[entry.spec.source]
+                if entry.spec.purpose != TRAIN:
+                    if entry.status is not TaskStatus.PENDING:
+                        account.tasks_done -= entry.status is TaskStatus.DONE
+                        entry.status, entry.committed, entry.executor = TaskStatus.PENDING, 0, ""
+                        reset += 1
+                    continue
+                item = by_task.get(entry.spec.task_id)
+                target = item.rows_consumed if item else 0
+                was_done = entry.status is TaskStatus.DONE
+                if entry.status is TaskStatus.QUARANTINED:
+                    continue
+                if item is not None and item.finished:
+                    entry.committed = target
+                    if not was_done:
+                        entry.status = TaskStatus.DONE
+                        account.tasks_done += 1
+                    continue
+                if entry.status is TaskStatus.PENDING and entry.committed == target:
+                    continue
+                account.wasted_samples += max(0, max(entry.committed, entry.served_rows) - target)
+                account.tasks_done -= was_done
+                entry.committed = target
+                entry.status, entry.executor, entry.claimed_by, entry.speculative = TaskStatus.PENDING, "", -1, None
+                entry.attempt += 1
+                account.retries += 1
+                reset += 1
+            return reset
+
     def _retry_or_quarantine(self, entry: TaskEntry) -> None:
+        entry.executor, entry.claimed_by, entry.speculative = "", -1, None
         if len(entry.errors) >= self._max_attempts:
             entry.status = TaskStatus.QUARANTINED
             self.accounts[entry.spec.source].tasks_quarantined += 1
             return
         entry.status = TaskStatus.PENDING
         entry.attempt += 1
-        entry.executor = ""
         self.accounts[entry.spec.source].retries += 1
-
-    def release_executor(self, executor: str) -> int:
-        """Return every lease an executor held to the queue (it died or was drained); returns how many."""
-        with self._lock:
-            held = [e for e in self._entries.values() if e.status is TaskStatus.LEASED and e.executor == executor]
-            for entry in held:
-                entry.errors.append(f"executor {executor} lost its lease")
-                self._retry_or_quarantine(entry)
-            return len(held)
 
     def _expire(self, now: float) -> None:
         for entry in self._entries.values():
@@ -149,6 +298,21 @@ class TaskLedger:
         if entry is None:
             raise NotFoundError(f"unknown task {task_id}")
         return entry
+
+    # --- views -------------------------------------------------------------------------------
+
+    def samples_by_source(self) -> dict[str, int]:
+        """Useful samples: committed training rows plus evaluated rows, per source."""
+        with self._lock:
+            out: dict[str, int] = dict.fromkeys(self.accounts, 0)
+            for entry in self._entries.values():
+                out[entry.spec.source] += entry.committed
+            return out
+
+    def snapshot(self) -> dict[str, SourceAccount]:
+        samples = self.samples_by_source()
+        with self._lock:
+            return {name: SourceAccount(**{**vars(a), "samples": samples[name]}) for name, a in self.accounts.items()}
 
     def counts(self) -> dict[TaskStatus, int]:
         with self._lock:

@@ -1,46 +1,81 @@
-"""Build a plan: expand each source over its time range, resolve partitions, split tasks, fingerprint."""
+"""Build a plan: expand each source over its time range, resolve partitions in parallel, pack tasks, fingerprint."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 
+from primus.samples import training_schema
+from primus.sources import Partition, get_adapter
 from primus.spec import Source, TimeRange, TrainingJob
 from primus.v1 import common_pb2
-from services.planner.partitions import Partition, PartitionResolver, slots_for
-from services.planner.tasks import TaskSpec, split_partition
+from services.planner.tasks import TARGET_TASK_BYTES, TaskSpec, split_partition
+
+Resolve = Callable[[TrainingJob, Source, Sequence[datetime]], list[Partition]]
+
+
+def required_columns(job: TrainingJob, source: Source) -> list[str]:
+    """Training columns a source itself must provide (feature-store joins bring the rest)."""
+    joined = {f for store in job.spec.data.joins_for(source.name) for f in store.fields}
+    return [c for c in training_schema(job.spec.training.features).names if c not in joined]
+
+
+class PartitionResolver:
+    """Resolves slots through the source's adapter with bounded concurrency. Metadata only."""
+
+    def __init__(self, concurrency: int = 16) -> None:
+        self.concurrency = concurrency
+
+    def __call__(self, job: TrainingJob, source: Source, slots: Sequence[datetime]) -> list[Partition]:
+        adapter = get_adapter(source.resolved_adapter)
+        required = required_columns(job, source)
+        if self.concurrency <= 1 or len(slots) <= 1:
+            return [adapter.resolve(source, slot, required) for slot in slots]
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="resolve") as pool:
+            return list(pool.map(lambda slot: adapter.resolve(source, slot, required), slots))
 
 
 @dataclass(frozen=True)
+class Decision:
+    purpose: int
+    partition: Partition
+    decision: str
+    tasks: int
+
+
+@dataclass
 class Plan:
     job_id: str
     plan_version: int
     fingerprint: str
-    partitions: tuple[tuple[int, Partition], ...]
-    tasks: tuple[TaskSpec, ...]
+    decisions: list[Decision]
+    tasks: list[TaskSpec]
     planning_seconds: float
+    open_ended: bool = False
+    planned_keys: set[tuple[int, str]] = field(default_factory=set)
+
+    @property
+    def partitions(self) -> list[tuple[int, Partition]]:
+        return [(d.purpose, d.partition) for d in self.decisions]
 
 
 def _source_identity(source: Source) -> dict[str, object]:
-    return {
-        "name": source.name,
-        "kind": source.kind,
-        "uri": source.uri,
-        "format": source.format,
-        "schema_version": source.schema_version,
-        "time_range": [source.time_range.start.isoformat(), source.time_range.end.isoformat()],
-        "readiness": source.readiness,
-    }
+    identity = source.model_dump(mode="json", exclude={"priority", "quota"})
+    identity["schemas"] = [s.model_dump(mode="json") for s in source.known_versions()]
+    return identity
 
 
-def fingerprint(job: TrainingJob, plan_version: int, partitions: list[tuple[int, Partition]]) -> str:
-    """Pins sources, schema versions, time ranges and the resolved manifest (paths, sizes, mtimes)."""
+def fingerprint(job: TrainingJob, plan_version: int, decisions: Sequence[Decision]) -> str:
+    """Pins sources, schema versions, transformations, time ranges and the resolved manifest."""
     data = job.spec.data
-    manifest = [
-        [purpose, p.key, p.ready, [[f.path, f.size, f.mtime_ns] for f in p.files]] for purpose, p in sorted(partitions, key=lambda item: (item[0], item[1].key))
-    ]
+    manifest = sorted(
+        [d.purpose, d.partition.key, d.partition.ready, d.partition.schema_version, [[m.location, m.size, m.version] for m in d.partition.manifest]] for d in decisions
+    )
     body = {
         "plan_version": plan_version,
         "sources": [_source_identity(s) for s in data.sources],
@@ -50,31 +85,74 @@ def fingerprint(job: TrainingJob, plan_version: int, partitions: list[tuple[int,
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _work_items(job: TrainingJob) -> list[tuple[int, Source, TimeRange]]:
+def work_items(job: TrainingJob) -> list[tuple[int, Source, TimeRange]]:
     data = job.spec.data
-    items: list[tuple[int, Source, TimeRange]] = [(common_pb2.TASK_PURPOSE_TRAIN, s, s.time_range) for s in data.sources]
+    items: list[tuple[int, Source, TimeRange]] = [(common_pb2.TASK_PURPOSE_TRAIN, s, s.range) for s in data.sample_sources]
     if data.eval is not None:
         by_name = {s.name: s for s in data.sources}
         items.append((common_pb2.TASK_PURPOSE_EVAL, by_name[data.eval.source], data.eval.time_range))
     return items
 
 
-def build_plan(job_id: str, job: TrainingJob, resolver: PartitionResolver, plan_version: int = 1) -> Plan:
-    """Plan every source of a job. Reads metadata (listings, markers, footers), never samples."""
-    started = time.perf_counter()
-    partitions: list[tuple[int, Partition]] = []
+def _decide(partition: Partition, tasks: int) -> str:
+    if not partition.ready:
+        return "waiting"
+    return "included" if tasks else "skipped"
+
+
+def expand(
+    job: TrainingJob,
+    resolve: Resolve,
+    plan_version: int,
+    skip: set[tuple[int, str]] | None = None,
+    until: datetime | None = None,
+    target_bytes: int = TARGET_TASK_BYTES,
+) -> tuple[list[Decision], list[TaskSpec]]:
+    """Resolve every slot not already planned (skip) and pack the ready ones into tasks."""
+    decisions: list[Decision] = []
     tasks: list[TaskSpec] = []
-    for purpose, source, time_range in _work_items(job):
-        resolved = resolver.resolve(source, slots_for(source, time_range.hours()))
-        for order, partition in enumerate(resolved):
-            partitions.append((purpose, partition))
-            if partition.ready:
-                tasks.extend(split_partition(partition, plan_version, purpose, source.priority, source.schema_version, order))
+    skip = skip or set()
+    for purpose, source, time_range in work_items(job):
+        adapter = get_adapter(source.resolved_adapter)
+        slots = [s for s in adapter.slots(source, time_range.hours(until)) if (purpose, f"{source.name}/{s:%Y-%m-%dT%H}") not in skip]
+        for order, partition in enumerate(resolve(job, source, slots)):
+            new = split_partition(partition, plan_version, purpose, source.priority, order, source.resolved_adapter, target_bytes) if partition.ready else []
+            if source.kind == "stream" and tasks and new:
+                previous = [t.task_id for t in tasks if t.source == source.name and t.purpose == purpose][-1:]
+                new = [_after(t, previous) for t in new]
+            decisions.append(Decision(purpose, partition, _decide(partition, len(new)), len(new)))
+            tasks.extend(new)
+    return decisions, tasks
+
+
+def _after(task: TaskSpec, previous: list[str]) -> TaskSpec:
+    return replace(task, depends_on=tuple(previous))
+
+
+def build_plan(job_id: str, job: TrainingJob, resolve: Resolve, plan_version: int = 1, until: datetime | None = None) -> Plan:
+    """Plan every source of a job. Reads metadata (listings, markers, footers, catalogs), never samples."""
+    started = time.perf_counter()
+    decisions, tasks = expand(job, resolve, plan_version, until=until)
+    open_ended = any(s.range.open_ended for s in job.spec.data.sample_sources)
+    planned = {(d.purpose, d.partition.key) for d in decisions if d.partition.ready}
     return Plan(
         job_id=job_id,
         plan_version=plan_version,
-        fingerprint=fingerprint(job, plan_version, partitions),
-        partitions=tuple(partitions),
-        tasks=tuple(tasks),
+        fingerprint=fingerprint(job, plan_version, decisions),
+        decisions=decisions,
+        tasks=tasks,
         planning_seconds=time.perf_counter() - started,
+        open_ended=open_ended,
+        planned_keys=planned,
     )
+
+
+def extend_plan(plan: Plan, job: TrainingJob, resolve: Resolve, until: datetime | None = None) -> list[TaskSpec]:
+    """Incremental planning for open-ended ranges: resolve slots not yet ready before; returns the new tasks."""
+    decisions, tasks = expand(job, resolve, plan.plan_version, skip=plan.planned_keys, until=until)
+    waiting_keys = {(d.purpose, d.partition.key) for d in decisions}
+    plan.decisions = [d for d in plan.decisions if (d.purpose, d.partition.key) not in waiting_keys] + decisions
+    plan.planned_keys |= {(d.purpose, d.partition.key) for d in decisions if d.partition.ready}
+    plan.tasks.extend(tasks)
+    plan.fingerprint = fingerprint(job, plan.plan_version, plan.decisions)
+    return tasks

@@ -1,30 +1,43 @@
-"""PlanRegistry: the plans and ledgers the planner holds, one per job."""
+"""PlanRegistry: the plans and ledgers the planner holds, one per job, and incremental planning of open ranges."""
 
 from __future__ import annotations
 
+import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from primus.errors import NotFoundError
-from primus.spec import load_job_text
+from primus.spec import TrainingJob, load_job_text
 from services.planner.ledger import TaskLedger
-from services.planner.partitions import PartitionResolver
-from services.planner.plan import Plan, build_plan
+from services.planner.plan import PartitionResolver, Plan, Resolve, build_plan, extend_plan
+
+log = logging.getLogger(__name__)
+REPLAN_SECONDS = 30.0
 
 
 @dataclass
 class JobPlan:
+    job: TrainingJob
     plan: Plan
     ledger: TaskLedger
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class PlanRegistry:
-    def __init__(self, resolver: PartitionResolver | None = None, lease_seconds: float = 300.0, max_attempts: int = 3) -> None:
-        self._resolver = resolver or PartitionResolver()
+    def __init__(
+        self,
+        resolve: Resolve | None = None,
+        lease_seconds: float = 300.0,
+        max_attempts: int | None = None,
+        replan_seconds: float = REPLAN_SECONDS,
+    ) -> None:
+        self.resolve = resolve or PartitionResolver()
         self._lease_seconds = lease_seconds
         self._max_attempts = max_attempts
+        self._replan_seconds = replan_seconds
         self._plans: dict[str, JobPlan] = {}
         self._lock = threading.Lock()
+        self._stop = threading.Event()
 
     def create(self, job_id: str, spec_yaml: str) -> JobPlan:
         """Plan a job; planning the same job again returns the plan it already has."""
@@ -33,10 +46,34 @@ class PlanRegistry:
         if existing is not None:
             return existing
         job = load_job_text(spec_yaml, f"job {job_id}")
-        plan = build_plan(job_id, job, self._resolver)
-        created = JobPlan(plan, TaskLedger(plan.tasks, self._lease_seconds, self._max_attempts))
+        plan = build_plan(job_id, job, self.resolve)
+        ledger = TaskLedger(plan.tasks, self._lease_seconds, self._max_attempts or job.spec.data.max_attempts)
+        ledger.open_ended = plan.open_ended
+        created = JobPlan(job, plan, ledger)
         with self._lock:
-            return self._plans.setdefault(job_id, created)
+            created = self._plans.setdefault(job_id, created)
+        if plan.open_ended:
+            threading.Thread(target=self._keep_planning, args=(job_id,), name=f"replan-{job_id}", daemon=True).start()
+        return created
+
+    def extend(self, job_id: str) -> int:
+        """Incremental planning: add tasks for partitions that became ready since the last pass."""
+        job_plan = self.get(job_id)
+        with job_plan.lock:
+            new = extend_plan(job_plan.plan, job_plan.job, self.resolve)
+        return job_plan.ledger.add_tasks(new)
+
+    def _keep_planning(self, job_id: str) -> None:
+        while not self._stop.wait(self._replan_seconds):
+            try:
+                added = self.extend(job_id)
+            except NotFoundError:
+                return
+            except Exception:
+                log.exception("job %s: incremental planning failed; trying again", job_id)
+                continue
+            if added:
+                log.info("job %s: planned %d new tasks", job_id, added)
 
     def get(self, job_id: str) -> JobPlan:
         with self._lock:
@@ -48,3 +85,6 @@ class PlanRegistry:
     def drop(self, job_id: str) -> None:
         with self._lock:
             self._plans.pop(job_id, None)
+
+    def close(self) -> None:
+        self._stop.set()

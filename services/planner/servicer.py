@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import UTC, datetime
 
 import grpc
 
+from primus.errors import InvalidRequestError
+from primus.spec import load_job_text
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
-from services.planner.ledger import TaskStatus, WorkDone
-from services.planner.registry import JobPlan, PlanRegistry
+from services.planner.ledger import Progress, TaskStatus, WorkDone
+from services.planner.manifest import decision_to_proto, partition_to_proto, piece_to_proto
+from services.planner.plan import Plan, build_plan
+from services.planner.registry import PlanRegistry
 from services.planner.tasks import TaskSpec
 
 RETRY_AFTER_SECONDS = 0.2
 
 
-def summary_proto(job_plan: JobPlan) -> planner_pb2.PlanSummary:
-    plan = job_plan.plan
+def summary_proto(plan: Plan) -> planner_pb2.PlanSummary:
     per_source: dict[tuple[str, int], planner_pb2.SourcePlan] = {}
     versions: dict[tuple[str, int], set[int]] = defaultdict(set)
-    for purpose, partition in plan.partitions:
-        entry = per_source.setdefault((partition.source, purpose), planner_pb2.SourcePlan(source=partition.source, purpose=purpose))  # type: ignore[arg-type]
-        if partition.ready:
+    for decision in plan.decisions:
+        p = decision.partition
+        entry = per_source.setdefault((p.source, decision.purpose), planner_pb2.SourcePlan(source=p.source, purpose=decision.purpose))  # type: ignore[arg-type]
+        if p.ready:
             entry.partitions += 1
         else:
             entry.partitions_waiting += 1
@@ -42,7 +47,7 @@ def summary_proto(job_plan: JobPlan) -> planner_pb2.PlanSummary:
     )
 
 
-def task_proto(job_id: str, spec: TaskSpec, attempt: int, deadline: float) -> planner_pb2.DataTask:
+def task_proto(job_id: str, spec: TaskSpec, attempt: int, deadline: float, start_offset: int, speculative: bool) -> planner_pb2.DataTask:
     return planner_pb2.DataTask(
         task_id=spec.task_id,
         job_id=job_id,
@@ -50,18 +55,25 @@ def task_proto(job_id: str, spec: TaskSpec, attempt: int, deadline: float) -> pl
         partition=spec.partition,
         purpose=spec.purpose,  # type: ignore[arg-type]
         attempt=attempt,
-        format="parquet",
-        splits=[planner_pb2.FileSplit(path=p.path, row_groups=p.row_groups, bytes=p.bytes, rows=p.rows) for p in spec.pieces],
+        splits=[piece_to_proto(p) for p in spec.pieces],
         priority=spec.priority,
         schema_version=spec.schema_version,
         lease_deadline_unix=deadline,
         rows=spec.rows,
         bytes=spec.bytes,
+        adapter=spec.adapter,
+        start_offset=start_offset,
+        depends_on=spec.depends_on,
+        speculative=speculative,
     )
 
 
 def _work(stats: planner_pb2.TaskStats) -> WorkDone:
-    return WorkDone(rows=stats.rows, bytes_read=stats.bytes_read, cpu_seconds=stats.cpu_seconds)
+    return WorkDone(rows=stats.rows, bytes_read=stats.bytes_read, cpu_seconds=stats.cpu_seconds, records_quarantined=stats.records_quarantined)
+
+
+def _progress(items: list[planner_pb2.TaskProgress]) -> list[Progress]:
+    return [Progress(p.task_id, p.rows_consumed, p.finished) for p in items]
 
 
 class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
@@ -69,22 +81,34 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         self._registry = registry
 
     def CreatePlan(self, request: planner_pb2.CreatePlanRequest, context: grpc.ServicerContext) -> planner_pb2.CreatePlanResponse:
-        return planner_pb2.CreatePlanResponse(summary=summary_proto(self._registry.create(request.job_id, request.spec_yaml)))
+        return planner_pb2.CreatePlanResponse(summary=summary_proto(self._registry.create(request.job_id, request.spec_yaml).plan))
+
+    def PreviewPlan(self, request: planner_pb2.PreviewPlanRequest, context: grpc.ServicerContext) -> planner_pb2.PreviewPlanResponse:
+        job = load_job_text(request.spec_yaml, "previewed spec")
+        plan = build_plan("preview", job, self._registry.resolve)
+        return planner_pb2.PreviewPlanResponse(summary=summary_proto(plan), partitions=[decision_to_proto(d) for d in plan.decisions])
+
+    def ResolvePartitions(self, request: planner_pb2.ResolvePartitionsRequest, context: grpc.ServicerContext) -> planner_pb2.ResolvePartitionsResponse:
+        job = load_job_text(request.spec_yaml, "spec to resolve")
+        source = next((s for s in job.spec.data.sources if s.name == request.source), None)
+        if source is None:
+            raise InvalidRequestError(f"the spec has no source {request.source!r}")
+        slots = [datetime.fromtimestamp(t, UTC) for t in request.slot_unix]
+        partitions = self._registry.resolve(job, source, slots)
+        return planner_pb2.ResolvePartitionsResponse(partitions=[partition_to_proto(p) for p in partitions])
 
     def GetPlan(self, request: planner_pb2.GetPlanRequest, context: grpc.ServicerContext) -> planner_pb2.GetPlanResponse:
         job_plan = self._registry.get(request.job_id)
         ledger = job_plan.ledger
         counts = ledger.counts()
         return planner_pb2.GetPlanResponse(
-            summary=summary_proto(job_plan),
-            sources=[common_pb2.SourceStats(source=name, **vars(account)) for name, account in sorted(ledger.accounts.items())],
+            summary=summary_proto(job_plan.plan),
+            sources=[common_pb2.SourceStats(source=name, **vars(account)) for name, account in sorted(ledger.snapshot().items())],
             tasks_done=counts[TaskStatus.DONE],
-            tasks_leased=counts[TaskStatus.LEASED],
+            tasks_leased=counts[TaskStatus.LEASED] + counts[TaskStatus.SERVED],
             tasks_pending=counts[TaskStatus.PENDING],
             quarantined=[
-                planner_pb2.QuarantinedTask(
-                    task_id=e.spec.task_id, source=e.spec.source, partition=e.spec.partition, reason=e.errors[-1], attempts=len(e.errors)
-                )
+                planner_pb2.QuarantinedTask(task_id=e.spec.task_id, source=e.spec.source, partition=e.spec.partition, reason=e.errors[-1], attempts=len(e.errors))
                 for e in ledger.quarantined()
             ],
         )
@@ -93,19 +117,37 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         ledger = self._registry.get(request.job_id).ledger
         lease = ledger.lease(request.purpose, request.executor_id)
         if lease is not None:
-            return planner_pb2.LeaseTaskResponse(task=task_proto(request.job_id, lease.spec, lease.attempt, lease.deadline))
+            task = task_proto(request.job_id, lease.spec, lease.attempt, lease.deadline, lease.start_offset, lease.speculative)
+            return planner_pb2.LeaseTaskResponse(task=task)
         if ledger.exhausted(request.purpose):
             return planner_pb2.LeaseTaskResponse(exhausted=True)
         return planner_pb2.LeaseTaskResponse(retry_after_seconds=RETRY_AFTER_SECONDS)
 
+    def ClaimTask(self, request: planner_pb2.ClaimTaskRequest, context: grpc.ServicerContext) -> planner_pb2.ClaimTaskResponse:
+        ledger = self._registry.get(request.job_id).ledger
+        return planner_pb2.ClaimTaskResponse(granted=ledger.claim(request.task_id, request.attempt))
+
+    def ReleaseTask(self, request: planner_pb2.ReleaseTaskRequest, context: grpc.ServicerContext) -> planner_pb2.ReleaseTaskResponse:
+        self._registry.get(request.job_id).ledger.release(request.task_id, request.attempt)
+        return planner_pb2.ReleaseTaskResponse()
+
     def CompleteTask(self, request: planner_pb2.CompleteTaskRequest, context: grpc.ServicerContext) -> planner_pb2.CompleteTaskResponse:
         ledger = self._registry.get(request.job_id).ledger
-        return planner_pb2.CompleteTaskResponse(accepted=ledger.complete(request.task_id, request.attempt, _work(request.stats)))
+        return planner_pb2.CompleteTaskResponse(accepted=ledger.served(request.task_id, request.attempt, _work(request.stats)))
 
     def FailTask(self, request: planner_pb2.FailTaskRequest, context: grpc.ServicerContext) -> planner_pb2.FailTaskResponse:
         ledger = self._registry.get(request.job_id).ledger
         status = ledger.fail(request.task_id, request.attempt, request.error, _work(request.stats))
         return planner_pb2.FailTaskResponse(will_retry=status is TaskStatus.PENDING, quarantined=status is TaskStatus.QUARANTINED)
+
+    def CommitProgress(self, request: planner_pb2.CommitProgressRequest, context: grpc.ServicerContext) -> planner_pb2.CommitProgressResponse:
+        ledger = self._registry.get(request.job_id).ledger
+        done = ledger.commit(request.checkpoint_seq, _progress(list(request.progress)), request.lost_executors)
+        return planner_pb2.CommitProgressResponse(accepted=True, tasks_committed=done)
+
+    def ResumeTraining(self, request: planner_pb2.ResumeTrainingRequest, context: grpc.ServicerContext) -> planner_pb2.ResumeTrainingResponse:
+        ledger = self._registry.get(request.job_id).ledger
+        return planner_pb2.ResumeTrainingResponse(tasks_reset=ledger.resume(request.checkpoint_seq, _progress(list(request.progress))))
 
     def DropPlan(self, request: planner_pb2.DropPlanRequest, context: grpc.ServicerContext) -> planner_pb2.DropPlanResponse:
         self._registry.drop(request.job_id)

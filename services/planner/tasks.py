@@ -1,37 +1,31 @@
-"""Tier 3: split partitions into executable data tasks with deterministic ids."""
+"""Tier 3: pack a partition's pieces into executable data tasks with deterministic ids."""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from primus.sources import Partition, Piece
 from primus.v1 import common_pb2
-from services.planner.partitions import DataFile, Partition
 
 TARGET_TASK_BYTES = 32 * 1024 * 1024
-FILE_OPEN_COST_BYTES = 1 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class FilePiece:
-    path: str
-    row_groups: tuple[int, ...]
-    bytes: int
-    rows: int
+OPEN_COST_BYTES = 1 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """An immutable task of a plan; attempts and leases live in the ledger."""
+    """An immutable task of a plan; attempts, leases and offsets live in the ledger."""
 
     task_id: str
     source: str
     partition: str
     purpose: int
-    pieces: tuple[FilePiece, ...]
+    pieces: tuple[Piece, ...]
     priority: int
     schema_version: int
     order: int
+    adapter: str = "files"
+    depends_on: tuple[str, ...] = ()
 
     @property
     def bytes(self) -> int:
@@ -48,10 +42,32 @@ def task_id(plan_version: int, source: str, partition: str, split: str) -> str:
     return f"t-{digest[:20]}"
 
 
-def _pieces(file: DataFile) -> list[FilePiece]:
-    if not file.row_groups:
-        return [FilePiece(file.path, (), file.size, 0)]
-    return [FilePiece(file.path, (g.index,), g.bytes, g.rows) for g in file.row_groups]
+def pack_pieces(pieces: tuple[Piece, ...], target_bytes: int = TARGET_TASK_BYTES, open_cost: int = OPEN_COST_BYTES) -> list[list[Piece]]:
+    """First-fit in order: a group closes when the next piece would pass the target; each new location costs open_cost."""
+    groups: list[list[Piece]] = [[]]
+    size = 0
+    seen: set[str] = set()
+    for piece in pieces:
+        cost = piece.bytes + (open_cost if piece.location not in seen else 0)
+        if groups[-1] and size + cost > target_bytes:
+            groups.append([])
+            size, seen = 0, set()
+            cost = piece.bytes + open_cost
+        groups[-1].append(piece)
+        seen.add(piece.location)
+        size += cost
+    return [_merge_row_groups(g) for g in groups if g]
+
+
+def _merge_row_groups(pieces: list[Piece]) -> list[Piece]:
+    merged: list[Piece] = []
+    for piece in pieces:
+        last = merged[-1] if merged else None
+        if last is not None and last.location == piece.location and last.row_groups and piece.row_groups:
+            merged[-1] = replace(last, row_groups=last.row_groups + piece.row_groups, bytes=last.bytes + piece.bytes, rows=last.rows + piece.rows)
+        else:
+            merged.append(piece)
+    return merged
 
 
 def split_partition(
@@ -59,48 +75,26 @@ def split_partition(
     plan_version: int,
     purpose: int,
     priority: int,
-    schema_version: int,
     order: int,
+    adapter: str,
     target_bytes: int = TARGET_TASK_BYTES,
 ) -> list[TaskSpec]:
-    """Pack row groups into tasks of about target_bytes, charging each opened file an open cost."""
-    groups: list[list[FilePiece]] = [[]]
-    size = 0
-    for file in partition.files:
-        size += FILE_OPEN_COST_BYTES
-        for piece in _pieces(file):
-            if groups[-1] and size + piece.bytes > target_bytes:
-                groups.append([])
-                size = FILE_OPEN_COST_BYTES
-            groups[-1].append(piece)
-            size += piece.bytes
+    """The tasks of one ready partition, in time order, each chained after the previous one of its source."""
+    purpose_tag = "eval" if purpose == common_pb2.TASK_PURPOSE_EVAL else "train"
     tasks = []
-    for group in groups:
-        if not group:
-            continue
-        merged = _merge_by_file(group)
-        split = ";".join(f"{p.path}:{','.join(map(str, p.row_groups)) or '*'}" for p in merged)
-        purpose_tag = "eval" if purpose == common_pb2.TASK_PURPOSE_EVAL else "train"
+    for group in pack_pieces(partition.pieces, target_bytes):
+        split = ";".join(p.identity for p in group)
         tasks.append(
             TaskSpec(
                 task_id=task_id(plan_version, f"{partition.source}:{purpose_tag}", partition.key, split),
                 source=partition.source,
                 partition=partition.key,
                 purpose=purpose,
-                pieces=tuple(merged),
+                pieces=tuple(group),
                 priority=priority,
-                schema_version=schema_version,
+                schema_version=partition.schema_version,
                 order=order,
+                adapter=adapter,
             )
         )
     return tasks
-
-
-def _merge_by_file(pieces: list[FilePiece]) -> list[FilePiece]:
-    merged: dict[str, FilePiece] = {}
-    for piece in pieces:
-        prev = merged.get(piece.path)
-        merged[piece.path] = (
-            piece if prev is None else FilePiece(piece.path, prev.row_groups + piece.row_groups, prev.bytes + piece.bytes, prev.rows + piece.rows)
-        )
-    return list(merged.values())

@@ -1,10 +1,12 @@
-"""BatchFeed: read record batches from every data executor's Flight stream into one bounded queue."""
+"""BatchFeed: one Flight stream per data executor into a bounded queue; new executors join, lost ones are reported."""
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -14,41 +16,96 @@ from primus import telemetry
 from primus.errors import UnavailableError
 from primus.v1 import data_executor_pb2
 
-_DONE = object()
+Discover = Callable[[], dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Served:
+    batch: pa.RecordBatch
+    origin: data_executor_pb2.BatchOrigin
+    executor_id: str
+
+
+@dataclass(frozen=True)
+class Lost:
+    executor_id: str
+    error: str
+
+
+def fixed(addresses: dict[str, str]) -> Discover:
+    """Discovery over a fixed set of executors (tests, benchmarks)."""
+    return lambda: dict(addresses)
 
 
 class BatchFeed:
-    """Iterates (batch, origin) from all executors until each stream ends; a broken stream raises."""
+    """Yields Served batches and Lost events until every stream has ended.
 
-    def __init__(self, data_addresses: Sequence[str], job_id: str, consumer_id: str, purpose: int, prefetch: int = 16) -> None:
-        self._addresses = list(data_addresses)
-        self._ticket = data_executor_pb2.DataTicket(
-            job_id=job_id,
-            consumer_id=consumer_id,
-            purpose=purpose,  # type: ignore[arg-type]
-            trace_context=telemetry.inject_headers(),
-        )
+    A stream that ends normally has nothing more to serve; after a loss, call reopen() so that executors whose
+    streams had ended serve the lost executor's requeued tasks.
+    """
+
+    def __init__(
+        self,
+        discover: Discover,
+        job_id: str,
+        consumer_id: str,
+        purpose: int,
+        prefetch: int = 16,
+        poll_seconds: float = 1.0,
+        replacement_timeout: float = 120.0,
+    ) -> None:
+        self._discover = discover
+        self._ticket = data_executor_pb2.DataTicket(job_id=job_id, consumer_id=consumer_id, purpose=purpose)  # type: ignore[arg-type]
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
         self._stop = threading.Event()
+        self._poll = poll_seconds
+        self._replacement_timeout = replacement_timeout
+        self._states: dict[str, str] = {}
+        self._reopen = False
 
-    def __iter__(self) -> Iterator[tuple[pa.RecordBatch, data_executor_pb2.BatchOrigin]]:
-        threads = [threading.Thread(target=self._pull, args=(a,), name=f"feed-{a}", daemon=True) for a in self._addresses]
-        for thread in threads:
-            thread.start()
-        remaining = len(threads)
+    def reopen(self) -> None:
+        self._reopen = True
+
+    def __iter__(self) -> Iterator[Served | Lost]:
+        self._ticket.trace_context.update(telemetry.inject_headers())
+        waiting_since: float | None = None
         try:
-            while remaining:
-                item = self._queue.get()
-                if item is _DONE:
-                    remaining -= 1
-                elif isinstance(item, BaseException):
-                    raise item
+            while True:
+                self._refresh()
+                running = [e for e, s in self._states.items() if s == "running"]
+                if not running:
+                    if any(s == "finished" for s in self._states.values()):
+                        return
+                    waiting_since = waiting_since or time.monotonic()
+                    if time.monotonic() - waiting_since > self._replacement_timeout:
+                        raise UnavailableError(f"no live data executor to read from for {self._replacement_timeout:.0f}s")
                 else:
-                    yield item
+                    waiting_since = None
+                try:
+                    item = self._queue.get(timeout=self._poll)
+                except queue.Empty:
+                    continue
+                kind, executor_id, payload = item
+                if kind == "batch":
+                    yield Served(payload[0], payload[1], executor_id)
+                elif kind == "done":
+                    self._states[executor_id] = "finished"
+                else:
+                    self._states[executor_id] = "lost"
+                    yield Lost(executor_id, payload)
         finally:
             self._stop.set()
 
-    def _pull(self, address: str) -> None:
+    def _refresh(self) -> None:
+        live = self._discover()
+        for executor_id, address in live.items():
+            state = self._states.get(executor_id)
+            if state is None or (state == "finished" and self._reopen):
+                self._states[executor_id] = "running"
+                threading.Thread(target=self._pull, args=(executor_id, address), name=f"feed-{executor_id}", daemon=True).start()
+        self._reopen = False
+
+    def _pull(self, executor_id: str, address: str) -> None:
         try:
             client = flight.connect(f"grpc://{address}")
             reader = client.do_get(flight.Ticket(self._ticket.SerializeToString()))
@@ -60,11 +117,11 @@ class BatchFeed:
                 origin = data_executor_pb2.BatchOrigin()
                 if chunk.app_metadata is not None:
                     origin.ParseFromString(chunk.app_metadata.to_pybytes())
-                self._put((chunk.data, origin))
+                self._put(("batch", executor_id, (chunk.data, origin)))
             client.close()
-            self._put(_DONE)
-        except flight.FlightError as exc:
-            self._put(UnavailableError(f"data executor at {address}: {exc}"))
+            self._put(("done", executor_id, None))
+        except Exception as exc:  # noqa: BLE001 - any broken stream means the executor is lost to this consumer
+            self._put(("lost", executor_id, f"data executor {executor_id} at {address}: {exc}"))
 
     def _put(self, item: object) -> None:
         while not self._stop.is_set():

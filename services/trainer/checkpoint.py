@@ -1,0 +1,67 @@
+"""Checkpoints that hold the model, the optimizer and the data progress together, written atomically."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from services.trainer.consumed import ConsumedTasks
+
+KEEP = 2
+
+
+@dataclass
+class Checkpoint:
+    seq: int
+    model: dict[str, Any]
+    optimizer: dict[str, Any]
+    consumed: ConsumedTasks
+    steps: int
+    train_samples: int
+    phase: str
+
+
+def _path(folder: Path, seq: int) -> Path:
+    return folder / f"ckpt-{seq:06d}.pt"
+
+
+def save(folder: Path, checkpoint: Checkpoint) -> Path:
+    """Write to a temporary file, then rename: a crash leaves the previous checkpoint whole."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = _path(folder, checkpoint.seq)
+    tmp = path.with_suffix(".tmp")
+    torch.save(
+        {
+            "seq": checkpoint.seq,
+            "model": checkpoint.model,
+            "optimizer": checkpoint.optimizer,
+            "consumed": checkpoint.consumed.to_state(),
+            "steps": checkpoint.steps,
+            "train_samples": checkpoint.train_samples,
+            "phase": checkpoint.phase,
+        },
+        tmp,
+    )
+    tmp.replace(path)
+    for old in sorted(folder.glob("ckpt-*.pt"))[:-KEEP]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def load_latest(folder: Path) -> Checkpoint | None:
+    paths = sorted(folder.glob("ckpt-*.pt"))
+    if not paths:
+        return None
+    state = torch.load(paths[-1], weights_only=False)
+    return Checkpoint(
+        seq=int(state["seq"]),
+        model=state["model"],
+        optimizer=state["optimizer"],
+        consumed=ConsumedTasks.from_state(state["consumed"]),
+        steps=int(state["steps"]),
+        train_samples=int(state["train_samples"]),
+        phase=str(state["phase"]),
+    )

@@ -1,0 +1,446 @@
+"""Deployment files: kustomize renders, Kubernetes schemas, probes and wiring, the TrainingJob CRD, and the YARN spec."""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import skein
+import yaml
+
+from primus.demo import demo_job
+from primus.errors import SpecError
+from primus.spec import TrainingJob, parse_job
+
+ROOT = Path(__file__).resolve().parents[1]
+K8S = ROOT / "deploy" / "k8s"
+YARN_SPEC = ROOT / "deploy" / "yarn" / "primus.yaml"
+SERVE_SH = ROOT / "deploy" / "yarn" / "serve.sh"
+
+# Validated against the schemas kubernetes-validate bundles for this version (gRPC probes are GA since 1.27).
+KUBERNETES_VERSION = "1.30"
+KUSTOMIZATIONS = {"base": K8S / "base", "dev": K8S / "overlays" / "dev"}
+NAMESPACES = {"base": None, "dev": "primus-dev"}
+IMAGES = {"base": "primus:0.1.0", "dev": "primus:0.1.0-dev"}
+# service module -> (Kubernetes name, gRPC port)
+SERVICES = {
+    "master": ("primus-master", 50051),
+    "planner": ("primus-planner", 50052),
+    "resource_controller": ("primus-resource-controller", 50053),
+}
+RUNS_PVC = "primus-runs"
+CRD_NAME = "trainingjobs.primus.dev"
+RC_ACCOUNT = "primus-resource-controller"
+
+Doc = dict[str, Any]
+
+
+def _kubectl() -> str:
+    path = shutil.which("kubectl")
+    if path is None:
+        reason = "kubectl is not on PATH: the kustomize checks need `kubectl kustomize` (kubectl 1.27+ bundles kustomize v5)"
+        if os.environ.get("PRIMUS_REQUIRE_SERVICES") == "1":
+            pytest.fail(f"{reason}; PRIMUS_REQUIRE_SERVICES=1 forbids skipping")
+        pytest.skip(reason)
+    return path
+
+
+@cache
+def _render(kubectl: str, directory: Path) -> tuple[Doc, ...]:
+    done = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, f"kubectl kustomize {directory} failed:\n{done.stderr}"
+    return tuple(doc for doc in yaml.safe_load_all(done.stdout) if doc)
+
+
+@pytest.fixture(params=sorted(KUSTOMIZATIONS))
+def rendered(request: pytest.FixtureRequest) -> tuple[str, tuple[Doc, ...]]:
+    name = request.param
+    return name, _render(_kubectl(), KUSTOMIZATIONS[name])
+
+
+def _one(docs: tuple[Doc, ...], kind: str, name: str) -> Doc:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected exactly one {kind}/{name}, found {len(found)}"
+    return found[0]
+
+
+def _flags(args: list[str]) -> dict[str, str]:
+    """--name=value and --name value pairs as a dict."""
+    flags: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        if "=" in args[i]:
+            key, value = args[i].split("=", 1)
+        else:
+            key, value = args[i], args[i + 1]
+            i += 1
+        flags[key] = value
+        i += 1
+    return flags
+
+
+def _crd_schema(crd: Doc, version: str) -> Doc:
+    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    schema: Doc = served["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def _validate_custom(doc: Doc, crds: list[Doc]) -> None:
+    """A custom resource has no bundled schema: check it against its CRD's structural schema (OpenAPI v3.0, i.e. draft 4)."""
+    group, version = doc["apiVersion"].split("/")
+    crd = next(c for c in crds if c["spec"]["group"] == group and c["spec"]["names"]["kind"] == doc["kind"])
+    jsonschema.Draft4Validator(_crd_schema(crd, version)).validate(doc)
+
+
+def test_kustomizations_render_every_object(rendered: tuple[str, tuple[Doc, ...]]) -> None:
+    name, docs = rendered
+    expected = {
+        ("CustomResourceDefinition", CRD_NAME),
+        ("PersistentVolumeClaim", RUNS_PVC),
+        ("ServiceAccount", RC_ACCOUNT),
+        ("Role", RC_ACCOUNT),
+        ("RoleBinding", RC_ACCOUNT),
+        *(("Deployment", k8s_name) for k8s_name, _ in SERVICES.values()),
+        *(("Service", k8s_name) for k8s_name, _ in SERVICES.values()),
+    }
+    namespace = NAMESPACES[name]
+    if namespace:
+        expected.add(("Namespace", namespace))
+    found = [(d["kind"], d["metadata"]["name"]) for d in docs]
+    assert len(found) == len(set(found)), f"duplicate objects: {sorted(found)}"
+    assert set(found) == expected
+    for doc in docs:
+        where = f"{name}: {doc['kind']}/{doc['metadata']['name']}"
+        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "primus", where
+        if doc["kind"] not in ("Namespace", "CustomResourceDefinition"):
+            assert doc["metadata"].get("namespace") == namespace, where
+        if doc["kind"] == "Deployment":
+            pod = doc["spec"]["template"]
+            assert pod["metadata"]["labels"]["app.kubernetes.io/part-of"] == "primus", where
+            assert [c["image"] for c in pod["spec"]["containers"]] == [IMAGES[name]], where
+
+
+def test_objects_validate_against_kubernetes_schemas(rendered: tuple[str, tuple[Doc, ...]]) -> None:
+    name, docs = rendered
+    crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    custom_groups = {c["spec"]["group"] for c in crds}
+    checked = []
+    for doc in docs:
+        where = f"{name}: {doc['kind']}/{doc['metadata']['name']}"
+        if doc["apiVersion"].split("/")[0] in custom_groups:
+            _validate_custom(doc, crds)
+            continue
+        try:
+            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            path = ".".join(str(p) for p in exc.path)
+            pytest.fail(f"{where} is not a valid Kubernetes {KUBERNETES_VERSION} object: {path}: {exc.message}")
+        checked.append(doc["kind"])
+    # The CRD object itself is a built-in kind and must have gone through the bundled schemas.
+    assert "CustomResourceDefinition" in checked
+    assert checked.count("Deployment") == len(SERVICES)
+
+
+def test_schema_validation_is_not_vacuous() -> None:
+    docs = _render(_kubectl(), KUSTOMIZATIONS["base"])
+    deployment = copy.deepcopy(_one(docs, "Deployment", SERVICES["planner"][0]))
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["grpc"]["port"] = "grpc"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+    crd = copy.deepcopy(_one(docs, "CustomResourceDefinition", CRD_NAME))
+    crd["spec"]["versions"][0]["subresource"] = {"status": {}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(crd, KUBERNETES_VERSION, strict=True)
+
+
+def test_deployments_probe_their_grpc_port_and_share_the_runs_volume(rendered: tuple[str, tuple[Doc, ...]]) -> None:
+    name, docs = rendered
+    mount_paths = set()
+    for module, (k8s_name, port) in SERVICES.items():
+        where = f"{name}: Deployment/{k8s_name}"
+        deployment = _one(docs, "Deployment", k8s_name)
+        assert deployment["spec"]["replicas"] == 1, where
+        pod = deployment["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert container["command"] == ["python", "-m", f"services.{module}"], where
+        assert [p["containerPort"] for p in container["ports"]] == [port], where
+        for probe in ("readinessProbe", "livenessProbe"):
+            assert container[probe]["grpc"]["port"] == port, f"{where}: {probe} must be a gRPC probe on {port}"
+        if "startupProbe" in container:
+            assert container["startupProbe"]["grpc"]["port"] == port, f"{where}: startupProbe must be a gRPC probe on {port}"
+        flags = _flags(container["args"])
+        assert flags["--bind"].rsplit(":", 1)[1] == str(port), where
+        assert flags["--runs-dir"], where
+
+        assert pod["terminationGracePeriodSeconds"] > 0, where
+        assert pod["securityContext"]["runAsNonRoot"] is True, where
+        assert pod["securityContext"]["runAsUser"] != 0, where
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False, where
+        for bound in ("requests", "limits"):
+            assert {"cpu", "memory"} <= set(container["resources"][bound]), f"{where}: resources.{bound}"
+
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        runs = [m for m in container["volumeMounts"] if volumes[m["name"]].get("persistentVolumeClaim", {}).get("claimName") == RUNS_PVC]
+        assert len(runs) == 1, f"{where}: mount the {RUNS_PVC} claim once"
+        assert runs[0]["mountPath"] == flags["--runs-dir"], where
+        mount_paths.add(runs[0]["mountPath"])
+
+        service = _one(docs, "Service", k8s_name)
+        assert service["spec"]["type"] == "ClusterIP", k8s_name
+        assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items(), k8s_name
+        (service_port,) = service["spec"]["ports"]
+        assert service_port["port"] == port, k8s_name
+        target = service_port["targetPort"]
+        assert target == port or target == next(p["name"] for p in container["ports"] if p["containerPort"] == port), k8s_name
+    # The master creates job folders that the resource controller's executors then use by path.
+    assert len(mount_paths) == 1, f"every service must mount the runs volume at one path, got {mount_paths}"
+
+
+def test_master_reaches_planner_and_resource_controller_through_their_services(rendered: tuple[str, tuple[Doc, ...]]) -> None:
+    name, docs = rendered
+    namespace = NAMESPACES[name]
+    master = _one(docs, "Deployment", SERVICES["master"][0])
+    (container,) = master["spec"]["template"]["spec"]["containers"]
+    flags = _flags(container["args"])
+    for module, flag in (("planner", "--planner"), ("resource_controller", "--resource-controller")):
+        k8s_name, _ = SERVICES[module]
+        service = _one(docs, "Service", k8s_name)
+        (port,) = (p["port"] for p in service["spec"]["ports"])
+        host, _, given_port = flags[flag].rpartition(":")
+        dns_names = {k8s_name}
+        if namespace:
+            dns_names |= {f"{k8s_name}.{namespace}", f"{k8s_name}.{namespace}.svc", f"{k8s_name}.{namespace}.svc.cluster.local"}
+        assert host in dns_names, f"{flag}={flags[flag]} does not name the {k8s_name} Service"
+        assert given_port == str(port), f"{flag}={flags[flag]} is not the {k8s_name} Service port {port}"
+    # The master tells executors (in another pod) to call it back at its bound address, so 0.0.0.0 would send them to themselves.
+    host = flags["--bind"].rsplit(":", 1)[0]
+    assert host == "$(POD_IP)", f"master must bind an address other pods can reach, got {host}"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+
+
+def test_resource_controller_may_manage_pods(rendered: tuple[str, tuple[Doc, ...]]) -> None:
+    name, docs = rendered
+    role = _one(docs, "Role", RC_ACCOUNT)
+    pod_verbs = {verb for rule in role["rules"] if "" in rule["apiGroups"] and "pods" in rule["resources"] for verb in rule["verbs"]}
+    assert {"create", "list", "watch", "delete"} <= pod_verbs
+    binding = _one(docs, "RoleBinding", RC_ACCOUNT)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RC_ACCOUNT}
+    assert [(s["kind"], s["name"], s.get("namespace")) for s in binding["subjects"]] == [("ServiceAccount", RC_ACCOUNT, NAMESPACES[name])]
+    _one(docs, "ServiceAccount", RC_ACCOUNT)
+    deployment = _one(docs, "Deployment", SERVICES["resource_controller"][0])
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == RC_ACCOUNT
+
+
+def _crd() -> Doc:
+    """The CRD as written (no kubectl needed): kustomize only adds labels to it, which the render tests check."""
+    docs = tuple(yaml.safe_load_all((K8S / "base" / "crd-trainingjobs.yaml").read_text()))
+    return _one(docs, "CustomResourceDefinition", CRD_NAME)
+
+
+# The job-spec fields the CRD types; more may be added, none may go.
+CRD_FIELDS = [
+    *(f"spec.resources.{role}.{field}" for role in ("dataExecutor", "trainer") for field in ("replicas", "cpu", "memoryMiB")),
+    *(f"spec.data.sources[].{field}" for field in ("name", "kind", "uri", "format", "schemaVersion", "timeRange.start", "timeRange.end", "readiness", "priority")),
+    "spec.data.eval.source",
+    "spec.data.eval.timeRange.start",
+    "spec.data.eval.timeRange.end",
+    *(f"spec.training.features.{field}" for field in ("label", "dense", "sparse[].name", "sparse[].buckets", "embeddingDim")),
+    *(f"spec.training.{field}" for field in ("batchSize", "learningRate", "optimizer", "seed", "reportEverySteps")),
+]
+# Where the CRD may be stricter than the model's JSON schema because a pydantic validator is (one trainer process).
+STRICTER_IN_CRD = {"spec.resources.trainer.replicas"}
+
+
+def _field(schema: Doc, path: str) -> Doc:
+    node = schema
+    for part in path.split("."):
+        node = node["properties"][part.removesuffix("[]")]
+        if part.endswith("[]"):
+            assert node["type"] == "array", path
+            node = node["items"]
+    return node
+
+
+def test_crd_declares_namespaced_training_jobs_with_status() -> None:
+    crd = _crd()
+    spec = crd["spec"]
+    assert spec["group"] == "primus.dev"
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"]["kind"] == "TrainingJob"
+    assert spec["names"]["plural"] == "trainingjobs"
+    (version,) = spec["versions"]
+    assert (version["name"], version["served"], version["storage"]) == ("v1", True, True)
+    assert version["subresources"] == {"status": {}}
+    schema = version["schema"]["openAPIV3Schema"]
+    assert {"apiVersion", "kind", "metadata", "spec", "status"} == set(schema["properties"])
+    assert set(schema["properties"]["status"]["properties"]) == {"state", "message"}
+    missing = []
+    for path in CRD_FIELDS:
+        try:
+            _field(schema, path)
+        except KeyError:
+            missing.append(path)
+    assert not missing, f"the CRD no longer types {missing}"
+
+
+def _resolve(node: Doc, defs: dict[str, Doc]) -> Doc:
+    if "$ref" in node:
+        return _resolve(defs[node["$ref"].rsplit("/", 1)[1]], defs)
+    if "anyOf" in node:
+        (only,) = [n for n in node["anyOf"] if n.get("type") != "null"]
+        return _resolve(only, defs)
+    return node
+
+
+def _lower_bound(node: Doc, *, crd: bool) -> tuple[float, bool] | None:
+    """(bound, exclusive): pydantic writes gt=0 as exclusiveMinimum: 0, a CRD as minimum: 0 with exclusiveMinimum: true."""
+    if not crd and "exclusiveMinimum" in node:
+        return node["exclusiveMinimum"], True
+    if "minimum" in node:
+        return node["minimum"], bool(crd and node.get("exclusiveMinimum", False))
+    return None
+
+
+def _compatibility_problems(model: Doc, crd: Doc, path: str, defs: dict[str, Doc]) -> list[str]:
+    """Ways the CRD schema contradicts the model: a field primus lacks, another type, or a job primus accepts but the CRD rejects."""
+    model = _resolve(model, defs)
+    if model.get("type") != crd.get("type"):
+        return [f"{path}: type {crd.get('type')!r} in the CRD, {model.get('type')!r} in primus"]
+    problems = []
+    stricter_ok = path in STRICTER_IN_CRD
+    if model["type"] == "object":
+        if crd.get("x-kubernetes-preserve-unknown-fields") is not True:
+            problems.append(f"{path}: set x-kubernetes-preserve-unknown-fields so fields the CRD does not list are kept")
+        extra = set(crd.get("properties", {})) - set(model.get("properties", {}))
+        if extra:
+            problems.append(f"{path}: {sorted(extra)} are not fields of primus's job spec")
+        required = set(crd.get("required", [])) - set(model.get("required", []))
+        if required:
+            problems.append(f"{path}: the CRD requires {sorted(required)}, primus does not")
+        for key in sorted(set(crd.get("properties", {})) & set(model.get("properties", {}))):
+            problems += _compatibility_problems(model["properties"][key], crd["properties"][key], f"{path}.{key}", defs)
+        return problems
+    if model["type"] == "array":
+        if crd.get("minItems", 0) > model.get("minItems", 0):
+            problems.append(f"{path}: minItems {crd['minItems']} in the CRD, {model.get('minItems', 0)} in primus")
+        return problems + _compatibility_problems(model["items"], crd["items"], f"{path}[]", defs)
+    if "enum" in crd:
+        choices = model.get("enum", [model["const"]] if "const" in model else None)
+        if choices is None or not set(choices) <= set(crd["enum"]):
+            problems.append(f"{path}: enum {crd['enum']} in the CRD, {choices} in primus")
+    crd_low, model_low = _lower_bound(crd, crd=True), _lower_bound(model, crd=False)
+    if crd_low is not None and (model_low is None or crd_low > model_low):
+        problems.append(f"{path}: lower bound {crd_low} in the CRD, {model_low} in primus")
+    if "maximum" in crd and not stricter_ok and crd["maximum"] < model.get("maximum", float("inf")):
+        problems.append(f"{path}: maximum {crd['maximum']} in the CRD, {model.get('maximum')} in primus")
+    for key in ("minLength", "pattern"):
+        if key in crd and crd[key] != model.get(key):
+            problems.append(f"{path}: {key} {crd[key]!r} in the CRD, {model.get(key)!r} in primus")
+    return problems
+
+
+def test_crd_spec_is_compatible_with_the_primus_job_model() -> None:
+    model = TrainingJob.model_json_schema(by_alias=True)
+    defs = model.pop("$defs")
+    schema = _crd_schema(_crd(), "v1")
+    assert set(model["properties"]) <= set(schema["properties"])
+    problems = _compatibility_problems(model["properties"]["spec"], schema["properties"]["spec"], "spec", defs)
+    assert not problems, "deploy/k8s/base/crd-trainingjobs.yaml disagrees with primus/spec.py:\n" + "\n".join(problems)
+
+
+def test_crd_schema_accepts_the_demo_job_and_rejects_bad_ones() -> None:
+    job = demo_job("file:///var/lib/primus/data/clicks/{date}/{hour}.parquet", days=3)
+    parse_job(job)  # a valid primus/v1 job to begin with
+    resource: Doc = {**job, "apiVersion": "primus.dev/v1"}
+    crds = [_crd()]
+    _validate_custom(resource, crds)
+    changes: list[Callable[[Doc], object]] = [
+        lambda spec: spec["training"].update(optimizer="rmsprop"),
+        lambda spec: spec["training"].update(learningRate=0),
+        lambda spec: spec["resources"]["trainer"].update(replicas=2),
+        lambda spec: spec["data"]["sources"][0].update(name="Clicks"),
+        lambda spec: spec["data"].update(sources=[]),
+        lambda spec: spec["training"]["features"].pop("sparse"),
+    ]
+    for change in changes:
+        broken = copy.deepcopy(resource)
+        change(broken["spec"])
+        with pytest.raises(jsonschema.ValidationError):
+            _validate_custom(broken, crds)
+        with pytest.raises(SpecError):  # the CRD rejects only what primus rejects too
+            parse_job({**broken, "apiVersion": job["apiVersion"]})
+
+
+def test_yarn_spec_loads_with_skein() -> None:
+    spec = skein.ApplicationSpec.from_file(str(YARN_SPEC))
+    assert set(spec.services) == set(SERVICES)
+    assert spec.services["master"].depends == {"planner", "resource_controller"}
+    for module, service in spec.services.items():
+        assert service.instances == 1, module
+        assert f"python -m services.{module}" in service.script, module
+        assert service.resources.memory > 0 and service.resources.vcores > 0, module
+        assert service.files["serve.sh"].source == SERVE_SH.as_uri(), module
+    for flag in ("--planner", "--resource-controller"):
+        assert flag in spec.services["master"].script
+    assert SERVE_SH.is_file()
+    spec.to_protobuf()  # the form `skein application submit` sends to the driver
+
+
+FAKE_SERVICE = """
+import json, signal, sys, time
+ready = sys.argv[sys.argv.index("--ready-file") + 1]
+stopping = []
+signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+with open(ready + ".tmp", "w") as handle:
+    json.dump({"name": "fake", "address": "node-1.example:41234", "pid": 0}, handle)
+import os; os.replace(ready + ".tmp", ready)
+while not stopping:
+    time.sleep(0.02)
+sys.exit(3)
+"""
+
+
+def test_serve_sh_publishes_the_bound_address_and_forwards_sigterm(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_skein = bin_dir / "skein"
+    fake_skein.write_text('#!/bin/sh\nprintf "%s\\n" "$*" >> "$SKEIN_LOG"\n')
+    fake_skein.chmod(0o755)
+    (bin_dir / "python").symlink_to(sys.executable)
+    (tmp_path / "fake.py").write_text(FAKE_SERVICE)
+    log = tmp_path / "skein.log"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "SKEIN_LOG": str(log)}
+    process = subprocess.Popen(["bash", str(SERVE_SH), "planner", "python", "fake.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 5
+        while not (log.exists() and log.read_text()) and time.monotonic() < deadline:
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.02)
+        assert log.read_text().split() == ["kv", "put", "current", "--key", "planner.address", "--value", "node-1.example:41234"]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=5) == 3, "serve.sh must exit with the service's own status"
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+
+
+def test_serve_sh_fails_when_the_service_dies_before_serving(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["bash", str(SERVE_SH), "planner", sys.executable, "-c", "raise SystemExit(0)"], cwd=tmp_path, capture_output=True, text=True, timeout=10, check=False
+    )
+    assert done.returncode != 0
+    assert "before it was serving" in done.stderr
