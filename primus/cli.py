@@ -1,9 +1,11 @@
-"""The primus command: validate, up, down, submit, status, cancel, run, demo and report."""
+"""The primus command: validate, plan, up, down, submit, status, cancel, run, demo and report."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -13,15 +15,16 @@ from pathlib import Path
 import grpc
 
 from primus import rpc
-from primus.cluster import ClusterState, running_cluster, start_cluster, stop_services
-from primus.console import console, err_console, follow, print_report, state_name
+from primus.cluster import ClusterState, ServiceProcess, running_cluster, start_cluster, start_planner, stop_services
+from primus.console import console, err_console, follow, print_plan, print_report, state_name
 from primus.errors import PrimusError, SpecError
 from primus.spec import load_job_file
-from primus.v1 import master_pb2, master_pb2_grpc
+from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2, planner_pb2_grpc
 
 EXIT_USER_ERROR = 2
 DEFAULT_STATE_DIR = Path(".primus")
 DEFAULT_RUNS_DIR = Path("runs")
+PREVIEW_TIMEOUT_SECONDS = 600.0
 
 
 def _master(state: ClusterState) -> master_pb2_grpc.MasterServiceStub:
@@ -71,6 +74,44 @@ def cmd_validate(args: argparse.Namespace) -> int:
     job = load_job_file(args.job)
     sources = ", ".join(s.name for s in job.spec.data.sources)
     console.print(f"{args.job}: valid TrainingJob {job.metadata.name!r} (sources: {sources})")
+    return 0
+
+
+def _start_planners(scratch: Path, replicas: int) -> list[ServiceProcess]:
+    """A throwaway planner, then its replicas; everything started is stopped again if one fails to start."""
+    started: list[ServiceProcess] = []
+    try:
+        for label in ["planner", *(f"replica-{i}" for i in range(replicas))]:
+            started.append(start_planner(scratch, scratch, label))
+    except BaseException:
+        stop_services(started)
+        raise
+    return started
+
+
+def _preview(address: str, spec_yaml: str, replicas: list[str]) -> planner_pb2.PreviewPlanResponse:
+    channel = rpc.connect(address)
+    try:
+        request = planner_pb2.PreviewPlanRequest(spec_yaml=spec_yaml, replica_addresses=replicas)
+        reply: planner_pb2.PreviewPlanResponse = planner_pb2_grpc.PlannerServiceStub(channel).PreviewPlan(request, timeout=PREVIEW_TIMEOUT_SECONDS)
+        return reply
+    finally:
+        channel.close()
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    job = load_job_file(args.job)
+    if args.replicas < 0:
+        raise SpecError([f"--replicas must be 0 or more, got {args.replicas}"])
+    scratch = args.state_dir / f"plan-{os.getpid()}"
+    err_console.print(f"planning with a throwaway planner{f' and {args.replicas} replicas' if args.replicas else ''} ...")
+    planners = _start_planners(scratch, args.replicas)
+    try:
+        preview = _preview(planners[0].address, job.to_yaml(), [p.address for p in planners[1:]])
+    finally:
+        stop_services(planners)
+        shutil.rmtree(scratch, ignore_errors=True)
+    print_plan(preview, args.explain)
     return 0
 
 
@@ -155,6 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
         return command
 
     add("validate", cmd_validate, "check a job spec without running anything").add_argument("job", type=Path)
+    plan = add("plan", cmd_plan, "print the task graph a job would get, without running anything")
+    plan.add_argument("job", type=Path)
+    plan.add_argument("--explain", action="store_true", help="one line per partition: included, waiting or skipped, and why")
+    plan.add_argument("--replicas", type=int, default=0, help="spread partition discovery over this many extra planner processes")
     add("up", cmd_up, "start master, planner and resource_controller as local processes")
     add("down", cmd_down, "stop the services `primus up` started")
     submit = add("submit", cmd_submit, "hand a job to the running master")

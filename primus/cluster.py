@@ -56,10 +56,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _start(name: str, extra: list[str], runs_dir: Path, state_dir: Path) -> ServiceProcess:
-    ready = state_dir / f"{name}.ready.json"
+def _start(name: str, extra: list[str], runs_dir: Path, state_dir: Path, label: str | None = None) -> ServiceProcess:
+    """Start services.<name>; its ready file and log are named by label (default: the name)."""
+    label = label or name
+    ready = state_dir / f"{label}.ready.json"
     ready.unlink(missing_ok=True)
-    log_path = state_dir / "logs" / f"{name}.log"
+    log_path = state_dir / "logs" / f"{label}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", f"services.{name}", "--runs-dir", str(runs_dir), "--ready-file", str(ready), *extra]
     with log_path.open("ab") as log:
@@ -75,6 +77,11 @@ def _start(name: str, extra: list[str], runs_dir: Path, state_dir: Path) -> Serv
     address = json.loads(ready.read_text())["address"]
     rpc.wait_until_serving(address)
     return ServiceProcess(name=name, pid=process.pid, address=address, log=str(log_path))
+
+
+def start_planner(runs_dir: Path, state_dir: Path, label: str, extra: list[str] | None = None) -> ServiceProcess:
+    """One more planner process (a throwaway for previews, or a replica); stop it with stop_services."""
+    return _start("planner", list(extra or []), runs_dir.resolve(), state_dir, label)
 
 
 def start_cluster(runs_dir: Path, state_dir: Path) -> ClusterState:

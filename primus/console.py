@@ -1,4 +1,4 @@
-"""Terminal output: report tables and a live progress view of a job."""
+"""Terminal output: report tables, plan previews and a live progress view of a job."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from primus.v1 import common_pb2, master_pb2
+from primus.v1 import common_pb2, master_pb2, planner_pb2
 
 # Off a terminal (pipes, CI, tests) lines must not wrap: an error stays one line, tables stay whole.
 console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
@@ -19,6 +19,10 @@ err_console = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isat
 
 def state_name(state: int) -> str:
     return common_pb2.JobState.Name(state).removeprefix("JOB_STATE_")
+
+
+def purpose_name(purpose: int) -> str:
+    return common_pb2.TaskPurpose.Name(purpose).removeprefix("TASK_PURPOSE_").lower()
 
 
 def follow(updates: Iterable[master_pb2.WatchJobResponse]) -> master_pb2.Job:
@@ -108,3 +112,25 @@ def print_report(report: dict[str, Any]) -> None:
         )
     elif trainer:
         console.print(f"[red]trainer error[/red] {trainer['error']}")
+
+
+def print_plan(preview: planner_pb2.PreviewPlanResponse, explain: bool = False) -> None:
+    """A previewed plan: per source and purpose what it holds; with explain, why each partition is in, waits or is out."""
+    summary = preview.summary
+    title = f"plan {summary.fingerprint} ({summary.task_count} tasks, planned in {summary.planning_seconds:.3f}s)"
+    columns = ["source", "purpose", "partitions", "ready", "waiting", "tasks", "bytes", "rows", "schema versions"]
+    console.print(_table(title, columns, [_source_row(s) for s in summary.sources]))
+    if explain:
+        columns = ["source", "partition", "purpose", "decision", "reason", "files", "rows", "tasks"]
+        console.print(_table("partitions", columns, [_decision_row(d) for d in preview.partitions]))
+    console.print(f"fingerprint {summary.fingerprint}  tasks {summary.task_count}  planning {summary.planning_seconds:.3f}s")
+
+
+def _source_row(source: planner_pb2.SourcePlan) -> list[Any]:
+    versions = ",".join(map(str, source.schema_versions)) or "-"
+    total = source.partitions + source.partitions_waiting
+    return [source.source, purpose_name(source.purpose), total, source.partitions, source.partitions_waiting, source.tasks, source.bytes, source.rows, versions]
+
+
+def _decision_row(decision: planner_pb2.PartitionDecision) -> list[Any]:
+    return [decision.source, decision.partition, purpose_name(decision.purpose), decision.decision, decision.reason, decision.files, decision.rows, decision.tasks]

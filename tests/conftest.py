@@ -24,8 +24,8 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def job_document(dataset: Path, **resources: int) -> dict[str, object]:
-    document = demo_job(str(dataset) + "/date={date}/hour={hour}", DAYS)
+def job_document(dataset: Path, days: int = DAYS, **resources: int) -> dict[str, object]:
+    document = demo_job(str(dataset) + "/date={date}/hour={hour}", days)
     spec = document["spec"]
     assert isinstance(spec, dict)
     if "executors" in resources:

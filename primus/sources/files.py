@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import time
 from datetime import datetime
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -19,6 +21,24 @@ from primus.spec import Source
 
 SUFFIXES = {"parquet": (".parquet", ".parq"), "orc": (".orc",), "csv": (".csv",), "json": (".json", ".jsonl", ".ndjson")}
 TEXT_CHUNK_BYTES = 16 * 1024 * 1024
+_metadata_latency_seconds = 0.0
+
+
+def set_metadata_latency(seconds: float) -> None:
+    """Benchmarks only: model a remote store by sleeping this long before each metadata call of resolve (list, stat, footer open)."""
+    global _metadata_latency_seconds
+    _metadata_latency_seconds = max(0.0, seconds)
+
+
+def _metadata_call() -> None:
+    if _metadata_latency_seconds:
+        time.sleep(_metadata_latency_seconds)
+
+
+def _file_info(fs: pafs.FileSystem, target: str | pafs.FileSelector) -> Any:
+    """fs.get_file_info (a stat, or a listing for a selector) behind the modelled metadata latency."""
+    _metadata_call()
+    return fs.get_file_info(target)
 
 
 def open_fs(source: Source, location: str) -> tuple[pafs.FileSystem, str]:
@@ -42,12 +62,12 @@ class FilesAdapter:
         location = render_uri(source.uri, slot)
         fs, root = open_fs(source, location)
         key = f"{source.name}/{slot:%Y-%m-%dT%H}"
-        if fs.get_file_info(root).type == pafs.FileType.NotFound:
+        if _file_info(fs, root).type == pafs.FileType.NotFound:
             return Partition(source.name, slot, location, False, "partition folder not found yet")
-        if source.readiness and fs.get_file_info(f"{root.rstrip('/')}/{source.readiness}").type == pafs.FileType.NotFound:
+        if source.readiness and _file_info(fs, f"{root.rstrip('/')}/{source.readiness}").type == pafs.FileType.NotFound:
             return Partition(source.name, slot, location, False, f"readiness marker {source.readiness} missing")
         entries = sorted(
-            (e for e in fs.get_file_info(pafs.FileSelector(root)) if e.type == pafs.FileType.File and e.path.endswith(SUFFIXES[source.format])),
+            (e for e in _file_info(fs, pafs.FileSelector(root)) if e.type == pafs.FileType.File and e.path.endswith(SUFFIXES[source.format])),
             key=lambda e: e.path,
         )
         pieces: list[Piece] = []
@@ -71,6 +91,7 @@ class FilesAdapter:
             ranges = [(start, min(start + chunk, size)) for start in range(0, max(size, 1), chunk)]
             return [Piece(path, byte_start=a, byte_end=b, bytes=b - a) for a, b in ranges], source.schema_version
         try:
+            _metadata_call()
             with fs.open_input_file(path) as handle:
                 if source.format == "orc":
                     orc = paorc.ORCFile(handle)

@@ -137,7 +137,7 @@ class PlannerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReleaseTask(self, request, context):
-        """Gives back a lease that was never started (a stream closed): no attempt is spent.
+        """Gives back a lease whose stream closed before the task was served; a claimed task starts a new attempt.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

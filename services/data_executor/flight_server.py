@@ -1,4 +1,10 @@
-"""The data plane: an Arrow Flight server whose DoGet streams a consumer's batches with their origin."""
+"""The data plane: Arrow Flight. DoExchange streams under the consumer's credits; DoGet streams without them.
+
+Credits: the consumer sends a window (a number, as metadata) and then one credit per batch it has taken. The
+executor sends a batch only against a credit, so at most a window of batches is ever in flight per stream.
+Closing is orderly: the executor sends END_OF_STREAM and waits for the consumer to close its side. Returning
+from the handler while the consumer still writes credits would cut off the batches still in flight.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ from google.protobuf.message import DecodeError
 from primus.v1 import data_executor_pb2
 from services.data_executor.serving import TaskStreamer
 
+END_OF_STREAM = b"end-of-stream"
+
 
 class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
     """DoGet(ticket=DataTicket) -> record batches, each with a BatchOrigin as app_metadata."""
@@ -21,17 +29,55 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         self._schema = schema
         self._streamer = streamer
 
-    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.GeneratorStream:
+    def _ticket(self, raw: bytes) -> data_executor_pb2.DataTicket:
         request = data_executor_pb2.DataTicket()
         try:
-            request.ParseFromString(ticket.ticket)
+            request.ParseFromString(raw)
         except DecodeError:
             raise flight.FlightServerError("ticket is not a primus.v1.DataTicket") from None
         if request.job_id != self._job_id:
             raise flight.FlightUnavailableError(f"this executor serves job {self._job_id!r}, not {request.job_id!r}")
-        return flight.GeneratorStream(self._schema, self._streamer.stream(request))
+        return request
+
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.GeneratorStream:
+        return flight.GeneratorStream(self._schema, self._streamer.stream(self._ticket(ticket.ticket)))
+
+    def do_exchange(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor, reader: flight.MetadataRecordBatchReader, writer: flight.MetadataRecordBatchWriter
+    ) -> None:
+        batches = self._streamer.stream(self._ticket(descriptor.command))
+        writer.begin(self._schema)
+        credits = 0
+        try:
+            for batch, origin in batches:
+                while credits <= 0:
+                    credits += _credits(reader.read_chunk())
+                writer.write_with_metadata(batch, pa.py_buffer(origin))
+                credits -= 1
+            writer.write_metadata(pa.py_buffer(END_OF_STREAM))
+            _drain(reader)
+        finally:
+            batches.close()
 
     def serve_in_background(self) -> threading.Thread:
         thread = threading.Thread(target=self.serve, name="flight", daemon=True)
         thread.start()
         return thread
+
+
+def _credits(chunk: flight.FlightStreamChunk) -> int:
+    if chunk.app_metadata is None:
+        return 0
+    try:
+        return int(chunk.app_metadata.to_pybytes())
+    except ValueError:
+        raise flight.FlightServerError("credit messages carry a whole number") from None
+
+
+def _drain(reader: flight.MetadataRecordBatchReader) -> None:
+    """Read the consumer's remaining credits until it closes its side of the exchange."""
+    while True:
+        try:
+            reader.read_chunk()
+        except StopIteration:
+            return

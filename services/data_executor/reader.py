@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from primus.errors import DataError
+from primus.errors import DataError, UnavailableError
 from primus.sources import Piece, get_adapter
 from primus.spec import Source, TrainingJob
 from primus.transform import Conformed, conform_table
@@ -84,7 +84,7 @@ def read_task(task: planner_pb2.DataTask, job: TrainingJob, schema: pa.Schema, q
     for split in task.splits:
         try:
             raw = adapter.read(source, _piece(split), columns)
-        except DataError:
+        except (DataError, UnavailableError):
             raise
         except Exception as exc:  # noqa: BLE001 - a corrupt or vanished input fails the task, never the executor
             raise DataError(f"source {task.source!r}: cannot read {split.location}: {exc}") from None

@@ -10,7 +10,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ import pyarrow as pa
 from opentelemetry import context, trace
 
 from primus import telemetry
-from primus.errors import DataError
+from primus.errors import DataError, UnavailableError
 from primus.spec import TrainingJob
 from primus.v1 import data_executor_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor.reader import TaskRead, read_task
@@ -93,7 +93,7 @@ class TaskStreamer:
         self._readers = readers
         self._tracer = telemetry.tracer("primus.data_executor")
 
-    def stream(self, ticket: data_executor_pb2.DataTicket) -> Iterator[tuple[pa.RecordBatch, bytes]]:
+    def stream(self, ticket: data_executor_pb2.DataTicket) -> Generator[tuple[pa.RecordBatch, bytes], None, None]:
         items: queue.Queue[Any] = queue.Queue(maxsize=PREFETCH_BATCHES)
         stop = threading.Event()
         parent = telemetry.extract_context(ticket.trace_context)
@@ -143,7 +143,10 @@ class TaskStreamer:
                     return
             self._put(items, _READER_DONE, stop)
         except grpc.RpcError as exc:
-            self._put(items, DataError(f"planner unreachable while leasing: {exc.details() or exc.code()}"), stop)
+            self._put(items, UnavailableError(f"planner unreachable while leasing: {exc.details() or exc.code()}"), stop)
+        except Exception as exc:
+            log.exception("reader failed")
+            self._put(items, exc, stop)
         finally:
             context.detach(token)
 
@@ -153,7 +156,7 @@ class TaskStreamer:
                 span.add_event("retry", {"primus.attempt": task.attempt})
             try:
                 read = read_task(task, self._job, self._schema, self._quarantine_dir)
-            except DataError as exc:
+            except (DataError, UnavailableError) as exc:
                 span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
                 span.add_event("task_failed", {"error": str(exc)})
                 log.warning("task %s attempt %d failed: %s", task.task_id, task.attempt, exc)
@@ -201,8 +204,12 @@ class TaskStreamer:
             )
             offset += batch.num_rows
             if not self._put(items, (batch, origin), stop):
+                self._give_back(task)
                 return False
-        return self._put(items, _TaskEnd(task, read), stop)
+        if not self._put(items, _TaskEnd(task, read), stop):
+            self._give_back(task)
+            return False
+        return True
 
     def _give_back(self, task: planner_pb2.DataTask) -> None:
         request = planner_pb2.ReleaseTaskRequest(job_id=task.job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id)

@@ -146,7 +146,7 @@ class JobDriver:
         restarts[role_name] = restarts.get(role_name, 0) + 1
         self._store.update(
             job.job_id,
-            progress={**self._store.get(job.job_id).progress, "restarts": restarts},
+            progress_update={"restarts": restarts},
             message=f"{crashed.executor_id} exited with code {crashed.exit_code}; relaunched a {role_name}",
         )
         log.warning("job %s: %s exited with code %d; relaunching", job.job_id, crashed.executor_id, crashed.exit_code)
@@ -155,7 +155,7 @@ class JobDriver:
     def _refresh_progress(self, job: JobRecord) -> None:
         plan = self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job.job_id), timeout=10)
         if job.progress.get("tasks_done") != plan.tasks_done:
-            self._store.update(job.job_id, progress={**job.progress, "tasks_done": plan.tasks_done})
+            self._store.update(job.job_id, progress_update={"tasks_done": plan.tasks_done})
 
     def _finish(self, job_id: str, state: str, message: str) -> None:
         """Release the executors, write the report, then persist the final state with the report's path."""

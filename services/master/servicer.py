@@ -94,9 +94,8 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             self._store.wait_for_change(1.0)
 
     def ReportTrainingProgress(self, request: master_pb2.ReportTrainingProgressRequest, context: grpc.ServicerContext) -> master_pb2.ReportTrainingProgressResponse:
-        record = self._store.get(request.job_id)
-        progress = {**record.progress, "phase": request.phase, "step": request.step, "samples": request.samples, "loss": request.loss}
-        record = self._store.update(request.job_id, progress=progress)
+        progress = {"phase": request.phase, "step": request.step, "samples": request.samples, "loss": request.loss}
+        record = self._store.update(request.job_id, progress_update=progress)
         return master_pb2.ReportTrainingProgressResponse(stop=record.cancel_requested or record.final)
 
     def ReportTrainingResult(self, request: master_pb2.ReportTrainingResultRequest, context: grpc.ServicerContext) -> master_pb2.ReportTrainingResultResponse:

@@ -82,11 +82,16 @@ class JobStore:
             rows = self._db.execute(f"SELECT {_COLUMNS} FROM jobs ORDER BY created").fetchall()
         return [_record(r) for r in rows]
 
-    def update(self, job_id: str, **changes: Any) -> JobRecord:
-        """Change some fields of a job; dict fields are stored as JSON."""
-        current = self.get(job_id)
-        updated = replace(current, **changes, updated=time.time())
+    def update(self, job_id: str, progress_update: dict[str, Any] | None = None, **changes: Any) -> JobRecord:
+        """Change some fields of a job atomically; progress_update merges into the stored progress."""
         with self._lock:
+            row = self._db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no job {job_id!r}")
+            current = _record(row)
+            if progress_update:
+                changes["progress"] = {**current.progress, **progress_update}
+            updated = replace(current, **changes, updated=time.time())
             self._db.execute(
                 "UPDATE jobs SET state=?, message=?, report_path=?, progress=?, result=?, cancel_requested=?, updated=? WHERE job_id=?",
                 (

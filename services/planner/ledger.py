@@ -6,6 +6,7 @@ commits. A retried task keeps its id; a superseded attempt's work is waste, neve
 
 from __future__ import annotations
 
+import logging
 import statistics
 import threading
 import time
@@ -17,6 +18,7 @@ from primus.errors import ConflictError, NotFoundError
 from primus.v1 import common_pb2
 from services.planner.tasks import TaskSpec
 
+log = logging.getLogger(__name__)
 DEFAULT_LEASE_SECONDS = 300.0
 DEFAULT_MAX_ATTEMPTS = 3
 SPECULATE_AFTER_FACTOR = 3.0
@@ -162,11 +164,15 @@ class TaskLedger:
             return True
 
     def release(self, task_id: str, attempt: int) -> None:
-        """A lease given back unstarted: pending again, no attempt spent."""
+        """A lease given back because its stream closed: pending again; a claimed one starts a new attempt."""
         with self._lock:
             entry = self._entry(task_id)
-            if entry.status is TaskStatus.LEASED and entry.attempt == attempt and entry.claimed_by < 0:
-                entry.status, entry.executor = TaskStatus.PENDING, ""
+            if entry.status is not TaskStatus.LEASED or entry.attempt != attempt:
+                return
+            entry.status, entry.executor = TaskStatus.PENDING, ""
+            if entry.claimed_by >= 0:
+                entry.attempt, entry.claimed_by, entry.speculative = entry.attempt + 1, -1, None
+                self.accounts[entry.spec.source].retries += 1
 
     def exhausted(self, purpose: int) -> bool:
         """True when nothing of the purpose is pending or being read, and no more can be planned."""
@@ -239,6 +245,9 @@ class TaskLedger:
                     if entry.executor == executor and entry.status in (TaskStatus.LEASED, TaskStatus.SERVED):
                         entry.errors.append(f"executor {executor} was lost")
                         self._retry_or_quarantine(entry)
+                        log.info(
+                            "task %s of lost executor %s: %s, attempt %d, from row %d", entry.spec.task_id, executor, entry.status.value, entry.attempt, entry.committed
+                        )
             return done
 
     def resume(self, checkpoint_seq: int, progress: Iterable[Progress]) -> int:

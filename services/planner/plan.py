@@ -21,8 +21,10 @@ Resolve = Callable[[TrainingJob, Source, Sequence[datetime]], list[Partition]]
 
 def required_columns(job: TrainingJob, source: Source) -> list[str]:
     """Training columns a source itself must provide (feature-store joins bring the rest)."""
-    joined = {f for store in job.spec.data.joins_for(source.name) for f in store.fields}
-    return [c for c in training_schema(job.spec.training.features).names if c not in joined]
+    stores = job.spec.data.joins_for(source.name)
+    joined = {f for store in stores for f in store.fields}
+    needed = [c for c in training_schema(job.spec.training.features).names if c not in joined]
+    return list(dict.fromkeys(needed + [s.key for s in stores if s.key]))
 
 
 class PartitionResolver:

@@ -10,6 +10,7 @@ import grpc
 from primus.errors import InvalidRequestError
 from primus.spec import load_job_text
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
+from services.planner.distributed import DistributedResolver
 from services.planner.ledger import Progress, TaskStatus, WorkDone
 from services.planner.manifest import decision_to_proto, partition_to_proto, piece_to_proto
 from services.planner.plan import Plan, build_plan
@@ -85,7 +86,8 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
 
     def PreviewPlan(self, request: planner_pb2.PreviewPlanRequest, context: grpc.ServicerContext) -> planner_pb2.PreviewPlanResponse:
         job = load_job_text(request.spec_yaml, "previewed spec")
-        plan = build_plan("preview", job, self._registry.resolve)
+        resolve = DistributedResolver(request.replica_addresses) if request.replica_addresses else self._registry.resolve
+        plan = build_plan("preview", job, resolve)
         return planner_pb2.PreviewPlanResponse(summary=summary_proto(plan), partitions=[decision_to_proto(d) for d in plan.decisions])
 
     def ResolvePartitions(self, request: planner_pb2.ResolvePartitionsRequest, context: grpc.ServicerContext) -> planner_pb2.ResolvePartitionsResponse:

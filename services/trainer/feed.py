@@ -17,6 +17,7 @@ from primus.errors import UnavailableError
 from primus.v1 import data_executor_pb2
 
 Discover = Callable[[], dict[str, str]]
+CREDIT_WINDOW = 4
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,9 @@ class BatchFeed:
         prefetch: int = 16,
         poll_seconds: float = 1.0,
         replacement_timeout: float = 120.0,
+        window: int = CREDIT_WINDOW,
     ) -> None:
+        self._window = window
         self._discover = discover
         self._ticket = data_executor_pb2.DataTicket(job_id=job_id, consumer_id=consumer_id, purpose=purpose)  # type: ignore[arg-type]
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
@@ -61,10 +64,12 @@ class BatchFeed:
         self._poll = poll_seconds
         self._replacement_timeout = replacement_timeout
         self._states: dict[str, str] = {}
-        self._reopen = False
+        self._started_epoch: dict[str, int] = {}
+        self._loss_epoch = 0
 
     def reopen(self) -> None:
-        self._reopen = True
+        """After a loss: every stream that ends without having started after it is opened again."""
+        self._loss_epoch += 1
 
     def __iter__(self) -> Iterator[Served | Lost]:
         self._ticket.trace_context.update(telemetry.inject_headers())
@@ -100,24 +105,32 @@ class BatchFeed:
         live = self._discover()
         for executor_id, address in live.items():
             state = self._states.get(executor_id)
-            if state is None or (state == "finished" and self._reopen):
+            stale = state == "finished" and self._started_epoch.get(executor_id, 0) < self._loss_epoch
+            if state is None or stale:
                 self._states[executor_id] = "running"
+                self._started_epoch[executor_id] = self._loss_epoch
                 threading.Thread(target=self._pull, args=(executor_id, address), name=f"feed-{executor_id}", daemon=True).start()
-        self._reopen = False
 
     def _pull(self, executor_id: str, address: str) -> None:
+        """DoExchange with credits: a window up front, then one credit for every batch handed to the queue."""
         try:
             client = flight.connect(f"grpc://{address}")
-            reader = client.do_get(flight.Ticket(self._ticket.SerializeToString()))
+            writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(self._ticket.SerializeToString()))
+            writer.write_metadata(pa.py_buffer(str(self._window).encode()))
             while not self._stop.is_set():
                 try:
                     chunk = reader.read_chunk()
                 except StopIteration:
                     break
+                if chunk.data is None:  # END_OF_STREAM: close our side; the server then ends the call
+                    writer.done_writing()
+                    continue
                 origin = data_executor_pb2.BatchOrigin()
                 if chunk.app_metadata is not None:
                     origin.ParseFromString(chunk.app_metadata.to_pybytes())
                 self._put(("batch", executor_id, (chunk.data, origin)))
+                writer.write_metadata(pa.py_buffer(b"1"))
+            writer.close()
             client.close()
             self._put(("done", executor_id, None))
         except Exception as exc:  # noqa: BLE001 - any broken stream means the executor is lost to this consumer

@@ -1,0 +1,494 @@
+"""Serving throughput: in-process Parquet reads vs a data executor to a consumer process vs a plain Flight peer."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import multiprocessing as mp
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pyarrow.parquet as pq
+import yaml
+
+from primus import rpc, telemetry
+from primus.cost import load_cost
+from primus.demo import DEMO_START, demo_job
+from primus.demo_data import generate_dataset
+from primus.samples import training_schema
+from primus.spec import TrainingJob, load_job_file
+from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
+from services.data_executor import reader, server, serving
+from services.data_executor.server import DataExecutor, create_executor
+from services.master.report import _plain
+from services.planner import servicer
+from services.planner.registry import PlanRegistry
+from services.planner.server import create_server
+from services.trainer.feed import BatchFeed, Lost, fixed
+
+DAYS = 2
+SEED = 7
+ROWS_PER_HOUR = 320_000
+QUICK_ROWS_PER_HOUR = 20_000
+ROUNDS = 5
+QUICK_ROUNDS = 2
+ROW_GROUP_ROWS = 128 * 1024
+MIB = 1024 * 1024
+TRAIN = common_pb2.TASK_PURPOSE_TRAIN
+MODES = ("inprocess", "served", "flight", "served_traced")
+GOALS = {"served_vs_inprocess": 0.8, "served_vs_flight": 1.0}
+TRACING_GOAL = 0.05
+
+
+# --- data ----------------------------------------------------------------------------------------
+
+
+def _rewrite_row_groups(root: Path, row_group_rows: int) -> None:
+    """The demo writes tiny row groups; production files have large ones."""
+    for path in sorted(root.rglob("*.parquet")):
+        pq.write_table(pq.read_table(path), path, row_group_size=row_group_rows)
+
+
+def prepare_dataset(cache: Path, rows_per_hour: int, row_group_rows: int = ROW_GROUP_ROWS) -> Path:
+    """Generate the demo source once per size under cache; returns its job file."""
+    folder = cache / f"rows-{rows_per_hour}-rg-{row_group_rows}"
+    params = {"days": DAYS, "rows_per_hour": rows_per_hour, "seed": SEED, "row_group_rows": row_group_rows}
+    stamp = folder / "dataset.json"
+    if not stamp.exists() or json.loads(stamp.read_text()) != params:
+        shutil.rmtree(folder, ignore_errors=True)
+        print(f"generating {DAYS * 24 * rows_per_hour} rows into {folder} ...", file=sys.stderr)
+        generate_dataset(folder / "clicks", DEMO_START, DAYS, rows_per_hour=rows_per_hour, seed=SEED)
+        _rewrite_row_groups(folder / "clicks", row_group_rows)
+        stamp.write_text(json.dumps(params))
+    job_file = folder / "job.yaml"
+    job_file.write_text(yaml.safe_dump(demo_job(str(folder / "clicks") + "/date={date}/hour={hour}", DAYS), sort_keys=False))
+    return job_file
+
+
+def train_files(job_file: Path) -> list[Path]:
+    """The files of the training range: every day but the held-out last one."""
+    return sorted((job_file.parent / "clicks").glob(f"date={DEMO_START:%Y-%m-%d}/hour=*/*.parquet"))
+
+
+def read_cast(path: Path, schema: pa.Schema) -> pa.Table:
+    """The columns the training schema needs, cast to it; ParquetFile as the executor uses (read_table is slower on small row groups)."""
+    return pq.ParquetFile(path).read(columns=schema.names).cast(schema)
+
+
+# --- measurements --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Measure:
+    rows: int
+    bytes: int
+    seconds: float
+    cpu: dict[str, float] = field(default_factory=dict)
+    first_batch: float = 0.0
+    last_batch: float = 0.0
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / MIB / self.seconds
+
+
+def read_in_process(files: list[Path], schema: pa.Schema) -> Measure:
+    """(a): this process reads and casts every file."""
+    cpu, started = time.process_time(), time.perf_counter()
+    rows = size = 0
+    for path in files:
+        table = read_cast(path, schema)
+        rows += table.num_rows
+        size += table.nbytes
+    seconds = time.perf_counter() - started
+    return Measure(rows, size, seconds, {"inprocess": time.process_time() - cpu}, 0.0, seconds)
+
+
+# --- child processes -----------------------------------------------------------------------------
+
+Handler = Callable[..., Any]
+
+
+def _serve_commands(conn: Connection, handlers: dict[str, Handler]) -> None:
+    """A child's loop: (command, *args) in, one reply out, until "exit"."""
+    handlers = {**handlers, "cpu": time.process_time}
+    while True:
+        command, *args = conn.recv()
+        if command == "exit":
+            conn.send(None)
+            return
+        try:
+            conn.send(handlers[command](*args))
+        except Exception as exc:  # noqa: BLE001 - the parent reports a child's failure
+            conn.send(RuntimeError(f"{command}: {exc!r}"))
+
+
+def planner_host(conn: Connection, retry_after: float | None) -> None:
+    if retry_after is not None:
+        setattr(servicer, "RETRY_AFTER_SECONDS", retry_after)  # noqa: B010 - experiment: how long an idle reader waits before leasing again
+    planner = create_server("127.0.0.1:0", PlanRegistry())
+    _serve_commands(conn, {"address": lambda: planner.address})
+    planner.stop(grace=0)
+
+
+def _patch_executor(readers: int | None, batch_bytes: int | None) -> None:
+    """Experiments only: more reader threads per stream, other batch sizes (this process only)."""
+    if readers is not None:
+        setattr(server, "TaskStreamer", functools.partial(serving.TaskStreamer, readers=readers))  # noqa: B010 - a patch, not an attribute write
+    if batch_bytes is not None:
+        original = reader.rows_per_batch
+        setattr(reader, "rows_per_batch", lambda schema, target_bytes=batch_bytes: original(schema, target_bytes))  # noqa: B010
+
+
+def executor_host(conn: Connection, planner_address: str, job_file: Path, runs_dir: Path | None, readers: int | None, batch_bytes: int | None) -> None:
+    """A data executor process: one executor per benchmark job, created and stopped on command."""
+    if runs_dir is not None:
+        telemetry.setup_tracing("data_executor", runs_dir)
+    _patch_executor(readers, batch_bytes)
+    job = load_job_file(job_file)
+    running: list[DataExecutor] = []
+
+    def start(job_id: str) -> str:
+        running.append(create_executor("bench-e0", job_id, planner_address, job))
+        return running[-1].data_address
+
+    def stop() -> None:
+        running.pop().stop()
+
+    _serve_commands(conn, {"start": start, "stop": stop})
+    telemetry.shutdown_tracing()
+
+
+class FileFlightServer(flight.FlightServerBase):  # type: ignore[misc]
+    """(c): the minimal peer: DoGet reads each file, casts it and streams ~2 MiB record batches."""
+
+    def __init__(self, files: list[Path], schema: pa.Schema, batch_bytes: int) -> None:
+        super().__init__("grpc://127.0.0.1:0")
+        self._files = files
+        self._schema = schema
+        self._rows = reader.rows_per_batch(schema, batch_bytes)
+
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.GeneratorStream:
+        return flight.GeneratorStream(self._schema, self._batches())
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
+        for path in self._files:
+            yield from read_cast(path, self._schema).to_batches(max_chunksize=self._rows)
+
+
+def flight_host(conn: Connection, files: list[Path], job_file: Path, batch_bytes: int) -> None:
+    peer = FileFlightServer(files, training_schema(load_job_file(job_file).spec.training.features), batch_bytes)
+    _serve_commands(conn, {"address": lambda: f"127.0.0.1:{peer.port}"})
+    peer.shutdown()
+
+
+class Drain:
+    """A consumer's tally: rows, bytes, and when the first and the last batch arrived."""
+
+    def __init__(self) -> None:
+        self.cpu, self.started = time.process_time(), time.perf_counter()
+        self.rows = self.bytes = 0
+        self.first = self.last = 0.0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self.last = time.perf_counter() - self.started
+        self.first = self.first or self.last
+        self.rows += batch.num_rows
+        self.bytes += batch.nbytes
+
+    def result(self) -> dict[str, float]:
+        seconds, cpu = time.perf_counter() - self.started, time.process_time() - self.cpu
+        return {"rows": self.rows, "bytes": self.bytes, "seconds": seconds, "cpu": cpu, "first_batch": self.first, "last_batch": self.last}
+
+
+def drain_feed(address: str, job_id: str, prefetch: int) -> dict[str, float]:
+    """(b) consumer: a trainer's BatchFeed from one executor."""
+    drain = Drain()
+    with telemetry.job_context(job_id):
+        for event in BatchFeed(fixed({"bench-e0": address}), job_id, "bench-trainer", TRAIN, prefetch=prefetch, replacement_timeout=10):
+            if isinstance(event, Lost):
+                raise RuntimeError(event.error)
+            drain.add(event.batch)
+    return drain.result()
+
+
+def drain_flight(address: str) -> dict[str, float]:
+    """(c) consumer: one plain DoGet."""
+    drain = Drain()
+    client = flight.connect(f"grpc://{address}")
+    reader = client.do_get(flight.Ticket(b"all"))
+    while True:
+        try:
+            drain.add(reader.read_chunk().data)
+        except StopIteration:
+            break
+    client.close()
+    return drain.result()
+
+
+def consumer_host(conn: Connection) -> None:
+    _serve_commands(conn, {"feed": drain_feed, "flight": drain_flight})
+
+
+# --- orchestration -------------------------------------------------------------------------------
+
+
+@dataclass
+class Child:
+    name: str
+    process: mp.process.BaseProcess
+    conn: Connection
+
+    def call(self, *command: object) -> Any:
+        self.conn.send(command)
+        reply = self.conn.recv()
+        if isinstance(reply, Exception):
+            raise RuntimeError(f"{self.name}: {reply}")
+        return reply
+
+    def close(self) -> None:
+        if self.process.is_alive():
+            self.call("exit")
+        self.process.join(timeout=30)
+
+
+def spawn(name: str, target: Callable[..., None], *args: object) -> Child:
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    process = ctx.Process(target=target, args=(child, *args), name=name, daemon=True)
+    process.start()
+    return Child(name, process, parent)
+
+
+@dataclass
+class Options:
+    rounds: int
+    rows_per_hour: int
+    cache: Path
+    row_group_rows: int = ROW_GROUP_ROWS
+    readers: int | None = None
+    batch_bytes: int = 2 * MIB
+    prefetch: int = 16
+    retry_after: float | None = None
+    modes: tuple[str, ...] = MODES
+
+
+class Bench:
+    """The child processes and the run of one mode."""
+
+    def __init__(self, options: Options, job_file: Path, runs_dir: Path) -> None:
+        self.options = options
+        self.job_file = job_file
+        self.runs_dir = runs_dir
+        self.job: TrainingJob = load_job_file(job_file)
+        self.schema = training_schema(self.job.spec.training.features)
+        self.files = train_files(job_file)
+        self.children: dict[str, Child] = {}
+        self.plans: dict[str, planner_pb2.GetPlanResponse] = {}
+        self._runs = 0
+
+    def start(self) -> None:
+        batch = self.options.batch_bytes if self.options.batch_bytes != 2 * MIB else None
+        self.children["planner"] = spawn("planner", planner_host, self.options.retry_after)
+        address = self.children["planner"].call("address")
+        rpc.wait_until_serving(address)
+        self.planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(address))
+        self.children["served"] = spawn("executor", executor_host, address, self.job_file, None, self.options.readers, batch)
+        self.children["served_traced"] = spawn("executor-traced", executor_host, address, self.job_file, self.runs_dir, self.options.readers, batch)
+        self.children["flight"] = spawn("flight", flight_host, self.files, self.job_file, self.options.batch_bytes)
+        self.children["consumer"] = spawn("consumer", consumer_host)
+
+    def close(self) -> None:
+        for child in self.children.values():
+            child.close()
+
+    def run(self, mode: str) -> Measure:
+        if mode == "inprocess":
+            return read_in_process(self.files, self.schema)
+        if mode == "flight":
+            return self._flight()
+        return self._served(mode)
+
+    def _flight(self) -> Measure:
+        peer = self.children["flight"]
+        before = peer.call("cpu")
+        drained = self.children["consumer"].call("flight", peer.call("address"))
+        return _measure(drained, peer.call("cpu") - before)
+
+    def _served(self, mode: str) -> Measure:
+        self._runs += 1
+        job_id = f"bench-{mode.replace('_', '-')}-{self._runs}"
+        self.planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job_id, spec_yaml=self.job.to_yaml()), timeout=120)
+        host, planner = self.children[mode], self.children["planner"]
+        address = host.call("start", job_id)
+        before, planner_before = host.call("cpu"), planner.call("cpu")
+        try:
+            drained = self.children["consumer"].call("feed", address, job_id, self.options.prefetch)
+            server_cpu, planner_cpu = host.call("cpu") - before, planner.call("cpu") - planner_before
+        finally:
+            host.call("stop")
+        self.plans[job_id] = self.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job_id), timeout=30)
+        self.planner.DropPlan(planner_pb2.DropPlanRequest(job_id=job_id), timeout=30)
+        return _measure(drained, server_cpu, {"planner": planner_cpu})
+
+
+def _measure(drained: dict[str, float], server_cpu: float, more: dict[str, float] | None = None) -> Measure:
+    cpu = {"server": server_cpu, "consumer": drained["cpu"], **(more or {})}
+    return Measure(int(drained["rows"]), int(drained["bytes"]), drained["seconds"], cpu, drained["first_batch"], drained["last_batch"])
+
+
+def run_rounds(bench: Bench, rounds: int) -> dict[str, list[Measure]]:
+    """One warm-up round, then `rounds` rounds with the modes interleaved."""
+    for mode in bench.options.modes:
+        bench.run(mode)
+    results: dict[str, list[Measure]] = {mode: [] for mode in bench.options.modes}
+    for index in range(rounds):
+        for mode in bench.options.modes:
+            measure = bench.run(mode)
+            results[mode].append(measure)
+            print(f"round {index + 1}/{rounds} {mode:<14} {measure.rows:>9} rows {measure.seconds:7.3f} s {measure.rows_per_s / 1e6:7.2f} M rows/s", file=sys.stderr)
+    return results
+
+
+# --- summary -------------------------------------------------------------------------------------
+
+
+def median_of(measures: list[Measure], key: Callable[[Measure], float]) -> float:
+    return statistics.median(key(m) for m in measures)
+
+
+def cpu_medians(measures: list[Measure]) -> dict[str, float]:
+    names = measures[0].cpu.keys()
+    return {name: round(statistics.median(m.cpu[name] for m in measures), 4) for name in names}
+
+
+def summarize(results: dict[str, list[Measure]], rows: int) -> dict[str, Any]:
+    rps = {mode: median_of(ms, lambda m: m.rows_per_s) for mode, ms in results.items()}
+    mbps = {mode: median_of(ms, lambda m: m.mb_per_s) for mode, ms in results.items()}
+    summary: dict[str, Any] = {
+        "rows": rows,
+        "rounds": len(next(iter(results.values()))),
+        "median_rows_per_s": {k: round(v) for k, v in rps.items()},
+        "median_mb_per_s": {k: round(v, 1) for k, v in mbps.items()},
+        "median_seconds": {mode: round(median_of(ms, lambda m: m.seconds), 4) for mode, ms in results.items()},
+        "median_first_batch_seconds": {mode: round(median_of(ms, lambda m: m.first_batch), 4) for mode, ms in results.items()},
+        "median_tail_seconds": {mode: round(median_of(ms, lambda m: m.seconds - m.last_batch), 4) for mode, ms in results.items()},
+        "median_cpu_seconds": {mode: cpu_medians(ms) for mode, ms in results.items()},
+    }
+    if {"served", "inprocess", "flight"} <= rps.keys():
+        summary["served_vs_inprocess"] = round(rps["served"] / rps["inprocess"], 3)
+        summary["served_vs_flight"] = round(rps["served"] / rps["flight"], 3)
+    if {"served", "served_traced"} <= rps.keys():
+        summary["tracing_overhead"] = round(1 - rps["served_traced"] / rps["served"], 3)
+        cpu = summary["median_cpu_seconds"]
+        summary["tracing_cpu_overhead"] = round(cpu["served_traced"]["server"] / cpu["served"]["server"] - 1, 3)
+    summary["goals_met"] = goals_met(summary)
+    return summary
+
+
+def goals_met(summary: dict[str, Any]) -> dict[str, bool]:
+    met = {name: summary[name] >= goal for name, goal in GOALS.items() if name in summary}
+    if "tracing_overhead" in summary:
+        met["tracing_overhead"] = summary["tracing_overhead"] <= TRACING_GOAL
+    return met
+
+
+def print_table(summary: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from primus.console import console
+
+    table = Table(title=f"serving {summary['rows']} rows, medians of {summary['rounds']} interleaved rounds", title_justify="left")
+    for column in ("mode", "rows/s", "MB/s", "seconds", "first batch s", "tail s", "cpu seconds"):
+        table.add_column(column, justify="left" if column == "mode" else "right")
+    for mode, rps in summary["median_rows_per_s"].items():
+        cpu = "  ".join(f"{k} {v:.3f}" for k, v in summary["median_cpu_seconds"][mode].items())
+        phases = [f"{summary[name][mode]:.3f}" for name in ("median_seconds", "median_first_batch_seconds", "median_tail_seconds")]
+        table.add_row(mode, f"{rps:,}", f"{summary['median_mb_per_s'][mode]:.1f}", *phases, cpu)
+    console.print(table)
+    for name in ("served_vs_inprocess", "served_vs_flight", "tracing_overhead"):
+        if name in summary:
+            console.print(f"{name:<20} {summary[name]:>7.3f}  goal {'met' if summary['goals_met'][name] else 'NOT met'}")
+    if "tracing_cpu_overhead" in summary:
+        console.print(f"{'tracing_cpu_overhead':<20} {summary['tracing_cpu_overhead']:>7.3f}  (executor CPU traced / untraced - 1; less noisy than wall time)")
+
+
+def check_costs(bench: Bench) -> dict[str, bool]:
+    """Traced runs: the span-derived cost must agree with the planner's ledger (primus cost)."""
+    verdicts: dict[str, bool] = {}
+    for job_id, plan in bench.plans.items():
+        run_dir = bench.runs_dir / job_id
+        if not (run_dir / "traces").is_dir():
+            continue
+        (run_dir / "report.json").write_text(json.dumps({"job_id": job_id, "sources": [_plain(s) for s in plan.sources]}))
+        verdicts[job_id] = all(s.consistent for s in load_cost(run_dir).sources)
+    return verdicts
+
+
+# --- entry point ---------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> Options:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a small dataset and two rounds")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--rows-per-hour", type=int, default=None)
+    parser.add_argument("--row-group-rows", type=int, default=ROW_GROUP_ROWS, help="rows per Parquet row group (the demo writes 256)")
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "primus-bench-serving")
+    parser.add_argument("--readers", type=int, default=None, help="experiment: reader threads per stream")
+    parser.add_argument("--batch-mib", type=float, default=2.0, help="experiment: target batch size")
+    parser.add_argument("--prefetch", type=int, default=16, help="experiment: BatchFeed queue depth")
+    parser.add_argument("--retry-after", type=float, default=None, help="experiment: the planner's retry_after_seconds for idle readers")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
+    args = parser.parse_args(argv)
+    return Options(
+        rounds=args.rounds or (QUICK_ROUNDS if args.quick else ROUNDS),
+        rows_per_hour=args.rows_per_hour or (QUICK_ROWS_PER_HOUR if args.quick else ROWS_PER_HOUR),
+        cache=args.cache,
+        row_group_rows=args.row_group_rows,
+        readers=args.readers,
+        batch_bytes=int(args.batch_mib * MIB),
+        prefetch=args.prefetch,
+        retry_after=args.retry_after,
+        modes=tuple(m for m in args.modes.split(",") if m),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_args(argv)
+    job_file = prepare_dataset(options.cache, options.rows_per_hour, options.row_group_rows)
+    runs_dir = options.cache / "runs"
+    shutil.rmtree(runs_dir, ignore_errors=True)
+    bench = Bench(options, job_file, runs_dir)
+    bench.start()
+    try:
+        results = run_rounds(bench, options.rounds)
+    finally:
+        bench.close()
+    rows = next(iter(results.values()))[0].rows
+    if any(m.rows != rows for ms in results.values() for m in ms):
+        raise SystemExit(f"modes disagree on the row count: { {k: [m.rows for m in v] for k, v in results.items()} }")
+    summary = summarize(results, rows)
+    summary["cost_consistent"] = all(check_costs(bench).values())
+    print_table(summary)
+    print(json.dumps(summary, separators=(",", ":")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

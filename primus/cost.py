@@ -1,0 +1,303 @@
+"""`primus cost RUN`: per-source cost from the report's ledger, cross-checked against the run's spans."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from primus.errors import DataError, NotFoundError
+
+READ_SPAN = "data_task.read"
+BYTES_TOLERANCE = 0.001
+CPU_TOLERANCE = 0.01
+CPU_SLACK_SECONDS = 0.001
+STATUS_ERROR = 2
+WASTE_EVENTS = frozenset({"superseded"})
+
+
+@dataclass(frozen=True)
+class LedgerCost:
+    """One source's figures from report.json: the planner's ledger, the accounting boundary."""
+
+    samples: int = 0
+    bytes_read: int = 0
+    cpu_seconds: float = 0.0
+    retries: int = 0
+    tasks_done: int = 0
+    tasks_quarantined: int = 0
+    wasted_samples: int = 0
+    wasted_cpu_seconds: float = 0.0
+    records_quarantined: int = 0
+    wasted_bytes: int = 0
+    speculative_attempts: int = 0
+
+
+@dataclass
+class TraceCost:
+    """One source's figures summed over its `data_task.read` spans."""
+
+    attempts: int = 0
+    rows: int = 0
+    bytes_read: int = 0
+    cpu_seconds: float = 0.0
+    retries: int = 0
+    speculative_attempts: int = 0
+    failed_attempts: int = 0
+    wasted_attempts: int = 0
+    wasted_rows: int = 0
+    wasted_cpu_seconds: float = 0.0
+    wasted_bytes: int = 0
+    records_quarantined: int = 0
+
+
+@dataclass(frozen=True)
+class SourceCost:
+    source: str
+    ledger: LedgerCost
+    traced: TraceCost
+    consistent: bool
+
+
+@dataclass
+class ServiceCost:
+    """Spans one service recorded, and the CPU seconds they report (primus.cpu_seconds)."""
+
+    spans: int = 0
+    cpu_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class CostSummary:
+    run_dir: Path
+    job_id: str
+    sources: list[SourceCost]
+    services: dict[str, ServiceCost] = field(default_factory=dict)
+    trace_files: int = 0
+    unreadable_lines: int = 0
+
+
+@dataclass(frozen=True)
+class _Span:
+    service: str
+    name: str
+    attributes: dict[str, Any]
+    events: tuple[str, ...]
+    status: int
+
+
+# --- report --------------------------------------------------------------------------------------
+
+
+def _report_path(run: Path) -> Path:
+    return run if run.name == "report.json" else run / "report.json"
+
+
+def load_report(run: Path) -> dict[str, Any]:
+    """The run's report.json; a missing or unreadable one is an error naming its path."""
+    path = _report_path(run)
+    if not path.is_file():
+        raise NotFoundError(f"no report at {path}: the run has not finished, or {run} is not a run folder")
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read report {path}: {exc}") from None
+    if not isinstance(report, dict):
+        raise DataError(f"report {path} is not a JSON object")
+    return report
+
+
+def _ledger(row: dict[str, Any]) -> LedgerCost:
+    """Known fields only, missing ones zero: older reports have fewer."""
+    known = {f.name: type(getattr(LedgerCost(), f.name)) for f in fields(LedgerCost)}
+    return LedgerCost(**{name: kind(row[name]) for name, kind in known.items() if row.get(name) is not None})
+
+
+def ledger_by_source(report: dict[str, Any]) -> dict[str, LedgerCost]:
+    return {str(row["source"]): _ledger(row) for row in report.get("sources") or [] if "source" in row}
+
+
+# --- traces --------------------------------------------------------------------------------------
+
+
+def _value(value: dict[str, Any]) -> Any:
+    """An OTLP/JSON AnyValue as a Python value (int64s arrive as strings)."""
+    if "intValue" in value:
+        return int(value["intValue"])
+    if "doubleValue" in value:
+        return float(value["doubleValue"])
+    if "boolValue" in value:
+        return bool(value["boolValue"])
+    if "arrayValue" in value:
+        return [_value(v) for v in value["arrayValue"].get("values", [])]
+    return value.get("stringValue", "")
+
+
+def _attributes(items: list[dict[str, Any]] | None) -> dict[str, Any]:
+    return {item["key"]: _value(item.get("value", {})) for item in items or []}
+
+
+def _spans_of_line(line: dict[str, Any]) -> Iterator[_Span]:
+    for resource_spans in line.get("resourceSpans", []):
+        service = str(_attributes(resource_spans.get("resource", {}).get("attributes")).get("service.name", "unknown"))
+        for scope in resource_spans.get("scopeSpans", []):
+            for span in scope.get("spans", []):
+                yield _Span(
+                    service=service,
+                    name=str(span.get("name", "")),
+                    attributes=_attributes(span.get("attributes")),
+                    events=tuple(str(e.get("name", "")) for e in span.get("events", [])),
+                    status=int(span.get("status", {}).get("code", 0)),
+                )
+
+
+def read_spans(traces_dir: Path) -> tuple[list[_Span], int, int]:
+    """Every span under traces_dir, the number of files, and lines that were not JSON (a writer cut short)."""
+    spans: list[_Span] = []
+    files = sorted(traces_dir.glob("*.otlp.jsonl")) if traces_dir.is_dir() else []
+    unreadable = 0
+    for path in files:
+        for text in path.read_text().splitlines():
+            if not text.strip():
+                continue
+            try:
+                spans.extend(_spans_of_line(json.loads(text)))
+            except (ValueError, AttributeError, TypeError):
+                unreadable += 1
+    return spans, len(files), unreadable
+
+
+def _is_waste(span: _Span) -> bool:
+    return span.status == STATUS_ERROR or any(e in WASTE_EVENTS for e in span.events)
+
+
+def _add_read(cost: TraceCost, span: _Span, seen: set[tuple[str, int]]) -> None:
+    attrs = span.attributes
+    rows, size, cpu = int(attrs.get("primus.rows", 0)), int(attrs.get("primus.bytes", 0)), float(attrs.get("primus.cpu_seconds", 0.0))
+    attempt, speculative = int(attrs.get("primus.attempt", 0)), bool(attrs.get("primus.speculative", False))
+    cost.attempts += 1
+    cost.rows += rows
+    cost.bytes_read += size
+    cost.cpu_seconds += cpu
+    key = (str(attrs.get("primus.task_id", "")), attempt)
+    if attempt > 0 and key not in seen:
+        cost.speculative_attempts += speculative
+        cost.retries += not speculative
+    seen.add(key)
+    cost.failed_attempts += span.status == STATUS_ERROR
+    if _is_waste(span):
+        cost.wasted_attempts += 1
+        cost.wasted_rows += rows
+        cost.wasted_cpu_seconds += cpu
+        cost.wasted_bytes += size
+    else:
+        cost.records_quarantined += int(attrs.get("primus.records_quarantined", 0))
+
+
+def traced_by_source(spans: list[_Span]) -> dict[str, TraceCost]:
+    out: dict[str, TraceCost] = {}
+    seen: set[tuple[str, int]] = set()
+    for span in spans:
+        if span.name == READ_SPAN:
+            _add_read(out.setdefault(str(span.attributes.get("primus.source", "")), TraceCost()), span, seen)
+    return out
+
+
+def by_service(spans: list[_Span]) -> dict[str, ServiceCost]:
+    out: dict[str, ServiceCost] = {}
+    for span in spans:
+        cost = out.setdefault(span.service, ServiceCost())
+        cost.spans += 1
+        cost.cpu_seconds += float(span.attributes.get("primus.cpu_seconds", 0.0))
+    return dict(sorted(out.items()))
+
+
+# --- summary -------------------------------------------------------------------------------------
+
+
+def _close(traced: float, reported: float, relative: float, slack: float = 0.0) -> bool:
+    return abs(traced - reported) <= max(relative * abs(reported), slack)
+
+
+def is_consistent(ledger: LedgerCost, traced: TraceCost) -> bool:
+    """Do the spans account for what the ledger charged the source: bytes and CPU within tolerance."""
+    same_bytes = _close(traced.bytes_read, ledger.bytes_read, BYTES_TOLERANCE)
+    return same_bytes and _close(traced.cpu_seconds, ledger.cpu_seconds, CPU_TOLERANCE, CPU_SLACK_SECONDS)
+
+
+def load_cost(run_dir: Path) -> CostSummary:
+    """Per-source cost of a run: totals from report.json, cross-checked against run_dir/traces/*.otlp.jsonl."""
+    report = load_report(run_dir)
+    folder = _report_path(run_dir).parent
+    ledgers = ledger_by_source(report)
+    spans, files, unreadable = read_spans(folder / "traces")
+    traced = traced_by_source(spans)
+    names = list(ledgers) + sorted(set(traced) - set(ledgers))
+    sources = []
+    for name in names:
+        ledger, trace = ledgers.get(name, LedgerCost()), traced.get(name, TraceCost())
+        sources.append(SourceCost(name, ledger, trace, is_consistent(ledger, trace)))
+    return CostSummary(folder, str(report.get("job_id", folder.name)), sources, by_service(spans), files, unreadable)
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1024 * 1024):,.2f}"
+
+
+def _source_row(cost: SourceCost) -> list[str]:
+    ledger, traced = cost.ledger, cost.traced
+    return [
+        cost.source,
+        f"{ledger.samples:,}",
+        _mib(ledger.bytes_read),
+        f"{ledger.cpu_seconds:.3f}",
+        str(ledger.retries),
+        f"{ledger.wasted_samples:,}",
+        f"{ledger.wasted_cpu_seconds:.3f}",
+        f"{ledger.records_quarantined:,}",
+        f"{_mib(traced.bytes_read)} / {traced.cpu_seconds:.3f}",
+        f"{traced.retries} / {traced.wasted_attempts}",
+        "[green]yes[/green]" if cost.consistent else "[red]no[/red]",
+    ]
+
+
+def render_cost(summary: CostSummary) -> Table:
+    """Per source: the ledger's totals, then what the spans account for and whether the two agree."""
+    columns = ["source", "samples", "MiB read", "cpu s", "retries", "wasted samples", "wasted cpu s", "records quarantined"]
+    columns += ["traced MiB / cpu s", "traced retries / wasted", "consistent"]
+    table = Table(title=f"cost of {summary.job_id} ({summary.trace_files} trace files)", title_justify="left")
+    for column in columns:
+        table.add_column(column, justify="left" if column == "source" else "right")
+    for cost in summary.sources:
+        table.add_row(*_source_row(cost))
+    if summary.unreadable_lines:
+        table.caption = f"{summary.unreadable_lines} trace lines could not be read"
+    return table
+
+
+def render_services(summary: CostSummary) -> Table:
+    table = Table(title="spans per service", title_justify="left")
+    for column in ("service", "spans", "cpu s in spans"):
+        table.add_column(column, justify="left" if column == "service" else "right")
+    for name, cost in summary.services.items():
+        table.add_row(name, f"{cost.spans:,}", f"{cost.cpu_seconds:.3f}")
+    return table
+
+
+def print_cost(summary: CostSummary, console: Console | None = None) -> None:
+    """Both tables on the primus console (or the one given)."""
+    if console is None:
+        from primus.console import console as default_console
+
+        console = default_console
+    console.print(render_cost(summary))
+    if summary.services:
+        console.print(render_services(summary))

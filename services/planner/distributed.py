@@ -1,0 +1,111 @@
+"""DistributedResolver: resolve a source's slots on planner replicas, one source-day per shard, round-robin."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import date, datetime
+
+import grpc
+
+from primus import rpc
+from primus.errors import DataError, InvalidRequestError, PrimusError, UnavailableError
+from primus.sources import Partition
+from primus.spec import Source, TrainingJob
+from primus.v1 import planner_pb2, planner_pb2_grpc
+from services.planner.manifest import partition_from_proto
+
+IN_FLIGHT_PER_REPLICA = 2
+SHARD_TIMEOUT_SECONDS = 300.0
+_ERRORS_BY_CODE: dict[grpc.StatusCode, type[PrimusError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidRequestError,
+    grpc.StatusCode.FAILED_PRECONDITION: DataError,
+}
+
+
+def shard_by_day(slots: Sequence[datetime]) -> list[list[int]]:
+    """Indexes of slots grouped by their (UTC) day, days in order of first appearance."""
+    shards: dict[date, list[int]] = {}
+    for index, slot in enumerate(slots):
+        shards.setdefault(slot.date(), []).append(index)
+    return list(shards.values())
+
+
+def _replica_error(address: str, source: str, day: str, exc: grpc.RpcError) -> PrimusError:
+    """A domain error naming the replica: bad requests and bad data keep their kind, anything else is unavailability."""
+    code = exc.code()
+    kind = _ERRORS_BY_CODE.get(code, UnavailableError)
+    return kind(f"planner replica {address} failed resolving source {source!r} day {day}: {code.name}: {exc.details()}")
+
+
+class DistributedResolver:
+    """The Resolve callable over planner replicas: shards go out round-robin, several in flight, results keep slot order."""
+
+    def __init__(self, addresses: Sequence[str], in_flight_per_replica: int = IN_FLIGHT_PER_REPLICA, timeout_seconds: float = SHARD_TIMEOUT_SECONDS) -> None:
+        if not addresses:
+            raise InvalidRequestError("a distributed resolver needs at least one planner replica address")
+        self.addresses = list(addresses)
+        self.workers = len(self.addresses) * max(1, in_flight_per_replica)
+        self.timeout_seconds = timeout_seconds
+        self._turn = 0
+        self._turn_lock = threading.Lock()
+
+    def __call__(self, job: TrainingJob, source: Source, slots: Sequence[datetime]) -> list[Partition]:
+        if not slots:
+            return []
+        shards = shard_by_day(slots)
+        spec_yaml = job.to_yaml()
+        channels = {address: rpc.connect(address) for address in self.addresses}
+        try:
+            stubs = {address: planner_pb2_grpc.PlannerServiceStub(channel) for address, channel in channels.items()}
+            first = self._next_turn(len(shards))
+            with ThreadPoolExecutor(max_workers=min(self.workers, len(shards)), thread_name_prefix="replica") as pool:
+                futures = [
+                    pool.submit(self._resolve_shard, stubs[address], address, spec_yaml, source, [slots[i] for i in shard])
+                    for address, shard in zip(self._rotation(first, len(shards)), shards, strict=True)
+                ]
+                results = _gather(futures)
+        finally:
+            for channel in channels.values():
+                channel.close()
+        return _in_slot_order(len(slots), shards, results)
+
+    def _next_turn(self, shards: int) -> int:
+        """Where this call's round-robin starts, so single-shard calls spread over the replicas too."""
+        with self._turn_lock:
+            first = self._turn
+            self._turn = (first + shards) % len(self.addresses)
+        return first
+
+    def _rotation(self, first: int, count: int) -> list[str]:
+        return [self.addresses[(first + i) % len(self.addresses)] for i in range(count)]
+
+    def _resolve_shard(self, stub: planner_pb2_grpc.PlannerServiceStub, address: str, spec_yaml: str, source: Source, slots: list[datetime]) -> list[Partition]:
+        day = f"{slots[0]:%Y-%m-%d}"
+        request = planner_pb2.ResolvePartitionsRequest(spec_yaml=spec_yaml, source=source.name, slot_unix=[int(s.timestamp()) for s in slots])
+        try:
+            reply = stub.ResolvePartitions(request, timeout=self.timeout_seconds)
+        except grpc.RpcError as exc:
+            raise _replica_error(address, source.name, day, exc) from None
+        if len(reply.partitions) != len(slots):
+            raise UnavailableError(f"planner replica {address} answered {len(reply.partitions)} partitions for {len(slots)} slots of {source.name!r} day {day}")
+        return [partition_from_proto(p) for p in reply.partitions]
+
+
+def _gather(futures: list[Future[list[Partition]]]) -> list[list[Partition]]:
+    """Every shard's partitions; on the first failure the shards not started yet are cancelled."""
+    try:
+        return [future.result() for future in futures]
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        raise
+
+
+def _in_slot_order(count: int, shards: list[list[int]], results: list[list[Partition]]) -> list[Partition]:
+    ordered: list[Partition | None] = [None] * count
+    for shard, partitions in zip(shards, results, strict=True):
+        for index, partition in zip(shard, partitions, strict=True):
+            ordered[index] = partition
+    return [p for p in ordered if p is not None]

@@ -1,0 +1,120 @@
+"""Crashes mid-job: kill -9 of a data executor or of the trainer still trains every sample exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from primus import rpc
+from primus.cluster import ClusterState, start_cluster, stop_services
+from primus.demo_data import generate_dataset
+from primus.spec import load_job_file
+from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+from primus.v1 import resource_controller_pb2 as rc_pb2
+from primus.v1 import resource_controller_pb2_grpc as rc_grpc
+from tests.conftest import START, job_document
+
+DAYS = 8
+ROWS_PER_HOUR = 600
+TRAIN_ROWS = (DAYS - 1) * 24 * ROWS_PER_HOUR
+EVAL_ROWS = 24 * ROWS_PER_HOUR
+TIMEOUT = 240.0
+
+
+@pytest.fixture(scope="module")
+def long_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Enough tasks (168 to train on) that read-ahead buffers cannot hold them all when a crash lands."""
+    root = tmp_path_factory.mktemp("long") / "clicks"
+    generate_dataset(root, START, DAYS, rows_per_hour=ROWS_PER_HOUR, seed=5)
+    return root
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[ClusterState]:
+    state = start_cluster(tmp_path / "runs", tmp_path / "state")
+    yield state
+    stop_services(state.services)
+
+
+def _slow_job(dataset: Path, tmp_path: Path) -> str:
+    """Small minibatches and frequent checkpoints, so that a crash lands mid-training."""
+    document = job_document(dataset, days=DAYS)
+    training = document["spec"]["training"]  # type: ignore[index]
+    training.update({"batchSize": 64, "checkpointEverySteps": 25, "reportEverySteps": 10})
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return load_job_file(path).to_yaml()
+
+
+def _wait(master: master_pb2_grpc.MasterServiceStub, job_id: str, until_step: int) -> master_pb2.Job:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        job = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job
+        if job.progress.step >= until_step or job.state >= common_pb2.JOB_STATE_SUCCEEDED:
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} did not reach step {until_step}")
+
+
+def _finish(master: master_pb2_grpc.MasterServiceStub, job_id: str) -> dict[str, object]:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        job = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job
+        if job.state >= common_pb2.JOB_STATE_SUCCEEDED and job.report_path:
+            report: dict[str, object] = json.loads(Path(job.report_path).read_text())
+            return report
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} did not finish")
+
+
+def _kill(cluster: ClusterState, job_id: str, role: int) -> int:
+    rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(cluster.address("resource_controller")))
+    executors = rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=role), timeout=10).executors  # type: ignore[arg-type]
+    victim = next(e for e in executors if e.state == rc_pb2.EXECUTOR_STATE_READY)
+    os.kill(victim.pid, signal.SIGKILL)
+    return int(victim.pid)
+
+
+def _assert_exact(report: dict[str, object]) -> None:
+    assert report["state"] == "SUCCEEDED", report["message"]
+    (source,) = report["sources"]  # type: ignore[misc]
+    assert source["samples"] == TRAIN_ROWS + EVAL_ROWS, "every row of the source trained or evaluated exactly once"
+    trainer = report["trainer"]
+    assert isinstance(trainer, dict)
+    assert trainer["train_samples"] == TRAIN_ROWS
+    assert trainer["eval_samples"] == EVAL_ROWS
+
+
+@pytest.mark.timeout(300)
+def test_kill_data_executor_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+    master = master_pb2_grpc.MasterServiceStub(rpc.connect(cluster.address("master")))
+    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=_slow_job(long_dataset, tmp_path)), timeout=30).job_id
+    job = _wait(master, job_id, until_step=150)
+    assert job.state == common_pb2.JOB_STATE_RUNNING, "the crash must land mid-training"
+    _kill(cluster, job_id, rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR)
+    report = _finish(master, job_id)
+    _assert_exact(report)
+    assert report["restarts"] == {"data executor": 1}
+    (source,) = report["sources"]  # type: ignore[misc]
+    assert source["retries"] >= 1, "the lost executor's leases were served again"
+
+
+@pytest.mark.timeout(300)
+def test_kill_trainer_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+    master = master_pb2_grpc.MasterServiceStub(rpc.connect(cluster.address("master")))
+    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=_slow_job(long_dataset, tmp_path)), timeout=30).job_id
+    job = _wait(master, job_id, until_step=300)
+    assert job.state == common_pb2.JOB_STATE_RUNNING, "the crash must land mid-training"
+    _kill(cluster, job_id, rc_pb2.EXECUTOR_ROLE_TRAINER)
+    report = _finish(master, job_id)
+    _assert_exact(report)
+    assert report["restarts"] == {"trainer": 1}
+    trainers = [s for s in report["services"] if s["role"] == "trainer"]  # type: ignore[union-attr]
+    assert len(trainers) == 2 and trainers[0]["exit_code"] == -signal.SIGKILL
