@@ -118,3 +118,42 @@ def test_exhausted_only_when_everything_finished(ledger: TaskLedger) -> None:
         ledger.served(lease.spec.task_id, lease.attempt, WorkDone(rows=lease.spec.rows))
     assert ledger.exhausted(EVAL)
     assert not ledger.exhausted(TRAIN)
+
+
+def test_straggler_gets_a_speculative_copy_and_the_first_claim_wins(ledger: TaskLedger) -> None:
+    for now in (0, 1, 2):
+        quick = ledger.lease(TRAIN, "fast", now=now)
+        assert quick is not None and ledger.claim(quick.spec.task_id, quick.attempt)
+        ledger.served(quick.spec.task_id, quick.attempt, WorkDone(rows=quick.spec.rows), now=now + 1)
+    slow = ledger.lease(TRAIN, "slow", now=10)
+    assert slow is not None
+    while (rest := ledger.lease(TRAIN, "fast", now=11)) is not None and not rest.speculative:
+        ledger.claim(rest.spec.task_id, rest.attempt)
+        ledger.served(rest.spec.task_id, rest.attempt, WorkDone(rows=rest.spec.rows), now=11)
+    assert ledger.lease(TRAIN, "fast", now=12) is None, "no copy before the straggler threshold (5 s minimum)"
+    copy = ledger.lease(TRAIN, "fast", now=30)
+    assert copy is not None and copy.speculative and copy.spec.task_id == slow.spec.task_id and copy.attempt == slow.attempt + 1
+    assert ledger.claim(copy.spec.task_id, copy.attempt) is True
+    assert ledger.claim(slow.spec.task_id, slow.attempt) is False, "the straggler lost the race"
+    assert ledger.served(slow.spec.task_id, slow.attempt, WorkDone(rows=slow.spec.rows, cpu_seconds=2.0)) is False
+    assert ledger.served(copy.spec.task_id, copy.attempt, WorkDone(rows=copy.spec.rows)) is True
+    account = ledger.snapshot()["clicks"]
+    assert account.speculative_attempts == 1
+    assert account.wasted_samples == slow.spec.rows and account.wasted_cpu_seconds == 2.0
+
+
+def test_resume_serves_everything_after_the_checkpoint_again(ledger: TaskLedger) -> None:
+    first = ledger.lease(TRAIN, "e1", now=0)
+    second = ledger.lease(TRAIN, "e1", now=0)
+    assert first is not None and second is not None
+    for lease in (first, second):
+        ledger.claim(lease.spec.task_id, lease.attempt)
+        ledger.served(lease.spec.task_id, lease.attempt, WorkDone(rows=lease.spec.rows))
+    ledger.commit(1, [Progress(first.spec.task_id, first.spec.rows, True), Progress(second.spec.task_id, 100, False)])
+    # the trainer crashed after consuming all of `second`, but its checkpoint says 100 rows
+    reset = ledger.resume(1, [Progress(first.spec.task_id, first.spec.rows, True), Progress(second.spec.task_id, 100, False)])
+    assert reset == 1
+    again = ledger.lease(TRAIN, "e2", now=1)
+    assert again is not None and again.spec.task_id == second.spec.task_id
+    assert again.start_offset == 100 and again.attempt == 1
+    assert ledger.samples_by_source()["clicks"] == first.spec.rows + 100

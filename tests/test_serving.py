@@ -146,3 +146,29 @@ def test_status_rpc_counts_served_rows(planner: rpc.RunningServer, dataset: Path
         assert status.tasks_done == 24
     finally:
         executor.stop()
+
+
+def test_a_stalled_consumer_stalls_reading(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
+    """Credits bound what is in flight: with no credits returned, the executor stops leasing and reading."""
+    import time
+
+    import pyarrow as pa
+
+    job = _job(dataset, tmp_path)
+    stub = _plan(planner, "job-slow", job)
+    (executor,) = _executors(1, "job-slow", planner, job)
+    try:
+        client = flight.connect(f"grpc://{executor.data_address}")
+        ticket = data_executor_pb2.DataTicket(job_id="job-slow", consumer_id="slow", purpose=TRAIN)
+        writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(ticket.SerializeToString()))
+        writer.write_metadata(pa.py_buffer(b"2"))
+        assert reader.read_chunk().data.num_rows == ROWS_PER_HOUR
+        time.sleep(2.0)
+        plan = stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-slow"), timeout=10)
+        train_tasks = (DAYS - 1) * 24
+        in_flight = plan.tasks_leased + plan.tasks_done
+        assert in_flight <= 10, f"{in_flight} of {train_tasks} tasks were leased while the consumer took one batch"
+        writer.close()
+        client.close()
+    finally:
+        executor.stop()

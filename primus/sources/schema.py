@@ -8,10 +8,13 @@ from primus.spec import SchemaVersion, Source
 SCHEMA_VERSION_KEY = b"primus.schema_version"
 
 
-def missing_columns(schema: SchemaVersion, physical: list[str], required: list[str]) -> list[str]:
-    """Training columns this physical schema cannot provide under a version's renames and defaults."""
+def misfits(schema: SchemaVersion, physical: list[str], required: list[str]) -> list[str]:
+    """Why a physical schema is not this version: renamed columns it lacks, training columns it cannot provide."""
+    present = set(physical)
+    problems = [f"no column {name!r} to rename" for name in schema.rename if name not in present]
     provided = {schema.rename.get(name, name) for name in physical} | set(schema.defaults)
-    return [column for column in required if column not in provided]
+    problems += [f"lacks {column!r}" for column in required if column not in provided]
+    return problems
 
 
 def pick_schema_version(source: Source, physical: list[str], required: list[str], pinned: int | None, where: str) -> int:
@@ -19,8 +22,8 @@ def pick_schema_version(source: Source, physical: list[str], required: list[str]
     candidates = [source.schema_for(pinned)] if pinned is not None else list(reversed(source.known_versions()))
     problems = []
     for schema in candidates:
-        missing = missing_columns(schema, physical, required)
-        if not missing:
+        wrong = misfits(schema, physical, required)
+        if not wrong:
             return schema.version
-        problems.append(f"version {schema.version} lacks {', '.join(missing)}")
+        problems.append(f"version {schema.version}: {', '.join(wrong)}")
     raise DataError(f"source {source.name!r} partition {where}: incompatible schema ({'; '.join(problems)})")

@@ -51,7 +51,10 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         try:
             for batch, origin in batches:
                 while credits <= 0:
-                    credits += _credits(reader.read_chunk())
+                    try:
+                        credits += _credits(reader.read_chunk())
+                    except StopIteration:  # the consumer closed its side: it wants no more
+                        return
                 writer.write_with_metadata(batch, pa.py_buffer(origin))
                 credits -= 1
             writer.write_metadata(pa.py_buffer(END_OF_STREAM))

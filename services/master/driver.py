@@ -134,7 +134,12 @@ class JobDriver:
                     raise JobFailedError(f"{last.executor_id} exited with code {last.exit_code} before reporting a result; see {last.log_path}")
             else:
                 exited_since = None
-            self._refresh_progress(job)
+            plan = self._refresh_progress(job)
+            if plan.quarantined and spec.data.on_quarantine == "fail":
+                first = plan.quarantined[0]
+                raise JobFailedError(
+                    f"{len(plan.quarantined)} task(s) quarantined and data.onQuarantine is 'fail'; first: {first.source} {first.partition}: {first.reason}"
+                )
             self._store.wait_for_change(POLL_SECONDS)
 
     def _relaunch(self, job: JobRecord, crashed: rc_pb2.Executor, budget: dict[int, int]) -> None:
@@ -152,10 +157,11 @@ class JobDriver:
         log.warning("job %s: %s exited with code %d; relaunching", job.job_id, crashed.executor_id, crashed.exit_code)
         self._launch_role(job, crashed.role, 1)
 
-    def _refresh_progress(self, job: JobRecord) -> None:
-        plan = self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job.job_id), timeout=10)
+    def _refresh_progress(self, job: JobRecord) -> planner_pb2.GetPlanResponse:
+        plan: planner_pb2.GetPlanResponse = self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job.job_id), timeout=10)
         if job.progress.get("tasks_done") != plan.tasks_done:
             self._store.update(job.job_id, progress_update={"tasks_done": plan.tasks_done})
+        return plan
 
     def _finish(self, job_id: str, state: str, message: str) -> None:
         """Release the executors, write the report, then persist the final state with the report's path."""

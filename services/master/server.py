@@ -23,13 +23,13 @@ class Master:
     driver: JobDriver
 
 
-def create_server(bind: str, runs_dir: Path, db_path: Path, planner_address: str, rc_address: str) -> Master:
+def create_server(bind: str, runs_dir: Path, db_path: Path, planner_address: str, rc_address: str, advertise: str = "") -> Master:
     store = JobStore(db_path)
     holder: dict[str, rpc.RunningServer] = {}
 
     def own_info() -> common_pb2.ServiceInfo:
         running = holder["server"]
-        return common_pb2.ServiceInfo(name="master", pid=os.getpid(), address=running.address, version=rpc.VERSION)
+        return common_pb2.ServiceInfo(name="master", pid=os.getpid(), address=advertise or running.address, version=rpc.VERSION)
 
     driver = JobDriver(store, Peers(planner_address, rc_address), own_info)
     driver.recover()

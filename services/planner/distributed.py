@@ -55,21 +55,23 @@ class DistributedResolver:
         if not slots:
             return []
         shards = shard_by_day(slots)
-        spec_yaml = job.to_yaml()
         channels = {address: rpc.connect(address) for address in self.addresses}
         try:
             stubs = {address: planner_pb2_grpc.PlannerServiceStub(channel) for address, channel in channels.items()}
-            first = self._next_turn(len(shards))
-            with ThreadPoolExecutor(max_workers=min(self.workers, len(shards)), thread_name_prefix="replica") as pool:
-                futures = [
-                    pool.submit(self._resolve_shard, stubs[address], address, spec_yaml, source, [slots[i] for i in shard])
-                    for address, shard in zip(self._rotation(first, len(shards)), shards, strict=True)
-                ]
-                results = _gather(futures)
+            results = self._resolve_shards(stubs, job.to_yaml(), source, [[slots[i] for i in shard] for shard in shards])
         finally:
             for channel in channels.values():
                 channel.close()
         return _in_slot_order(len(slots), shards, results)
+
+    def _resolve_shards(
+        self, stubs: dict[str, planner_pb2_grpc.PlannerServiceStub], spec_yaml: str, source: Source, shards: list[list[datetime]]
+    ) -> list[list[Partition]]:
+        """Shard i goes to the next replica in turn; at most `workers` shards are in flight."""
+        addresses = self._rotation(self._next_turn(len(shards)), len(shards))
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(shards)), thread_name_prefix="replica") as pool:
+            futures = [pool.submit(self._resolve_shard, stubs[address], address, spec_yaml, source, shard) for address, shard in zip(addresses, shards, strict=True)]
+            return _gather(futures)
 
     def _next_turn(self, shards: int) -> int:
         """Where this call's round-robin starts, so single-shard calls spread over the replicas too."""
