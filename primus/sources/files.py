@@ -167,7 +167,8 @@ def _line_aligned(handle: pa.NativeFile, piece: Piece) -> bytes:
 def _csv_header(fs: pafs.FileSystem, path: str) -> list[str]:
     with fs.open_input_file(path) as handle:
         first = handle.read(64 * 1024).split(b"\n", 1)[0]
-    return [name.strip() for name in first.decode().split(",")]
+    names: list[str] = pacsv.read_csv(io.BytesIO(first + b"\n")).column_names
+    return names
 
 
 register_adapter(FilesAdapter())
