@@ -163,6 +163,7 @@ class Source(_Model):
     join_to: list[str] = Field(default_factory=list, description="feature stores: the sources whose samples are joined")
     key_prefix: str = ""
     fields: list[str] = Field(default_factory=list, description="feature stores: hash fields joined as float32 columns")
+    after: list[str] = Field(default_factory=list, description="sources whose tasks of the same slot are served first (label joins)")
 
     @field_validator("uri")
     @classmethod
@@ -230,6 +231,9 @@ class Data(_Model):
             raise ValueError(f"source names must be unique: {', '.join(duplicates)} repeats")
         by_name = {s.name: s for s in self.sources}
         for source in self.sources:
+            for target in source.after:
+                if target not in by_name or target == source.name:
+                    raise ValueError(f"source {source.name!r} comes after {target!r}, which is not another source")
             for target in source.join_to:
                 if target not in by_name or by_name[target].kind == "feature_store":
                     raise ValueError(f"source {source.name!r} joins to {target!r}, which is not a sample source")

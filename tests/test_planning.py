@@ -157,3 +157,34 @@ def test_resume_serves_everything_after_the_checkpoint_again(ledger: TaskLedger)
     assert again is not None and again.spec.task_id == second.spec.task_id
     assert again.start_offset == 100 and again.attempt == 1
     assert ledger.samples_by_source()["clicks"] == first.spec.rows + 100
+
+
+def test_quota_bounds_tasks_in_flight_per_source(dataset: Path, tmp_path: Path) -> None:
+    plan = build_plan("j", _job(dataset, tmp_path), PartitionResolver())
+    ledger = TaskLedger(plan.tasks, quotas={"clicks": (2, 1 << 40)})
+    first, second = ledger.lease(TRAIN, "e1", now=0), ledger.lease(TRAIN, "e2", now=0)
+    assert first is not None and second is not None
+    assert ledger.lease(TRAIN, "e3", now=0) is None, "a third concurrent task of the source is over quota"
+    assert not ledger.exhausted(TRAIN)
+    ledger.claim(first.spec.task_id, 0)
+    ledger.served(first.spec.task_id, 0, WorkDone(rows=first.spec.rows))
+    assert ledger.lease(TRAIN, "e3", now=0) is not None
+    tight = TaskLedger(plan.tasks, quotas={"clicks": (10, 1)})
+    assert tight.lease(TRAIN, "e1", now=0) is not None, "one task may exceed the byte quota on its own"
+    assert tight.lease(TRAIN, "e1", now=0) is None
+
+
+def test_label_join_source_waits_for_the_tasks_it_joins(dataset: Path, tmp_path: Path) -> None:
+    document = job_document(dataset)
+    sources = document["spec"]["data"]["sources"]  # type: ignore[index]
+    sources.append({**sources[0], "name": "labels", "after": ["clicks"]})
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    plan = build_plan("j", load_job_file(path), PartitionResolver())
+    clicks = {t.partition.split("/")[1]: t.task_id for t in plan.tasks if t.source == "clicks" and t.purpose == TRAIN}
+    labels = [t for t in plan.tasks if t.source == "labels"]
+    assert labels and all(t.depends_on == (clicks[t.partition.split("/")[1]],) for t in labels)
+    ledger = TaskLedger(plan.tasks)
+    leased = [ledger.lease(TRAIN, "e", now=0) for _ in range(len(clicks) + 1)]
+    assert all(lease is not None and lease.spec.source == "clicks" for lease in leased[:-1])
+    assert leased[-1] is None, "no label task before the click task of its hour is served"

@@ -172,3 +172,14 @@ def test_a_stalled_consumer_stalls_reading(planner: rpc.RunningServer, dataset: 
         client.close()
     finally:
         executor.stop()
+
+
+def test_a_stale_attempt_gets_failed_precondition(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
+    stub = _plan(planner, "job-stale", _job(dataset, tmp_path))
+    task = stub.LeaseTask(planner_pb2.LeaseTaskRequest(job_id="job-stale", executor_id="e", purpose=TRAIN), timeout=10).task
+    stub.FailTask(planner_pb2.FailTaskRequest(job_id="job-stale", task_id=task.task_id, attempt=task.attempt, executor_id="e", error="disk"), timeout=10)
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.FailTask(planner_pb2.FailTaskRequest(job_id="job-stale", task_id=task.task_id, attempt=task.attempt, executor_id="e", error="again"), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert f"task {task.task_id} attempt 0 is not the current lease" in str(caught.value.details())
+    assert stub.ClaimTask(planner_pb2.ClaimTaskRequest(job_id="job-stale", task_id=task.task_id, attempt=0), timeout=10).granted is False

@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from primus import telemetry
 from primus.errors import DataError, UnavailableError
 from primus.sources import Piece, get_adapter
 from primus.spec import Source, TrainingJob
@@ -93,9 +94,12 @@ def read_task(task: planner_pb2.DataTask, job: TrainingJob, schema: pa.Schema, q
     read_done = time.perf_counter()
     mapping = source.schema_for(task.schema_version)
     parts: list[Conformed] = []
-    for location, raw in raws:
-        origin = f"source {task.source!r} ({location})"
-        parts.append(conform_table(raw, mapping, schema, origin, joins=lambda t: _apply_joins(job, source, t)))
+    with telemetry.tracer("primus.data_executor").start_as_current_span("data_task.transform") as span:
+        span.set_attributes({"primus.source": task.source, "primus.task_id": task.task_id, "primus.schema_version": task.schema_version})
+        for location, raw in raws:
+            origin = f"source {task.source!r} ({location})"
+            parts.append(conform_table(raw, mapping, schema, origin, joins=lambda t: _apply_joins(job, source, t)))
+        span.set_attribute("primus.records_quarantined", sum(p.quarantined_rows for p in parts))
     combined = pa.concat_tables([p.table for p in parts]).combine_chunks() if parts else schema.empty_table()
     quarantined = [p.quarantined for p in parts if p.quarantined is not None]
     rejected = sum(q.num_rows for q in quarantined)

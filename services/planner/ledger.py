@@ -35,6 +35,7 @@ class TaskStatus(Enum):
 
 
 FINISHED = (TaskStatus.DONE, TaskStatus.QUARANTINED)
+SERVED_OR_FINISHED = (TaskStatus.SERVED, *FINISHED)
 
 
 @dataclass
@@ -98,8 +99,16 @@ class Progress:
 class TaskLedger:
     """Thread-safe state of one plan's tasks."""
 
-    def __init__(self, tasks: Iterable[TaskSpec], lease_seconds: float = DEFAULT_LEASE_SECONDS, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+    def __init__(
+        self,
+        tasks: Iterable[TaskSpec],
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        quotas: dict[str, tuple[int, int]] | None = None,
+    ) -> None:
+        """quotas: per source, at most this many tasks and bytes leased at once (a single task may exceed the bytes)."""
         self._lock = threading.Lock()
+        self._quotas = quotas or {}
         self._entries: dict[str, TaskEntry] = {}
         self._lease_seconds = lease_seconds
         self._max_attempts = max_attempts
@@ -127,7 +136,12 @@ class TaskLedger:
         now = time.time() if now is None else now
         with self._lock:
             self._expire(now)
-            ready = [e for e in self._entries.values() if e.status is TaskStatus.PENDING and e.spec.purpose == purpose and self._deps_met(e)]
+            in_flight = self._in_flight() if self._quotas else {}
+            ready = [
+                e
+                for e in self._entries.values()
+                if e.status is TaskStatus.PENDING and e.spec.purpose == purpose and self._deps_met(e) and self._under_quota(e, in_flight)
+            ]
             if ready:
                 entry = min(ready, key=lambda e: (-e.spec.priority, e.spec.order, e.spec.source, e.spec.task_id))
                 entry.status, entry.executor = TaskStatus.LEASED, executor
@@ -136,7 +150,23 @@ class TaskLedger:
             return self._speculate(purpose, executor, now)
 
     def _deps_met(self, entry: TaskEntry) -> bool:
-        return all(self._entries[d].status in FINISHED for d in entry.spec.depends_on if d in self._entries)
+        """Dependencies count as met once served: ordering is about serving, and commits wait for checkpoints."""
+        return all(self._entries[d].status in SERVED_OR_FINISHED for d in entry.spec.depends_on if d in self._entries)
+
+    def _under_quota(self, entry: TaskEntry, in_flight: dict[str, tuple[int, int]]) -> bool:
+        quota = self._quotas.get(entry.spec.source)
+        if quota is None:
+            return True
+        tasks, size = in_flight.get(entry.spec.source, (0, 0))
+        return tasks < quota[0] and (tasks == 0 or size + entry.spec.bytes <= quota[1])
+
+    def _in_flight(self) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for entry in self._entries.values():
+            if entry.status is TaskStatus.LEASED:
+                tasks, size = out.get(entry.spec.source, (0, 0))
+                out[entry.spec.source] = (tasks + 1, size + entry.spec.bytes)
+        return out
 
     def _speculate(self, purpose: int, executor: str, now: float) -> Lease | None:
         if len(self._durations) < 3:

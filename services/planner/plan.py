@@ -124,7 +124,23 @@ def expand(
                 new = [_after(t, previous) for t in new]
             decisions.append(Decision(purpose, partition, _decide(partition, len(new)), len(new)))
             tasks.extend(new)
-    return decisions, tasks
+    return decisions, _order_joins(job, tasks)
+
+
+def _order_joins(job: TrainingJob, tasks: list[TaskSpec]) -> list[TaskSpec]:
+    """A source declared `after` others (a label join) waits for their tasks of the same slot."""
+    later = {s.name: s.after for s in job.spec.data.sources if s.after}
+    if not later:
+        return tasks
+    by_slot: dict[tuple[int, str, str], list[str]] = {}
+    for task in tasks:
+        by_slot.setdefault((task.purpose, task.source, task.partition.split("/", 1)[1]), []).append(task.task_id)
+    ordered = []
+    for task in tasks:
+        slot = task.partition.split("/", 1)[1]
+        deps = [d for other in later.get(task.source, []) for d in by_slot.get((task.purpose, other, slot), [])]
+        ordered.append(replace(task, depends_on=task.depends_on + tuple(deps)) if deps else task)
+    return ordered
 
 
 def _after(task: TaskSpec, previous: list[str]) -> TaskSpec:

@@ -47,7 +47,8 @@ class PlanRegistry:
             return existing
         job = load_job_text(spec_yaml, f"job {job_id}")
         plan = build_plan(job_id, job, self.resolve)
-        ledger = TaskLedger(plan.tasks, self._lease_seconds, self._max_attempts or job.spec.data.max_attempts)
+        quotas = {s.name: (s.quota.max_concurrent_tasks, s.quota.max_bytes_in_flight) for s in job.spec.data.sources}
+        ledger = TaskLedger(plan.tasks, self._lease_seconds, self._max_attempts or job.spec.data.max_attempts, quotas)
         ledger.open_ended = plan.open_ended
         created = JobPlan(job, plan, ledger)
         with self._lock:
