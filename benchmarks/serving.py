@@ -6,6 +6,7 @@ import argparse
 import functools
 import json
 import multiprocessing as mp
+import os
 import shutil
 import statistics
 import sys
@@ -21,8 +22,10 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pyarrow.parquet as pq
 import yaml
+from rich.table import Table
 
 from primus import rpc, telemetry
+from primus.console import console
 from primus.cost import load_cost
 from primus.demo import DEMO_START, demo_job
 from primus.demo_data import generate_dataset
@@ -31,7 +34,6 @@ from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor import reader, server, serving
 from services.data_executor.server import DataExecutor, create_executor
-from services.master.report import _plain
 from services.planner import servicer
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server
@@ -216,11 +218,12 @@ class Drain:
         return {"rows": self.rows, "bytes": self.bytes, "seconds": seconds, "cpu": cpu, "first_batch": self.first, "last_batch": self.last}
 
 
-def drain_feed(address: str, job_id: str, prefetch: int) -> dict[str, float]:
+def drain_feed(address: str, job_id: str, prefetch: int, window: int | None) -> dict[str, float]:
     """(b) consumer: a trainer's BatchFeed from one executor."""
     drain = Drain()
+    extra: dict[str, Any] = {} if window is None else {"window": window}
     with telemetry.job_context(job_id):
-        for event in BatchFeed(fixed({"bench-e0": address}), job_id, "bench-trainer", TRAIN, prefetch=prefetch, replacement_timeout=10):
+        for event in BatchFeed(fixed({"bench-e0": address}), job_id, "bench-trainer", TRAIN, prefetch=prefetch, replacement_timeout=10, **extra):
             if isinstance(event, Lost):
                 raise RuntimeError(event.error)
             drain.add(event.batch)
@@ -231,10 +234,10 @@ def drain_flight(address: str) -> dict[str, float]:
     """(c) consumer: one plain DoGet."""
     drain = Drain()
     client = flight.connect(f"grpc://{address}")
-    reader = client.do_get(flight.Ticket(b"all"))
+    stream = client.do_get(flight.Ticket(b"all"))
     while True:
         try:
-            drain.add(reader.read_chunk().data)
+            drain.add(stream.read_chunk().data)
         except StopIteration:
             break
     client.close()
@@ -285,6 +288,7 @@ class Options:
     batch_bytes: int = 2 * MIB
     prefetch: int = 16
     retry_after: float | None = None
+    window: int | None = None
     modes: tuple[str, ...] = MODES
 
 
@@ -338,7 +342,7 @@ class Bench:
         address = host.call("start", job_id)
         before, planner_before = host.call("cpu"), planner.call("cpu")
         try:
-            drained = self.children["consumer"].call("feed", address, job_id, self.options.prefetch)
+            drained = self.children["consumer"].call("feed", address, job_id, self.options.prefetch, self.options.window)
             server_cpu, planner_cpu = host.call("cpu") - before, planner.call("cpu") - planner_before
         finally:
             host.call("stop")
@@ -409,10 +413,6 @@ def goals_met(summary: dict[str, Any]) -> dict[str, bool]:
 
 
 def print_table(summary: dict[str, Any]) -> None:
-    from rich.table import Table
-
-    from primus.console import console
-
     table = Table(title=f"serving {summary['rows']} rows, medians of {summary['rounds']} interleaved rounds", title_justify="left")
     for column in ("mode", "rows/s", "MB/s", "seconds", "first batch s", "tail s", "cpu seconds"):
         table.add_column(column, justify="left" if column == "mode" else "right")
@@ -428,16 +428,19 @@ def print_table(summary: dict[str, Any]) -> None:
         console.print(f"{'tracing_cpu_overhead':<20} {summary['tracing_cpu_overhead']:>7.3f}  (executor CPU traced / untraced - 1; less noisy than wall time)")
 
 
-def check_costs(bench: Bench) -> dict[str, bool]:
-    """Traced runs: the span-derived cost must agree with the planner's ledger (primus cost)."""
-    verdicts: dict[str, bool] = {}
+def _source_rows(plan: planner_pb2.GetPlanResponse) -> list[dict[str, Any]]:
+    return [{f.name: getattr(source, f.name) for f in source.DESCRIPTOR.fields} for source in plan.sources]
+
+
+def check_costs(bench: Bench) -> bool | None:
+    """Traced runs: the span-derived cost must agree with the planner's ledger (primus cost); None without traced runs."""
+    verdicts: list[bool] = []
     for job_id, plan in bench.plans.items():
         run_dir = bench.runs_dir / job_id
-        if not (run_dir / "traces").is_dir():
-            continue
-        (run_dir / "report.json").write_text(json.dumps({"job_id": job_id, "sources": [_plain(s) for s in plan.sources]}))
-        verdicts[job_id] = all(s.consistent for s in load_cost(run_dir).sources)
-    return verdicts
+        if (run_dir / "traces").is_dir():
+            (run_dir / "report.json").write_text(json.dumps({"job_id": job_id, "sources": _source_rows(plan)}))
+            verdicts.append(all(s.consistent for s in load_cost(run_dir).sources))
+    return all(verdicts) if verdicts else None
 
 
 # --- entry point ---------------------------------------------------------------------------------
@@ -454,6 +457,7 @@ def parse_args(argv: list[str] | None) -> Options:
     parser.add_argument("--batch-mib", type=float, default=2.0, help="experiment: target batch size")
     parser.add_argument("--prefetch", type=int, default=16, help="experiment: BatchFeed queue depth")
     parser.add_argument("--retry-after", type=float, default=None, help="experiment: the planner's retry_after_seconds for idle readers")
+    parser.add_argument("--window", type=int, default=None, help="experiment: BatchFeed credit window (batches in flight)")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
     args = parser.parse_args(argv)
     return Options(
@@ -465,6 +469,7 @@ def parse_args(argv: list[str] | None) -> Options:
         batch_bytes=int(args.batch_mib * MIB),
         prefetch=args.prefetch,
         retry_after=args.retry_after,
+        window=args.window,
         modes=tuple(m for m in args.modes.split(",") if m),
     )
 
@@ -475,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir = options.cache / "runs"
     shutil.rmtree(runs_dir, ignore_errors=True)
     bench = Bench(options, job_file, runs_dir)
+    load_before = os.getloadavg()[0]
     bench.start()
     try:
         results = run_rounds(bench, options.rounds)
@@ -484,7 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     if any(m.rows != rows for ms in results.values() for m in ms):
         raise SystemExit(f"modes disagree on the row count: { {k: [m.rows for m in v] for k, v in results.items()} }")
     summary = summarize(results, rows)
-    summary["cost_consistent"] = all(check_costs(bench).values())
+    summary["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    summary["cost_consistent"] = check_costs(bench)
     print_table(summary)
     print(json.dumps(summary, separators=(",", ":")))
     return 0

@@ -17,6 +17,7 @@ import grpc
 from primus import rpc
 from primus.cluster import ClusterState, ServiceProcess, running_cluster, start_cluster, start_planner, stop_services
 from primus.console import console, err_console, follow, print_plan, print_report, state_name
+from primus.cost import load_cost, print_cost
 from primus.errors import PrimusError, SpecError
 from primus.spec import load_job_file
 from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2, planner_pb2_grpc
@@ -173,14 +174,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return cmd_run(args)
 
 
+def _report_path(args: argparse.Namespace) -> Path:
+    """RUN may be a run folder, its report.json, or a job id under --runs-dir."""
+    run: Path = args.run
+    path = run if run.name == "report.json" else run / "report.json"
+    if path.exists():
+        return path
+    candidate: Path = args.runs_dir / run / "report.json"
+    if not candidate.exists():
+        raise PrimusError(f"no report at {path} or {candidate}")
+    return candidate
+
+
 def cmd_report(args: argparse.Namespace) -> int:
-    path = args.run if args.run.name == "report.json" else args.run / "report.json"
-    if not path.exists():
-        candidate = args.runs_dir / args.run / "report.json"
-        if not candidate.exists():
-            raise PrimusError(f"no report at {path} or {candidate}")
-        path = candidate
-    print_report(json.loads(path.read_text()))
+    print_report(json.loads(_report_path(args).read_text()))
+    return 0
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    print_cost(load_cost(_report_path(args).parent))
     return 0
 
 
@@ -214,6 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--rows-per-hour", type=int, default=600)
     demo.add_argument("--seed", type=int, default=7)
     add("report", cmd_report, "print a run's report").add_argument("run", type=Path, help="a run folder, its report.json, or a job id")
+    add("cost", cmd_cost, "per source: bytes read, CPU, retries, useful samples and waste, checked against the traces").add_argument(
+        "run", type=Path, help="a run folder, its report.json, or a job id"
+    )
     return parser
 
 

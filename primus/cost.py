@@ -83,7 +83,9 @@ class CostSummary:
 
 
 @dataclass(frozen=True)
-class _Span:
+class SpanRecord:
+    """One span as read back from an OTLP/JSON lines file."""
+
     service: str
     name: str
     attributes: dict[str, Any]
@@ -142,12 +144,12 @@ def _attributes(items: list[dict[str, Any]] | None) -> dict[str, Any]:
     return {item["key"]: _value(item.get("value", {})) for item in items or []}
 
 
-def _spans_of_line(line: dict[str, Any]) -> Iterator[_Span]:
+def _spans_of_line(line: dict[str, Any]) -> Iterator[SpanRecord]:
     for resource_spans in line.get("resourceSpans", []):
         service = str(_attributes(resource_spans.get("resource", {}).get("attributes")).get("service.name", "unknown"))
         for scope in resource_spans.get("scopeSpans", []):
             for span in scope.get("spans", []):
-                yield _Span(
+                yield SpanRecord(
                     service=service,
                     name=str(span.get("name", "")),
                     attributes=_attributes(span.get("attributes")),
@@ -156,9 +158,9 @@ def _spans_of_line(line: dict[str, Any]) -> Iterator[_Span]:
                 )
 
 
-def read_spans(traces_dir: Path) -> tuple[list[_Span], int, int]:
+def read_spans(traces_dir: Path) -> tuple[list[SpanRecord], int, int]:
     """Every span under traces_dir, the number of files, and lines that were not JSON (a writer cut short)."""
-    spans: list[_Span] = []
+    spans: list[SpanRecord] = []
     files = sorted(traces_dir.glob("*.otlp.jsonl")) if traces_dir.is_dir() else []
     unreadable = 0
     for path in files:
@@ -172,11 +174,11 @@ def read_spans(traces_dir: Path) -> tuple[list[_Span], int, int]:
     return spans, len(files), unreadable
 
 
-def _is_waste(span: _Span) -> bool:
+def _is_waste(span: SpanRecord) -> bool:
     return span.status == STATUS_ERROR or any(e in WASTE_EVENTS for e in span.events)
 
 
-def _add_read(cost: TraceCost, span: _Span, seen: set[tuple[str, int]]) -> None:
+def _add_read(cost: TraceCost, span: SpanRecord, seen: set[tuple[str, int]]) -> None:
     attrs = span.attributes
     rows, size, cpu = int(attrs.get("primus.rows", 0)), int(attrs.get("primus.bytes", 0)), float(attrs.get("primus.cpu_seconds", 0.0))
     attempt, speculative = int(attrs.get("primus.attempt", 0)), bool(attrs.get("primus.speculative", False))
@@ -199,7 +201,7 @@ def _add_read(cost: TraceCost, span: _Span, seen: set[tuple[str, int]]) -> None:
         cost.records_quarantined += int(attrs.get("primus.records_quarantined", 0))
 
 
-def traced_by_source(spans: list[_Span]) -> dict[str, TraceCost]:
+def traced_by_source(spans: list[SpanRecord]) -> dict[str, TraceCost]:
     out: dict[str, TraceCost] = {}
     seen: set[tuple[str, int]] = set()
     for span in spans:
@@ -208,7 +210,7 @@ def traced_by_source(spans: list[_Span]) -> dict[str, TraceCost]:
     return out
 
 
-def by_service(spans: list[_Span]) -> dict[str, ServiceCost]:
+def by_service(spans: list[SpanRecord]) -> dict[str, ServiceCost]:
     out: dict[str, ServiceCost] = {}
     for span in spans:
         cost = out.setdefault(span.service, ServiceCost())

@@ -92,9 +92,8 @@ def conform_table(raw: pa.Table, schema: SchemaVersion, target: pa.Schema, origi
         table = joins(table)
     rejected: list[pa.Table] = []
     label = target.names[0]
-    if label in table.column_names:
-        _apply_label_check = Transformation(name="require_not_null", column=label)
-        table = _apply(table, _apply_label_check, rejected, origin)
+    if label in table.column_names and table.column(label).null_count:
+        table = _apply(table, Transformation(name="require_not_null", column=label), rejected, origin)
     for step in schema.transformations:
         table = _apply(table, step, rejected, origin)
     columns = []

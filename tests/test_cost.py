@@ -43,7 +43,13 @@ def _tracer(runs_dir: Path, service: str) -> tuple[TracerProvider, trace.Tracer]
 
 def _read(tracer: trace.Tracer, task: str, attempt: int, work: tuple[int, int, float] | None, speculative: bool = False, event: str = "") -> None:
     """One data_task.read span as serving.py records it; work None is a failed read."""
-    attributes = {JOB_KEY: JOB, "primus.source": "clicks", "primus.task_id": task, "primus.attempt": attempt, "primus.speculative": speculative}
+    attributes: dict[str, str | int | bool] = {
+        JOB_KEY: JOB,
+        "primus.source": "clicks",
+        "primus.task_id": task,
+        "primus.attempt": attempt,
+        "primus.speculative": speculative,
+    }
     with tracer.start_as_current_span("data_task.read", attributes=attributes) as span:
         if work is None:
             span.set_status(trace.Status(trace.StatusCode.ERROR, "cannot read"))

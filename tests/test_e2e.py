@@ -70,6 +70,13 @@ def test_run_trains_through_five_services(job_file: Path, tmp_path: Path) -> Non
     assert {"primus.source", "primus.task_id", "primus.attempt", "primus.bytes", "primus.rows", "primus.cpu_seconds", "primus.job_id"} <= keys
     assert len({s["traceId"] for s in spans if s["name"] in ("job", "train", "data_task.read")}) == 1, "one trace from master to executors"
 
+    (run_dir,) = (tmp_path / "runs").glob("ctr-demo-*")
+    cost = _primus(tmp_path, "cost", str(run_dir))
+    assert cost.returncode == 0, cost.stderr
+    (line,) = [row for row in cost.stdout.splitlines() if "clicks" in row]
+    assert f"{source['samples']:,}" in line, "cost totals are the report's"
+    assert "yes" in line, "the traces agree with the ledger"
+
 
 def _health(address: str) -> int:
     with grpc.insecure_channel(address) as channel:

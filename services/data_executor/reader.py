@@ -16,7 +16,7 @@ from primus.spec import Source, TrainingJob
 from primus.transform import Conformed, conform_table
 from primus.v1 import planner_pb2
 
-TARGET_BATCH_BYTES = 2 * 1024 * 1024
+TARGET_BATCH_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -119,10 +119,7 @@ class TaskStreamer:
                 span = self._tracer.start_span("data_task.serve", context=parent, attributes=_attributes(item.task))
                 spans[item.task.task_id] = span
             elif isinstance(item, _TaskEnd):
-                span = spans.pop(item.task.task_id)
-                accepted = self._served(ticket.job_id, item)
-                span.set_attributes({"primus.rows": item.read.rows, "primus.batches": len(item.read.batches), "primus.accepted": accepted})
-                span.end()
+                self._served(ticket.job_id, item, spans.pop(item.task.task_id))
             else:
                 batch, origin = item
                 self._counters.add(rows_served=batch.num_rows, bytes_served=batch.nbytes)
@@ -228,7 +225,8 @@ class TaskStreamer:
                 continue
         return False
 
-    def _served(self, job_id: str, end: _TaskEnd) -> bool:
+    def _served(self, job_id: str, end: _TaskEnd, span: trace.Span) -> None:
+        """Report a served task without holding up the stream; the reply ends the serve span."""
         read = end.read
         stats = planner_pb2.TaskStats(
             rows=read.rows,
@@ -240,9 +238,18 @@ class TaskStreamer:
             transform_seconds=read.transform_seconds,
         )
         request = planner_pb2.CompleteTaskRequest(job_id=job_id, task_id=end.task.task_id, attempt=end.task.attempt, executor_id=self._executor_id, stats=stats)
-        accepted = bool(self._planner.CompleteTask(request, timeout=30).accepted)
+        future = self._planner.CompleteTask.future(request, timeout=30)
+        future.add_done_callback(lambda done: self._after_served(done, end, span))
+
+    def _after_served(self, done: Any, end: _TaskEnd, span: trace.Span) -> None:
+        try:
+            accepted = bool(done.result().accepted)
+        except grpc.RpcError as exc:
+            log.warning("could not report task %s as served: %s", end.task.task_id, exc.details())
+            accepted = False
         if accepted:
             self._counters.add(tasks_done=1)
         else:
             log.info("task %s attempt %d was superseded: its work counts as waste", end.task.task_id, end.task.attempt)
-        return accepted
+        span.set_attributes({"primus.rows": end.read.rows, "primus.batches": len(end.read.batches), "primus.accepted": accepted})
+        span.end()

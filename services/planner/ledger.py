@@ -108,6 +108,7 @@ class TaskLedger:
     ) -> None:
         """quotas: per source, at most this many tasks and bytes leased at once (a single task may exceed the bytes)."""
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._quotas = quotas or {}
         self._entries: dict[str, TaskEntry] = {}
         self._lease_seconds = lease_seconds
@@ -121,6 +122,7 @@ class TaskLedger:
     def add_tasks(self, tasks: Iterable[TaskSpec]) -> int:
         """Add newly planned tasks (incremental planning); a task id already known is left alone."""
         with self._lock:
+            self._notify()
             added = 0
             for task in tasks:
                 if task.task_id not in self._entries:
@@ -196,6 +198,7 @@ class TaskLedger:
     def release(self, task_id: str, attempt: int) -> None:
         """A lease given back because its stream closed: pending again; a claimed one starts a new attempt."""
         with self._lock:
+            self._notify()
             entry = self._entry(task_id)
             if entry.status is not TaskStatus.LEASED or entry.attempt != attempt:
                 return
@@ -203,6 +206,14 @@ class TaskLedger:
             if entry.claimed_by >= 0:
                 entry.attempt, entry.claimed_by, entry.speculative = entry.attempt + 1, -1, None
                 self.accounts[entry.spec.source].retries += 1
+
+    def wait_for_change(self, timeout: float) -> None:
+        """Block until a task changes state (served, failed, committed, released, added) or the timeout passes."""
+        with self._changed:
+            self._changed.wait(timeout)
+
+    def _notify(self) -> None:
+        self._changed.notify_all()
 
     def exhausted(self, purpose: int) -> bool:
         """True when nothing of the purpose is pending or being read, and no more can be planned."""
@@ -217,11 +228,16 @@ class TaskLedger:
         """An executor streamed a task to the end. Training rows still wait for a checkpoint; eval rows count now."""
         now = time.time() if now is None else now
         with self._lock:
+            self._notify()
             entry = self._entry(task_id)
             account = self.accounts[entry.spec.source]
             account.bytes_read += work.bytes_read
             account.cpu_seconds += work.cpu_seconds
-            if entry.status is not TaskStatus.LEASED or entry.attempt != attempt or entry.claimed_by != attempt:
+            current = entry.attempt == attempt and entry.claimed_by == attempt
+            if current and entry.status is TaskStatus.DONE:  # the trainer committed it before this report arrived
+                account.records_quarantined += work.records_quarantined
+                return True
+            if entry.status is not TaskStatus.LEASED or not current:
                 account.wasted_samples += work.rows
                 account.wasted_cpu_seconds += work.cpu_seconds
                 account.wasted_bytes += work.bytes_read
@@ -240,6 +256,7 @@ class TaskLedger:
     def fail(self, task_id: str, attempt: int, error: str, work: WorkDone) -> TaskStatus:
         """A failed attempt: retried under the same id, or quarantined past the attempt limit."""
         with self._lock:
+            self._notify()
             entry = self._entry(task_id)
             account = self.accounts[entry.spec.source]
             account.bytes_read += work.bytes_read
@@ -259,6 +276,7 @@ class TaskLedger:
     def commit(self, checkpoint_seq: int, progress: Iterable[Progress], lost_executors: Iterable[str] = ()) -> int:
         """A trainer checkpoint committed: its offsets become progress; lost executors' work goes back to the queue."""
         with self._lock:
+            self._notify()
             if checkpoint_seq < self.checkpoint_seq:
                 raise ConflictError(f"checkpoint {checkpoint_seq} is older than the committed checkpoint {self.checkpoint_seq}")
             self.checkpoint_seq = checkpoint_seq
@@ -283,6 +301,7 @@ class TaskLedger:
     def resume(self, checkpoint_seq: int, progress: Iterable[Progress]) -> int:
         """A trainer restarted from a checkpoint: offsets return to it and all unfinished work is served again."""
         with self._lock:
+            self._notify()
             by_task = {p.task_id: p for p in progress}
             self.checkpoint_seq = checkpoint_seq
             reset = 0

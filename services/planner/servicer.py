@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from datetime import UTC, datetime
 
@@ -18,6 +19,7 @@ from services.planner.registry import PlanRegistry
 from services.planner.tasks import TaskSpec
 
 RETRY_AFTER_SECONDS = 0.2
+LONG_POLL_SECONDS = 1.0
 
 
 def summary_proto(plan: Plan) -> planner_pb2.PlanSummary:
@@ -116,14 +118,20 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         )
 
     def LeaseTask(self, request: planner_pb2.LeaseTaskRequest, context: grpc.ServicerContext) -> planner_pb2.LeaseTaskResponse:
+        """Long-polls: with nothing runnable yet, waits up to a second for the ledger to change before answering."""
         ledger = self._registry.get(request.job_id).ledger
-        lease = ledger.lease(request.purpose, request.executor_id)
-        if lease is not None:
-            task = task_proto(request.job_id, lease.spec, lease.attempt, lease.deadline, lease.start_offset, lease.speculative)
-            return planner_pb2.LeaseTaskResponse(task=task)
-        if ledger.exhausted(request.purpose):
-            return planner_pb2.LeaseTaskResponse(exhausted=True)
-        return planner_pb2.LeaseTaskResponse(retry_after_seconds=RETRY_AFTER_SECONDS)
+        deadline = time.monotonic() + LONG_POLL_SECONDS
+        while True:
+            lease = ledger.lease(request.purpose, request.executor_id)
+            if lease is not None:
+                task = task_proto(request.job_id, lease.spec, lease.attempt, lease.deadline, lease.start_offset, lease.speculative)
+                return planner_pb2.LeaseTaskResponse(task=task)
+            if ledger.exhausted(request.purpose):
+                return planner_pb2.LeaseTaskResponse(exhausted=True)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not context.is_active():
+                return planner_pb2.LeaseTaskResponse(retry_after_seconds=RETRY_AFTER_SECONDS)
+            ledger.wait_for_change(min(remaining, 0.25))
 
     def ClaimTask(self, request: planner_pb2.ClaimTaskRequest, context: grpc.ServicerContext) -> planner_pb2.ClaimTaskResponse:
         ledger = self._registry.get(request.job_id).ledger

@@ -17,7 +17,7 @@ from primus.errors import UnavailableError
 from primus.v1 import data_executor_pb2
 
 Discover = Callable[[], dict[str, str]]
-CREDIT_WINDOW = 4
+CREDIT_WINDOW = 4  # batches in flight per stream; credits go back in halves of it
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,7 @@ class BatchFeed:
             client = flight.connect(f"grpc://{address}")
             writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(self._ticket.SerializeToString()))
             writer.write_metadata(pa.py_buffer(str(self._window).encode()))
+            owed, grant = 0, max(1, self._window // 2)
             while not self._stop.is_set():
                 try:
                     chunk = reader.read_chunk()
@@ -129,7 +130,10 @@ class BatchFeed:
                 if chunk.app_metadata is not None:
                     origin.ParseFromString(chunk.app_metadata.to_pybytes())
                 self._put(("batch", executor_id, (chunk.data, origin)))
-                writer.write_metadata(pa.py_buffer(b"1"))
+                owed += 1
+                if owed >= grant:
+                    writer.write_metadata(pa.py_buffer(str(owed).encode()))
+                    owed = 0
             writer.close()
             client.close()
             self._put(("done", executor_id, None))
