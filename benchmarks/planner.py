@@ -41,6 +41,7 @@ class Settings:
     rows: int
     latency_ms: float
     threads: int
+    processes: int
     replicas: int
     repeat: int
     work_dir: Path
@@ -81,13 +82,14 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
     parser.add_argument("--files", type=int, default=3, help="Parquet files per hourly partition")
     parser.add_argument("--rows", type=int, default=16, help="rows per file")
     parser.add_argument("--latency-ms", type=float, default=2.0, help="remote model: latency of every list, stat and footer open")
-    parser.add_argument("--threads", type=int, default=64, help="threads of the single parallel planner")
+    parser.add_argument("--threads", type=int, default=16, help="threads in each resolving process of the single parallel planner")
+    parser.add_argument("--processes", type=int, default=4, help="resolving worker processes of the single parallel planner (1 = threads only)")
     parser.add_argument("--replicas", type=int, default=4, help="planner replica processes for the distributed run")
     parser.add_argument("--repeat", type=int, default=3, help="parallel and distributed runs are the median of this many")
     parser.add_argument("--work-dir", type=Path, default=Path("runs/bench-planner"), help="cached dataset, replica logs and traces")
     args = parser.parse_args(argv)
     days, sources = ([1, 5], [1, 2]) if args.quick else (args.days, args.sources)
-    return Settings(days, sources, args.files, args.rows, args.latency_ms, args.threads, args.replicas, max(1, args.repeat), args.work_dir.resolve())
+    return Settings(days, sources, args.files, args.rows, args.latency_ms, args.threads, args.processes, args.replicas, max(1, args.repeat), args.work_dir.resolve())
 
 
 def _file_table(rows: int, seed: int) -> pa.Table:
@@ -108,12 +110,18 @@ def _write_source(root: Path, days: int, files: int, table: pa.Table) -> None:
         (folder / "_SUCCESS").write_bytes(b"")
 
 
+def _covers(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """A cached dataset serves any grid with no more days and sources, written with the same layout."""
+    same = all(existing.get(key) == wanted[key] for key in ("files", "rows", "start"))
+    return same and existing.get("days", 0) >= wanted["days"] and existing.get("sources", 0) >= wanted["sources"]
+
+
 def ensure_dataset(settings: Settings) -> Path:
     """Hourly partitions for the largest point, written once and reused while the parameters stay the same."""
     root = settings.work_dir / "data"
     params = {"days": max(settings.days), "sources": max(settings.sources), "files": settings.files, "rows": settings.rows, "start": START.isoformat()}
     stamp = root / "dataset.json"
-    if stamp.exists() and json.loads(stamp.read_text()) == params:
+    if stamp.exists() and _covers(json.loads(stamp.read_text()), params):
         return root
     err_console.print(f"writing {params['sources']} sources x {params['days']} days x 24 partitions x {settings.files} files into {root} ...")
     stamp.unlink(missing_ok=True)
@@ -154,7 +162,8 @@ def replica_fleet(settings: Settings, latency_ms: float) -> Iterator[list[str]]:
     try:
         for index in range(settings.replicas):
             label = f"replica-{latency_ms:g}ms-{index}"
-            started.append(start_planner(settings.work_dir, state_dir, label, ["--metadata-latency-ms", str(latency_ms)]))
+            extra = ["--metadata-latency-ms", str(latency_ms), "--resolve-processes", "1"]
+            started.append(start_planner(settings.work_dir, state_dir, label, extra))
         yield [service.address for service in started]
     finally:
         stop_services(started)
@@ -178,10 +187,10 @@ def _check_same(plans: dict[str, Plan]) -> None:
         raise RuntimeError(f"plans differ between resolvers: {fingerprints}")
 
 
-def measure(settings: Settings, model: str, root: Path, days: int, sources: int, distributed: DistributedResolver) -> Point:
+def measure(settings: Settings, model: str, root: Path, days: int, sources: int, parallel_resolver: PartitionResolver, distributed: DistributedResolver) -> Point:
     job = bench_job(root, days, sources)
     serial_s, serial = _timed(job, PartitionResolver(concurrency=1), 1)
-    parallel_s, parallel = _timed(job, PartitionResolver(concurrency=settings.threads), settings.repeat)
+    parallel_s, parallel = _timed(job, parallel_resolver, settings.repeat)
     distributed_s, spread = _timed(job, distributed, settings.repeat)
     _check_same({"serial": serial, "parallel": parallel, "distributed": spread})
     point = Point(model, days, sources, len(serial.decisions), len(serial.tasks), serial_s, parallel_s, distributed_s)
@@ -196,11 +205,14 @@ def run_model(settings: Settings, model: str, latency_ms: float, root: Path) -> 
     """Every grid point under one latency model: the benchmark process and the replicas sleep the same per metadata call."""
     set_metadata_latency(latency_ms / 1000.0)
     try:
+        parallel = PartitionResolver(settings.threads, settings.processes, latency_ms / 1000.0)
         with replica_fleet(settings, latency_ms) as addresses:
             distributed = DistributedResolver(addresses)
             build_plan("warm-up", bench_job(root, 1, 1), distributed)
-            return [measure(settings, model, root, days, sources, distributed) for days in settings.days for sources in settings.sources]
+            build_plan("warm-up", bench_job(root, 2, 1), parallel)
+            return [measure(settings, model, root, days, sources, parallel, distributed) for days in settings.days for sources in settings.sources]
     finally:
+        parallel.close()
         set_metadata_latency(0.0)
 
 
@@ -212,7 +224,8 @@ def _linearity(points: list[Point], seconds: str) -> float:
 
 def results_table(points: list[Point], settings: Settings) -> Table:
     title = (
-        f"planner: serial = 1 thread; parallel = 1 planner x {settings.threads} threads; distributed = {settings.replicas} replica processes "
+        f"planner: serial = 1 thread; parallel = 1 planner with {settings.processes} resolving processes x {settings.threads} threads; "
+        f"distributed = {settings.replicas} replica processes "
         f"x {REPLICA_THREADS} threads, {settings.replicas * IN_FLIGHT_PER_REPLICA} shards (source-days) in flight; "
         f"{settings.files} files/partition; remote = {settings.latency_ms:g} ms per list/stat/footer; parallel and distributed: median of {settings.repeat}"
     )
@@ -261,6 +274,7 @@ def headline(points: list[Point], settings: Settings) -> dict[str, object]:
         "speedup_distributed_vs_serial": round(point.speedup_distributed, 2),
         "latency_ms": settings.latency_ms,
         "threads": settings.threads,
+        "processes": settings.processes,
         "replicas": settings.replicas,
         "replica_threads": REPLICA_THREADS,
         "shards_in_flight": settings.replicas * IN_FLIGHT_PER_REPLICA,

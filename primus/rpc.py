@@ -40,7 +40,12 @@ _SERVICE_CONFIG = json.dumps(
                     "backoffMultiplier": 2,
                     "retryableStatusCodes": ["UNAVAILABLE"],
                 },
-            }
+            },
+            {
+                # Planning is long and reports an unreachable store as UNAVAILABLE: repeating it would only wait longer.
+                "name": [{"service": "primus.v1.PlannerService", "method": m} for m in ("CreatePlan", "PreviewPlan", "ResolvePartitions")],
+                "timeout": "600s",
+            },
         ]
     }
 )

@@ -204,7 +204,7 @@ class Source(_Model):
         for schema in self.schemas:
             if schema.version == version:
                 return schema
-        return SchemaVersion(version=version, transformations=list(self.transformations))
+        return SchemaVersion.model_construct(version=version, rename={}, defaults={}, transformations=list(self.transformations))
 
     def known_versions(self) -> list[SchemaVersion]:
         return sorted(self.schemas, key=lambda s: s.version) or [self.schema_for(self.schema_version)]

@@ -41,7 +41,13 @@ def _file_info(fs: pafs.FileSystem, target: str | pafs.FileSelector) -> Any:
     return fs.get_file_info(target)
 
 
+_LOCAL = pafs.LocalFileSystem()
+
+
 def open_fs(source: Source, location: str) -> tuple[pafs.FileSystem, str]:
+    """The file system and path of a location; local paths share one file system object."""
+    if "://" not in location or location.startswith("file://"):
+        return _LOCAL, location.removeprefix("file://")
     try:
         fs, path = pafs.FileSystem.from_uri(location if "://" in location else f"file://{location}")
         return fs, str(path)
@@ -100,8 +106,8 @@ class FilesAdapter:
                     per_rows, per_bytes = rows // max(stripes, 1), size // max(stripes, 1)
                     pieces = [Piece(path, row_groups=(i,), bytes=per_bytes, rows=per_rows + (rows % stripes if i == stripes - 1 else 0)) for i in range(stripes)]
                 else:
-                    meta = pq.ParquetFile(handle).metadata
-                    names = meta.schema.to_arrow_schema().names
+                    meta = pq.read_metadata(handle)
+                    names = meta.schema.names
                     kv = meta.metadata or {}
                     pinned = int(kv[SCHEMA_VERSION_KEY]) if SCHEMA_VERSION_KEY in kv else None
                     pieces = [Piece(path, row_groups=(i,), bytes=meta.row_group(i).total_byte_size, rows=meta.row_group(i).num_rows) for i in range(meta.num_row_groups)]

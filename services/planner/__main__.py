@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from primus import rpc, telemetry
 from primus.sources.files import set_metadata_latency
 from services.planner.distributed import DistributedResolver
+from services.planner.plan import PartitionResolver, Resolve
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server
 
 
 def _addresses(text: str) -> list[str]:
-    return [address.strip() for address in text.split(",") if address.strip()]
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _closer(resolve: Resolve) -> Callable[[], None]:
+    """Stop the resolver's worker processes, if it has any."""
+    return lambda: getattr(resolve, "close", lambda: None)()
 
 
 def main() -> None:
@@ -22,16 +29,19 @@ def main() -> None:
     parser.add_argument("--runs-dir", type=Path, default=None, help="where traces are written")
     parser.add_argument("--ready-file", default=None, help="write the bound address here once serving")
     parser.add_argument("--lease-seconds", type=float, default=300.0)
-    parser.add_argument("--max-attempts", type=int, default=3)
+    parser.add_argument("--max-attempts", type=int, default=None, help="attempts before a task is quarantined (default: the job's data.maxAttempts)")
+    parser.add_argument("--resolve-threads", type=int, default=16, help="threads resolving partitions in each resolving process")
+    parser.add_argument("--resolve-processes", type=int, default=2, help="worker processes resolving partitions, sharded by day, for sources longer than a day")
     parser.add_argument("--replicas", type=_addresses, default=[], metavar="ADDR,ADDR", help="planner replicas that resolve partitions for CreatePlan")
     parser.add_argument("--metadata-latency-ms", type=float, default=0.0, help="benchmarks only: sleep this long before each file list, stat and footer open")
     args = parser.parse_args()
-    set_metadata_latency(args.metadata_latency_ms / 1000.0)
-    resolve = DistributedResolver(args.replicas) if args.replicas else None
+    latency = args.metadata_latency_ms / 1000.0
+    set_metadata_latency(latency)
+    resolve: Resolve = DistributedResolver(args.replicas) if args.replicas else PartitionResolver(args.resolve_threads, args.resolve_processes, latency)
     rpc.configure_logging("planner")
     telemetry.setup_tracing("planner", args.runs_dir)
     running = create_server(args.bind, PlanRegistry(resolve, lease_seconds=args.lease_seconds, max_attempts=args.max_attempts))
-    rpc.run_until_signalled(running, ready_file=args.ready_file)
+    rpc.run_until_signalled(running, on_stop=_closer(resolve), ready_file=args.ready_file)
 
 
 if __name__ == "__main__":

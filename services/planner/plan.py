@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -27,19 +28,67 @@ def required_columns(job: TrainingJob, source: Source) -> list[str]:
     return list(dict.fromkeys(needed + [s.key for s in stores if s.key]))
 
 
-class PartitionResolver:
-    """Resolves slots through the source's adapter with bounded concurrency. Metadata only."""
+def _resolve_slots(job: TrainingJob, source: Source, slots: Sequence[datetime], threads: int) -> list[Partition]:
+    """Resolve slots on this process with up to `threads` threads; the first failure cancels what has not started."""
+    adapter = get_adapter(source.resolved_adapter)
+    required = required_columns(job, source)
+    if threads <= 1 or len(slots) <= 1:
+        return [adapter.resolve(source, slot, required) for slot in slots]
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="resolve")
+    try:
+        return list(pool.map(lambda slot: adapter.resolve(source, slot, required), slots))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
-    def __init__(self, concurrency: int = 16) -> None:
+
+SHARD_SLOTS = 24  # one day of hourly slots per worker task
+
+
+def _init_worker(latency_seconds: float) -> None:
+    from primus.sources import files
+
+    files.set_metadata_latency(latency_seconds)
+
+
+class PartitionResolver:
+    """Resolves slots through the source's adapter with bounded concurrency. Metadata only.
+
+    With processes > 1 the slots are sharded by day over that many worker processes (spawned once and kept), each
+    resolving its shard with `concurrency` threads: one planner then uses every core, not one core's worth of GIL.
+    """
+
+    def __init__(self, concurrency: int = 16, processes: int = 1, worker_latency_seconds: float = 0.0) -> None:
         self.concurrency = concurrency
+        self.processes = processes
+        self._worker_latency = worker_latency_seconds
+        self._pool: ProcessPoolExecutor | None = None
 
     def __call__(self, job: TrainingJob, source: Source, slots: Sequence[datetime]) -> list[Partition]:
-        adapter = get_adapter(source.resolved_adapter)
-        required = required_columns(job, source)
-        if self.concurrency <= 1 or len(slots) <= 1:
-            return [adapter.resolve(source, slot, required) for slot in slots]
-        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="resolve") as pool:
-            return list(pool.map(lambda slot: adapter.resolve(source, slot, required), slots))
+        return self.resolve_many(job, [(source, slots)])[0]
+
+    def resolve_many(self, job: TrainingJob, requests: Sequence[tuple[Source, Sequence[datetime]]]) -> list[list[Partition]]:
+        """Several sources at once: with worker processes, every source-day shard of every source is in the pool together."""
+        if self.processes <= 1 or all(len(slots) <= SHARD_SLOTS for _, slots in requests):
+            return [_resolve_slots(job, source, slots, self.concurrency) for source, slots in requests]
+        if self._pool is None:
+            context = multiprocessing.get_context("spawn")
+            self._pool = ProcessPoolExecutor(self.processes, mp_context=context, initializer=_init_worker, initargs=(self._worker_latency,))
+        pool = self._pool
+        futures = [
+            [pool.submit(_resolve_slots, job, source, list(slots[i : i + SHARD_SLOTS]), self.concurrency) for i in range(0, len(slots), SHARD_SLOTS)]
+            for source, slots in requests
+        ]
+        try:
+            return [[p for future in shards for p in future.result()] for shards in futures]
+        except BaseException:
+            for future in (f for shards in futures for f in shards):
+                future.cancel()
+            raise
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
 
 
 @dataclass(frozen=True)
@@ -108,20 +157,29 @@ def expand(
     plan_version: int,
     skip: set[tuple[int, str]] | None = None,
     until: datetime | None = None,
+    chain: dict[tuple[str, int], str] | None = None,
     target_bytes: int = TARGET_TASK_BYTES,
 ) -> tuple[list[Decision], list[TaskSpec]]:
     """Resolve every slot not already planned (skip) and pack the ready ones into tasks."""
     decisions: list[Decision] = []
     tasks: list[TaskSpec] = []
     skip = skip or set()
-    for purpose, source, time_range in work_items(job):
+    items = work_items(job)
+    wanted = []
+    for purpose, source, time_range in items:
         adapter = get_adapter(source.resolved_adapter)
-        slots = [s for s in adapter.slots(source, time_range.hours(until)) if (purpose, f"{source.name}/{s:%Y-%m-%dT%H}") not in skip]
-        for order, partition in enumerate(resolve(job, source, slots)):
+        wanted.append([s for s in adapter.slots(source, time_range.hours(until)) if (purpose, f"{source.name}/{s:%Y-%m-%dT%H}") not in skip])
+    many = getattr(resolve, "resolve_many", None)
+    if many is not None:
+        resolved = many(job, [(item[1], slots) for item, slots in zip(items, wanted, strict=True)])
+    else:
+        resolved = [resolve(job, item[1], slots) for item, slots in zip(items, wanted, strict=True)]
+    last = dict(chain or {})
+    for (purpose, source, _range), partitions in zip(items, resolved, strict=True):
+        for order, partition in enumerate(partitions):
             new = split_partition(partition, plan_version, purpose, source.priority, order, source.resolved_adapter, target_bytes) if partition.ready else []
-            if source.kind == "stream" and tasks and new:
-                previous = [t.task_id for t in tasks if t.source == source.name and t.purpose == purpose][-1:]
-                new = [_after(t, previous) for t in new]
+            if source.kind == "stream":
+                new = _chained(new, last, (source.name, purpose))
             decisions.append(Decision(purpose, partition, _decide(partition, len(new)), len(new)))
             tasks.extend(new)
     return decisions, _order_joins(job, tasks)
@@ -143,8 +201,14 @@ def _order_joins(job: TrainingJob, tasks: list[TaskSpec]) -> list[TaskSpec]:
     return ordered
 
 
-def _after(task: TaskSpec, previous: list[str]) -> TaskSpec:
-    return replace(task, depends_on=tuple(previous))
+def _chained(tasks: list[TaskSpec], last: dict[tuple[str, int], str], key: tuple[str, int]) -> list[TaskSpec]:
+    """Stream tasks are served in time order: each waits for the one before it, across planning passes too."""
+    out = []
+    for task in tasks:
+        previous = last.get(key)
+        out.append(replace(task, depends_on=(*task.depends_on, previous)) if previous else task)
+        last[key] = task.task_id
+    return out
 
 
 def build_plan(job_id: str, job: TrainingJob, resolve: Resolve, plan_version: int = 1, until: datetime | None = None) -> Plan:
@@ -167,7 +231,8 @@ def build_plan(job_id: str, job: TrainingJob, resolve: Resolve, plan_version: in
 
 def extend_plan(plan: Plan, job: TrainingJob, resolve: Resolve, until: datetime | None = None) -> list[TaskSpec]:
     """Incremental planning for open-ended ranges: resolve slots not yet ready before; returns the new tasks."""
-    decisions, tasks = expand(job, resolve, plan.plan_version, skip=plan.planned_keys, until=until)
+    chain = {(t.source, t.purpose): t.task_id for t in plan.tasks}
+    decisions, tasks = expand(job, resolve, plan.plan_version, skip=plan.planned_keys, until=until, chain=chain)
     waiting_keys = {(d.purpose, d.partition.key) for d in decisions}
     plan.decisions = [d for d in plan.decisions if (d.purpose, d.partition.key) not in waiting_keys] + decisions
     plan.planned_keys |= {(d.purpose, d.partition.key) for d in decisions if d.partition.ready}
