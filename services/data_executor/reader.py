@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 
 from primus import telemetry
 from primus.errors import DataError, UnavailableError
-from primus.sources import Piece, get_adapter
+from primus.sources import get_adapter
+from primus.sources.wire import piece_from_split
 from primus.spec import Source, TrainingJob
 from primus.transform import Conformed, conform_table
 from primus.v1 import planner_pb2
@@ -30,21 +31,6 @@ class TaskRead:
     read_seconds: float
     transform_seconds: float
     records_quarantined: int
-
-
-def _piece(split: planner_pb2.Split) -> Piece:
-    return Piece(
-        location=split.location,
-        row_groups=tuple(split.row_groups),
-        byte_start=split.byte_start,
-        byte_end=split.byte_end,
-        offset_start=split.offset_start,
-        offset_end=split.offset_end,
-        range_start=split.range_start,
-        range_end=split.range_end,
-        bytes=split.bytes,
-        rows=split.rows,
-    )
 
 
 def physical_columns(source: Source, version: int, schema: pa.Schema, job: TrainingJob) -> list[str]:
@@ -84,7 +70,7 @@ def read_task(task: planner_pb2.DataTask, job: TrainingJob, schema: pa.Schema, q
     raws, bytes_read = [], 0
     for split in task.splits:
         try:
-            raw = adapter.read(source, _piece(split), columns)
+            raw = adapter.read(source, piece_from_split(split), columns)
         except (DataError, UnavailableError):
             raise
         except Exception as exc:  # noqa: BLE001 - a corrupt or vanished input fails the task, never the executor

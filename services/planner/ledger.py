@@ -63,6 +63,16 @@ class WorkDone:
     records_quarantined: int = 0
 
 
+def _charge(account: SourceAccount, work: WorkDone, wasted: bool) -> None:
+    """Bytes and CPU are always spent; a wasted attempt's rows, bytes and CPU also count as waste."""
+    account.bytes_read += work.bytes_read
+    account.cpu_seconds += work.cpu_seconds
+    if wasted:
+        account.wasted_samples += work.rows
+        account.wasted_cpu_seconds += work.cpu_seconds
+        account.wasted_bytes += work.bytes_read
+
+
 @dataclass
 class TaskEntry:
     spec: TaskSpec
@@ -231,17 +241,14 @@ class TaskLedger:
             self._notify()
             entry = self._entry(task_id)
             account = self.accounts[entry.spec.source]
-            account.bytes_read += work.bytes_read
-            account.cpu_seconds += work.cpu_seconds
             current = entry.attempt == attempt and entry.claimed_by == attempt
-            if current and entry.status is TaskStatus.DONE:  # the trainer committed it before this report arrived
+            wasted = not current or entry.status not in (TaskStatus.LEASED, TaskStatus.DONE)
+            _charge(account, work, wasted)
+            if wasted:
+                return False
+            if entry.status is TaskStatus.DONE:  # the trainer committed it before this report arrived
                 account.records_quarantined += work.records_quarantined
                 return True
-            if entry.status is not TaskStatus.LEASED or not current:
-                account.wasted_samples += work.rows
-                account.wasted_cpu_seconds += work.cpu_seconds
-                account.wasted_bytes += work.bytes_read
-                return False
             account.records_quarantined += work.records_quarantined
             self._durations.append(max(0.0, now - entry.leased_at))
             entry.served_rows = work.rows
@@ -258,12 +265,7 @@ class TaskLedger:
         with self._lock:
             self._notify()
             entry = self._entry(task_id)
-            account = self.accounts[entry.spec.source]
-            account.bytes_read += work.bytes_read
-            account.cpu_seconds += work.cpu_seconds
-            account.wasted_samples += work.rows
-            account.wasted_cpu_seconds += work.cpu_seconds
-            account.wasted_bytes += work.bytes_read
+            _charge(self.accounts[entry.spec.source], work, wasted=True)
             if entry.speculative is not None and entry.speculative[0] == attempt:
                 entry.speculative = None
                 return entry.status

@@ -4,40 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from primus.sources import Partition, Piece
+from primus.sources import Partition
 from primus.sources.base import ManifestEntry
+from primus.sources.wire import piece_from_split, piece_to_split
 from primus.v1 import planner_pb2
 from services.planner.plan import Decision
-
-
-def piece_to_proto(piece: Piece) -> planner_pb2.Split:
-    return planner_pb2.Split(
-        location=piece.location,
-        row_groups=piece.row_groups,
-        byte_start=piece.byte_start,
-        byte_end=piece.byte_end,
-        offset_start=piece.offset_start,
-        offset_end=piece.offset_end,
-        range_start=piece.range_start,
-        range_end=piece.range_end,
-        bytes=piece.bytes,
-        rows=piece.rows,
-    )
-
-
-def piece_from_proto(split: planner_pb2.Split) -> Piece:
-    return Piece(
-        location=split.location,
-        row_groups=tuple(split.row_groups),
-        byte_start=split.byte_start,
-        byte_end=split.byte_end,
-        offset_start=split.offset_start,
-        offset_end=split.offset_end,
-        range_start=split.range_start,
-        range_end=split.range_end,
-        bytes=split.bytes,
-        rows=split.rows,
-    )
 
 
 def partition_to_proto(partition: Partition) -> planner_pb2.PartitionManifest:
@@ -47,7 +18,7 @@ def partition_to_proto(partition: Partition) -> planner_pb2.PartitionManifest:
         location=partition.location,
         ready=partition.ready,
         reason=partition.reason,
-        pieces=[piece_to_proto(p) for p in partition.pieces],
+        pieces=[piece_to_split(p) for p in partition.pieces],
         manifest=[planner_pb2.ManifestEntry(location=m.location, size=m.size, version=m.version) for m in partition.manifest],
         schema_version=partition.schema_version,
         files=partition.files,
@@ -61,7 +32,7 @@ def partition_from_proto(message: planner_pb2.PartitionManifest) -> Partition:
         location=message.location,
         ready=message.ready,
         reason=message.reason,
-        pieces=tuple(piece_from_proto(p) for p in message.pieces),
+        pieces=tuple(piece_from_split(p) for p in message.pieces),
         manifest=tuple(ManifestEntry(m.location, m.size, m.version) for m in message.manifest),
         schema_version=message.schema_version,
         files=message.files,

@@ -9,11 +9,12 @@ from datetime import UTC, datetime
 import grpc
 
 from primus.errors import InvalidRequestError
+from primus.sources.wire import piece_to_split
 from primus.spec import load_job_text
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.planner.distributed import DistributedResolver
 from services.planner.ledger import Progress, TaskStatus, WorkDone
-from services.planner.manifest import decision_to_proto, partition_to_proto, piece_to_proto
+from services.planner.manifest import decision_to_proto, partition_to_proto
 from services.planner.plan import Plan, build_plan
 from services.planner.registry import PlanRegistry
 from services.planner.tasks import TaskSpec
@@ -58,7 +59,7 @@ def task_proto(job_id: str, spec: TaskSpec, attempt: int, deadline: float, start
         partition=spec.partition,
         purpose=spec.purpose,  # type: ignore[arg-type]
         attempt=attempt,
-        splits=[piece_to_proto(p) for p in spec.pieces],
+        splits=[piece_to_split(p) for p in spec.pieces],
         priority=spec.priority,
         schema_version=spec.schema_version,
         lease_deadline_unix=deadline,
