@@ -183,3 +183,20 @@ def test_a_stale_attempt_gets_failed_precondition(planner: rpc.RunningServer, da
     assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert f"task {task.task_id} attempt 0 is not the current lease" in str(caught.value.details())
     assert stub.ClaimTask(planner_pb2.ClaimTaskRequest(job_id="job-stale", task_id=task.task_id, attempt=0), timeout=10).granted is False
+
+
+def test_a_colocated_consumer_maps_batches_from_shared_memory(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
+    job = _job(dataset, tmp_path)
+    _plan(planner, "job-shm", job)
+    (executor,) = _executors(1, "job-shm", planner, job)
+    try:
+        feed = BatchFeed(fixed({"e0": executor.data_address}), "job-shm", "t", TRAIN)
+        events = [e for e in feed if isinstance(e, Served)]
+        assert sum(e.batch.num_rows for e in events) == (DAYS - 1) * 24 * ROWS_PER_HOUR
+        assert all(e.origin.shared_memory_path for e in events), "a loopback consumer gets shared-memory batches"
+        assert not any(Path(e.origin.shared_memory_path).exists() for e in events), "the consumer unlinks what it mapped"
+        wire = [e for e in BatchFeed(fixed({"e0": executor.data_address}), "job-shm", "t", common_pb2.TASK_PURPOSE_EVAL, shared_memory=False)]
+        assert wire and not any(e.origin.shared_memory_path for e in wire if isinstance(e, Served))
+    finally:
+        executor.stop()
+    assert not list(Path("/dev/shm").glob("primus-e0-*")), "the executor removes its shared-memory folder"

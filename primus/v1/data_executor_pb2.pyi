@@ -28,7 +28,7 @@ class GetExecutorStatusResponse(_message.Message):
     def __init__(self, executor_id: _Optional[str] = ..., job_id: _Optional[str] = ..., tasks_done: _Optional[int] = ..., rows_served: _Optional[int] = ..., bytes_served: _Optional[int] = ..., streams_active: _Optional[int] = ...) -> None: ...
 
 class DataTicket(_message.Message):
-    __slots__ = ("job_id", "consumer_id", "purpose", "trace_context")
+    __slots__ = ("job_id", "consumer_id", "purpose", "trace_context", "shared_memory")
     class TraceContextEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -40,24 +40,28 @@ class DataTicket(_message.Message):
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     PURPOSE_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    SHARED_MEMORY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     consumer_id: str
     purpose: _common_pb2.TaskPurpose
     trace_context: _containers.ScalarMap[str, str]
-    def __init__(self, job_id: _Optional[str] = ..., consumer_id: _Optional[str] = ..., purpose: _Optional[_Union[_common_pb2.TaskPurpose, str]] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    shared_memory: bool
+    def __init__(self, job_id: _Optional[str] = ..., consumer_id: _Optional[str] = ..., purpose: _Optional[_Union[_common_pb2.TaskPurpose, str]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., shared_memory: _Optional[bool] = ...) -> None: ...
 
 class BatchOrigin(_message.Message):
-    __slots__ = ("task_id", "attempt", "source", "row_offset", "row_count", "last_of_task")
+    __slots__ = ("task_id", "attempt", "source", "row_offset", "row_count", "last_of_task", "shared_memory_path")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     ROW_OFFSET_FIELD_NUMBER: _ClassVar[int]
     ROW_COUNT_FIELD_NUMBER: _ClassVar[int]
     LAST_OF_TASK_FIELD_NUMBER: _ClassVar[int]
+    SHARED_MEMORY_PATH_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     attempt: int
     source: str
     row_offset: int
     row_count: int
     last_of_task: bool
-    def __init__(self, task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., source: _Optional[str] = ..., row_offset: _Optional[int] = ..., row_count: _Optional[int] = ..., last_of_task: _Optional[bool] = ...) -> None: ...
+    shared_memory_path: str
+    def __init__(self, task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., source: _Optional[str] = ..., row_offset: _Optional[int] = ..., row_count: _Optional[int] = ..., last_of_task: _Optional[bool] = ..., shared_memory_path: _Optional[str] = ...) -> None: ...

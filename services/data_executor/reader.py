@@ -86,7 +86,7 @@ def read_task(task: planner_pb2.DataTask, job: TrainingJob, schema: pa.Schema, q
             origin = f"source {task.source!r} ({location})"
             parts.append(conform_table(raw, mapping, schema, origin, joins=lambda t: _apply_joins(job, source, t)))
         span.set_attribute("primus.records_quarantined", sum(p.quarantined_rows for p in parts))
-    combined = pa.concat_tables([p.table for p in parts]).combine_chunks() if parts else schema.empty_table()
+    combined = pa.concat_tables([p.table for p in parts]) if parts else schema.empty_table()
     quarantined = [p.quarantined for p in parts if p.quarantined is not None]
     rejected = sum(q.num_rows for q in quarantined)
     if quarantined and quarantine_dir is not None and task.start_offset == 0:

@@ -12,6 +12,7 @@ from primus.v1 import data_executor_pb2, data_executor_pb2_grpc, planner_pb2_grp
 from services.data_executor.flight_server import SampleFlightServer
 from services.data_executor.servicer import DataExecutorServicer
 from services.data_executor.serving import ExecutorCounters, TaskStreamer
+from services.data_executor.shared_memory import SharedMemoryDrop
 
 SERVICE_NAME = data_executor_pb2.DESCRIPTOR.services_by_name["DataExecutorService"].full_name
 
@@ -33,7 +34,7 @@ def create_executor(executor_id: str, job_id: str, planner_address: str, job: Tr
     schema = training_schema(job.spec.training.features)
     planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(planner_address))
     streamer = TaskStreamer(planner, executor_id, job, schema, counters, quarantine_dir)
-    flight = SampleFlightServer(f"grpc://{host}:0", job_id, schema, streamer)
+    flight = SampleFlightServer(f"grpc://{host}:0", job_id, schema, streamer, SharedMemoryDrop.available(executor_id))
     flight.serve_in_background()
     servicer = DataExecutorServicer(executor_id, job_id, counters)
     control = rpc.start_server("data_executor", f"{host}:0", [lambda s: data_executor_pb2_grpc.add_DataExecutorServiceServicer_to_server(servicer, s)], [SERVICE_NAME])

@@ -93,7 +93,7 @@ class TaskStreamer:
         self._readers = readers
         self._tracer = telemetry.tracer("primus.data_executor")
 
-    def stream(self, ticket: data_executor_pb2.DataTicket) -> Generator[tuple[pa.RecordBatch, bytes], None, None]:
+    def stream(self, ticket: data_executor_pb2.DataTicket) -> Generator[tuple[pa.RecordBatch, data_executor_pb2.BatchOrigin], None, None]:
         items: queue.Queue[Any] = queue.Queue(maxsize=PREFETCH_BATCHES)
         stop = threading.Event()
         parent = telemetry.extract_context(ticket.trace_context)
@@ -106,7 +106,9 @@ class TaskStreamer:
             stop.set()
             self._counters.add(streams_active=-1)
 
-    def _consume(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], parent: context.Context) -> Iterator[tuple[pa.RecordBatch, bytes]]:
+    def _consume(
+        self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], parent: context.Context
+    ) -> Iterator[tuple[pa.RecordBatch, data_executor_pb2.BatchOrigin]]:
         finished_readers = 0
         spans: dict[str, trace.Span] = {}
         while finished_readers < self._readers:
@@ -123,7 +125,7 @@ class TaskStreamer:
             else:
                 batch, origin = item
                 self._counters.add(rows_served=batch.num_rows, bytes_served=batch.nbytes)
-                yield batch, origin.SerializeToString()
+                yield batch, origin
 
     def _produce(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], stop: threading.Event, parent: context.Context) -> None:
         token = context.attach(parent)

@@ -7,6 +7,7 @@ import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from primus.dataplane import remove_shared_memory
 from primus.errors import NotFoundError
 from services.resource_controller.backend import ExecutorHandle, LaunchSpec, SchedulerBackend
 
@@ -103,6 +104,7 @@ class ExecutorPool:
                 code = self.backend.terminate(record.handle, grace_seconds)
                 with self._lock:
                     record.state, record.exit_code = "RELEASED", code or 0
+                remove_shared_memory(record.executor_id)
         return [replace(r) for r in records]
 
     def release_all(self) -> None:
@@ -123,3 +125,4 @@ class ExecutorPool:
                     if record.state in ("STARTING", "READY"):
                         record.state, record.exit_code = ("EXITED" if code == 0 else "FAILED"), code
                         log.info("%s exited with code %d", record.executor_id, code)
+                remove_shared_memory(record.executor_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,11 +14,17 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from primus import telemetry
+from primus.dataplane import END_OF_STREAM, map_batch_file
 from primus.errors import UnavailableError
 from primus.v1 import data_executor_pb2
 
 Discover = Callable[[], dict[str, str]]
 CREDIT_WINDOW = 4  # batches in flight per stream; credits go back in halves of it
+LOCAL_HOSTS = ("127.", "localhost", "[::1]")
+
+
+def _same_host(address: str) -> bool:
+    return address.startswith(LOCAL_HOSTS) or address.rsplit(":", 1)[0] == socket.gethostname()
 
 
 @dataclass(frozen=True)
@@ -55,8 +62,10 @@ class BatchFeed:
         poll_seconds: float = 1.0,
         replacement_timeout: float = 120.0,
         window: int = CREDIT_WINDOW,
+        shared_memory: bool = True,
     ) -> None:
         self._window = window
+        self._shared_memory = shared_memory
         self._discover = discover
         self._ticket = data_executor_pb2.DataTicket(job_id=job_id, consumer_id=consumer_id, purpose=purpose)  # type: ignore[arg-type]
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
@@ -113,9 +122,12 @@ class BatchFeed:
 
     def _pull(self, executor_id: str, address: str) -> None:
         """DoExchange with credits: a window up front, then one credit for every batch handed to the queue."""
+        ticket = data_executor_pb2.DataTicket()
+        ticket.CopyFrom(self._ticket)
+        ticket.shared_memory = self._shared_memory and _same_host(address)
         try:
             client = flight.connect(f"grpc://{address}")
-            writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(self._ticket.SerializeToString()))
+            writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(ticket.SerializeToString()))
             writer.write_metadata(pa.py_buffer(str(self._window).encode()))
             owed, grant = 0, max(1, self._window // 2)
             while not self._stop.is_set():
@@ -123,13 +135,14 @@ class BatchFeed:
                     chunk = reader.read_chunk()
                 except StopIteration:
                     break
-                if chunk.data is None:  # END_OF_STREAM: close our side; the server then ends the call
+                meta = chunk.app_metadata.to_pybytes() if chunk.app_metadata is not None else b""
+                if chunk.data is None and meta == END_OF_STREAM:  # close our side; the server then ends the call
                     writer.done_writing()
                     continue
                 origin = data_executor_pb2.BatchOrigin()
-                if chunk.app_metadata is not None:
-                    origin.ParseFromString(chunk.app_metadata.to_pybytes())
-                self._put(("batch", executor_id, (chunk.data, origin)))
+                origin.ParseFromString(meta)
+                batch = chunk.data if chunk.data is not None else map_batch_file(origin.shared_memory_path)
+                self._put(("batch", executor_id, (batch, origin)))
                 owed += 1
                 if owed >= grant:
                     writer.write_metadata(pa.py_buffer(str(owed).encode()))
