@@ -101,6 +101,15 @@ def start_cluster(runs_dir: Path, state_dir: Path) -> ClusterState:
     return state
 
 
+def restart_master(state: ClusterState, state_dir: Path) -> ClusterState:
+    """Start the master again at its old address (executors know it by that), on the same job store."""
+    args = ["--planner", state.address("planner"), "--resource-controller", state.address("resource_controller"), "--bind", state.address("master")]
+    master = _start("master", args, Path(state.runs_dir), state_dir)
+    restarted = ClusterState(state.runs_dir, tuple(master if s.name == "master" else s for s in state.services))
+    restarted.save(state_dir / "cluster.json")
+    return restarted
+
+
 def stop_services(services: list[ServiceProcess] | tuple[ServiceProcess, ...], timeout: float = 20.0) -> list[str]:
     """SIGTERM in reverse start order and wait for each; SIGKILL what outlives the timeout."""
     stopped = []

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from primus import rpc
-from primus.cluster import ClusterState, start_cluster, stop_services
+from primus.cluster import ClusterState, restart_master, start_cluster, stop_services
 from primus.demo_data import generate_dataset
 from primus.spec import load_job_file
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
@@ -118,3 +118,23 @@ def test_kill_trainer_mid_job(cluster: ClusterState, long_dataset: Path, tmp_pat
     assert report["restarts"] == {"trainer": 1}
     trainers = [s for s in report["services"] if s["role"] == "trainer"]  # type: ignore[union-attr]
     assert len(trainers) == 2 and trainers[0]["exit_code"] == -signal.SIGKILL
+
+
+@pytest.mark.timeout(300)
+def test_kill_master_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+    """The master's jobs live in SQLite; restarted at its address, it follows the running job to the end."""
+    master = master_pb2_grpc.MasterServiceStub(rpc.connect(cluster.address("master")))
+    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=_slow_job(long_dataset, tmp_path)), timeout=30).job_id
+    job = _wait(master, job_id, until_step=200)
+    assert job.state == common_pb2.JOB_STATE_RUNNING, "the crash must land mid-training"
+    old = next(s for s in cluster.services if s.name == "master")
+    os.kill(old.pid, signal.SIGKILL)
+    os.waitpid(old.pid, 0)
+    time.sleep(1.0)  # the trainer keeps training while the master is away
+    restarted = restart_master(cluster, tmp_path / "state")
+    try:
+        report = _finish(master_pb2_grpc.MasterServiceStub(rpc.connect(restarted.address("master"))), job_id)
+        _assert_exact(report)
+        assert report["restarts"] == {}, "no executor was relaunched: the job went on undisturbed"
+    finally:
+        stop_services([s for s in restarted.services if s.name == "master"])

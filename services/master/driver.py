@@ -38,24 +38,32 @@ class JobDriver:
         self._own_info = own_info
         self._threads: dict[str, threading.Thread] = {}
 
-    def start(self, job_id: str) -> None:
-        thread = threading.Thread(target=self._drive, args=(job_id,), name=f"job-{job_id}", daemon=True)
+    def start(self, job_id: str, resume: bool = False) -> None:
+        thread = threading.Thread(target=self._drive, args=(job_id, resume), name=f"job-{job_id}", daemon=True)
         self._threads[job_id] = thread
         thread.start()
 
     def recover(self) -> None:
-        """After a master restart: jobs that were mid-flight cannot be re-attached yet; say so."""
+        """After a master restart: drive every unfinished job on from its persisted state.
+
+        Planner, resource controller and executors kept running; a RUNNING job is followed again, an earlier
+        one is planned again (planning is idempotent per job id).
+        """
         for job in self._store.list():
             if not job.final:
-                self._store.update(job.job_id, state="FAILED", message=f"master restarted while the job was {job.state}; resubmit it")
+                log.info("job %s: resuming after a master restart (was %s)", job.job_id, job.state)
+                self.start(job.job_id, resume=job.state == "RUNNING")
 
-    def _drive(self, job_id: str) -> None:
+    def _drive(self, job_id: str, resume: bool = False) -> None:
         with telemetry.job_context(job_id), telemetry.tracer("primus.master").start_as_current_span("job") as span:
             job = self._store.get(job_id)
-            span.set_attribute("primus.job_name", job.name)
+            span.set_attributes({"primus.job_name": job.name, "primus.resumed": resume})
             try:
-                self._plan(job)
-                self._launch(job)
+                if resume:
+                    self._check_plan(job)
+                else:
+                    self._plan(job)
+                    self._launch(job)
                 state, message = self._follow(job_id)
             except JobFailedError as exc:
                 state, message = "FAILED", str(exc)
@@ -82,6 +90,12 @@ class JobDriver:
             raise JobFailedError("the plan has no tasks: no partition of any source is ready (see `primus plan --explain`)")
         progress = {"phase": "planned", "tasks_total": summary.task_count, "tasks_done": 0, "fingerprint": summary.fingerprint}
         self._store.update(job.job_id, progress=progress, message=f"planned {summary.task_count} tasks, fingerprint {summary.fingerprint}")
+
+    def _check_plan(self, job: JobRecord) -> None:
+        try:
+            self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job.job_id), timeout=10)
+        except grpc.RpcError as exc:
+            raise JobFailedError(f"after a master restart the planner no longer holds this job's plan ({exc.details()}); resubmit it") from None
 
     def _launch(self, job: JobRecord) -> None:
         spec = load_job_text(job.spec_yaml, f"job {job.job_id}").spec
@@ -112,7 +126,9 @@ class JobDriver:
             rc_pb2.EXECUTOR_ROLE_TRAINER: spec.resources.trainer.max_restarts,
             rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR: spec.resources.data_executor.max_restarts,
         }
-        handled: set[str] = set()
+        handled: set[str] = set(self._store.get(job_id).progress.get("crashes_handled", []))
+        for role, name in ((rc_pb2.EXECUTOR_ROLE_TRAINER, "trainer"), (rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR, "data executor")):
+            budget[role] -= int(self._store.get(job_id).progress.get("restarts", {}).get(name, 0))
         exited_since: float | None = None
         while True:
             job = self._store.get(job_id)
@@ -125,6 +141,7 @@ class JobDriver:
             executors = self._peers.rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id), timeout=10).executors
             for crashed in [e for e in executors if e.state == rc_pb2.EXECUTOR_STATE_FAILED and e.executor_id not in handled]:
                 handled.add(crashed.executor_id)
+                self._store.update(job_id, progress_update={"crashes_handled": sorted(handled)})
                 self._relaunch(job, crashed, budget)
             trainers = [e for e in executors if e.role == rc_pb2.EXECUTOR_ROLE_TRAINER]
             if trainers and not any(e.state in LIVE_STATES for e in trainers):

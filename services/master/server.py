@@ -32,8 +32,8 @@ def create_server(bind: str, runs_dir: Path, db_path: Path, planner_address: str
         return common_pb2.ServiceInfo(name="master", pid=os.getpid(), address=advertise or running.address, version=rpc.VERSION)
 
     driver = JobDriver(store, Peers(planner_address, rc_address), own_info)
-    driver.recover()
     servicer = MasterServicer(store, driver, runs_dir)
     running = rpc.start_server("master", bind, [lambda s: master_pb2_grpc.add_MasterServiceServicer_to_server(servicer, s)], [SERVICE_NAME])
     holder["server"] = running
+    driver.recover()
     return Master(running=running, store=store, driver=driver)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
+
+import grpc
 
 from primus import rpc
 from primus.spec import TrainingJob
@@ -16,6 +19,7 @@ from services.trainer.session import TrainingSession
 from services.trainer.training import TrainingResult, finite
 
 log = logging.getLogger(__name__)
+RESULT_DEADLINE_SECONDS = 300.0
 SERVICE_NAME = trainer_pb2.DESCRIPTOR.services_by_name["TrainerService"].full_name
 
 
@@ -39,9 +43,14 @@ def run_trainer(args: WorkerArgs, job: TrainingJob, status: TrainerStatus) -> Tr
     master = master_pb2_grpc.MasterServiceStub(rpc.connect(args.master))
 
     def progress(phase: str, step: int, samples: int, loss: float) -> bool:
+        """Best effort: training goes on while the master is away (it may be restarting)."""
         status.update(phase, step, samples, loss)
         request = master_pb2.ReportTrainingProgressRequest(job_id=args.job_id, trainer_id=args.executor_id, phase=phase, step=step, samples=samples, loss=finite(loss))
-        return bool(master.ReportTrainingProgress(request, timeout=10).stop)
+        try:
+            return bool(master.ReportTrainingProgress(request, timeout=10).stop)
+        except grpc.RpcError as exc:
+            log.warning("could not report progress to the master: %s", exc.details())
+            return False
 
     planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(args.planner))
     session = TrainingSession(
@@ -50,7 +59,8 @@ def run_trainer(args: WorkerArgs, job: TrainingJob, status: TrainerStatus) -> Tr
     session.resume()
     session.train()
     result = session.evaluate() if job.spec.data.eval is not None else session.trainer.finish_evaluation()
-    master.ReportTrainingResult(
+    deliver_result(
+        master,
         master_pb2.ReportTrainingResultRequest(
             job_id=args.job_id,
             trainer_id=args.executor_id,
@@ -63,11 +73,24 @@ def run_trainer(args: WorkerArgs, job: TrainingJob, status: TrainerStatus) -> Tr
             final_loss=finite(result.final_loss),
             checkpoint_path=str(args.run_dir / "checkpoints"),
         ),
-        timeout=30,
     )
     return result
 
 
+def deliver_result(master: master_pb2_grpc.MasterServiceStub, request: master_pb2.ReportTrainingResultRequest) -> None:
+    """The result must reach the master, which may be restarting: keep trying for a while."""
+    deadline = time.monotonic() + RESULT_DEADLINE_SECONDS
+    while True:
+        try:
+            master.ReportTrainingResult(request, timeout=30)
+            return
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                raise
+            log.warning("master unavailable (%s); retrying the result", exc.details())
+            time.sleep(1.0)
+
+
 def report_failure(args: WorkerArgs, error: str) -> None:
     master = master_pb2_grpc.MasterServiceStub(rpc.connect(args.master))
-    master.ReportTrainingResult(master_pb2.ReportTrainingResultRequest(job_id=args.job_id, trainer_id=args.executor_id, error=error), timeout=30)
+    deliver_result(master, master_pb2.ReportTrainingResultRequest(job_id=args.job_id, trainer_id=args.executor_id, error=error))
