@@ -76,19 +76,25 @@ class FilesAdapter:
             (e for e in _file_info(fs, pafs.FileSelector(root)) if e.type == pafs.FileType.File and e.path.endswith(SUFFIXES[source.format])),
             key=lambda e: e.path,
         )
+        pieces, manifest, version = self.describe_files(fs, source, entries, required_columns, key)
+        reason = f"ready: {len(entries)} files, schema version {version}" if entries else "ready but holds no data files"
+        return Partition(source.name, slot, location, True, reason, pieces, manifest, version, len(entries))
+
+    def describe_files(
+        self, fs: pafs.FileSystem, source: Source, entries: list[pafs.FileInfo], required: list[str], key: str
+    ) -> tuple[tuple[Piece, ...], tuple[ManifestEntry, ...], int]:
+        """Pieces, manifest and the one schema version of a partition's files (metadata only)."""
         pieces: list[Piece] = []
         manifest: list[ManifestEntry] = []
         versions: set[int] = set()
         for entry in entries:
-            file_pieces, version = self._describe(fs, source, entry, required_columns, key)
+            file_pieces, version = self._describe(fs, source, entry, required, key)
             pieces.extend(file_pieces)
             manifest.append(ManifestEntry(entry.path, entry.size or 0, entry.mtime_ns or 0))
             versions.add(version)
         if len(versions) > 1:
             raise DataError(f"source {source.name!r} partition {key}: files disagree on schema version ({sorted(versions)})")
-        version = versions.pop() if versions else source.schema_version
-        reason = f"ready: {len(entries)} files, schema version {version}" if entries else "ready but holds no data files"
-        return Partition(source.name, slot, location, True, reason, tuple(pieces), tuple(manifest), version, len(entries))
+        return tuple(pieces), tuple(manifest), versions.pop() if versions else source.schema_version
 
     def _describe(self, fs: pafs.FileSystem, source: Source, entry: pafs.FileInfo, required: list[str], key: str) -> tuple[list[Piece], int]:
         path, size = entry.path, entry.size or 0

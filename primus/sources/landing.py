@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pyarrow.fs as pafs
 
 from primus.errors import DataError
-from primus.sources.base import ManifestEntry, Partition, Piece, register_adapter, render_uri
+from primus.sources.base import Partition, register_adapter, render_uri
 from primus.sources.files import SUFFIXES, TEXT_CHUNK_BYTES, FilesAdapter, open_fs
 from primus.spec import Source
 
@@ -152,20 +152,10 @@ class LandingAdapter(FilesAdapter):
 
     def _describe_slot(self, source: Source, slot: datetime, location: str, entries: list[pafs.FileInfo], required: list[str], why: str) -> Partition:
         key = f"{source.name}/{slot:%Y-%m-%dT%H}"
-        pieces: list[Piece] = []
-        manifest: list[ManifestEntry] = []
-        versions: set[int] = set()
         fs, _ = open_fs(source, location)
-        for entry in entries:
-            file_pieces, version = self._describe(fs, source, entry, required, key)
-            pieces.extend(file_pieces)
-            manifest.append(ManifestEntry(entry.path, entry.size or 0, entry.mtime_ns or 0))
-            versions.add(version)
-        if len(versions) > 1:
-            raise DataError(f"source {source.name!r} partition {key}: files disagree on schema version ({sorted(versions)})")
-        version = versions.pop() if versions else source.schema_version
+        pieces, manifest, version = self.describe_files(fs, source, entries, required, key)
         reason = f"ready ({why}): {len(entries)} landed files, schema version {version}" if entries else f"ready ({why}) but no files landed in this hour"
-        return Partition(source.name, slot, location, True, reason, tuple(pieces), tuple(manifest), version, len(entries))
+        return Partition(source.name, slot, location, True, reason, pieces, manifest, version, len(entries))
 
 
 register_adapter(LandingAdapter())
