@@ -366,8 +366,8 @@ def resolve_paths(job: TrainingJob, base: Path) -> TrainingJob:
             sources.append(source)
             continue
         absolute = local if local.is_absolute() else (base / local)
-        prefix = Path(str(absolute).split("{", 1)[0])
-        existing = prefix if str(absolute) == str(prefix) else prefix.parent if not str(prefix).endswith("/") else prefix
+        fixed = str(absolute).split("{", 1)[0]
+        existing = Path(fixed) if fixed.endswith("/") or fixed == str(absolute) else Path(fixed).parent
         if not existing.exists():
             problems.append(f"spec.data.sources[{index}].uri: path {existing} does not exist (source {source.name!r})")
         sources.append(source.model_copy(update={"uri": f"file://{absolute}"}))

@@ -102,3 +102,10 @@ def test_cli_validate_exit_codes(dataset: Path, tmp_path: Path) -> None:
     assert len(lines) == 1
     assert lines[0].startswith("error: spec.data.sources[0].timeRange: ")
     assert "Traceback" not in failed.stderr
+
+
+def test_missing_folder_before_a_placeholder(tmp_path: Path) -> None:
+    document = job_document(tmp_path / "clicks")
+    document["spec"]["data"]["sources"][0]["uri"] = str(tmp_path / "absent") + "/{date}/{hour}"  # type: ignore[index]
+    (problem,) = _problems(tmp_path, document)
+    assert f"path {tmp_path / 'absent'}" in problem and "does not exist" in problem

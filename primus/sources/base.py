@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
@@ -57,7 +57,6 @@ class Partition:
     manifest: tuple[ManifestEntry, ...] = ()
     schema_version: int = 1
     files: int = 0
-    extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def key(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from primus.dataplane import remove_shared_memory
@@ -40,7 +40,6 @@ class ExecutorRecord:
     address: str = ""
     data_address: str = ""
     exit_code: int = 0
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 class ExecutorPool:
