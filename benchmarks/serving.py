@@ -7,6 +7,7 @@ import functools
 import json
 import multiprocessing as mp
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -99,6 +100,7 @@ class Measure:
     cpu: dict[str, float] = field(default_factory=dict)
     first_batch: float = 0.0
     last_batch: float = 0.0
+    server_faults: int = 0
 
     @property
     def rows_per_s(self) -> float:
@@ -126,9 +128,14 @@ def read_in_process(files: list[Path], schema: pa.Schema) -> Measure:
 Handler = Callable[..., Any]
 
 
+def _minor_faults() -> int:
+    """Page faults this process took so far (first touches of fresh memory, mostly)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def _serve_commands(conn: Connection, handlers: dict[str, Handler]) -> None:
     """A child's loop: (command, *args) in, one reply out, until "exit"."""
-    handlers = {**handlers, "cpu": time.process_time}
+    handlers = {**handlers, "cpu": time.process_time, "faults": _minor_faults}
     while True:
         command, *args = conn.recv()
         if command == "exit":
@@ -330,9 +337,9 @@ class Bench:
 
     def _flight(self) -> Measure:
         peer = self.children["flight"]
-        before = peer.call("cpu")
+        before, faults_before = peer.call("cpu"), peer.call("faults")
         drained = self.children["consumer"].call("flight", peer.call("address"))
-        return _measure(drained, peer.call("cpu") - before)
+        return _measure(drained, peer.call("cpu") - before, server_faults=peer.call("faults") - faults_before)
 
     def _served(self, mode: str) -> Measure:
         self._runs += 1
@@ -340,20 +347,22 @@ class Bench:
         self.planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job_id, spec_yaml=self.job.to_yaml()), timeout=120)
         host, planner = self.children[mode], self.children["planner"]
         address = host.call("start", job_id)
-        before, planner_before = host.call("cpu"), planner.call("cpu")
+        before, planner_before, faults_before = host.call("cpu"), planner.call("cpu"), host.call("faults")
         try:
             drained = self.children["consumer"].call("feed", address, job_id, self.options.prefetch, self.options.window)
             server_cpu, planner_cpu = host.call("cpu") - before, planner.call("cpu") - planner_before
+            faults = host.call("faults") - faults_before
         finally:
             host.call("stop")
-        self.plans[job_id] = self.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job_id), timeout=30)
+        plan = self.plans[job_id] = self.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job_id), timeout=30)
         self.planner.DropPlan(planner_pb2.DropPlanRequest(job_id=job_id), timeout=30)
-        return _measure(drained, server_cpu, {"planner": planner_cpu})
+        read_cpu = sum(source.cpu_seconds for source in plan.sources)  # read + transform, as the ledger charges the sources
+        return _measure(drained, server_cpu, {"server_read": read_cpu, "planner": planner_cpu}, faults)
 
 
-def _measure(drained: dict[str, float], server_cpu: float, more: dict[str, float] | None = None) -> Measure:
+def _measure(drained: dict[str, float], server_cpu: float, more: dict[str, float] | None = None, server_faults: int = 0) -> Measure:
     cpu = {"server": server_cpu, "consumer": drained["cpu"], **(more or {})}
-    return Measure(int(drained["rows"]), int(drained["bytes"]), drained["seconds"], cpu, drained["first_batch"], drained["last_batch"])
+    return Measure(int(drained["rows"]), int(drained["bytes"]), drained["seconds"], cpu, drained["first_batch"], drained["last_batch"], server_faults)
 
 
 def run_rounds(bench: Bench, rounds: int) -> dict[str, list[Measure]]:
@@ -393,6 +402,7 @@ def summarize(results: dict[str, list[Measure]], rows: int) -> dict[str, Any]:
         "median_first_batch_seconds": {mode: round(median_of(ms, lambda m: m.first_batch), 4) for mode, ms in results.items()},
         "median_tail_seconds": {mode: round(median_of(ms, lambda m: m.seconds - m.last_batch), 4) for mode, ms in results.items()},
         "median_cpu_seconds": {mode: cpu_medians(ms) for mode, ms in results.items()},
+        "median_server_page_faults": {mode: round(median_of(ms, lambda m: m.server_faults)) for mode, ms in results.items() if mode != "inprocess"},
     }
     if {"served", "inprocess", "flight"} <= rps.keys():
         summary["served_vs_inprocess"] = round(rps["served"] / rps["inprocess"], 3)

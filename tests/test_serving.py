@@ -161,7 +161,7 @@ def test_a_stalled_consumer_stalls_reading(planner: rpc.RunningServer, dataset: 
         client = flight.connect(f"grpc://{executor.data_address}")
         ticket = data_executor_pb2.DataTicket(job_id="job-slow", consumer_id="slow", purpose=TRAIN)
         writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(ticket.SerializeToString()))
-        writer.write_metadata(pa.py_buffer(b"2"))
+        writer.write_metadata(pa.py_buffer(data_executor_pb2.ConsumerSignal(credits=2).SerializeToString()))
         assert reader.read_chunk().data.num_rows == ROWS_PER_HOUR
         time.sleep(2.0)
         plan = stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-slow"), timeout=10)

@@ -2,7 +2,7 @@ from primus.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -28,7 +28,7 @@ class GetExecutorStatusResponse(_message.Message):
     def __init__(self, executor_id: _Optional[str] = ..., job_id: _Optional[str] = ..., tasks_done: _Optional[int] = ..., rows_served: _Optional[int] = ..., bytes_served: _Optional[int] = ..., streams_active: _Optional[int] = ...) -> None: ...
 
 class DataTicket(_message.Message):
-    __slots__ = ("job_id", "consumer_id", "purpose", "trace_context", "shared_memory")
+    __slots__ = ("job_id", "consumer_id", "purpose", "trace_context", "shared_memory", "shared_memory_slots")
     class TraceContextEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -41,15 +41,25 @@ class DataTicket(_message.Message):
     PURPOSE_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     SHARED_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    SHARED_MEMORY_SLOTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     consumer_id: str
     purpose: _common_pb2.TaskPurpose
     trace_context: _containers.ScalarMap[str, str]
     shared_memory: bool
-    def __init__(self, job_id: _Optional[str] = ..., consumer_id: _Optional[str] = ..., purpose: _Optional[_Union[_common_pb2.TaskPurpose, str]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., shared_memory: _Optional[bool] = ...) -> None: ...
+    shared_memory_slots: int
+    def __init__(self, job_id: _Optional[str] = ..., consumer_id: _Optional[str] = ..., purpose: _Optional[_Union[_common_pb2.TaskPurpose, str]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., shared_memory: _Optional[bool] = ..., shared_memory_slots: _Optional[int] = ...) -> None: ...
+
+class ConsumerSignal(_message.Message):
+    __slots__ = ("credits", "released_slots")
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    credits: int
+    released_slots: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, credits: _Optional[int] = ..., released_slots: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class BatchOrigin(_message.Message):
-    __slots__ = ("task_id", "attempt", "source", "row_offset", "row_count", "last_of_task", "shared_memory_path")
+    __slots__ = ("task_id", "attempt", "source", "row_offset", "row_count", "last_of_task", "shared_memory_path", "shared_memory_offset", "shared_memory_length", "shared_memory_slot")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +67,9 @@ class BatchOrigin(_message.Message):
     ROW_COUNT_FIELD_NUMBER: _ClassVar[int]
     LAST_OF_TASK_FIELD_NUMBER: _ClassVar[int]
     SHARED_MEMORY_PATH_FIELD_NUMBER: _ClassVar[int]
+    SHARED_MEMORY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SHARED_MEMORY_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    SHARED_MEMORY_SLOT_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     attempt: int
     source: str
@@ -64,4 +77,7 @@ class BatchOrigin(_message.Message):
     row_count: int
     last_of_task: bool
     shared_memory_path: str
-    def __init__(self, task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., source: _Optional[str] = ..., row_offset: _Optional[int] = ..., row_count: _Optional[int] = ..., last_of_task: _Optional[bool] = ..., shared_memory_path: _Optional[str] = ...) -> None: ...
+    shared_memory_offset: int
+    shared_memory_length: int
+    shared_memory_slot: int
+    def __init__(self, task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., source: _Optional[str] = ..., row_offset: _Optional[int] = ..., row_count: _Optional[int] = ..., last_of_task: _Optional[bool] = ..., shared_memory_path: _Optional[str] = ..., shared_memory_offset: _Optional[int] = ..., shared_memory_length: _Optional[int] = ..., shared_memory_slot: _Optional[int] = ...) -> None: ...

@@ -1,16 +1,17 @@
 """The data plane: Arrow Flight. DoExchange streams under the consumer's credits; DoGet streams without them.
 
-Credits: the consumer sends a window (a number, as metadata) and then one credit per batch it has taken. The
+Credits: the consumer sends a window and then one credit per batch it has taken, as ConsumerSignal messages. The
 executor sends a batch only against a credit, so at most a window of batches is ever in flight per stream.
 Closing is orderly: the executor sends END_OF_STREAM and waits for the consumer to close its side. Returning
 from the handler while the consumer still writes credits would cut off the batches still in flight.
-A consumer on the same host may ask for shared memory: each batch then travels as a file in /dev/shm, and the
-message carries only its BatchOrigin with the file's path.
+A consumer on the same host may ask for shared memory: each batch then travels through a slot of the stream's
+ring (or a one-off file) in /dev/shm, and the message carries only its BatchOrigin with where to map it.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -19,7 +20,7 @@ from google.protobuf.message import DecodeError
 from primus.dataplane import END_OF_STREAM
 from primus.v1 import data_executor_pb2
 from services.data_executor.serving import TaskStreamer
-from services.data_executor.shared_memory import SharedMemoryDrop
+from services.data_executor.shared_memory import DEFAULT_SLOTS, SharedMemoryDrop, SharedMemoryRing
 
 
 class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
@@ -51,26 +52,25 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
     ) -> None:
         ticket = self._ticket(descriptor.command)
         drop = self._drop if ticket.shared_memory else None
+        ring = drop.open_ring(ticket.shared_memory_slots or DEFAULT_SLOTS) if drop is not None else None
+        signals = ConsumerSignals(reader, ring.release if ring is not None else None)
         batches = self._streamer.stream(ticket)
         writer.begin(self._schema)
-        credits = 0
         try:
             for batch, origin in batches:
-                while credits <= 0:
-                    try:
-                        credits += _credits(reader.read_chunk())
-                    except StopIteration:  # the consumer closed its side: it wants no more
-                        return
+                if not signals.take_credit():  # the consumer closed its side: it wants no more
+                    return
                 if drop is not None:
-                    origin.shared_memory_path = drop.put(batch)
+                    _place(batch, origin, ring, drop)
                     writer.write_metadata(pa.py_buffer(origin.SerializeToString()))
                 else:
                     writer.write_with_metadata(batch, pa.py_buffer(origin.SerializeToString()))
-                credits -= 1
             writer.write_metadata(pa.py_buffer(END_OF_STREAM))
-            _drain(reader)
+            signals.wait_closed()
         finally:
             batches.close()
+            if ring is not None:
+                ring.close()
 
     def shutdown(self) -> None:
         super().shutdown()
@@ -83,19 +83,72 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         return thread
 
 
-def _credits(chunk: flight.FlightStreamChunk) -> int:
-    if chunk.app_metadata is None:
-        return 0
-    try:
-        return int(chunk.app_metadata.to_pybytes())
-    except ValueError:
-        raise flight.FlightServerError("credit messages carry a whole number") from None
+def _place(batch: pa.RecordBatch, origin: data_executor_pb2.BatchOrigin, ring: SharedMemoryRing | None, drop: SharedMemoryDrop) -> None:
+    """Put a batch in shared memory: a ring slot when one is free, else a one-off file."""
+    placed = ring.put(batch) if ring is not None else None
+    if placed is None:
+        origin.shared_memory_path = drop.put(batch)
+        return
+    origin.shared_memory_slot, origin.shared_memory_offset, origin.shared_memory_length = placed
+    origin.shared_memory_path = str(ring.path) if ring is not None else ""
 
 
-def _drain(reader: flight.MetadataRecordBatchReader) -> None:
-    """Read the consumer's remaining credits until it closes its side of the exchange."""
-    while True:
+class ConsumerSignals:
+    """The consumer's side of an exchange, read on its own thread: credits to spend and ring slots it released."""
+
+    def __init__(self, reader: flight.MetadataRecordBatchReader, on_release: Callable[[Iterable[int]], None] | None) -> None:
+        self._reader = reader
+        self._on_release = on_release
+        self._credits = 0
+        self._closed = False
+        self._error: Exception | None = None
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._read, name="consumer-signals", daemon=True)
+        self._thread.start()
+
+    def take_credit(self) -> bool:
+        """Wait for a credit and spend it; False once the consumer has closed its side with none left."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._credits > 0 or self._closed)
+            if self._error is not None:
+                raise self._error
+            if self._credits <= 0:
+                return False
+            self._credits -= 1
+            return True
+
+    def wait_closed(self) -> None:
+        self._thread.join()
+
+    def _read(self) -> None:
         try:
-            reader.read_chunk()
-        except StopIteration:
-            return
+            while True:
+                try:
+                    chunk = self._reader.read_chunk()
+                except StopIteration:
+                    return
+                signal = _signal(chunk)
+                if signal.released_slots and self._on_release is not None:
+                    self._on_release(signal.released_slots)
+                if signal.credits:
+                    with self._changed:
+                        self._credits += signal.credits
+                        self._changed.notify_all()
+        except flight.FlightServerError as exc:
+            self._error = exc
+        except Exception:  # noqa: BLE001 - the call ended under us (cancelled, executor stopping): nothing more comes
+            pass
+        finally:
+            with self._changed:
+                self._closed = True
+                self._changed.notify_all()
+
+
+def _signal(chunk: flight.FlightStreamChunk) -> data_executor_pb2.ConsumerSignal:
+    signal = data_executor_pb2.ConsumerSignal()
+    if chunk.app_metadata is not None:
+        try:
+            signal.ParseFromString(chunk.app_metadata.to_pybytes())
+        except DecodeError:
+            raise flight.FlightServerError("consumer messages on a DoExchange stream are primus.v1.ConsumerSignal") from None
+    return signal

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from primus import telemetry
-from primus.dataplane import END_OF_STREAM, map_batch_file
+from primus.dataplane import END_OF_STREAM, SharedMemoryMaps
 from primus.errors import UnavailableError
 from primus.v1 import data_executor_pb2
 
@@ -121,14 +121,20 @@ class BatchFeed:
                 threading.Thread(target=self._pull, args=(executor_id, address), name=f"feed-{executor_id}", daemon=True).start()
 
     def _pull(self, executor_id: str, address: str) -> None:
-        """DoExchange with credits: a window up front, then one credit for every batch handed to the queue."""
+        """DoExchange with credits: a window up front, then one credit for every batch handed to the queue.
+
+        Over shared memory, each credit message also gives back the ring slots whose batches were released since.
+        """
         ticket = data_executor_pb2.DataTicket()
         ticket.CopyFrom(self._ticket)
         ticket.shared_memory = self._shared_memory and _same_host(address)
+        maps = SharedMemoryMaps()
+        if ticket.shared_memory:  # room for the batches in flight, queued, and in the trainer's hands
+            ticket.shared_memory_slots = self._window + self._queue.maxsize + 4
         try:
             client = flight.connect(f"grpc://{address}")
             writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(ticket.SerializeToString()))
-            writer.write_metadata(pa.py_buffer(str(self._window).encode()))
+            _signal(writer, self._window, [])
             owed, grant = 0, max(1, self._window // 2)
             while not self._stop.is_set():
                 try:
@@ -141,17 +147,21 @@ class BatchFeed:
                     continue
                 origin = data_executor_pb2.BatchOrigin()
                 origin.ParseFromString(meta)
-                batch = chunk.data if chunk.data is not None else map_batch_file(origin.shared_memory_path)
+                batch = chunk.data
+                if batch is None:
+                    batch = maps.batch(origin.shared_memory_path, origin.shared_memory_slot, origin.shared_memory_offset, origin.shared_memory_length)
                 self._put(("batch", executor_id, (batch, origin)))
                 owed += 1
                 if owed >= grant:
-                    writer.write_metadata(pa.py_buffer(str(owed).encode()))
+                    _signal(writer, owed, maps.released())
                     owed = 0
             writer.close()
             client.close()
             self._put(("done", executor_id, None))
         except Exception as exc:  # noqa: BLE001 - any broken stream means the executor is lost to this consumer
             self._put(("lost", executor_id, f"data executor {executor_id} at {address}: {exc}"))
+        finally:
+            maps.close()
 
     def _put(self, item: object) -> None:
         while not self._stop.is_set():
@@ -160,3 +170,8 @@ class BatchFeed:
                 return
             except queue.Full:
                 continue
+
+
+def _signal(writer: flight.FlightStreamWriter, credits: int, released: list[int]) -> None:
+    signal = data_executor_pb2.ConsumerSignal(credits=credits, released_slots=released)
+    writer.write_metadata(pa.py_buffer(signal.SerializeToString()))
