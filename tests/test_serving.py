@@ -191,10 +191,18 @@ def test_a_colocated_consumer_maps_batches_from_shared_memory(planner: rpc.Runni
     (executor,) = _executors(1, "job-shm", planner, job)
     try:
         feed = BatchFeed(fixed({"e0": executor.data_address}), "job-shm", "t", TRAIN)
-        events = [e for e in feed if isinstance(e, Served)]
+        events = [e for e in feed if isinstance(e, Served)]  # holds every batch: the ring fills, then one-off files
         assert sum(e.batch.num_rows for e in events) == (DAYS - 1) * 24 * ROWS_PER_HOUR
         assert all(e.origin.shared_memory_path for e in events), "a loopback consumer gets shared-memory batches"
-        assert not any(Path(e.origin.shared_memory_path).exists() for e in events), "the consumer unlinks what it mapped"
+        assert {e.origin.shared_memory_slot for e in events} >= {0, 1}, "ring slots first, one-off files once all are held"
+        assert not any(Path(e.origin.shared_memory_path).exists() for e in events), "one-off files are unlinked, the ring at the end"
+        _plan(planner, "job-shm-2", job)
+        (second,) = _executors(1, "job-shm-2", planner, job)
+        try:
+            slots = [e.origin.shared_memory_slot for e in BatchFeed(fixed({"e0": second.data_address}), "job-shm-2", "t", TRAIN) if isinstance(e, Served)]
+        finally:
+            second.stop()
+        assert 0 not in slots and len(set(slots)) < len(slots) / 2, f"a consumer that lets go of its batches gets the same few slots again: {slots}"
         wire = [e for e in BatchFeed(fixed({"e0": executor.data_address}), "job-shm", "t", common_pb2.TASK_PURPOSE_EVAL, shared_memory=False)]
         assert wire and not any(e.origin.shared_memory_path for e in wire if isinstance(e, Served))
     finally:
