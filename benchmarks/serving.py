@@ -366,12 +366,14 @@ def _measure(drained: dict[str, float], server_cpu: float, more: dict[str, float
 
 
 def run_rounds(bench: Bench, rounds: int) -> dict[str, list[Measure]]:
-    """One warm-up round, then `rounds` rounds with the modes interleaved."""
+    """One warm-up round, then `rounds` rounds with the modes interleaved and the order rotated."""
     for mode in bench.options.modes:
         bench.run(mode)
-    results: dict[str, list[Measure]] = {mode: [] for mode in bench.options.modes}
+    modes = bench.options.modes
+    results: dict[str, list[Measure]] = {mode: [] for mode in modes}
     for index in range(rounds):
-        for mode in bench.options.modes:
+        start = index % len(modes)  # each round starts one mode later, so no mode always runs right after the same one
+        for mode in modes[start:] + modes[:start]:
             measure = bench.run(mode)
             results[mode].append(measure)
             print(f"round {index + 1}/{rounds} {mode:<14} {measure.rows:>9} rows {measure.seconds:7.3f} s {measure.rows_per_s / 1e6:7.2f} M rows/s", file=sys.stderr)
