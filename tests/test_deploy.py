@@ -214,7 +214,8 @@ def test_master_reaches_planner_and_resource_controller_through_their_services(r
     master = _one(docs, "Deployment", SERVICES["master"][0])
     (container,) = master["spec"]["template"]["spec"]["containers"]
     flags = _flags(container["args"])
-    for module, flag in (("planner", "--planner"), ("resource_controller", "--resource-controller")):
+    # The master tells executors (in another pod) to call it back at its advertised address: it must be its own Service.
+    for module, flag in (("planner", "--planner"), ("resource_controller", "--resource-controller"), ("master", "--advertise-address")):
         k8s_name, _ = SERVICES[module]
         service = _one(docs, "Service", k8s_name)
         (port,) = (p["port"] for p in service["spec"]["ports"])
@@ -224,11 +225,8 @@ def test_master_reaches_planner_and_resource_controller_through_their_services(r
             dns_names |= {f"{k8s_name}.{namespace}", f"{k8s_name}.{namespace}.svc", f"{k8s_name}.{namespace}.svc.cluster.local"}
         assert host in dns_names, f"{flag}={flags[flag]} does not name the {k8s_name} Service"
         assert given_port == str(port), f"{flag}={flags[flag]} is not the {k8s_name} Service port {port}"
-    # The master tells executors (in another pod) to call it back at its bound address, so 0.0.0.0 would send them to themselves.
-    host = flags["--bind"].rsplit(":", 1)[0]
-    assert host == "$(POD_IP)", f"master must bind an address other pods can reach, got {host}"
-    env = {e["name"]: e for e in container["env"]}
-    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    host, _, port = flags["--bind"].rpartition(":")
+    assert (host, port) == ("0.0.0.0", str(SERVICES["master"][1])), f"master must listen on every interface, got {flags['--bind']}"
 
 
 def test_resource_controller_may_manage_pods(rendered: tuple[str, tuple[Doc, ...]]) -> None:
