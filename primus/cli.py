@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 
 from primus import rpc
-from primus.cluster import ClusterState, ServiceProcess, running_cluster, start_cluster, start_planner, stop_services
+from primus.cluster import RESTARTABLE, ClusterState, ServiceProcess, restart_service, running_cluster, start_cluster, start_planner, stop_services
 from primus.console import console, err_console, follow, print_plan, print_report, state_name
 from primus.cost import load_cost, print_cost
 from primus.errors import PrimusError, SpecError
@@ -136,6 +136,16 @@ def cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_restart(args: argparse.Namespace) -> int:
+    state = ClusterState.load(args.state_dir / "cluster.json")  # the service to restart may be dead: that is the point
+    if state is None:
+        raise PrimusError(f"no Primus services were started for {args.state_dir}: start them with `primus up`")
+    restarted = restart_service(state, args.state_dir, args.service)
+    service = next(s for s in restarted.services if s.name == args.service)
+    console.print(f"{service.name:<20} pid {service.pid:<8} {service.address}  log {service.log}")
+    return 0
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     state = _require_cluster(args)
     job_id = _submit(state, args.job)
@@ -214,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--replicas", type=int, default=0, help="spread partition discovery over this many extra planner processes")
     add("up", cmd_up, "start master, planner and resource_controller as local processes")
     add("down", cmd_down, "stop the services `primus up` started")
+    restart = add("restart", cmd_restart, "stop one service `primus up` started and start it again at its address; running jobs carry on")
+    restart.add_argument("service", choices=RESTARTABLE)
     submit = add("submit", cmd_submit, "hand a job to the running master")
     submit.add_argument("job", type=Path)
     submit.add_argument("--watch", action="store_true", help="follow the job and print its report")

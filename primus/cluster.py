@@ -101,11 +101,24 @@ def start_cluster(runs_dir: Path, state_dir: Path) -> ClusterState:
     return state
 
 
-def restart_master(state: ClusterState, state_dir: Path) -> ClusterState:
-    """Start the master again at its old address (executors know it by that), on the same job store."""
-    args = ["--planner", state.address("planner"), "--resource-controller", state.address("resource_controller"), "--bind", state.address("master")]
-    master = _start("master", args, Path(state.runs_dir), state_dir)
-    restarted = ClusterState(state.runs_dir, tuple(master if s.name == "master" else s for s in state.services))
+RESTARTABLE = ("planner", "master")
+
+
+def restart_service(state: ClusterState, state_dir: Path, name: str) -> ClusterState:
+    """Start a planner or master again at its old address (executors and peers know it by that); stop it first if it runs.
+
+    A restarted master drives its unfinished jobs on from its job store. A restarted planner comes back empty: the
+    master plans each running job again and restarts its trainer from the last checkpoint.
+    """
+    if name not in RESTARTABLE:
+        raise ValueError(f"only {' and '.join(RESTARTABLE)} can be restarted on their own, not {name!r}")
+    old = next(s for s in state.services if s.name == name)
+    stop_services([old])
+    args = ["--bind", old.address]
+    if name == "master":
+        args += ["--planner", state.address("planner"), "--resource-controller", state.address("resource_controller")]
+    started = _start(name, args, Path(state.runs_dir), state_dir)
+    restarted = ClusterState(state.runs_dir, tuple(started if s.name == name else s for s in state.services))
     restarted.save(state_dir / "cluster.json")
     return restarted
 

@@ -109,6 +109,18 @@ def test_up_submit_status_down(job_file: Path, tmp_path: Path) -> None:
         assert status.returncode == 0 and "SUCCEEDED" in status.stdout
         missing = _primus(tmp_path, "status", "no-such-job")
         assert missing.returncode == 1 and "NOT_FOUND: no job 'no-such-job'" in missing.stderr
+        old_planner = next(s for s in state.services if s.name == "planner")
+        restarted = _primus(tmp_path, "restart", "planner")
+        assert restarted.returncode == 0, restarted.stderr
+        state = running_cluster(tmp_path / "state")
+        assert state is not None, "every service runs again after the restart"
+        planner = next(s for s in state.services if s.name == "planner")
+        assert planner.pid != old_planner.pid and planner.address == old_planner.address
+        assert _health(planner.address) == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(ProcessLookupError):
+            os.kill(old_planner.pid, 0)
+        refused = _primus(tmp_path, "restart", "resource_controller")
+        assert refused.returncode == 2 and "invalid choice" in refused.stderr
     finally:
         down = _primus(tmp_path, "down")
     assert down.returncode == 0 and "stopped" in down.stdout
@@ -134,3 +146,5 @@ def test_submit_without_cluster_says_what_to_do(job_file: Path, tmp_path: Path) 
     result = _primus(tmp_path, "submit", str(job_file))
     assert result.returncode == 1
     assert "start them with `primus up`" in result.stderr and "Traceback" not in result.stderr
+    restart = _primus(tmp_path, "restart", "planner")
+    assert restart.returncode == 1 and "start them with `primus up`" in restart.stderr and "Traceback" not in restart.stderr

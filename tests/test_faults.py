@@ -1,4 +1,4 @@
-"""Crashes mid-job: kill -9 of a data executor or of the trainer still trains every sample exactly once."""
+"""Crashes mid-job: kill -9 of a data executor, the trainer, the master or the planner still trains every sample exactly once."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ import pytest
 import yaml
 
 from primus import rpc
-from primus.cluster import ClusterState, restart_master, start_cluster, stop_services
+from primus.cluster import ClusterState, restart_service, start_cluster, stop_services
 from primus.demo_data import generate_dataset
 from primus.spec import load_job_file
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
+from services.trainer.session import PLAN_LOST_EXIT_CODE
 from tests.conftest import START, job_document
 
 DAYS = 8
@@ -131,10 +132,35 @@ def test_kill_master_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path
     os.kill(old.pid, signal.SIGKILL)
     os.waitpid(old.pid, 0)
     time.sleep(1.0)  # the trainer keeps training while the master is away
-    restarted = restart_master(cluster, tmp_path / "state")
+    restarted = restart_service(cluster, tmp_path / "state", "master")
     try:
         report = _finish(master_pb2_grpc.MasterServiceStub(rpc.connect(restarted.address("master"))), job_id)
         _assert_exact(report)
         assert report["restarts"] == {}, "no executor was relaunched: the job went on undisturbed"
     finally:
         stop_services([s for s in restarted.services if s.name == "master"])
+
+
+@pytest.mark.timeout(300)
+def test_kill_planner_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+    """A planner restarted at its address comes back empty: the master plans again and the trainer resumes from its checkpoint."""
+    master = master_pb2_grpc.MasterServiceStub(rpc.connect(cluster.address("master")))
+    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=_slow_job(long_dataset, tmp_path)), timeout=30).job_id
+    job = _wait(master, job_id, until_step=200)
+    assert job.state == common_pb2.JOB_STATE_RUNNING, "the crash must land mid-training"
+    old = next(s for s in cluster.services if s.name == "planner")
+    os.kill(old.pid, signal.SIGKILL)
+    os.waitpid(old.pid, 0)
+    time.sleep(3.0)  # long enough for the trainer to find the planner gone
+    restarted = restart_service(cluster, tmp_path / "state", "planner")
+    try:
+        report = _finish(master, job_id)
+        _assert_exact(report)
+        assert report["restarts"] == {"planner": 1}, "a lost plan restarts the job's executors once, outside their crash budgets"
+        trainers = [s for s in report["services"] if s["role"] == "trainer"]  # type: ignore[union-attr]
+        assert len(trainers) == 2, "the first trainer was replaced by one that resumed from its checkpoint"
+        assert trainers[0]["exit_code"] == PLAN_LOST_EXIT_CODE, "the first trainer stopped without failing the job"
+        (source,) = report["sources"]  # type: ignore[misc]
+        assert source["bytes_read"] > 0 and source["cpu_seconds"] > 0
+    finally:
+        stop_services([s for s in restarted.services if s.name == "planner"])

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from primus.errors import ConflictError
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2
 from services.planner.ledger import Progress, TaskLedger, TaskStatus, WorkDone
@@ -157,6 +158,14 @@ def test_resume_serves_everything_after_the_checkpoint_again(ledger: TaskLedger)
     assert again is not None and again.spec.task_id == second.spec.task_id
     assert again.start_offset == 100 and again.attempt == 1
     assert ledger.samples_by_source()["clicks"] == first.spec.rows + 100
+
+
+def test_resume_refuses_a_checkpoint_from_another_plan(ledger: TaskLedger) -> None:
+    first = ledger.lease(TRAIN, "e1", now=0)
+    assert first is not None
+    with pytest.raises(ConflictError, match="1 task\\(s\\) this plan does not have"):
+        ledger.resume(3, [Progress(first.spec.task_id, 10, False), Progress("not-in-this-plan", 5, False)])
+    assert ledger.checkpoint_seq == 0 and ledger.lease(TRAIN, "e2", now=0) is not None, "a refused resume changes nothing"
 
 
 def test_quota_bounds_tasks_in_flight_per_source(dataset: Path, tmp_path: Path) -> None:

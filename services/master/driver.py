@@ -16,11 +16,12 @@ from primus.spec import load_job_text
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master.peers import Peers
-from services.master.report import build_report, write_report
+from services.master.report import build_report, carry_costs, write_report
 from services.master.store import JobRecord, JobStore
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
+PLANNER_GRACE_SECONDS = 120.0
 EXIT_GRACE_SECONDS = 3.0
 LIVE_STATES = (rc_pb2.EXECUTOR_STATE_STARTING, rc_pb2.EXECUTOR_STATE_READY)
 
@@ -59,9 +60,7 @@ class JobDriver:
             job = self._store.get(job_id)
             span.set_attributes({"primus.job_name": job.name, "primus.resumed": resume})
             try:
-                if resume:
-                    self._check_plan(job)
-                else:
+                if not resume:
                     self._plan(job)
                     self._launch(job)
                 state, message = self._follow(job_id)
@@ -79,8 +78,9 @@ class JobDriver:
                 log.exception("job %s: could not write the report", job_id)
                 self._store.update(job_id, state=state, message=f"{message}; report not written: {type(exc).__name__}: {exc}")
 
-    def _plan(self, job: JobRecord) -> None:
-        self._store.update(job.job_id, state="PLANNING", message="expanding sources into a task graph")
+    def _plan(self, job: JobRecord, again: bool = False) -> None:
+        if not again:
+            self._store.update(job.job_id, state="PLANNING", message="expanding sources into a task graph")
         try:
             reply = self._peers.planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job.job_id, spec_yaml=job.spec_yaml), timeout=600)
         except grpc.RpcError as exc:
@@ -88,14 +88,11 @@ class JobDriver:
         summary = reply.summary
         if summary.task_count == 0:
             raise JobFailedError("the plan has no tasks: no partition of any source is ready (see `primus plan --explain`)")
-        progress = {"phase": "planned", "tasks_total": summary.task_count, "tasks_done": 0, "fingerprint": summary.fingerprint}
-        self._store.update(job.job_id, progress=progress, message=f"planned {summary.task_count} tasks, fingerprint {summary.fingerprint}")
-
-    def _check_plan(self, job: JobRecord) -> None:
-        try:
-            self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job.job_id), timeout=10)
-        except grpc.RpcError as exc:
-            raise JobFailedError(f"after a master restart the planner no longer holds this job's plan ({exc.details()}); resubmit it") from None
+        planned = {"tasks_total": summary.task_count, "tasks_done": 0, "fingerprint": summary.fingerprint}
+        if again:
+            self._store.update(job.job_id, progress_update=planned)
+        else:
+            self._store.update(job.job_id, progress={"phase": "planned", **planned}, message=f"planned {summary.task_count} tasks, fingerprint {summary.fingerprint}")
 
     def _launch(self, job: JobRecord) -> None:
         spec = load_job_text(job.spec_yaml, f"job {job.job_id}").spec
@@ -130,6 +127,8 @@ class JobDriver:
         for role, name in ((rc_pb2.EXECUTOR_ROLE_TRAINER, "trainer"), (rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR, "data executor")):
             budget[role] -= int(self._store.get(job_id).progress.get("restarts", {}).get(name, 0))
         exited_since: float | None = None
+        planner_away_since: float | None = None
+        last_plan: planner_pb2.GetPlanResponse | None = None
         while True:
             job = self._store.get(job_id)
             if job.cancel_requested:
@@ -138,6 +137,22 @@ class JobDriver:
                 if job.result.get("error"):
                     return "FAILED", f"trainer failed: {job.result['error']}"
                 return "SUCCEEDED", f"trained {job.result.get('steps', 0)} steps"
+            try:
+                plan = self._refresh_progress(job)
+                planner_away_since = None
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                    self._restart_from_checkpoint(job, handled, last_plan)
+                    last_plan, exited_since = None, None
+                    continue
+                if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise
+                planner_away_since = planner_away_since or time.monotonic()
+                if time.monotonic() - planner_away_since > PLANNER_GRACE_SECONDS:
+                    raise JobFailedError(f"the planner at {self._peers.planner_address} has been unreachable for {PLANNER_GRACE_SECONDS:.0f}s") from None
+                self._store.wait_for_change(POLL_SECONDS)  # executors fail without it; nothing to judge until it is back
+                continue
+            last_plan = plan
             executors = self._peers.rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id), timeout=10).executors
             for crashed in [e for e in executors if e.state == rc_pb2.EXECUTOR_STATE_FAILED and e.executor_id not in handled]:
                 handled.add(crashed.executor_id)
@@ -151,7 +166,6 @@ class JobDriver:
                     raise JobFailedError(f"{last.executor_id} exited with code {last.exit_code} before reporting a result; see {last.log_path}")
             else:
                 exited_since = None
-            plan = self._refresh_progress(job)
             if plan.quarantined and spec.data.on_quarantine == "fail":
                 first = plan.quarantined[0]
                 raise JobFailedError(
@@ -173,6 +187,24 @@ class JobDriver:
         )
         log.warning("job %s: %s exited with code %d; relaunching", job.job_id, crashed.executor_id, crashed.exit_code)
         self._launch_role(job, crashed.role, 1)
+
+    def _restart_from_checkpoint(self, job: JobRecord, handled: set[str], last_plan: planner_pb2.GetPlanResponse | None) -> None:
+        """The planner came back without this job's plan: plan again, and restart every executor.
+
+        The new trainer resumes from its last checkpoint, which holds the model and the per-task offsets together, and
+        hands those offsets to the new ledger: nothing is trained twice or skipped. The cost the old ledger had counted
+        (as last seen) is kept so that the report still adds up.
+        """
+        log.warning("job %s: the planner no longer holds its plan; planning again and restarting from the last checkpoint", job.job_id)
+        released = self._peers.rc.ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id), timeout=60).executors
+        handled.update(e.executor_id for e in released)
+        restarts = dict(job.progress.get("restarts", {}))
+        restarts["planner"] = restarts.get("planner", 0) + 1
+        earlier = carry_costs(job.progress.get("earlier_ledgers", {}), last_plan)
+        self._store.update(job.job_id, progress_update={"restarts": restarts, "crashes_handled": sorted(handled), "earlier_ledgers": earlier})
+        self._plan(job, again=True)
+        self._launch(job)
+        self._store.update(job.job_id, message="the planner lost this job's plan (it restarted): planned again; the trainer resumes from its last checkpoint")
 
     def _refresh_progress(self, job: JobRecord) -> planner_pb2.GetPlanResponse:
         plan: planner_pb2.GetPlanResponse = self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job.job_id), timeout=10)

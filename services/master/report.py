@@ -12,6 +12,9 @@ from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master.store import JobRecord
 
+# Ledger counters that measure work done; after a planner restart the old ledger's are added to the new one's.
+# Samples and tasks done are not among them: the new ledger learns those from the trainer's checkpoint.
+COST_FIELDS = ("bytes_read", "cpu_seconds", "retries", "wasted_samples", "wasted_cpu_seconds", "wasted_bytes", "records_quarantined", "speculative_attempts")
 ROLE_NAMES = {rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR: "data_executor", rc_pb2.EXECUTOR_ROLE_TRAINER: "trainer"}
 
 
@@ -26,6 +29,20 @@ def _plain(message: Any) -> dict[str, Any]:
             value = list(value)
         out[field.name] = round(value, 6) if isinstance(value, float) else value
     return out
+
+
+def carry_costs(earlier: dict[str, dict[str, float]], plan: planner_pb2.GetPlanResponse | None) -> dict[str, dict[str, float]]:
+    """Add a lost ledger's cost counters (as last seen) to those of the ledgers lost before it, per source."""
+    out = {name: dict(fields) for name, fields in earlier.items()}
+    for source in plan.sources if plan is not None else ():
+        row = out.setdefault(source.source, dict.fromkeys(COST_FIELDS, 0))
+        for name in COST_FIELDS:
+            row[name] = row.get(name, 0) + getattr(source, name)
+    return out
+
+
+def _with_earlier(row: dict[str, Any], earlier: dict[str, float]) -> dict[str, Any]:
+    return {k: round(v + earlier.get(k, 0), 6) if k in COST_FIELDS else v for k, v in row.items()}
 
 
 def build_report(
@@ -74,7 +91,8 @@ def build_report(
             "planning_seconds": round(summary.planning_seconds, 4),
             "sources": [_plain(s) for s in summary.sources],
         }
-        report["sources"] = [_plain(s) for s in plan.sources]
+        earlier = job.progress.get("earlier_ledgers", {})
+        report["sources"] = [_with_earlier(_plain(s), earlier.get(s.source, {})) for s in plan.sources]
         report["quarantined"] = [_plain(q) for q in plan.quarantined]
     return report
 

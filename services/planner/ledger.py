@@ -303,8 +303,14 @@ class TaskLedger:
     def resume(self, checkpoint_seq: int, progress: Iterable[Progress]) -> int:
         """A trainer restarted from a checkpoint: offsets return to it and all unfinished work is served again."""
         with self._lock:
-            self._notify()
             by_task = {p.task_id: p for p in progress}
+            unknown = sorted(set(by_task) - set(self._entries))
+            if unknown:
+                raise ConflictError(
+                    f"the checkpoint names {len(unknown)} task(s) this plan does not have (first: {unknown[0]}); the plan changed since the "
+                    "checkpoint (an open-ended source planned again after a planner restart?), and resuming would train some samples twice"
+                )
+            self._notify()
             self.checkpoint_seq = checkpoint_seq
             reset = 0
             for entry in self._entries.values():

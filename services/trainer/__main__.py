@@ -13,6 +13,7 @@ from primus.errors import PrimusError
 from primus.worker import fetch_job_spec, parse_worker_args, register
 from services.trainer.server import report_failure, run_trainer, start_status_server
 from services.trainer.servicer import TrainerStatus
+from services.trainer.session import PLAN_LOST_EXIT_CODE, PlanLostError
 
 log = logging.getLogger("services.trainer")
 
@@ -31,6 +32,9 @@ def main() -> int:
         job = fetch_job_spec(args.master, args.job_id)
         result = run_trainer(args, job, status)
         log.info("trained %d steps on %d samples; eval auc %.4f logloss %.4f", result.steps, result.train_samples, result.auc, result.logloss)
+    except PlanLostError as exc:
+        log.error("stopping without a result: %s; the last checkpoint is kept for the restart", exc)
+        code = PLAN_LOST_EXIT_CODE
     except PrimusError as exc:
         log.error("training failed: %s", exc)
         report_failure(args, str(exc))

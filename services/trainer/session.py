@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import grpc
 
 from primus import telemetry
+from primus.errors import ConflictError
 from primus.spec import TrainingJob
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.trainer import checkpoint as ckpt
@@ -15,6 +20,24 @@ from services.trainer.feed import BatchFeed, Discover, Lost
 from services.trainer.training import CtrTrainer, ProgressFn, TrainingResult, finite
 
 log = logging.getLogger(__name__)
+PLAN_LOST_CODES = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE)
+PLAN_LOST_EXIT_CODE = 75  # EX_TEMPFAIL: the master plans the job again and restarts the trainer from its checkpoint
+
+
+class PlanLostError(Exception):
+    """The planner no longer holds this job's plan (it restarted) or cannot be reached: the master decides what next."""
+
+
+def _to_planner(call: Callable[..., Any], request: Any) -> Any:
+    """One planner call; losing the plan becomes PlanLostError, so the trainer exits without failing the job."""
+    try:
+        return call(request, timeout=30)
+    except grpc.RpcError as exc:
+        if exc.code() in PLAN_LOST_CODES:
+            raise PlanLostError(f"the planner lost this job's plan or is unreachable ({exc.code().name}: {exc.details()})") from None
+        if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+            raise ConflictError(f"the planner refused: {exc.details()}") from None
+        raise
 
 
 class TrainingSession:
@@ -50,7 +73,7 @@ class TrainingSession:
             self.trainer.result.steps, self.trainer.result.train_samples = saved.steps, saved.train_samples
             self.consumed, self.seq = saved.consumed, saved.seq
         request = planner_pb2.ResumeTrainingRequest(job_id=self.job_id, trainer_id=self.trainer_id, checkpoint_seq=self.seq, progress=self.consumed.progress())
-        reset = self.planner.ResumeTraining(request, timeout=30).tasks_reset
+        reset = _to_planner(self.planner.ResumeTraining, request).tasks_reset
         if saved is not None:
             log.info("resumed from checkpoint %d at step %d; %d tasks will be served again", saved.seq, saved.steps, reset)
         return saved is not None
@@ -67,7 +90,7 @@ class TrainingSession:
             request = planner_pb2.CommitProgressRequest(
                 job_id=self.job_id, trainer_id=self.trainer_id, checkpoint_seq=self.seq, progress=changed, lost_executors=lost or []
             )
-            self.planner.CommitProgress(request, timeout=30)
+            _to_planner(self.planner.CommitProgress, request)
             self._committed.update({p.task_id: (p.rows_consumed, p.finished) for p in changed})
 
     def train(self) -> TrainingResult:
@@ -109,7 +132,7 @@ class TrainingSession:
             for event in feed:
                 if isinstance(event, Lost):
                     lost = planner_pb2.CommitProgressRequest(job_id=self.job_id, trainer_id=self.trainer_id, checkpoint_seq=self.seq, lost_executors=[event.executor_id])
-                    self.planner.CommitProgress(lost, timeout=30)
+                    _to_planner(self.planner.CommitProgress, lost)
                     feed.reopen()
                     continue
                 fresh = seen.accept(event.batch, event.origin)
