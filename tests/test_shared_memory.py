@@ -1,14 +1,19 @@
-"""The shared-memory ring: slots are reused only after the consumer released them, and a full ring never blocks."""
+"""The shared-memory ring: slots are reused only after the consumer released them; a full ring or /dev/shm never blocks."""
 
 from __future__ import annotations
 
+import errno
 import gc
+import os
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from primus.dataplane import SharedMemoryMaps
+from primus.v1 import data_executor_pb2
+from services.data_executor import flight_server, shared_memory
 from services.data_executor.shared_memory import SharedMemoryDrop
 
 
@@ -81,3 +86,41 @@ def test_one_off_files_are_unlinked_once_mapped(tmp_path: Path) -> None:
     batch = SharedMemoryMaps().batch(path, 0, 0, 0)
     assert batch.column("id").to_pylist()[0] == 1
     assert not Path(path).exists()
+
+
+def test_a_ring_takes_at_most_half_the_free_shared_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    drop = SharedMemoryDrop("t", tmp_path)
+    drop.folder.mkdir(parents=True)
+    monkeypatch.setattr(drop, "free_bytes", lambda: 5 * 64 * 1024)
+    ring = drop.open_ring(24, slot_bytes=64 * 1024)
+    assert ring is not None and ring.free_slots == 2
+    ring.close()
+    monkeypatch.setattr(drop, "free_bytes", lambda: 64 * 1024)
+    assert drop.open_ring(24, slot_bytes=64 * 1024) is None, "no room for even one slot: no ring"
+
+
+def test_full_shared_memory_means_no_slot_and_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    drop = SharedMemoryDrop("t", tmp_path)
+    drop.folder.mkdir(parents=True)
+    ring = drop.open_ring(2, slot_bytes=64 * 1024)
+    assert ring is not None
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    assert ring.put(_batch(100)) is None, "a slot the file system cannot back is never written (no SIGBUS)"
+    assert ring.free_slots == 1, "and it is not handed out again"
+    monkeypatch.setattr(shared_memory, "write_batch_file", lambda batch, path: (Path(path).write_bytes(b"partial"), full(0, 0, 0)))
+    assert drop.put(_batch(10)) is None
+    assert list(drop.folder.glob("*.arrow")) == [], "a partly written file is removed"
+    ring.close()
+
+
+def test_a_batch_goes_inline_when_shared_memory_is_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    drop = SharedMemoryDrop("t", tmp_path)
+    drop.folder.mkdir(parents=True)
+    monkeypatch.setattr(drop, "put", lambda batch: None)
+    origin = data_executor_pb2.BatchOrigin(task_id="t")
+    assert flight_server._place(_batch(10), origin, None, drop) is False
+    assert not origin.shared_memory_path

@@ -5,7 +5,7 @@ executor sends a batch only against a credit, so at most a window of batches is 
 Closing is orderly: the executor sends END_OF_STREAM and waits for the consumer to close its side. Returning
 from the handler while the consumer still writes credits would cut off the batches still in flight.
 A consumer on the same host may ask for shared memory: each batch then travels through a slot of the stream's
-ring (or a one-off file) in /dev/shm, and the message carries only its BatchOrigin with where to map it.
+ring (or a one-off file) in /dev/shm, and the message carries only its BatchOrigin with where to map it. When shared memory is full, batches go inline.
 """
 
 from __future__ import annotations
@@ -60,8 +60,7 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
             for batch, origin in batches:
                 if not signals.take_credit():  # the consumer closed its side: it wants no more
                     return
-                if drop is not None:
-                    _place(batch, origin, ring, drop)
+                if drop is not None and _place(batch, origin, ring, drop):
                     writer.write_metadata(pa.py_buffer(origin.SerializeToString()))
                 else:
                     writer.write_with_metadata(batch, pa.py_buffer(origin.SerializeToString()))
@@ -83,14 +82,18 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         return thread
 
 
-def _place(batch: pa.RecordBatch, origin: data_executor_pb2.BatchOrigin, ring: SharedMemoryRing | None, drop: SharedMemoryDrop) -> None:
-    """Put a batch in shared memory: a ring slot when one is free, else a one-off file."""
+def _place(batch: pa.RecordBatch, origin: data_executor_pb2.BatchOrigin, ring: SharedMemoryRing | None, drop: SharedMemoryDrop) -> bool:
+    """Put a batch in shared memory: a ring slot when one is free, else a one-off file; False when it is full."""
     placed = ring.put(batch) if ring is not None else None
-    if placed is None:
-        origin.shared_memory_path = drop.put(batch)
-        return
-    origin.shared_memory_slot, origin.shared_memory_offset, origin.shared_memory_length = placed
-    origin.shared_memory_path = str(ring.path) if ring is not None else ""
+    if placed is not None and ring is not None:
+        origin.shared_memory_slot, origin.shared_memory_offset, origin.shared_memory_length = placed
+        origin.shared_memory_path = str(ring.path)
+        return True
+    path = drop.put(batch)
+    if path is None:
+        return False
+    origin.shared_memory_path = path
+    return True
 
 
 class ConsumerSignals:

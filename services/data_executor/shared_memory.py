@@ -5,6 +5,9 @@ A stream's ring is one file of fixed-size slots that the executor keeps mapped, 
 lands on pages that are already there; the consumer keeps its own mapping and gives a slot back once it has
 released the batch in it. A batch that fits no free slot (the consumer holds them all, or it is too big) goes out
 as a one-off file instead, which the consumer unlinks after mapping: nothing waits on a slow consumer's memory.
+Shared memory is often small (64 MiB in a container by default): a ring takes at most half of what is free, and
+a slot's pages are reserved before they are written, so a full /dev/shm means "send it over the wire", never a
+SIGBUS from writing to a mapping the file system cannot back.
 """
 
 from __future__ import annotations
@@ -34,25 +37,42 @@ class SharedMemoryRing:
         self.path = path
         self.slot_bytes = slot_bytes
         self._file = pa.create_memory_map(str(path), slots * slot_bytes)
+        self._fd = os.open(path, os.O_RDWR)
+        self._reserved: dict[int, int] = {}  # slot -> bytes whose pages the file system has committed to
         self._free = list(range(1, slots + 1))  # lowest first: a fast consumer keeps reusing the same warm slots
         self._lent: set[int] = set()
         self._lock = threading.Lock()
         self._schema_bytes: dict[pa.Schema, int] = {}
 
     def put(self, batch: pa.RecordBatch) -> tuple[int, int, int] | None:
-        """Write a batch into a free slot: (slot, offset, length), or None when no slot is free or it does not fit."""
-        if self._stream_bytes(batch) > self.slot_bytes:
+        """Write a batch into a free slot: (slot, offset, length), or None when no slot is free, it does not fit, or
+        shared memory is full."""
+        size = self._stream_bytes(batch)
+        if size > self.slot_bytes:
             return None
         with self._lock:
             if not self._free:
                 return None
             slot = heapq.heappop(self._free)
-            self._lent.add(slot)
         offset = (slot - 1) * self.slot_bytes
+        if not self._reserve(slot, offset, size):
+            return None  # the slot stays out of the free list: the file system could not back it
+        with self._lock:
+            self._lent.add(slot)
         self._file.seek(offset)
         with pa.ipc.new_stream(self._file, batch.schema) as writer:
             writer.write_batch(batch)
         return slot, offset, self._file.tell() - offset
+
+    def _reserve(self, slot: int, offset: int, size: int) -> bool:
+        if self._reserved.get(slot, 0) >= size:
+            return True
+        try:
+            os.posix_fallocate(self._fd, offset, size)
+        except OSError:
+            return False
+        self._reserved[slot] = size
+        return True
 
     def release(self, slots: Iterable[int]) -> None:
         """The consumer let go of these slots' batches; ids it was never lent are ignored."""
@@ -70,6 +90,7 @@ class SharedMemoryRing:
     def close(self) -> None:
         """Unmap and unlink; a consumer's own mapping stays valid until it releases its last batch."""
         self._file.close()
+        os.close(self._fd)
         self.path.unlink(missing_ok=True)
 
     def _stream_bytes(self, batch: pa.RecordBatch) -> int:
@@ -101,13 +122,24 @@ class SharedMemoryDrop:
         with self._lock:
             return self.folder / f"{next(self._counter):09d}.{suffix}"
 
-    def open_ring(self, slots: int, slot_bytes: int = SLOT_BYTES) -> SharedMemoryRing:
-        return SharedMemoryRing(self._next_path("ring"), min(max(slots, 1), MAX_SLOTS), slot_bytes)
+    def open_ring(self, slots: int, slot_bytes: int = SLOT_BYTES) -> SharedMemoryRing | None:
+        """A ring of up to `slots` slots that fits in half the free shared memory; None when not even one does."""
+        fitting = self.free_bytes() // 2 // slot_bytes
+        slots = min(max(slots, 1), MAX_SLOTS, fitting)
+        return SharedMemoryRing(self._next_path("ring"), slots, slot_bytes) if slots >= 1 else None
 
-    def put(self, batch: pa.RecordBatch) -> str:
-        """A one-off file holding the batch; the consumer unlinks it after mapping."""
+    def free_bytes(self) -> int:
+        stats = os.statvfs(self.folder)
+        return stats.f_bavail * stats.f_frsize
+
+    def put(self, batch: pa.RecordBatch) -> str | None:
+        """A one-off file holding the batch, which the consumer unlinks after mapping; None when shared memory is full."""
         path = self._next_path("arrow")
-        write_batch_file(batch, str(path))
+        try:
+            write_batch_file(batch, str(path))
+        except OSError:
+            path.unlink(missing_ok=True)
+            return None
         return str(path)
 
     def close(self) -> None:
