@@ -42,6 +42,7 @@ def test_run_trains_through_five_services(job_file: Path, tmp_path: Path) -> Non
     assert sorted(s["role"] for s in services) == ROLES
     assert len({s["pid"] for s in services}) == len(ROLES)
     assert all(s["address"].startswith("127.0.0.1:") for s in services)
+    assert [s["exit_code"] for s in services if "exit_code" in s] == [0, 0, 0], "released after the result, every executor exits cleanly"
     (source,) = report["sources"]  # type: ignore[misc]
     assert source["source"] == "clicks" and source["samples"] == DAYS * 24 * ROWS_PER_HOUR
     assert source["bytes_read"] > 0 and source["retries"] == 0

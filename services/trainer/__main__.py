@@ -4,18 +4,31 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+from types import FrameType
 
 import torch
 
 from primus import rpc, telemetry
 from primus.errors import PrimusError
 from primus.worker import fetch_job_spec, parse_worker_args, register
-from services.trainer.server import report_failure, run_trainer, start_status_server
+from services.trainer.server import DONE_PHASE, report_failure, run_trainer, start_status_server
 from services.trainer.servicer import TrainerStatus
 from services.trainer.session import PLAN_LOST_EXIT_CODE, PlanLostError
 
 log = logging.getLogger("services.trainer")
+
+
+def _exit_on_sigterm(status: TrainerStatus) -> None:
+    """Released once its work is done, the trainer exits 0; stopped before (a cancel), it exits 143."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        done = status.phase == DONE_PHASE
+        log.info("signal %d: stopping %s", signum, "with the work done" if done else "before the work was done")
+        raise SystemExit(0 if done else 128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def main() -> int:
@@ -27,6 +40,7 @@ def main() -> int:
     status = TrainerStatus(trainer_id=args.executor_id, job_id=args.job_id)
     server = start_status_server(status)
     code = 0
+    _exit_on_sigterm(status)
     try:
         register(args, server.address)
         job = fetch_job_spec(args.master, args.job_id)
@@ -49,5 +63,14 @@ def main() -> int:
     return code
 
 
+def _exit(code: int) -> None:
+    """Exit without interpreter teardown: torch and gRPC threads make it slow, and a release landing in it (when
+    Python no longer runs signal handlers) would end a finished trainer with -15 instead of its own code."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())

@@ -20,6 +20,7 @@ from services.trainer.training import TrainingResult, finite
 
 log = logging.getLogger(__name__)
 RESULT_DEADLINE_SECONDS = 300.0
+DONE_PHASE = "done"
 SERVICE_NAME = trainer_pb2.DESCRIPTOR.services_by_name["TrainerService"].full_name
 
 
@@ -59,6 +60,7 @@ def run_trainer(args: WorkerArgs, job: TrainingJob, status: TrainerStatus) -> Tr
     session.resume()
     session.train()
     result = session.evaluate() if job.spec.data.eval is not None else session.trainer.finish_evaluation()
+    status.update(DONE_PHASE, result.steps, result.train_samples, result.final_loss)  # from here on a release is expected
     deliver_result(
         master,
         master_pb2.ReportTrainingResultRequest(
