@@ -80,6 +80,7 @@ class CostSummary:
     services: dict[str, ServiceCost] = field(default_factory=dict)
     trace_files: int = 0
     unreadable_lines: int = 0
+    planner_restarts: int = 0
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,8 @@ def load_cost(run_dir: Path) -> CostSummary:
     for name in names:
         ledger, trace = ledgers.get(name, LedgerCost()), traced.get(name, TraceCost())
         sources.append(SourceCost(name, ledger, trace, is_consistent(ledger, trace)))
-    return CostSummary(folder, str(report.get("job_id", folder.name)), sources, by_service(spans), files, unreadable)
+    restarts = int((report.get("restarts") or {}).get("planner", 0))
+    return CostSummary(folder, str(report.get("job_id", folder.name)), sources, by_service(spans), files, unreadable, restarts)
 
 
 # --- rendering -----------------------------------------------------------------------------------
@@ -280,8 +282,16 @@ def render_cost(summary: CostSummary) -> Table:
         table.add_column(column, justify="left" if column == "source" else "right")
     for cost in summary.sources:
         table.add_row(*_source_row(cost))
+    notes = []
     if summary.unreadable_lines:
-        table.caption = f"{summary.unreadable_lines} trace lines could not be read"
+        notes.append(f"{summary.unreadable_lines} trace lines could not be read")
+    if summary.planner_restarts:
+        notes.append(
+            f"the planner restarted {summary.planner_restarts} time(s): reads it had not yet reported to the master when it went down "
+            "are in the traces but not in the ledger"
+        )
+    if notes:
+        table.caption = "; ".join(notes)
     return table
 
 

@@ -14,6 +14,7 @@ import yaml
 
 from primus import rpc
 from primus.cluster import ClusterState, restart_service, start_cluster, stop_services
+from primus.cost import load_cost
 from primus.demo_data import generate_dataset
 from primus.spec import load_job_file
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
@@ -162,5 +163,6 @@ def test_kill_planner_mid_job(cluster: ClusterState, long_dataset: Path, tmp_pat
         assert trainers[0]["exit_code"] == PLAN_LOST_EXIT_CODE, "the first trainer stopped without failing the job"
         (source,) = report["sources"]  # type: ignore[misc]
         assert source["bytes_read"] > 0 and source["cpu_seconds"] > 0
+        assert load_cost(Path(str(report["traces_dir"])).parent).planner_restarts == 1, "primus cost says why traces may exceed the ledger"
     finally:
         stop_services([s for s in restarted.services if s.name == "planner"])
