@@ -84,6 +84,27 @@ def _kill(cluster: ClusterState, job_id: str, role: int) -> int:
     return int(victim.pid)
 
 
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is pid, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _assert_exact(report: dict[str, object]) -> None:
     assert report["state"] == "SUCCEEDED", report["message"]
     (source,) = report["sources"]  # type: ignore[misc]
@@ -150,9 +171,12 @@ def test_kill_planner_mid_job(cluster: ClusterState, long_dataset: Path, tmp_pat
     job = _wait(master, job_id, until_step=200)
     assert job.state == common_pb2.JOB_STATE_RUNNING, "the crash must land mid-training"
     old = next(s for s in cluster.services if s.name == "planner")
+    workers = _children(old.pid)
+    assert workers, "an 8-day source is resolved by the planner's worker processes"
     os.kill(old.pid, signal.SIGKILL)
     os.waitpid(old.pid, 0)
-    time.sleep(3.0)  # long enough for the trainer to find the planner gone
+    time.sleep(3.0)  # long enough for the trainer to find the planner gone, and for the workers to notice
+    assert not [pid for pid in workers if _running(pid)], "a killed planner's worker processes exit instead of leaking"
     restarted = restart_service(cluster, tmp_path / "state", "planner")
     try:
         report = _finish(master, job_id)

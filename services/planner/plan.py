@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
+import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -42,12 +44,21 @@ def _resolve_slots(job: TrainingJob, source: Source, slots: Sequence[datetime], 
 
 
 SHARD_SLOTS = 24  # one day of hourly slots per worker task
+PARENT_CHECK_SECONDS = 1.0
 
 
 def _init_worker(latency_seconds: float) -> None:
     from primus.sources import files
 
     files.set_metadata_latency(latency_seconds)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A worker outlives its planner only when the planner was killed; it then has nothing left to do but leak."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_SECONDS)
+    os._exit(0)
 
 
 class PartitionResolver:
