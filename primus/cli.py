@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("up", cmd_up, "start master, planner and resource_controller as local processes")
     add("down", cmd_down, "stop the services `primus up` started")
     restart = add("restart", cmd_restart, "stop one service `primus up` started and start it again at its address; running jobs carry on")
-    restart.add_argument("service", choices=RESTARTABLE)
+    restart.add_argument("service", choices=RESTARTABLE, help="planner: running jobs are planned again and resume from their last checkpoint; master: it drives them on")
     submit = add("submit", cmd_submit, "hand a job to the running master")
     submit.add_argument("job", type=Path)
     submit.add_argument("--watch", action="store_true", help="follow the job and print its report")
