@@ -367,9 +367,9 @@ def _measure(drained: dict[str, float], server_cpu: float, more: dict[str, float
 
 def run_rounds(bench: Bench, rounds: int) -> dict[str, list[Measure]]:
     """One warm-up round, then `rounds` rounds with the modes interleaved and the order rotated."""
-    for mode in bench.options.modes:
-        bench.run(mode)
     modes = bench.options.modes
+    for mode in modes:
+        bench.run(mode)
     results: dict[str, list[Measure]] = {mode: [] for mode in modes}
     for index in range(rounds):
         start = index % len(modes)  # each round starts one mode later, so no mode always runs right after the same one

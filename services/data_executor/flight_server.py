@@ -5,7 +5,8 @@ executor sends a batch only against a credit, so at most a window of batches is 
 Closing is orderly: the executor sends END_OF_STREAM and waits for the consumer to close its side. Returning
 from the handler while the consumer still writes credits would cut off the batches still in flight.
 A consumer on the same host may ask for shared memory: each batch then travels through a slot of the stream's
-ring (or a one-off file) in /dev/shm, and the message carries only its BatchOrigin with where to map it. When shared memory is full, batches go inline.
+ring (or a one-off file) in /dev/shm, and the message carries only its BatchOrigin with where to map it. When
+shared memory is full, batches go inline.
 """
 
 from __future__ import annotations
@@ -84,8 +85,7 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
 
 def _place(batch: pa.RecordBatch, origin: data_executor_pb2.BatchOrigin, ring: SharedMemoryRing | None, drop: SharedMemoryDrop) -> bool:
     """Put a batch in shared memory: a ring slot when one is free, else a one-off file; False when it is full."""
-    placed = ring.put(batch) if ring is not None else None
-    if placed is not None and ring is not None:
+    if ring is not None and (placed := ring.put(batch)) is not None:
         origin.shared_memory_slot, origin.shared_memory_offset, origin.shared_memory_length = placed
         origin.shared_memory_path = str(ring.path)
         return True

@@ -26,6 +26,11 @@ EXIT_GRACE_SECONDS = 3.0
 LIVE_STATES = (rc_pb2.EXECUTOR_STATE_STARTING, rc_pb2.EXECUTOR_STATE_READY)
 
 
+def _planned(summary: planner_pb2.PlanSummary) -> dict[str, object]:
+    """What a fresh plan sets in a job's progress."""
+    return {"tasks_total": summary.task_count, "tasks_done": 0, "fingerprint": summary.fingerprint}
+
+
 class JobFailedError(Exception):
     """Ends a job as FAILED with this message."""
 
@@ -78,21 +83,21 @@ class JobDriver:
                 log.exception("job %s: could not write the report", job_id)
                 self._store.update(job_id, state=state, message=f"{message}; report not written: {type(exc).__name__}: {exc}")
 
-    def _plan(self, job: JobRecord, again: bool = False) -> None:
-        if not again:
-            self._store.update(job.job_id, state="PLANNING", message="expanding sources into a task graph")
+    def _plan(self, job: JobRecord) -> None:
+        self._store.update(job.job_id, state="PLANNING", message="expanding sources into a task graph")
+        summary = self._create_plan(job)
+        progress = {"phase": "planned", **_planned(summary)}
+        self._store.update(job.job_id, progress=progress, message=f"planned {summary.task_count} tasks, fingerprint {summary.fingerprint}")
+
+    def _create_plan(self, job: JobRecord) -> planner_pb2.PlanSummary:
         try:
             reply = self._peers.planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job.job_id, spec_yaml=job.spec_yaml), timeout=600)
         except grpc.RpcError as exc:
             raise JobFailedError(f"planning failed: {exc.details()}") from None
-        summary = reply.summary
+        summary: planner_pb2.PlanSummary = reply.summary
         if summary.task_count == 0:
             raise JobFailedError("the plan has no tasks: no partition of any source is ready (see `primus plan --explain`)")
-        planned = {"tasks_total": summary.task_count, "tasks_done": 0, "fingerprint": summary.fingerprint}
-        if again:
-            self._store.update(job.job_id, progress_update=planned)
-        else:
-            self._store.update(job.job_id, progress={"phase": "planned", **planned}, message=f"planned {summary.task_count} tasks, fingerprint {summary.fingerprint}")
+        return summary
 
     def _launch(self, job: JobRecord) -> None:
         spec = load_job_text(job.spec_yaml, f"job {job.job_id}").spec
@@ -201,8 +206,9 @@ class JobDriver:
         restarts = dict(job.progress.get("restarts", {}))
         restarts["planner"] = restarts.get("planner", 0) + 1
         earlier = carry_costs(job.progress.get("earlier_ledgers", {}), last_plan)
-        self._store.update(job.job_id, progress_update={"restarts": restarts, "crashes_handled": sorted(handled), "earlier_ledgers": earlier})
-        self._plan(job, again=True)
+        summary = self._create_plan(job)
+        progress = {"restarts": restarts, "crashes_handled": sorted(handled), "earlier_ledgers": earlier, **_planned(summary)}
+        self._store.update(job.job_id, progress_update=progress)
         self._launch(job)
         self._store.update(job.job_id, message="the planner lost this job's plan (it restarted): planned again; the trainer resumes from its last checkpoint")
 
