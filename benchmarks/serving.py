@@ -1,4 +1,9 @@
-"""Serving throughput: in-process Parquet reads vs a data executor to a consumer process vs a plain Flight peer."""
+"""Serving throughput: in-process Parquet reads vs a data executor to a consumer process vs a plain Flight peer.
+
+A fourth mode, handoff, is the floor of any out-of-process serving on this machine: a bare process decodes like the
+in-process read and hands each batch to the consumer through a shared-memory ring over a pipe, with no RPC, no
+leasing and no accounting. served / handoff says how much of the gap to in-process Primus itself causes.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,13 @@ import functools
 import json
 import multiprocessing as mp
 import os
+import queue
 import resource
 import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +42,7 @@ from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor import reader, server, serving
 from services.data_executor.server import DataExecutor, create_executor
+from services.data_executor.shared_memory import SLOT_BYTES
 from services.planner import servicer
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server
@@ -49,7 +57,7 @@ QUICK_ROUNDS = 2
 ROW_GROUP_ROWS = 128 * 1024
 MIB = 1024 * 1024
 TRAIN = common_pb2.TASK_PURPOSE_TRAIN
-MODES = ("inprocess", "flight", "served", "served_traced")  # the two served modes side by side, so pairs see the same load
+MODES = ("inprocess", "flight", "handoff", "served", "served_traced")  # the two served modes side by side, so pairs see the same load
 GOALS = {"served_vs_inprocess": 0.8, "served_vs_flight": 1.0}
 TRACING_GOAL = 0.05
 
@@ -206,6 +214,62 @@ def flight_host(conn: Connection, files: list[Path], job_file: Path, batch_bytes
     peer.shutdown()
 
 
+HANDOFF_SLOTS = 16
+HANDOFF_READERS = 2  # as many reader threads as a served stream has
+
+
+def handoff_host(conn: Connection, data: Connection, files: list[Path], job_file: Path, batch_bytes: int) -> None:
+    """(d) producer: reader threads decode like (a), copy each batch into a free ring slot and send (slot, length)
+    down the pipe; the consumer sends slots back. Nothing else: the floor under any executor design."""
+    schema = training_schema(load_job_file(job_file).spec.training.features)
+    rows = reader.rows_per_batch(schema, batch_bytes)
+    ring_path = Path("/dev/shm") / f"primus-bench-handoff-{os.getpid()}"
+    ring = pa.create_memory_map(str(ring_path), SLOT_BYTES * HANDOFF_SLOTS)
+    lock = threading.Lock()  # one writer at a time on the ring's file position and on the pipe
+
+    def produce(todo: queue.SimpleQueue[Path], free: queue.SimpleQueue[int]) -> None:
+        while True:
+            try:
+                path = todo.get_nowait()
+            except queue.Empty:
+                return
+            for batch in read_cast(path, schema).to_batches(max_chunksize=rows):
+                slot = free.get()
+                with lock:
+                    ring.seek(slot * SLOT_BYTES)
+                    with pa.ipc.new_stream(ring, schema) as writer:
+                        writer.write_batch(batch)
+                    data.send((slot, ring.tell() - slot * SLOT_BYTES))
+
+    def give_back(free: queue.SimpleQueue[int]) -> None:
+        for slot in iter(data.recv, None):
+            free.put(slot)
+
+    def run() -> float:
+        cpu = time.process_time()
+        todo: queue.SimpleQueue[Path] = queue.SimpleQueue()
+        free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for path in files:
+            todo.put(path)
+        for slot in range(HANDOFF_SLOTS):
+            free.put(slot)
+        threads = [threading.Thread(target=produce, args=(todo, free)) for _ in range(HANDOFF_READERS)]
+        for thread in threads:
+            thread.start()
+        returns = threading.Thread(target=give_back, args=(free,))
+        returns.start()
+        for thread in threads:
+            thread.join()
+        with lock:
+            data.send(None)
+        returns.join()
+        return time.process_time() - cpu
+
+    _serve_commands(conn, {"address": lambda: str(ring_path), "run": run})
+    ring.close()
+    ring_path.unlink()
+
+
 class Drain:
     """A consumer's tally: rows, bytes, and when the first and the last batch arrived."""
 
@@ -251,8 +315,22 @@ def drain_flight(address: str) -> dict[str, float]:
     return drain.result()
 
 
-def consumer_host(conn: Connection) -> None:
-    _serve_commands(conn, {"feed": drain_feed, "flight": drain_flight})
+def drain_handoff(data: Connection, ring_path: str) -> dict[str, float]:
+    """(d) consumer: map the producer's ring once, read each batch from its slot without a copy, give the slot back."""
+    drain = Drain()
+    ring = pa.memory_map(ring_path)
+    for slot, length in iter(data.recv, None):
+        batch = pa.ipc.open_stream(ring.read_at(length, slot * SLOT_BYTES)).read_next_batch()
+        drain.add(batch)
+        del batch
+        data.send(slot)
+    data.send(None)
+    ring.close()
+    return drain.result()
+
+
+def consumer_host(conn: Connection, data: Connection) -> None:
+    _serve_commands(conn, {"feed": drain_feed, "flight": drain_flight, "handoff": functools.partial(drain_handoff, data)})
 
 
 # --- orchestration -------------------------------------------------------------------------------
@@ -322,7 +400,9 @@ class Bench:
         self.children["served"] = spawn("executor", executor_host, address, self.job_file, None, self.options.readers, batch)
         self.children["served_traced"] = spawn("executor-traced", executor_host, address, self.job_file, self.runs_dir, self.options.readers, batch)
         self.children["flight"] = spawn("flight", flight_host, self.files, self.job_file, self.options.batch_bytes)
-        self.children["consumer"] = spawn("consumer", consumer_host)
+        producer_end, consumer_end = mp.get_context("spawn").Pipe()
+        self.children["handoff"] = spawn("handoff", handoff_host, producer_end, self.files, self.job_file, self.options.batch_bytes)
+        self.children["consumer"] = spawn("consumer", consumer_host, consumer_end)
 
     def close(self) -> None:
         for child in self.children.values():
@@ -333,6 +413,8 @@ class Bench:
             return read_in_process(self.files, self.schema)
         if mode == "flight":
             return self._flight()
+        if mode == "handoff":
+            return self._handoff()
         return self._served(mode)
 
     def _flight(self) -> Measure:
@@ -340,6 +422,14 @@ class Bench:
         before, faults_before = peer.call("cpu"), peer.call("faults")
         drained = self.children["consumer"].call("flight", peer.call("address"))
         return _measure(drained, peer.call("cpu") - before, server_faults=peer.call("faults") - faults_before)
+
+    def _handoff(self) -> Measure:
+        producer = self.children["handoff"]
+        ring_path, faults_before = producer.call("address"), producer.call("faults")
+        producer.conn.send(("run",))
+        drained = self.children["consumer"].call("handoff", ring_path)
+        cpu = producer.conn.recv()
+        return _measure(drained, cpu, server_faults=producer.call("faults") - faults_before)
 
     def _served(self, mode: str) -> Measure:
         self._runs += 1
@@ -409,6 +499,9 @@ def summarize(results: dict[str, list[Measure]], rows: int) -> dict[str, Any]:
     if {"served", "inprocess", "flight"} <= rps.keys():
         summary["served_vs_inprocess"] = round(rps["served"] / rps["inprocess"], 3)
         summary["served_vs_flight"] = round(rps["served"] / rps["flight"], 3)
+    if {"served", "inprocess", "handoff"} <= rps.keys():
+        summary["handoff_vs_inprocess"] = round(rps["handoff"] / rps["inprocess"], 3)  # the ceiling for served_vs_inprocess here
+        summary["served_vs_handoff"] = round(rps["served"] / rps["handoff"], 3)
     if {"served", "served_traced"} <= rps.keys():
         # Paired within each round (the two runs are next to each other in most rounds), then the median: the
         # machine's load drifts between rounds more than tracing costs.
@@ -440,6 +533,9 @@ def print_table(summary: dict[str, Any]) -> None:
     for name in ("served_vs_inprocess", "served_vs_flight", "tracing_overhead"):
         if name in summary:
             console.print(f"{name:<20} {summary[name]:>7.3f}  goal {'met' if summary['goals_met'][name] else 'NOT met'}")
+    if "handoff_vs_inprocess" in summary:
+        console.print(f"{'handoff_vs_inprocess':<20} {summary['handoff_vs_inprocess']:>7.3f}  (the floor: any serving from another process, bare)")
+        console.print(f"{'served_vs_handoff':<20} {summary['served_vs_handoff']:>7.3f}  (what Primus' control and data plane cost on top)")
     if "tracing_overhead" in summary:
         console.print(f"{'':<20} {'':>7}  (median over rounds of 1 - traced / untraced rows/s; from the medians instead: {summary['tracing_overhead_of_medians']:.3f})")
         console.print(f"{'tracing_cpu_overhead':<20} {summary['tracing_cpu_overhead']:>7.3f}  (executor CPU traced / untraced - 1; less noisy than wall time)")
