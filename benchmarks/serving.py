@@ -1,8 +1,10 @@
 """Serving throughput: in-process Parquet reads vs a data executor to a consumer process vs a plain Flight peer.
 
-A fourth mode, handoff, is the floor of any out-of-process serving on this machine: a bare process decodes like the
-in-process read and hands each batch to the consumer through a shared-memory ring over a pipe, with no RPC, no
-leasing and no accounting. served / handoff says how much of the gap to in-process Primus itself causes.
+Two more modes bound what any serving from another process can reach on this machine. handoff: a bare process
+decodes like the in-process read and hands each batch to the consumer through a shared-memory ring over a pipe, with
+no RPC, no leasing and no accounting; served / handoff says how much of the gap to in-process Primus itself causes.
+decode_elsewhere: the same process decodes and hands over only row counts, the ceiling of a design whose decoder
+wrote straight into shared memory (which pyarrow's wheels cannot do: their memory pools are not pluggable).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ QUICK_ROUNDS = 2
 ROW_GROUP_ROWS = 128 * 1024
 MIB = 1024 * 1024
 TRAIN = common_pb2.TASK_PURPOSE_TRAIN
-MODES = ("inprocess", "flight", "handoff", "served", "served_traced")  # the two served modes side by side, so pairs see the same load
+MODES = ("inprocess", "flight", "handoff", "decode_elsewhere", "served", "served_traced")  # the two served modes side by side, so pairs see the same load
 GOALS = {"served_vs_inprocess": 0.8, "served_vs_flight": 1.0}
 TRACING_GOAL = 0.05
 
@@ -219,33 +221,38 @@ HANDOFF_READERS = 2  # as many reader threads as a served stream has
 
 
 def handoff_host(conn: Connection, data: Connection, files: list[Path], job_file: Path, batch_bytes: int) -> None:
-    """(d) producer: reader threads decode like (a), copy each batch into a free ring slot and send (slot, length)
-    down the pipe; the consumer sends slots back. Nothing else: the floor under any executor design."""
+    """(d) producer: reader threads decode like (a), copy each batch into a free ring slot and send (slot, length, rows,
+    bytes) down the pipe; the consumer sends slots back. Nothing else: the floor under any executor design.
+    Without copy: only (-1, 0, rows, bytes) goes down the pipe, and no slot is taken."""
     schema = training_schema(load_job_file(job_file).spec.training.features)
     rows = reader.rows_per_batch(schema, batch_bytes)
     ring_path = Path("/dev/shm") / f"primus-bench-handoff-{os.getpid()}"
     ring = pa.create_memory_map(str(ring_path), SLOT_BYTES * HANDOFF_SLOTS)
     lock = threading.Lock()  # one writer at a time on the ring's file position and on the pipe
 
-    def produce(todo: queue.SimpleQueue[Path], free: queue.SimpleQueue[int]) -> None:
+    def produce(todo: queue.SimpleQueue[Path], free: queue.SimpleQueue[int], copy: bool) -> None:
         while True:
             try:
                 path = todo.get_nowait()
             except queue.Empty:
                 return
             for batch in read_cast(path, schema).to_batches(max_chunksize=rows):
+                if not copy:
+                    with lock:
+                        data.send((-1, 0, batch.num_rows, batch.nbytes))
+                    continue
                 slot = free.get()
                 with lock:
                     ring.seek(slot * SLOT_BYTES)
                     with pa.ipc.new_stream(ring, schema) as writer:
                         writer.write_batch(batch)
-                    data.send((slot, ring.tell() - slot * SLOT_BYTES))
+                    data.send((slot, ring.tell() - slot * SLOT_BYTES, batch.num_rows, batch.nbytes))
 
     def give_back(free: queue.SimpleQueue[int]) -> None:
         for slot in iter(data.recv, None):
             free.put(slot)
 
-    def run() -> float:
+    def run(copy: bool) -> float:
         cpu = time.process_time()
         todo: queue.SimpleQueue[Path] = queue.SimpleQueue()
         free: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -253,7 +260,7 @@ def handoff_host(conn: Connection, data: Connection, files: list[Path], job_file
             todo.put(path)
         for slot in range(HANDOFF_SLOTS):
             free.put(slot)
-        threads = [threading.Thread(target=produce, args=(todo, free)) for _ in range(HANDOFF_READERS)]
+        threads = [threading.Thread(target=produce, args=(todo, free, copy)) for _ in range(HANDOFF_READERS)]
         for thread in threads:
             thread.start()
         returns = threading.Thread(target=give_back, args=(free,))
@@ -279,10 +286,13 @@ class Drain:
         self.first = self.last = 0.0
 
     def add(self, batch: pa.RecordBatch) -> None:
+        self.count(batch.num_rows, batch.nbytes)
+
+    def count(self, rows: int, size: int) -> None:
         self.last = time.perf_counter() - self.started
         self.first = self.first or self.last
-        self.rows += batch.num_rows
-        self.bytes += batch.nbytes
+        self.rows += rows
+        self.bytes += size
 
     def result(self) -> dict[str, float]:
         seconds, cpu = time.perf_counter() - self.started, time.process_time() - self.cpu
@@ -319,7 +329,10 @@ def drain_handoff(data: Connection, ring_path: str) -> dict[str, float]:
     """(d) consumer: map the producer's ring once, read each batch from its slot without a copy, give the slot back."""
     drain = Drain()
     ring = pa.memory_map(ring_path)
-    for slot, length in iter(data.recv, None):
+    for slot, length, rows, size in iter(data.recv, None):
+        if slot < 0:  # decode_elsewhere: nothing was handed over
+            drain.count(rows, size)
+            continue
         batch = pa.ipc.open_stream(ring.read_at(length, slot * SLOT_BYTES)).read_next_batch()
         drain.add(batch)
         del batch
@@ -413,8 +426,8 @@ class Bench:
             return read_in_process(self.files, self.schema)
         if mode == "flight":
             return self._flight()
-        if mode == "handoff":
-            return self._handoff()
+        if mode in ("handoff", "decode_elsewhere"):
+            return self._handoff(copy=mode == "handoff")
         return self._served(mode)
 
     def _flight(self) -> Measure:
@@ -423,10 +436,10 @@ class Bench:
         drained = self.children["consumer"].call("flight", peer.call("address"))
         return _measure(drained, peer.call("cpu") - before, server_faults=peer.call("faults") - faults_before)
 
-    def _handoff(self) -> Measure:
+    def _handoff(self, copy: bool) -> Measure:
         producer = self.children["handoff"]
         ring_path, faults_before = producer.call("address"), producer.call("faults")
-        producer.conn.send(("run",))
+        producer.conn.send(("run", copy))
         drained = self.children["consumer"].call("handoff", ring_path)
         cpu = producer.conn.recv()
         return _measure(drained, cpu, server_faults=producer.call("faults") - faults_before)
@@ -503,6 +516,8 @@ def summarize(results: dict[str, list[Measure]], rows: int) -> dict[str, Any]:
     if {"served", "inprocess", "handoff"} <= rps.keys():
         summary["handoff_vs_inprocess"] = round(rps["handoff"] / rps["inprocess"], 3)  # the ceiling for served_vs_inprocess here
         summary["served_vs_handoff"] = round(rps["served"] / rps["handoff"], 3)
+    if {"inprocess", "decode_elsewhere"} <= rps.keys():
+        summary["decode_elsewhere_vs_inprocess"] = round(rps["decode_elsewhere"] / rps["inprocess"], 3)
     if {"served", "served_traced"} <= rps.keys():
         # Paired within each round (the two runs are next to each other in most rounds), then the median: the
         # machine's load drifts between rounds more than tracing costs.
@@ -537,6 +552,8 @@ def print_table(summary: dict[str, Any]) -> None:
     if "handoff_vs_inprocess" in summary:
         console.print(f"{'handoff_vs_inprocess':<20} {summary['handoff_vs_inprocess']:>7.3f}  (the floor: any serving from another process, bare)")
         console.print(f"{'served_vs_handoff':<20} {summary['served_vs_handoff']:>7.3f}  (what Primus' control and data plane cost on top)")
+    if "decode_elsewhere_vs_inprocess" in summary:
+        console.print(f"{'decode_elsewhere':<20} {summary['decode_elsewhere_vs_inprocess']:>7.3f}  (vs in-process: decoding in another process, no batch handed over)")
     if "tracing_overhead" in summary:
         console.print(f"{'':<20} {'':>7}  (median over rounds of 1 - traced / untraced rows/s; from the medians instead: {summary['tracing_overhead_of_medians']:.3f})")
         console.print(f"{'tracing_cpu_overhead':<20} {summary['tracing_cpu_overhead']:>7.3f}  (executor CPU traced / untraced - 1; less noisy than wall time)")
