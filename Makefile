@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint protos check-protos bench clean
+.PHONY: install native demo test lint protos check-protos bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,12 +12,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+install: native
 
-demo: $(STAMP)
+# The shared-memory arena (C++, Cython); a no-op when up to date, a warning without a compiler.
+native: $(STAMP)
+	$(BIN)/python scripts/build_native.py $(NATIVE_FLAGS)
+
+demo: native
 	$(BIN)/primus demo
 
-lint: $(STAMP)
+lint: native
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -31,8 +35,8 @@ test: lint
 protos: $(STAMP)
 	$(BIN)/python scripts/gen_protos.py
 
-bench: $(STAMP)
+bench: native
 	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) runs .primus .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) runs .primus .pytest_cache .mypy_cache .ruff_cache build primus/_arena*.so

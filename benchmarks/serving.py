@@ -174,7 +174,9 @@ def _patch_executor(readers: int | None, batch_bytes: int | None) -> None:
         setattr(reader, "rows_per_batch", lambda schema, target_bytes=batch_bytes: original(schema, target_bytes))  # noqa: B010
 
 
-def executor_host(conn: Connection, planner_address: str, job_file: Path, runs_dir: Path | None, readers: int | None, batch_bytes: int | None) -> None:
+def executor_host(
+    conn: Connection, planner_address: str, job_file: Path, runs_dir: Path | None, readers: int | None, batch_bytes: int | None, decode_into_shared_memory: bool
+) -> None:
     """A data executor process: one executor per benchmark job, created and stopped on command."""
     if runs_dir is not None:
         telemetry.setup_tracing("data_executor", runs_dir)
@@ -183,7 +185,7 @@ def executor_host(conn: Connection, planner_address: str, job_file: Path, runs_d
     running: list[DataExecutor] = []
 
     def start(job_id: str) -> str:
-        running.append(create_executor("bench-e0", job_id, planner_address, job))
+        running.append(create_executor("bench-e0", job_id, planner_address, job, decode_into_shared_memory=decode_into_shared_memory))
         return running[-1].data_address
 
     def stop() -> None:
@@ -388,6 +390,7 @@ class Options:
     retry_after: float | None = None
     window: int | None = None
     modes: tuple[str, ...] = MODES
+    arena: bool = True
 
 
 class Bench:
@@ -410,8 +413,8 @@ class Bench:
         address = self.children["planner"].call("address")
         rpc.wait_until_serving(address)
         self.planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(address))
-        self.children["served"] = spawn("executor", executor_host, address, self.job_file, None, self.options.readers, batch)
-        self.children["served_traced"] = spawn("executor-traced", executor_host, address, self.job_file, self.runs_dir, self.options.readers, batch)
+        self.children["served"] = spawn("executor", executor_host, address, self.job_file, None, self.options.readers, batch, self.options.arena)
+        self.children["served_traced"] = spawn("executor-traced", executor_host, address, self.job_file, self.runs_dir, self.options.readers, batch, self.options.arena)
         self.children["flight"] = spawn("flight", flight_host, self.files, self.job_file, self.options.batch_bytes)
         producer_end, consumer_end = mp.get_context("spawn").Pipe()
         self.children["handoff"] = spawn("handoff", handoff_host, producer_end, self.files, self.job_file, self.options.batch_bytes)
@@ -589,6 +592,7 @@ def parse_args(argv: list[str] | None) -> Options:
     parser.add_argument("--prefetch", type=int, default=16, help="experiment: BatchFeed queue depth")
     parser.add_argument("--retry-after", type=float, default=None, help="experiment: the planner's retry_after_seconds for idle readers")
     parser.add_argument("--window", type=int, default=None, help="experiment: BatchFeed credit window (batches in flight)")
+    parser.add_argument("--no-arena", action="store_true", help="experiment: executors copy each batch into a shared-memory ring instead of decoding into their arena")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
     args = parser.parse_args(argv)
     return Options(
@@ -602,6 +606,7 @@ def parse_args(argv: list[str] | None) -> Options:
         retry_after=args.retry_after,
         window=args.window,
         modes=tuple(m for m in args.modes.split(",") if m),
+        arena=not args.no_arena,
     )
 
 

@@ -1,7 +1,8 @@
 """The data plane's wire conventions beyond the protos: the end-of-stream marker and shared-memory batches.
 
-A batch in shared memory is an Arrow IPC stream (schema, one batch) either in a one-off file, which the consumer
-maps and unlinks, or in a slot of its stream's ring, which the consumer maps once and gives back slot by slot.
+A batch in shared memory is either laid over the executor's arena (decoded there, described column by column in
+its BatchOrigin, given back by hold), or an Arrow IPC stream (schema, one batch) in a one-off file, which the
+consumer maps and unlinks, or in a slot of its stream's ring, which the consumer maps once and gives back by slot.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+
+from primus.v1 import data_executor_pb2
 
 SHM_ROOT = Path("/dev/shm")
 
@@ -46,19 +49,68 @@ class _SlotLease:
         self.released.put(self.slot)
 
 
+class _Hold:
+    """Kept alive by every buffer of an arena batch; when the last goes, the hold goes back to the executor."""
+
+    def __init__(self, hold: int, released: queue.SimpleQueue[int], mapping: pa.Buffer) -> None:
+        self.hold = hold
+        self.released = released
+        self.mapping = mapping
+
+    def __del__(self) -> None:
+        self.released.put(self.hold)
+
+
 class SharedMemoryMaps:
-    """A consumer's mappings of its stream's rings; released() lists the slots whose batches are gone since last asked."""
+    """A consumer's mappings of its stream's rings and of the executor's arena; released() and released_holds() list
+    the slots and holds whose batches are gone since last asked."""
 
     def __init__(self) -> None:
         self._rings: dict[str, pa.Buffer] = {}
         self._released: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._released_holds: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._holds_taken = self._holds_returned = 0
+
+    def arena_batch(self, origin: data_executor_pb2.BatchOrigin, schema: pa.Schema) -> pa.RecordBatch:
+        """Lay the batch's arrays over the mapped arena: no copy; the hold goes back once every view of it is gone."""
+        mapping = self._map(origin.arena_path)
+        if len(origin.arena_columns) != len(schema):
+            raise ValueError(f"arena batch has {len(origin.arena_columns)} columns, the stream's schema {len(schema)}")
+        hold = _Hold(origin.arena_hold, self._released_holds, mapping)
+        self._holds_taken += 1
+        arrays = []
+        for field, column in zip(schema, origin.arena_columns, strict=True):
+            buffers: list[pa.Buffer | None] = []
+            for span in column.buffers:
+                if not span.present:
+                    buffers.append(None)
+                    continue
+                if span.offset + span.length > mapping.size:
+                    raise ValueError(f"column {field.name!r} at [{span.offset}, {span.offset + span.length}) lies outside {origin.arena_path}")
+                buffers.append(pa.foreign_buffer(mapping.address + span.offset, span.length, base=hold))
+            arrays.append(pa.Array.from_buffers(field.type, column.length, buffers, column.null_count, column.offset))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    def released_holds(self) -> list[int]:
+        holds = _drain(self._released_holds)
+        self._holds_returned += len(holds)
+        return holds
+
+    @property
+    def holds_out(self) -> int:
+        """Arena batches taken and not yet reported back by released_holds()."""
+        return self._holds_taken - self._holds_returned
+
+    def _map(self, path: str) -> pa.Buffer:
+        mapping = self._rings.get(path)
+        if mapping is None:
+            mapping = self._rings[path] = pa.memory_map(path).read_buffer()
+        return mapping
 
     def batch(self, path: str, slot: int, offset: int, length: int) -> pa.RecordBatch:
         if slot == 0:
             return map_batch_file(path)
-        mapping = self._rings.get(path)
-        if mapping is None:
-            mapping = self._rings[path] = pa.memory_map(path).read_buffer()
+        mapping = self._map(path)
         if offset + length > mapping.size:
             raise ValueError(f"slot {slot} at [{offset}, {offset + length}) lies outside {path} ({mapping.size} bytes)")
         view = pa.foreign_buffer(mapping.address + offset, length, base=_SlotLease(slot, self._released, mapping))
@@ -66,16 +118,20 @@ class SharedMemoryMaps:
         return batch
 
     def released(self) -> list[int]:
-        slots = []
-        while True:
-            try:
-                slots.append(self._released.get_nowait())
-            except queue.Empty:
-                return slots
+        return _drain(self._released)
 
     def close(self) -> None:
         """Drop this side's hold on the rings; batches still in use keep their mapping alive."""
         self._rings.clear()
+
+
+def _drain(released: queue.SimpleQueue[int]) -> list[int]:
+    items = []
+    while True:
+        try:
+            items.append(released.get_nowait())
+        except queue.Empty:
+            return items
 
 
 def shared_memory_folder(executor_id: str, pid: int, root: Path = SHM_ROOT) -> Path:
@@ -85,5 +141,8 @@ def shared_memory_folder(executor_id: str, pid: int, root: Path = SHM_ROOT) -> P
 
 def remove_shared_memory(executor_id: str, root: Path = SHM_ROOT) -> None:
     """Remove what an executor left behind (it may have been killed before it could clean up)."""
-    for folder in root.glob(f"primus-{executor_id}-*"):
-        shutil.rmtree(folder, ignore_errors=True)
+    for path in root.glob(f"primus-{executor_id}-*"):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)  # the process's arena file

@@ -14,6 +14,7 @@ import pyarrow.json as pajson
 import pyarrow.orc as paorc
 import pyarrow.parquet as pq
 
+from primus import arena
 from primus.errors import DataError, UnavailableError
 from primus.sources.base import ManifestEntry, Partition, Piece, hourly_or_daily, register_adapter, render_uri
 from primus.sources.schema import SCHEMA_VERSION_KEY, pick_schema_version
@@ -131,7 +132,8 @@ class FilesAdapter:
                 present = [c for c in columns if c in parquet.schema_arrow.names]
                 groups = list(piece.row_groups) or list(range(parquet.metadata.num_row_groups))
                 # decode on this thread: executors read in parallel already, and CPU time stays attributable
-                return parquet.read_row_groups(groups, columns=present, use_threads=False)
+                decoded = arena.read_row_groups(handle, parquet, groups, present)  # into shared memory, if active
+                return decoded if decoded is not None else parquet.read_row_groups(groups, columns=present, use_threads=False)
             if source.format == "orc":
                 orc = paorc.ORCFile(handle)
                 present = [c for c in columns if c in orc.schema.names]

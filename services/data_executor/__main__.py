@@ -13,7 +13,7 @@ def main() -> None:
     telemetry.setup_tracing("data_executor", args.runs_dir, job_id=args.job_id)
     telemetry.join_launch_context(args.job_id)
     job = fetch_job_spec(args.master, args.job_id)
-    executor = create_executor(args.executor_id, args.job_id, args.planner, job, args.run_dir / "quarantine")
+    executor = create_executor(args.executor_id, args.job_id, args.planner, job, args.run_dir / "quarantine", decode_into_shared_memory=True)
     register(args, executor.control.address, executor.data_address)
     rpc.run_until_signalled(executor.control, on_stop=executor.flight.shutdown)
 

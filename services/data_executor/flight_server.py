@@ -4,9 +4,11 @@ Credits: the consumer sends a window and then one credit per batch it has taken,
 executor sends a batch only against a credit, so at most a window of batches is ever in flight per stream.
 Closing is orderly: the executor sends END_OF_STREAM and waits for the consumer to close its side. Returning
 from the handler while the consumer still writes credits would cut off the batches still in flight.
-A consumer on the same host may ask for shared memory: each batch then travels through a slot of the stream's
-ring (or a one-off file) in /dev/shm, and the message carries only its BatchOrigin with where to map it. When
-shared memory is full, batches go inline.
+A consumer on the same host may ask for shared memory. With the process's arena active (primus.arena), batches were
+decoded straight into shared memory: the message carries only the batch's column layout in the arena, the consumer
+maps it without any copy, and the executor keeps the batch alive until the consumer gives its hold back (a hold
+never given back stays lent for the life of the process). Otherwise each batch is copied into a slot of the
+stream's ring (or a one-off file) in /dev/shm. When shared memory is full, batches go inline.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from google.protobuf.message import DecodeError
 
+from primus.arena import Arena
 from primus.dataplane import END_OF_STREAM
 from primus.v1 import data_executor_pb2
 from services.data_executor.serving import TaskStreamer
@@ -27,12 +30,13 @@ from services.data_executor.shared_memory import DEFAULT_SLOTS, SharedMemoryDrop
 class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
     """DoGet(ticket=DataTicket) -> record batches, each with a BatchOrigin as app_metadata."""
 
-    def __init__(self, location: str, job_id: str, schema: pa.Schema, streamer: TaskStreamer, drop: SharedMemoryDrop | None = None) -> None:
+    def __init__(self, location: str, job_id: str, schema: pa.Schema, streamer: TaskStreamer, drop: SharedMemoryDrop | None = None, arena: Arena | None = None) -> None:
         super().__init__(location)
         self._job_id = job_id
         self._schema = schema
         self._streamer = streamer
         self._drop = drop
+        self._arena = arena if drop is not None else None
 
     def _ticket(self, raw: bytes) -> data_executor_pb2.DataTicket:
         request = data_executor_pb2.DataTicket()
@@ -53,15 +57,16 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
     ) -> None:
         ticket = self._ticket(descriptor.command)
         drop = self._drop if ticket.shared_memory else None
+        arena = self._arena if drop is not None else None
         ring = drop.open_ring(ticket.shared_memory_slots or DEFAULT_SLOTS) if drop is not None else None
-        signals = ConsumerSignals(reader, ring.release if ring is not None else None)
+        signals = ConsumerSignals(reader, ring.release if ring is not None else None, arena.give_back if arena is not None else None)
         batches = self._streamer.stream(ticket)
         writer.begin(self._schema)
         try:
             for batch, origin in batches:
                 if not signals.take_credit():  # the consumer closed its side: it wants no more
                     return
-                if drop is not None and _place(batch, origin, ring, drop):
+                if (arena is not None and _lend(batch, origin, arena)) or (drop is not None and _place(batch, origin, ring, drop)):
                     writer.write_metadata(pa.py_buffer(origin.SerializeToString()))
                 else:
                     writer.write_with_metadata(batch, pa.py_buffer(origin.SerializeToString()))
@@ -83,6 +88,17 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         return thread
 
 
+def _lend(batch: pa.RecordBatch, origin: data_executor_pb2.BatchOrigin, arena: Arena) -> bool:
+    """Describe a batch that lies in the arena and keep it alive for the consumer; False when it does not lie there."""
+    columns = arena.layout(batch)
+    if columns is None:
+        return False
+    origin.arena_path = str(arena.path)
+    origin.arena_hold = arena.lend(batch)
+    origin.arena_columns.extend(columns)
+    return True
+
+
 def _place(batch: pa.RecordBatch, origin: data_executor_pb2.BatchOrigin, ring: SharedMemoryRing | None, drop: SharedMemoryDrop) -> bool:
     """Put a batch in shared memory: a ring slot when one is free, else a one-off file; False when it is full."""
     if ring is not None and (placed := ring.put(batch)) is not None:
@@ -99,9 +115,15 @@ def _place(batch: pa.RecordBatch, origin: data_executor_pb2.BatchOrigin, ring: S
 class ConsumerSignals:
     """The consumer's side of an exchange, read on its own thread: credits to spend and ring slots it released."""
 
-    def __init__(self, reader: flight.MetadataRecordBatchReader, on_release: Callable[[Iterable[int]], None] | None) -> None:
+    def __init__(
+        self,
+        reader: flight.MetadataRecordBatchReader,
+        on_release: Callable[[Iterable[int]], None] | None,
+        on_give_back: Callable[[list[int]], None] | None = None,
+    ) -> None:
         self._reader = reader
         self._on_release = on_release
+        self._on_give_back = on_give_back
         self._credits = 0
         self._closed = False
         self._error: Exception | None = None
@@ -133,6 +155,8 @@ class ConsumerSignals:
                 signal = _signal(chunk)
                 if signal.released_slots and self._on_release is not None:
                     self._on_release(signal.released_slots)
+                if signal.released_holds and self._on_give_back is not None:
+                    self._on_give_back(list(signal.released_holds))
                 if signal.credits:
                     with self._changed:
                         self._credits += signal.credits

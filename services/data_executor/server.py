@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from primus import rpc
+from primus import arena, rpc
 from primus.samples import training_schema
 from primus.spec import TrainingJob
 from primus.v1 import data_executor_pb2, data_executor_pb2_grpc, planner_pb2_grpc
 from services.data_executor.flight_server import SampleFlightServer
 from services.data_executor.servicer import DataExecutorServicer
 from services.data_executor.serving import ExecutorCounters, TaskStreamer
-from services.data_executor.shared_memory import SharedMemoryDrop
+from services.data_executor.shared_memory import SharedMemoryDrop, arena_path
 
 SERVICE_NAME = data_executor_pb2.DESCRIPTOR.services_by_name["DataExecutorService"].full_name
 
@@ -29,12 +29,24 @@ class DataExecutor:
         self.control.stop()
 
 
-def create_executor(executor_id: str, job_id: str, planner_address: str, job: TrainingJob, quarantine_dir: Path | None = None, host: str = "127.0.0.1") -> DataExecutor:
+def create_executor(
+    executor_id: str,
+    job_id: str,
+    planner_address: str,
+    job: TrainingJob,
+    quarantine_dir: Path | None = None,
+    host: str = "127.0.0.1",
+    decode_into_shared_memory: bool = False,
+) -> DataExecutor:
+    """decode_into_shared_memory makes this process's default pyarrow pool a shared-memory arena (process-wide, so
+    only for a process that is an executor): co-located consumers then get batches without a copy."""
     counters = ExecutorCounters()
+    drop = SharedMemoryDrop.available(executor_id)
+    shared_arena = arena.activate(arena_path(executor_id)) if decode_into_shared_memory and drop is not None else None
     schema = training_schema(job.spec.training.features)
     planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(planner_address))
     streamer = TaskStreamer(planner, executor_id, job, schema, counters, quarantine_dir)
-    flight = SampleFlightServer(f"grpc://{host}:0", job_id, schema, streamer, SharedMemoryDrop.available(executor_id))
+    flight = SampleFlightServer(f"grpc://{host}:0", job_id, schema, streamer, drop, shared_arena)
     flight.serve_in_background()
     servicer = DataExecutorServicer(executor_id, job_id, counters)
     control = rpc.start_server("data_executor", f"{host}:0", [lambda s: data_executor_pb2_grpc.add_DataExecutorServiceServicer_to_server(servicer, s)], [SERVICE_NAME])

@@ -144,3 +144,9 @@ class SharedMemoryDrop:
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def arena_path(name: str, root: Path = SHM_ROOT) -> Path:
+    """Where this process's arena lives: next to its drop folder, so removing an executor's leftovers finds it too."""
+    folder = shared_memory_folder(name, os.getpid(), root)
+    return folder.parent / f"{folder.name}.arena"

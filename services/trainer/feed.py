@@ -20,6 +20,7 @@ from primus.v1 import data_executor_pb2
 
 Discover = Callable[[], dict[str, str]]
 CREDIT_WINDOW = 4  # batches in flight per stream; credits go back in halves of it
+HOLD_WAIT_SECONDS = 5.0  # at the end of a stream, how long to wait for the trainer to release its arena batches
 LOCAL_HOSTS = ("127.", "localhost", "[::1]")
 
 
@@ -123,7 +124,10 @@ class BatchFeed:
     def _pull(self, executor_id: str, address: str) -> None:
         """DoExchange with credits: a window up front, then one credit for every batch handed to the queue.
 
-        Over shared memory, each credit message also gives back the ring slots whose batches were released since.
+        Over shared memory, each credit message also gives back the ring slots and arena holds whose batches were
+        released since. At the end of a stream with arena batches still out, the feed is told first, so the trainer
+        finishes without waiting, and the stream stays open until the trainer has let go of them (or
+        HOLD_WAIT_SECONDS pass).
         """
         ticket = data_executor_pb2.DataTicket()
         ticket.CopyFrom(self._ticket)
@@ -136,32 +140,54 @@ class BatchFeed:
             writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(ticket.SerializeToString()))
             _signal(writer, self._window, [])
             owed, grant = 0, max(1, self._window // 2)
-            while not self._stop.is_set():
+            ended = False
+            while not self._stop.is_set() or ended:
                 try:
                     chunk = reader.read_chunk()
                 except StopIteration:
                     break
                 meta = chunk.app_metadata.to_pybytes() if chunk.app_metadata is not None else b""
                 if chunk.data is None and meta == END_OF_STREAM:  # close our side; the server then ends the call
+                    if maps.holds_out:  # arena batches still out: let the trainer finish while they come back
+                        ended = True
+                        self._put(("done", executor_id, None))
+                        self._give_back_holds(writer, maps)
                     writer.done_writing()
                     continue
                 origin = data_executor_pb2.BatchOrigin()
                 origin.ParseFromString(meta)
                 batch = chunk.data
-                if batch is None:
+                if batch is None and origin.arena_path:
+                    batch = maps.arena_batch(origin, reader.schema)
+                elif batch is None:
                     batch = maps.batch(origin.shared_memory_path, origin.shared_memory_slot, origin.shared_memory_offset, origin.shared_memory_length)
                 self._put(("batch", executor_id, (batch, origin)))
+                batch = chunk = None  # this frame must not keep the last batch (and its hold) alive
                 owed += 1
                 if owed >= grant:
-                    _signal(writer, owed, maps.released())
+                    _signal(writer, owed, maps.released(), maps.released_holds())
                     owed = 0
             writer.close()
             client.close()
-            self._put(("done", executor_id, None))
+            if not ended:
+                self._put(("done", executor_id, None))
         except Exception as exc:  # noqa: BLE001 - any broken stream means the executor is lost to this consumer
-            self._put(("lost", executor_id, f"data executor {executor_id} at {address}: {exc}"))
+            if not ended:  # after the end of the stream every batch has arrived: nothing is lost
+                self._put(("lost", executor_id, f"data executor {executor_id} at {address}: {exc}"))
         finally:
             maps.close()
+
+    def _give_back_holds(self, writer: flight.FlightStreamWriter, maps: SharedMemoryMaps) -> None:
+        """Before closing: wait (a while) for the trainer to let go of its arena batches and return their holds, so
+        the executor can reuse that memory; a hold still out after HOLD_WAIT_SECONDS stays lent for good."""
+        deadline = time.monotonic() + HOLD_WAIT_SECONDS
+        while True:
+            holds = maps.released_holds()
+            if holds:
+                _signal(writer, 0, [], holds)
+            if maps.holds_out == 0 or time.monotonic() > deadline:
+                return
+            time.sleep(0.005)
 
     def _put(self, item: object) -> None:
         while not self._stop.is_set():
@@ -172,6 +198,6 @@ class BatchFeed:
                 continue
 
 
-def _signal(writer: flight.FlightStreamWriter, credits: int, released: list[int]) -> None:
-    signal = data_executor_pb2.ConsumerSignal(credits=credits, released_slots=released)
+def _signal(writer: flight.FlightStreamWriter, credits: int, released: list[int], holds: list[int] | None = None) -> None:
+    signal = data_executor_pb2.ConsumerSignal(credits=credits, released_slots=released, released_holds=holds or [])
     writer.write_metadata(pa.py_buffer(signal.SerializeToString()))

@@ -1,0 +1,184 @@
+// An arrow::MemoryPool whose memory is one shared file (in /dev/shm), so another process can map what it allocates.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include <arrow/io/interfaces.h>
+#include <arrow/memory_pool.h>
+#include <arrow/status.h>
+#include <arrow/table.h>
+#include <parquet/arrow/reader.h>
+#include <parquet/properties.h>
+
+#include <memory>
+#include <vector>
+
+namespace primus {
+
+constexpr int64_t kArenaAlignment = 64;
+
+// First fit over a free list kept by offset and coalesced on free. Requests it cannot place (the arena is full, or
+// an alignment above 64) go to the fallback pool, so a full arena means "copy it", never an allocation failure.
+class ArenaPool : public arrow::MemoryPool {
+ public:
+  ArenaPool(const std::string& path, int64_t capacity, arrow::MemoryPool* fallback) : path_(path), fallback_(fallback) {
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) { error_ = std::string("open ") + path + ": " + std::strerror(errno); return; }
+    if (::ftruncate(fd, capacity) != 0) { error_ = std::string("ftruncate: ") + std::strerror(errno); ::close(fd); return; }
+    void* base = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (base == MAP_FAILED) { error_ = std::string("mmap: ") + std::strerror(errno); ::close(fd); return; }
+    fd_ = fd;
+    base_ = static_cast<uint8_t*>(base);
+    capacity_ = capacity;
+    free_[0] = capacity;
+  }
+
+  ~ArenaPool() override {
+    if (base_ != nullptr) ::munmap(base_, capacity_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  const std::string& error() const { return error_; }
+  uint8_t* base() const { return base_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t arena_bytes() const { return arena_bytes_.load(); }
+  int64_t fallback_allocations() const { return fallback_allocations_.load(); }
+
+  int64_t reserved_bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reserved_;
+  }
+
+  int64_t OffsetOf(const uint8_t* p) const {
+    return (base_ != nullptr && p >= base_ && p < base_ + capacity_) ? p - base_ : -1;
+  }
+
+  arrow::Status Allocate(int64_t size, int64_t alignment, uint8_t** out) override {
+    if (size > 0 && alignment <= kArenaAlignment && Take(size, out)) {
+      total_bytes_ += size;
+      num_allocations_ += 1;
+      return arrow::Status::OK();
+    }
+    if (size > 0) fallback_allocations_ += 1;
+    return fallback_->Allocate(size, alignment, out);
+  }
+
+  arrow::Status Reallocate(int64_t old_size, int64_t new_size, int64_t alignment, uint8_t** ptr) override {
+    if (OffsetOf(*ptr) < 0) {
+      // Arrow starts most buffers empty (the fallback's zero-size area) and grows them: move them in on growth.
+      uint8_t* moved = nullptr;
+      if (new_size > 0 && alignment <= kArenaAlignment && Take(new_size, &moved)) {
+        std::memcpy(moved, *ptr, static_cast<size_t>(std::min(old_size, new_size)));
+        fallback_->Free(*ptr, old_size, alignment);
+        total_bytes_ += new_size;
+        num_allocations_ += 1;
+        *ptr = moved;
+        return arrow::Status::OK();
+      }
+      if (new_size > 0) fallback_allocations_ += 1;
+      return fallback_->Reallocate(old_size, new_size, alignment, ptr);
+    }
+    uint8_t* moved = nullptr;
+    ARROW_RETURN_NOT_OK(Allocate(new_size, alignment, &moved));
+    std::memcpy(moved, *ptr, static_cast<size_t>(std::min(old_size, new_size)));
+    Free(*ptr, old_size, alignment);
+    *ptr = moved;
+    return arrow::Status::OK();
+  }
+
+  void Free(uint8_t* buffer, int64_t size, int64_t alignment) override {
+    int64_t offset = OffsetOf(buffer);
+    if (offset < 0) return fallback_->Free(buffer, size, alignment);
+    int64_t length = Round(size);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto next = free_.lower_bound(offset);
+    if (next != free_.end() && offset + length == next->first) {  // merge with the block after
+      length += next->second;
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == offset) {  // merge into the block before
+        prev->second += length;
+        arena_bytes_ -= Round(size);
+        return;
+      }
+    }
+    free_[offset] = length;
+    arena_bytes_ -= Round(size);
+  }
+
+  int64_t bytes_allocated() const override { return arena_bytes_.load() + fallback_->bytes_allocated(); }
+  int64_t total_bytes_allocated() const override { return total_bytes_.load() + fallback_->total_bytes_allocated(); }
+  int64_t num_allocations() const override { return num_allocations_.load() + fallback_->num_allocations(); }
+  std::string backend_name() const override { return "primus-arena"; }
+
+ private:
+  static int64_t Round(int64_t size) { return (size + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
+
+  bool Take(int64_t size, uint8_t** out) {
+    int64_t length = Round(size);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second < length) continue;
+      int64_t offset = it->first;
+      if (offset + length > reserved_ && !Grow(offset + length)) return false;
+      int64_t rest = it->second - length;
+      free_.erase(it);
+      if (rest > 0) free_[offset + length] = rest;
+      arena_bytes_ += length;
+      *out = base_ + offset;
+      return true;
+    }
+    return false;
+  }
+
+  // Commit pages up to `end` (in chunks) with fallocate before handing them out: writing to a page of a shared
+  // mapping that /dev/shm cannot back is a SIGBUS, a failed fallocate is just "use the fallback pool".
+  bool Grow(int64_t end) {
+    int64_t target = std::min(capacity_, (end + kGrowBytes - 1) / kGrowBytes * kGrowBytes);
+    if (::posix_fallocate(fd_, reserved_, target - reserved_) != 0) return false;
+    reserved_ = target;
+    return true;
+  }
+
+  static constexpr int64_t kGrowBytes = 16 << 20;
+  int fd_ = -1;
+  std::string path_;
+  std::string error_;
+  arrow::MemoryPool* fallback_;
+  uint8_t* base_ = nullptr;
+  int64_t capacity_ = 0;
+  int64_t reserved_ = 0;
+  std::mutex mu_;
+  std::map<int64_t, int64_t> free_;  // offset -> length
+  std::atomic<int64_t> arena_bytes_{0};
+  std::atomic<int64_t> total_bytes_{0};
+  std::atomic<int64_t> num_allocations_{0};
+  std::atomic<int64_t> fallback_allocations_{0};
+};
+
+// Read row groups of a Parquet file with `pool` for every allocation, the column readers' included (pyarrow's
+// ParquetFile gives its own pool only to the Arrow side, so decoded values would land in the default pool).
+inline arrow::Result<std::shared_ptr<arrow::Table>> ReadRowGroups(const std::shared_ptr<arrow::io::RandomAccessFile>& file,
+                                                                  const std::vector<int>& row_groups,
+                                                                  const std::vector<int>& columns, arrow::MemoryPool* pool) {
+  parquet::ReaderProperties properties(pool);
+  parquet::ArrowReaderProperties arrow_properties;
+  arrow_properties.set_use_threads(false);
+  parquet::arrow::FileReaderBuilder builder;
+  ARROW_RETURN_NOT_OK(builder.Open(file, properties));
+  ARROW_ASSIGN_OR_RAISE(auto reader, builder.memory_pool(pool)->properties(arrow_properties)->Build());
+  return reader->ReadRowGroups(row_groups, columns);
+}
+
+}  // namespace primus

@@ -1,0 +1,111 @@
+"""Decode straight into shared memory: a process-wide arena (a pyarrow memory pool over one /dev/shm file), a
+Parquet read whose every buffer comes from it, and the layout of a batch in it, which a consumer on the same host
+maps without a copy. Needs the primus._arena extension (scripts/build_native.py); without it nothing here is active.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from primus.v1 import data_executor_pb2
+
+try:
+    from primus import _arena as native  # type: ignore[attr-defined]
+except ImportError:  # not built (no compiler): executors copy batches into shared memory instead
+    native = None
+
+log = logging.getLogger(__name__)
+MAX_ARENA_BYTES = 1 << 30
+_lock = threading.Lock()
+_active: Arena | None = None
+
+
+class Arena:
+    """The process's arena: its file, the pool, and the batches lent to consumers (kept alive until given back)."""
+
+    def __init__(self, path: Path, capacity: int) -> None:
+        assert native is not None
+        self.path = path
+        self.pool = native.SharedArena(str(path), capacity, pa.default_memory_pool())
+        self._lent: dict[int, pa.RecordBatch] = {}
+        self._next_hold = 1
+        self._holds_lock = threading.Lock()
+
+    def layout(self, batch: pa.RecordBatch) -> list[data_executor_pb2.ArenaColumn] | None:
+        """The batch's columns as spans of the arena file; None when a buffer lies outside it or a type has children."""
+        columns = []
+        for column in batch.columns:
+            if column.type.num_fields or pa.types.is_dictionary(column.type):
+                return None
+            spans = []
+            for buffer in column.buffers():
+                if buffer is None:
+                    spans.append(data_executor_pb2.ArenaSpan(present=False))
+                    continue
+                offset = self.pool.offset_of(buffer.address)
+                if offset < 0 or offset + buffer.size > self.pool.capacity:
+                    return None
+                spans.append(data_executor_pb2.ArenaSpan(present=True, offset=offset, length=buffer.size))
+            columns.append(data_executor_pb2.ArenaColumn(length=len(column), offset=column.offset, null_count=column.null_count, buffers=spans))
+        return columns
+
+    def lend(self, batch: pa.RecordBatch) -> int:
+        """Keep the batch (and so its memory) alive until the consumer gives its hold back."""
+        with self._holds_lock:
+            hold = self._next_hold
+            self._next_hold += 1
+            self._lent[hold] = batch
+        return hold
+
+    def give_back(self, holds: list[int]) -> None:
+        with self._holds_lock:
+            for hold in holds:
+                self._lent.pop(hold, None)
+
+    @property
+    def lent(self) -> int:
+        with self._holds_lock:
+            return len(self._lent)
+
+
+def activate(path: Path, capacity: int = MAX_ARENA_BYTES) -> Arena | None:
+    """Make an arena at `path` this process's default pyarrow pool (once; later calls return it). None when the
+    extension is missing or shared memory is unavailable: callers then copy."""
+    global _active
+    with _lock:
+        if _active is not None or native is None:
+            return _active
+        try:
+            stats = os.statvfs(path.parent)
+            capacity = min(capacity, stats.f_bavail * stats.f_frsize // 2)
+            _active = Arena(path, capacity)
+        except OSError as exc:
+            log.warning("no shared-memory arena at %s (%s): batches will be copied", path, exc)
+            return None
+        pa.set_memory_pool(_active.pool)
+        atexit.register(path.unlink, missing_ok=True)
+        return _active
+
+
+def active() -> Arena | None:
+    return _active
+
+
+def read_row_groups(handle: pa.NativeFile, parquet: pq.ParquetFile, groups: list[int], columns: list[str]) -> pa.Table | None:
+    """With an active arena, the row groups' columns decoded into it; None (read it the usual way) without one or
+    when a column is nested (its leaves are not one per name)."""
+    if _active is None:
+        return None
+    schema = parquet.metadata.schema
+    leaves = {schema.column(i).path: i for i in range(len(schema))}
+    if any(name not in leaves for name in columns):
+        return None
+    table: pa.Table = native.read_row_groups(handle, groups, [leaves[name] for name in columns], _active.pool)
+    return table

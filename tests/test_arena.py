@@ -1,0 +1,175 @@
+"""The shared-memory arena: Parquet decoded straight into /dev/shm, and consumers that map batches without a copy."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing as mp
+import os
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from primus import arena, rpc
+from primus.dataplane import SharedMemoryMaps
+from primus.samples import training_schema
+from primus.spec import TrainingJob, load_job_file
+from primus.v1 import common_pb2, data_executor_pb2, planner_pb2, planner_pb2_grpc
+from services.planner.registry import PlanRegistry
+from services.planner.server import create_server as create_planner
+from services.trainer.feed import BatchFeed, Lost, Served, fixed
+from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
+
+REQUIRE_ENV = "PRIMUS_REQUIRE_NATIVE"
+MIB = 1024 * 1024
+
+if arena.native is None:
+    if os.environ.get(REQUIRE_ENV) == "1":
+        raise RuntimeError(f"{REQUIRE_ENV}=1 but primus._arena is not built: run `python scripts/build_native.py --strict` to see why")
+    pytest.skip("primus._arena is not built (no C++ compiler?): `make native` builds it", allow_module_level=True)
+
+
+@pytest.fixture
+def shm(tmp_path: Path) -> Iterator[Path]:
+    """A place in /dev/shm for this test's arena files."""
+    folder = Path("/dev/shm") / f"primus-test-{os.getpid()}-{tmp_path.name}"
+    folder.mkdir()
+    yield folder
+    for path in folder.iterdir():
+        path.unlink()
+    folder.rmdir()
+
+
+def _first_file(dataset: Path) -> Path:
+    return sorted(dataset.rglob("*.parquet"))[0]
+
+
+def _read(path: Path, pool: arena.Arena, columns: list[str]) -> pa.Table:
+    with pa.OSFile(str(path)) as handle:
+        parquet = pq.ParquetFile(handle)
+        leaves = [parquet.metadata.schema.column(i).path for i in range(parquet.metadata.num_columns)]
+        table: pa.Table = arena.native.read_row_groups(handle, list(range(parquet.metadata.num_row_groups)), [leaves.index(c) for c in columns], pool.pool)
+    return table
+
+
+def test_a_parquet_read_decodes_every_buffer_into_the_arena(dataset: Path, shm: Path) -> None:
+    shared = arena.Arena(shm / "a.arena", 64 * MIB)
+    path = _first_file(dataset)
+    columns = ["click", "user_id", "user_activity", "item_category"]
+    table = _read(path, shared, columns)
+    assert table.equals(pq.read_table(path, columns=columns)), "the native read gives what pyarrow's read gives"
+    batch = table.combine_chunks().to_batches()[0]
+    assert shared.layout(batch) is not None, "every buffer of the decoded batch lies in the arena"
+    assert shared.pool.arena_bytes > 0 and shared.pool.fallback_allocations == 0
+    del table, batch
+    gc.collect()
+    assert shared.pool.arena_bytes == 0, "freed buffers go back to the arena"
+
+
+def test_a_full_arena_falls_back_and_its_batches_are_not_lent(dataset: Path, shm: Path) -> None:
+    tiny = arena.Arena(shm / "tiny.arena", 4096)
+    table = _read(_first_file(dataset), tiny, ["user_id", "item_id"])
+    assert table.num_rows == ROWS_PER_HOUR
+    assert tiny.pool.fallback_allocations > 0, "what does not fit goes to the default pool"
+    assert tiny.layout(table.to_batches()[0]) is None, "a batch outside the arena must be copied, not lent"
+
+
+def test_a_consumer_rebuilds_the_batch_without_a_copy_and_gives_the_hold_back(dataset: Path, shm: Path) -> None:
+    shared = arena.Arena(shm / "b.arena", 64 * MIB)
+    table = _read(_first_file(dataset), shared, ["click", "user_id", "user_activity"])
+    batch = table.slice(100, 300).combine_chunks().to_batches()[0]  # an offset into shared buffers, as executors slice
+    columns = shared.layout(batch)
+    assert columns is not None
+    hold = shared.lend(batch)
+    origin = data_executor_pb2.BatchOrigin(arena_path=str(shared.path), arena_hold=hold, arena_columns=columns)
+    maps = SharedMemoryMaps()
+    seen = maps.arena_batch(origin, batch.schema)
+    assert seen.equals(batch)
+    view = seen.column(1).to_numpy()  # zero copy: the view keeps the hold
+    address = seen.column(1).buffers()[1].address
+    assert shared.pool.offset_of(address) < 0, "the consumer reads its own mapping of the file, not the executor's pages"
+    del seen
+    gc.collect()
+    assert maps.released_holds() == [], "a numpy view still uses the batch"
+    assert int(view.sum()) == int(np.asarray(batch.column(1)).sum())
+    del view
+    gc.collect()
+    assert maps.released_holds() == [hold] and maps.holds_out == 0
+    shared.give_back([hold])
+    assert shared.lent == 0
+
+
+def test_a_layout_outside_the_mapping_is_refused(shm: Path) -> None:
+    path = shm / "small.arena"
+    path.write_bytes(b"\0" * 4096)
+    span = data_executor_pb2.ArenaSpan(present=True, offset=4000, length=400)
+    column = data_executor_pb2.ArenaColumn(length=100, buffers=[data_executor_pb2.ArenaSpan(), span])
+    origin = data_executor_pb2.BatchOrigin(arena_path=str(path), arena_hold=1, arena_columns=[column])
+    with pytest.raises(ValueError, match="lies outside"):
+        SharedMemoryMaps().arena_batch(origin, pa.schema([("x", pa.int32())]))
+
+
+# --- a real executor process decoding into its arena, a consumer in this one -----------------------------------
+
+
+def _executor_process(conn: Connection, planner_address: str, job_file: str) -> None:
+    from services.data_executor.server import create_executor
+
+    executor = create_executor("arena-e0", "job-arena", planner_address, load_job_file(Path(job_file)), decode_into_shared_memory=True)
+    conn.send(executor.data_address)
+    conn.recv()  # the consumer is done
+    shared = arena.active()
+    conn.send({"active": shared is not None, "lent": shared.lent if shared else -1, "path": str(shared.path) if shared else ""})
+    conn.recv()
+    executor.stop()
+
+
+def _job(dataset: Path, tmp_path: Path) -> tuple[Path, TrainingJob]:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job_document(dataset)))
+    return path, load_job_file(path)
+
+
+def test_an_executor_process_serves_arena_batches_that_match_the_files(dataset: Path, tmp_path: Path) -> None:
+    job_file, job = _job(dataset, tmp_path)
+    planner = create_planner("127.0.0.1:0", PlanRegistry())
+    stub = planner_pb2_grpc.PlannerServiceStub(rpc.connect(planner.address))
+    stub.CreatePlan(planner_pb2.CreatePlanRequest(job_id="job-arena", spec_yaml=job.to_yaml()), timeout=60)
+    parent, child = mp.get_context("spawn").Pipe()
+    process = mp.get_context("spawn").Process(target=_executor_process, args=(child, planner.address, str(job_file)), daemon=True)
+    process.start()
+    try:
+        address = parent.recv()
+        rows, sums = 0, 0
+        origins = []
+        for event in BatchFeed(fixed({"arena-e0": address}), "job-arena", "t", common_pb2.TASK_PURPOSE_TRAIN, replacement_timeout=10):
+            assert not isinstance(event, Lost), event.error
+            assert isinstance(event, Served)
+            rows += event.batch.num_rows
+            sums += int(np.asarray(event.batch.column("user_id")).sum())
+            origins.append(event.origin)
+        del event
+        gc.collect()
+        schema = training_schema(job.spec.training.features)
+        train_files = sorted(dataset.glob("date=2026-11-0[12]/hour=*/*.parquet"))[: (DAYS - 1) * 24]
+        expected = pa.concat_tables([pq.read_table(p, columns=schema.names) for p in train_files])
+        assert rows == expected.num_rows == (DAYS - 1) * 24 * ROWS_PER_HOUR
+        assert sums == int(np.asarray(expected.column("user_id")).sum()), "the values consumers see are the files' values"
+        assert origins and all(o.arena_path and o.arena_columns and not o.shared_memory_path for o in origins), "every batch came from the arena"
+        assert len({o.arena_hold for o in origins}) == len(origins)
+        parent.send("done")
+        state = parent.recv()
+        assert state["active"], "the executor decoded into its arena"
+        assert state["lent"] == 0, "every hold came back once the consumer let go of its batches"
+        assert Path(state["path"]).name.startswith("primus-arena-e0-")
+    finally:
+        parent.send("stop")
+        process.join(timeout=30)
+        planner.stop(grace=0)
+    assert process.exitcode == 0
+    assert not list(Path("/dev/shm").glob("primus-arena-e0-*")), "the arena file goes with its process"
