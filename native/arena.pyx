@@ -23,8 +23,8 @@ cdef extern from "arena_pool.h" namespace "primus":
         int64_t reserved_bytes()
         int64_t OffsetOf(const uint8_t* address)
 
-    CResult[shared_ptr[CTable]] ReadRowGroups(
-        const shared_ptr[CRandomAccessFile]& file, const vector[int]& row_groups, const vector[int]& columns, CMemoryPool* pool
+    CResult[shared_ptr[CTable]] ReadColumns(
+        const shared_ptr[CRandomAccessFile]& file, vector[int] row_groups, const vector[string]& names, CMemoryPool* pool
     ) nogil
 
 
@@ -82,13 +82,14 @@ cdef class SharedArena(MemoryPool):
         return self.arena.fallback_allocations()
 
 
-def read_row_groups(NativeFile handle, row_groups, columns, MemoryPool pool):
-    """Row groups of the Parquet file behind `handle`, leaf columns by index, every buffer allocated from `pool`."""
+def read_columns(NativeFile handle, row_groups, columns, MemoryPool pool):
+    """Columns (by name; names the file lacks are skipped) of row groups (all when empty) of the Parquet file behind
+    `handle`, every buffer allocated from `pool`. NotImplementedError for a nested column."""
     cdef shared_ptr[CRandomAccessFile] source = handle.get_random_access_file()
     cdef vector[int] groups = row_groups
-    cdef vector[int] leaves = columns
+    cdef vector[string] names = [name.encode() for name in columns]
     cdef CMemoryPool* c_pool = pool.pool
     cdef CResult[shared_ptr[CTable]] result
     with nogil:
-        result = ReadRowGroups(source, groups, leaves, c_pool)
+        result = ReadColumns(source, groups, names, c_pool)
     return pyarrow_wrap_table(GetResultValue(result))

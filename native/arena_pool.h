@@ -167,18 +167,37 @@ class ArenaPool : public arrow::MemoryPool {
   std::atomic<int64_t> fallback_allocations_{0};
 };
 
-// Read row groups of a Parquet file with `pool` for every allocation, the column readers' included (pyarrow's
-// ParquetFile gives its own pool only to the Arrow side, so decoded values would land in the default pool).
-inline arrow::Result<std::shared_ptr<arrow::Table>> ReadRowGroups(const std::shared_ptr<arrow::io::RandomAccessFile>& file,
-                                                                  const std::vector<int>& row_groups,
-                                                                  const std::vector<int>& columns, arrow::MemoryPool* pool) {
+// Read columns (by name) of row groups (all when empty) of a Parquet file with `pool` for every allocation, the
+// column readers' included: pyarrow's ParquetFile gives its pool only to the Arrow side, so decoded values would
+// land in the default pool. Names the file lacks are skipped (schema evolution fills them in later); a nested
+// column is NotImplemented, and the caller reads it the usual way.
+inline arrow::Result<std::shared_ptr<arrow::Table>> ReadColumns(const std::shared_ptr<arrow::io::RandomAccessFile>& file,
+                                                                std::vector<int> row_groups,
+                                                                const std::vector<std::string>& names, arrow::MemoryPool* pool) {
   parquet::ReaderProperties properties(pool);
   parquet::ArrowReaderProperties arrow_properties;
   arrow_properties.set_use_threads(false);
   parquet::arrow::FileReaderBuilder builder;
   ARROW_RETURN_NOT_OK(builder.Open(file, properties));
   ARROW_ASSIGN_OR_RAISE(auto reader, builder.memory_pool(pool)->properties(arrow_properties)->Build());
-  return reader->ReadRowGroups(row_groups, columns);
+  const parquet::SchemaDescriptor* schema = reader->parquet_reader()->metadata()->schema();
+  std::vector<int> leaves;
+  for (const auto& name : names) {
+    int leaf = schema->ColumnIndex(name);
+    if (leaf >= 0 && schema->Column(leaf)->path()->ToDotString() == name) {
+      leaves.push_back(leaf);
+      continue;
+    }
+    for (int field = 0; field < schema->group_node()->field_count(); ++field) {
+      if (schema->group_node()->field(field)->name() == name) {
+        return arrow::Status::NotImplemented("column ", name, " is nested");
+      }
+    }
+  }
+  if (row_groups.empty()) {
+    for (int group = 0; group < reader->num_row_groups(); ++group) row_groups.push_back(group);
+  }
+  return reader->ReadRowGroups(row_groups, leaves);
 }
 
 }  // namespace primus

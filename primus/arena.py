@@ -12,7 +12,6 @@ import threading
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from primus.v1 import data_executor_pb2
 
@@ -98,14 +97,13 @@ def active() -> Arena | None:
     return _active
 
 
-def read_row_groups(handle: pa.NativeFile, parquet: pq.ParquetFile, groups: list[int], columns: list[str]) -> pa.Table | None:
-    """With an active arena, the row groups' columns decoded into it; None (read it the usual way) without one or
-    when a column is nested (its leaves are not one per name)."""
+def read_columns(handle: pa.NativeFile, groups: list[int], columns: list[str]) -> pa.Table | None:
+    """With an active arena, the row groups' (all when empty) columns decoded into it, names the file lacks skipped;
+    None without one, or for a nested column: read it the usual way then."""
     if _active is None:
         return None
-    schema = parquet.metadata.schema
-    leaves = {schema.column(i).path: i for i in range(len(schema))}
-    if any(name not in leaves for name in columns):
+    try:
+        table: pa.Table = native.read_columns(handle, groups, columns, _active.pool)
+    except NotImplementedError:
         return None
-    table: pa.Table = native.read_row_groups(handle, groups, [leaves[name] for name in columns], _active.pool)
     return table

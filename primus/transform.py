@@ -100,8 +100,12 @@ def conform_table(raw: pa.Table, schema: SchemaVersion, target: pa.Schema, origi
     for field in target:
         if field.name not in table.column_names:
             raise DataError(f"{origin}: column {field.name!r} missing")
+        column = table.column(field.name)
+        if column.type == field.type:
+            columns.append(column)
+            continue
         try:
-            columns.append(pc.cast(table.column(field.name), field.type))
+            columns.append(pc.cast(column, field.type))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise DataError(f"{origin}: column {field.name!r} cannot become {field.type}: {exc}") from None
     quarantined = pa.concat_tables(rejected, promote_options="permissive") if rejected else None

@@ -49,11 +49,9 @@ def _first_file(dataset: Path) -> Path:
     return sorted(dataset.rglob("*.parquet"))[0]
 
 
-def _read(path: Path, pool: arena.Arena, columns: list[str]) -> pa.Table:
+def _read(path: Path, pool: arena.Arena, columns: list[str], groups: list[int] | None = None) -> pa.Table:
     with pa.OSFile(str(path)) as handle:
-        parquet = pq.ParquetFile(handle)
-        leaves = [parquet.metadata.schema.column(i).path for i in range(parquet.metadata.num_columns)]
-        table: pa.Table = arena.native.read_row_groups(handle, list(range(parquet.metadata.num_row_groups)), [leaves.index(c) for c in columns], pool.pool)
+        table: pa.Table = arena.native.read_columns(handle, groups or [], columns, pool.pool)
     return table
 
 
@@ -63,10 +61,12 @@ def test_a_parquet_read_decodes_every_buffer_into_the_arena(dataset: Path, shm: 
     columns = ["click", "user_id", "user_activity", "item_category"]
     table = _read(path, shared, columns)
     assert table.equals(pq.read_table(path, columns=columns)), "the native read gives what pyarrow's read gives"
+    absent = _read(path, shared, ["user_id", "no_such_column"], groups=[0])
+    assert absent.column_names == ["user_id"] and absent.num_rows == pq.ParquetFile(path).metadata.row_group(0).num_rows
     batch = table.combine_chunks().to_batches()[0]
     assert shared.layout(batch) is not None, "every buffer of the decoded batch lies in the arena"
     assert shared.pool.arena_bytes > 0 and shared.pool.fallback_allocations == 0
-    del table, batch
+    del table, batch, absent
     gc.collect()
     assert shared.pool.arena_bytes == 0, "freed buffers go back to the arena"
 
@@ -102,6 +102,14 @@ def test_a_consumer_rebuilds_the_batch_without_a_copy_and_gives_the_hold_back(da
     assert maps.released_holds() == [hold] and maps.holds_out == 0
     shared.give_back([hold])
     assert shared.lent == 0
+
+
+def test_a_nested_column_is_left_to_pyarrow(shm: Path, tmp_path: Path) -> None:
+    path = tmp_path / "nested.parquet"
+    pq.write_table(pa.table({"id": [1, 2], "point": [{"x": 1.0, "y": 2.0}, {"x": 3.0, "y": 4.0}]}), path)
+    shared = arena.Arena(shm / "n.arena", 16 * MIB)
+    with pytest.raises(NotImplementedError, match="point is nested"):
+        _read(path, shared, ["id", "point"])
 
 
 def test_a_layout_outside_the_mapping_is_refused(shm: Path) -> None:

@@ -128,12 +128,15 @@ class FilesAdapter:
         fs, path = open_fs(source, piece.location)
         with fs.open_input_file(path) as handle:
             if source.format == "parquet":
+                decoded = arena.read_columns(handle, list(piece.row_groups), columns)  # into shared memory, if active
+                if decoded is not None:
+                    return decoded
                 parquet = pq.ParquetFile(handle)
-                present = [c for c in columns if c in parquet.schema_arrow.names]
+                names = set(parquet.schema_arrow.names)
+                present = [c for c in columns if c in names]
                 groups = list(piece.row_groups) or list(range(parquet.metadata.num_row_groups))
                 # decode on this thread: executors read in parallel already, and CPU time stays attributable
-                decoded = arena.read_row_groups(handle, parquet, groups, present)  # into shared memory, if active
-                return decoded if decoded is not None else parquet.read_row_groups(groups, columns=present, use_threads=False)
+                return parquet.read_row_groups(groups, columns=present, use_threads=False)
             if source.format == "orc":
                 orc = paorc.ORCFile(handle)
                 present = [c for c in columns if c in orc.schema.names]
