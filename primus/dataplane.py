@@ -37,28 +37,17 @@ def map_batch_file(path: str) -> pa.RecordBatch:
     return batch
 
 
-class _SlotLease:
-    """Kept alive by every buffer of a batch mapped from a ring slot; when the last goes, the slot is released."""
+class _Release:
+    """Kept alive by every buffer of a mapped batch (a ring slot's or an arena hold's); when the last buffer goes,
+    the id goes on the queue, and from there back to the executor."""
 
-    def __init__(self, slot: int, released: queue.SimpleQueue[int], mapping: pa.Buffer) -> None:
-        self.slot = slot
+    def __init__(self, key: int, released: queue.SimpleQueue[int], mapping: pa.Buffer) -> None:
+        self.key = key
         self.released = released
-        self.mapping = mapping
+        self.mapping = mapping  # the mapping outlives every view of it
 
     def __del__(self) -> None:
-        self.released.put(self.slot)
-
-
-class _Hold:
-    """Kept alive by every buffer of an arena batch; when the last goes, the hold goes back to the executor."""
-
-    def __init__(self, hold: int, released: queue.SimpleQueue[int], mapping: pa.Buffer) -> None:
-        self.hold = hold
-        self.released = released
-        self.mapping = mapping
-
-    def __del__(self) -> None:
-        self.released.put(self.hold)
+        self.released.put(self.key)
 
 
 class SharedMemoryMaps:
@@ -76,7 +65,7 @@ class SharedMemoryMaps:
         mapping = self._map(origin.arena_path)
         if len(origin.arena_columns) != len(schema):
             raise ValueError(f"arena batch has {len(origin.arena_columns)} columns, the stream's schema {len(schema)}")
-        hold = _Hold(origin.arena_hold, self._released_holds, mapping)
+        hold = _Release(origin.arena_hold, self._released_holds, mapping)
         self._holds_taken += 1
         arrays = []
         for field, column in zip(schema, origin.arena_columns, strict=True):
@@ -113,7 +102,7 @@ class SharedMemoryMaps:
         mapping = self._map(path)
         if offset + length > mapping.size:
             raise ValueError(f"slot {slot} at [{offset}, {offset + length}) lies outside {path} ({mapping.size} bytes)")
-        view = pa.foreign_buffer(mapping.address + offset, length, base=_SlotLease(slot, self._released, mapping))
+        view = pa.foreign_buffer(mapping.address + offset, length, base=_Release(slot, self._released, mapping))
         batch: pa.RecordBatch = pa.ipc.open_stream(view).read_next_batch()
         return batch
 
