@@ -22,6 +22,7 @@ except ImportError:  # not built (no compiler): executors copy batches into shar
 
 log = logging.getLogger(__name__)
 MAX_ARENA_BYTES = 1 << 30
+CAPACITY_ENV = "PRIMUS_ARENA_BYTES"  # overrides MAX_ARENA_BYTES; 0 turns the arena off
 _lock = threading.Lock()
 _active: Arena | None = None
 
@@ -74,12 +75,26 @@ class Arena:
             return len(self._lent)
 
 
-def activate(path: Path, capacity: int = MAX_ARENA_BYTES) -> Arena | None:
+def configured_capacity(default: int = MAX_ARENA_BYTES) -> int:
+    """The arena size from PRIMUS_ARENA_BYTES, else the default; a value that is not a whole number is ignored."""
+    raw = os.environ.get(CAPACITY_ENV, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        log.warning("%s=%r is not a number of bytes; using %d", CAPACITY_ENV, raw, default)
+        return default
+    return max(value, 0)
+
+
+def activate(path: Path, capacity: int | None = None) -> Arena | None:
     """Make an arena at `path` this process's default pyarrow pool (once; later calls return it). None when the
-    extension is missing or shared memory is unavailable: callers then copy."""
+    extension is missing, the capacity is 0 or shared memory is unavailable: callers then copy."""
     global _active
+    capacity = configured_capacity() if capacity is None else capacity
     with _lock:
-        if _active is not None or native is None:
+        if _active is not None or native is None or capacity <= 0:
             return _active
         try:
             stats = os.statvfs(path.parent)

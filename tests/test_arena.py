@@ -125,9 +125,10 @@ def test_a_layout_outside_the_mapping_is_refused(shm: Path) -> None:
 # --- a real executor process decoding into its arena, a consumer in this one -----------------------------------
 
 
-def _executor_process(conn: Connection, planner_address: str, job_file: str) -> None:
+def _executor_process(conn: Connection, planner_address: str, job_file: str, arena_bytes: str) -> None:
     from services.data_executor.server import create_executor
 
+    os.environ[arena.CAPACITY_ENV] = arena_bytes
     executor = create_executor("arena-e0", "job-arena", planner_address, load_job_file(Path(job_file)), decode_into_shared_memory=True)
     conn.send(executor.data_address)
     conn.recv()  # the consumer is done
@@ -143,13 +144,15 @@ def _job(dataset: Path, tmp_path: Path) -> tuple[Path, TrainingJob]:
     return path, load_job_file(path)
 
 
-def test_an_executor_process_serves_arena_batches_that_match_the_files(dataset: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("arena_bytes", ["", "40000"], ids=["roomy", "too-small"])
+def test_an_executor_process_serves_arena_batches_that_match_the_files(dataset: Path, tmp_path: Path, arena_bytes: str) -> None:
+    """A roomy arena lends every batch; one too small for a task falls back to the ring, with the same rows."""
     job_file, job = _job(dataset, tmp_path)
     planner = create_planner("127.0.0.1:0", PlanRegistry())
     stub = planner_pb2_grpc.PlannerServiceStub(rpc.connect(planner.address))
     stub.CreatePlan(planner_pb2.CreatePlanRequest(job_id="job-arena", spec_yaml=job.to_yaml()), timeout=60)
     parent, child = mp.get_context("spawn").Pipe()
-    process = mp.get_context("spawn").Process(target=_executor_process, args=(child, planner.address, str(job_file)), daemon=True)
+    process = mp.get_context("spawn").Process(target=_executor_process, args=(child, planner.address, str(job_file), arena_bytes), daemon=True)
     process.start()
     try:
         address = parent.recv()
@@ -168,8 +171,13 @@ def test_an_executor_process_serves_arena_batches_that_match_the_files(dataset: 
         expected = pa.concat_tables([pq.read_table(p, columns=schema.names) for p in train_files])
         assert rows == expected.num_rows == (DAYS - 1) * 24 * ROWS_PER_HOUR
         assert sums == int(np.asarray(expected.column("user_id")).sum()), "the values consumers see are the files' values"
-        assert origins and all(o.arena_path and o.arena_columns and not o.shared_memory_path for o in origins), "every batch came from the arena"
-        assert len({o.arena_hold for o in origins}) == len(origins)
+        lent = [o for o in origins if o.arena_path]
+        assert all(o.arena_columns and not o.shared_memory_path for o in lent)
+        assert len({o.arena_hold for o in lent}) == len(lent)
+        if arena_bytes:
+            assert not lent and all(o.shared_memory_path for o in origins), "no task fits: every batch is copied to the ring"
+        else:
+            assert len(lent) == len(origins), "every batch came from the arena"
         parent.send("done")
         state = parent.recv()
         assert state["active"], "the executor decoded into its arena"
@@ -181,3 +189,13 @@ def test_an_executor_process_serves_arena_batches_that_match_the_files(dataset: 
         planner.stop(grace=0)
     assert process.exitcode == 0
     assert not list(Path("/dev/shm").glob("primus-arena-e0-*")), "the arena file goes with its process"
+
+
+def test_the_arena_size_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, shm: Path) -> None:
+    monkeypatch.setenv(arena.CAPACITY_ENV, "12345")
+    assert arena.configured_capacity() == 12345
+    monkeypatch.setenv(arena.CAPACITY_ENV, "a lot")
+    assert arena.configured_capacity() == arena.MAX_ARENA_BYTES, "a value that is not a number is ignored, with a warning"
+    monkeypatch.setenv(arena.CAPACITY_ENV, "0")
+    assert arena.activate(shm / "off.arena") is None and arena.active() is None, "0 turns the arena off"
+    assert not (shm / "off.arena").exists()
