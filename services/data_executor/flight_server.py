@@ -113,7 +113,8 @@ def _place(batch: pa.RecordBatch, origin: data_executor_pb2.BatchOrigin, ring: S
 
 
 class ConsumerSignals:
-    """The consumer's side of an exchange, read on its own thread: credits to spend and ring slots it released."""
+    """The consumer's side of an exchange, read on its own thread: credits to spend, ring slots it released and arena
+    holds it gave back."""
 
     def __init__(
         self,
