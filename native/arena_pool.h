@@ -87,6 +87,7 @@ class ArenaPool : public arrow::MemoryPool {
       if (new_size > 0) fallback_allocations_ += 1;
       return fallback_->Reallocate(old_size, new_size, alignment, ptr);
     }
+    if (Resize(OffsetOf(*ptr), old_size, new_size)) return arrow::Status::OK();
     uint8_t* moved = nullptr;
     ARROW_RETURN_NOT_OK(Allocate(new_size, alignment, &moved));
     std::memcpy(moved, *ptr, static_cast<size_t>(std::min(old_size, new_size)));
@@ -124,6 +125,35 @@ class ArenaPool : public arrow::MemoryPool {
 
  private:
   static int64_t Round(int64_t size) { return (size + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
+
+  // Grow or shrink the block at `offset` where it stands: growing takes the front of the free block right after it
+  // (Arrow's column readers grow their buffers step by step, and copying on every step cost ~9% of a read).
+  bool Resize(int64_t offset, int64_t old_size, int64_t new_size) {
+    int64_t old_length = Round(old_size), new_length = Round(new_size);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (new_length == old_length) return true;
+    int64_t end = offset + old_length;
+    if (new_length < old_length) {  // give the tail back, merging it with a free block right after
+      int64_t tail = old_length - new_length;
+      auto next = free_.find(end);
+      if (next != free_.end()) {
+        tail += next->second;
+        free_.erase(next);
+      }
+      free_[offset + new_length] = tail;
+      arena_bytes_ -= old_length - new_length;
+      return true;
+    }
+    auto next = free_.find(end);
+    int64_t extra = new_length - old_length;
+    if (next == free_.end() || next->second < extra) return false;
+    if (offset + new_length > reserved_ && !Grow(offset + new_length)) return false;
+    int64_t rest = next->second - extra;
+    free_.erase(next);
+    if (rest > 0) free_[end + extra] = rest;
+    arena_bytes_ += extra;
+    return true;
+  }
 
   bool Take(int64_t size, uint8_t** out) {
     int64_t length = Round(size);

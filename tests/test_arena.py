@@ -71,6 +71,25 @@ def test_a_parquet_read_decodes_every_buffer_into_the_arena(dataset: Path, shm: 
     assert shared.pool.arena_bytes == 0, "freed buffers go back to the arena"
 
 
+def test_a_growing_buffer_grows_in_place_when_it_can(shm: Path) -> None:
+    shared = arena.Arena(shm / "g.arena", 64 * MIB)
+    first = pa.allocate_buffer(1000, memory_pool=shared.pool, resizable=True)
+    np.frombuffer(first, dtype=np.uint8)[:] = 7
+    address = first.address
+    first.resize(1 << 20)
+    assert first.address == address, "nothing follows it: it grows where it stands"
+    assert set(np.frombuffer(first, dtype=np.uint8)[:1000]) == {7}
+    blocker = pa.allocate_buffer(64, memory_pool=shared.pool)
+    first.resize(2 << 20)
+    assert first.address != address and shared.pool.offset_of(first.address) >= 0, "blocked: it moves, within the arena"
+    assert set(np.frombuffer(first, dtype=np.uint8)[:1000]) == {7}, "and keeps its bytes"
+    first.resize(4096, shrink_to_fit=True)
+    assert shared.pool.arena_bytes == 4096 + 64, "shrinking gives the tail back"
+    del first, blocker
+    gc.collect()
+    assert shared.pool.arena_bytes == 0
+
+
 def test_a_full_arena_falls_back_and_its_batches_are_not_lent(dataset: Path, shm: Path) -> None:
     tiny = arena.Arena(shm / "tiny.arena", 4096)
     table = _read(_first_file(dataset), tiny, ["user_id", "item_id"])
