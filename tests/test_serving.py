@@ -208,3 +208,17 @@ def test_a_colocated_consumer_maps_batches_from_shared_memory(planner: rpc.Runni
     finally:
         executor.stop()
     assert not list(Path("/dev/shm").glob("primus-e0-*")), "the executor removes its shared-memory folder"
+
+
+def test_served_tasks_are_reported_several_per_call(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
+    stub = _plan(planner, "job-report", _job(dataset, tmp_path))
+    tasks = [stub.LeaseTask(planner_pb2.LeaseTaskRequest(job_id="job-report", executor_id="e", purpose=TRAIN), timeout=10).task for _ in range(2)]
+    for task in tasks:
+        assert stub.ClaimTask(planner_pb2.ClaimTaskRequest(job_id="job-report", task_id=task.task_id, attempt=task.attempt, executor_id="e"), timeout=10).granted
+    stats = planner_pb2.TaskStats(rows=ROWS_PER_HOUR)
+    reports = [planner_pb2.CompleteTaskRequest(job_id="job-report", task_id=t.task_id, attempt=t.attempt, executor_id="e", stats=stats) for t in tasks]
+    reports.append(planner_pb2.CompleteTaskRequest(job_id="job-report", task_id="t-no-such-task", executor_id="e", stats=stats))
+    reply = stub.CompleteTasks(planner_pb2.CompleteTasksRequest(job_id="job-report", tasks=reports), timeout=10)
+    assert [r.accepted for r in reply.results] == [True, True, False], "an unknown task is not accepted, and does not lose the others"
+    again = stub.CompleteTasks(planner_pb2.CompleteTasksRequest(job_id="job-report", tasks=reports[:1]), timeout=10)
+    assert [r.accepted for r in again.results] == [False], "a task reported twice is accepted once"

@@ -213,6 +213,20 @@ class CompleteTaskResponse(_message.Message):
     accepted: bool
     def __init__(self, accepted: _Optional[bool] = ...) -> None: ...
 
+class CompleteTasksRequest(_message.Message):
+    __slots__ = ("job_id", "tasks")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    tasks: _containers.RepeatedCompositeFieldContainer[CompleteTaskRequest]
+    def __init__(self, job_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[CompleteTaskRequest, _Mapping]]] = ...) -> None: ...
+
+class CompleteTasksResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CompleteTaskResponse]
+    def __init__(self, results: _Optional[_Iterable[_Union[CompleteTaskResponse, _Mapping]]] = ...) -> None: ...
+
 class FailTaskRequest(_message.Message):
     __slots__ = ("job_id", "task_id", "attempt", "executor_id", "error", "stats")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

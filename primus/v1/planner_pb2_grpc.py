@@ -54,6 +54,11 @@ class PlannerServiceStub:
                 request_serializer=primus_dot_v1_dot_planner__pb2.CompleteTaskRequest.SerializeToString,
                 response_deserializer=primus_dot_v1_dot_planner__pb2.CompleteTaskResponse.FromString,
                 _registered_method=True)
+        self.CompleteTasks = channel.unary_unary(
+                '/primus.v1.PlannerService/CompleteTasks',
+                request_serializer=primus_dot_v1_dot_planner__pb2.CompleteTasksRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_planner__pb2.CompleteTasksResponse.FromString,
+                _registered_method=True)
         self.FailTask = channel.unary_unary(
                 '/primus.v1.PlannerService/FailTask',
                 request_serializer=primus_dot_v1_dot_planner__pb2.FailTaskRequest.SerializeToString,
@@ -120,6 +125,13 @@ class PlannerServiceServicer:
 
     def CompleteTask(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CompleteTasks(self, request, context):
+        """Several served tasks in one call (an executor reports its stream's tasks a few at a time).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -200,6 +212,11 @@ def add_PlannerServiceServicer_to_server(servicer, server):
                     servicer.CompleteTask,
                     request_deserializer=primus_dot_v1_dot_planner__pb2.CompleteTaskRequest.FromString,
                     response_serializer=primus_dot_v1_dot_planner__pb2.CompleteTaskResponse.SerializeToString,
+            ),
+            'CompleteTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteTasks,
+                    request_deserializer=primus_dot_v1_dot_planner__pb2.CompleteTasksRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_planner__pb2.CompleteTasksResponse.SerializeToString,
             ),
             'FailTask': grpc.unary_unary_rpc_method_handler(
                     servicer.FailTask,
@@ -350,6 +367,33 @@ class PlannerService:
             '/primus.v1.PlannerService/CompleteTask',
             primus_dot_v1_dot_planner__pb2.CompleteTaskRequest.SerializeToString,
             primus_dot_v1_dot_planner__pb2.CompleteTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.PlannerService/CompleteTasks',
+            primus_dot_v1_dot_planner__pb2.CompleteTasksRequest.SerializeToString,
+            primus_dot_v1_dot_planner__pb2.CompleteTasksResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -28,6 +28,8 @@ from services.data_executor.reader import TaskRead, read_task
 log = logging.getLogger(__name__)
 PREFETCH_BATCHES = 8
 READERS_PER_STREAM = 2
+REPORT_EVERY_TASKS = 4  # served tasks go to the planner a few per call...
+REPORT_AFTER_SECONDS = 0.05  # ...or as soon as the stream has been idle this long, and at its end
 
 
 @dataclass
@@ -111,21 +113,30 @@ class TaskStreamer:
     ) -> Iterator[tuple[pa.RecordBatch, data_executor_pb2.BatchOrigin]]:
         finished_readers = 0
         spans: dict[str, trace.Span] = {}
-        while finished_readers < self._readers:
-            item = items.get()
-            if item is _READER_DONE:
-                finished_readers += 1
-            elif isinstance(item, BaseException):
-                raise item
-            elif isinstance(item, _TaskStart):
-                span = self._tracer.start_span("data_task.serve", context=parent, attributes=_attributes(item.task))
-                spans[item.task.task_id] = span
-            elif isinstance(item, _TaskEnd):
-                self._served(ticket.job_id, item, spans.pop(item.task.task_id))
-            else:
-                batch, origin = item
-                self._counters.add(rows_served=batch.num_rows, bytes_served=batch.nbytes)
-                yield batch, origin
+        served: list[tuple[_TaskEnd, trace.Span]] = []  # reported a few at a time, when the stream idles, and at its end
+        try:
+            while finished_readers < self._readers:
+                try:
+                    item = items.get(timeout=REPORT_AFTER_SECONDS if served else None)
+                except queue.Empty:
+                    self._report(ticket.job_id, served)
+                    continue
+                if item is _READER_DONE:
+                    finished_readers += 1
+                elif isinstance(item, BaseException):
+                    raise item
+                elif isinstance(item, _TaskStart):
+                    spans[item.task.task_id] = self._tracer.start_span("data_task.serve", context=parent, attributes=_attributes(item.task))
+                elif isinstance(item, _TaskEnd):
+                    served.append((item, spans.pop(item.task.task_id)))
+                    if len(served) >= REPORT_EVERY_TASKS:
+                        self._report(ticket.job_id, served)
+                else:
+                    batch, origin = item
+                    self._counters.add(rows_served=batch.num_rows, bytes_served=batch.nbytes)
+                    yield batch, origin
+        finally:
+            self._report(ticket.job_id, served)
 
     def _produce(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], stop: threading.Event, parent: context.Context) -> None:
         token = context.attach(parent)
@@ -227,8 +238,17 @@ class TaskStreamer:
                 continue
         return False
 
-    def _served(self, job_id: str, end: _TaskEnd, span: trace.Span) -> None:
-        """Report a served task without holding up the stream; the reply ends the serve span."""
+    def _report(self, job_id: str, served: list[tuple[_TaskEnd, trace.Span]]) -> None:
+        """Report served tasks in one call without holding up the stream (and empty the list); the reply ends their
+        serve spans."""
+        if not served:
+            return
+        reports, served[:] = list(served), []
+        tasks = [self._complete_request(job_id, end) for end, _ in reports]
+        future = self._planner.CompleteTasks.future(planner_pb2.CompleteTasksRequest(job_id=job_id, tasks=tasks), timeout=30)
+        future.add_done_callback(lambda done: self._after_report(done, reports))
+
+    def _complete_request(self, job_id: str, end: _TaskEnd) -> planner_pb2.CompleteTaskRequest:
         read = end.read
         stats = planner_pb2.TaskStats(
             rows=read.rows,
@@ -239,16 +259,18 @@ class TaskStreamer:
             read_seconds=read.read_seconds,
             transform_seconds=read.transform_seconds,
         )
-        request = planner_pb2.CompleteTaskRequest(job_id=job_id, task_id=end.task.task_id, attempt=end.task.attempt, executor_id=self._executor_id, stats=stats)
-        future = self._planner.CompleteTask.future(request, timeout=30)
-        future.add_done_callback(lambda done: self._after_served(done, end, span))
+        return planner_pb2.CompleteTaskRequest(job_id=job_id, task_id=end.task.task_id, attempt=end.task.attempt, executor_id=self._executor_id, stats=stats)
 
-    def _after_served(self, done: Any, end: _TaskEnd, span: trace.Span) -> None:
+    def _after_report(self, done: Any, reports: list[tuple[_TaskEnd, trace.Span]]) -> None:
         try:
-            accepted = bool(done.result().accepted)
+            results = [bool(r.accepted) for r in done.result().results]
         except grpc.RpcError as exc:
-            log.warning("could not report task %s as served: %s", end.task.task_id, exc.details())
-            accepted = False
+            log.warning("could not report %d served task(s): %s", len(reports), exc.details())
+            results = [False] * len(reports)
+        for (end, span), accepted in zip(reports, results, strict=True):
+            self._after_served(end, span, accepted)
+
+    def _after_served(self, end: _TaskEnd, span: trace.Span, accepted: bool) -> None:
         if accepted:
             self._counters.add(tasks_done=1)
         else:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import grpc
 
-from primus.errors import InvalidRequestError
+from primus.errors import InvalidRequestError, PrimusError
 from primus.sources.wire import piece_to_split
 from primus.spec import load_job_text
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
@@ -145,6 +145,19 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
     def CompleteTask(self, request: planner_pb2.CompleteTaskRequest, context: grpc.ServicerContext) -> planner_pb2.CompleteTaskResponse:
         ledger = self._registry.get(request.job_id).ledger
         return planner_pb2.CompleteTaskResponse(accepted=ledger.served(request.task_id, request.attempt, _work(request.stats)))
+
+    def CompleteTasks(self, request: planner_pb2.CompleteTasksRequest, context: grpc.ServicerContext) -> planner_pb2.CompleteTasksResponse:
+        """Each task as CompleteTask would take it, except that a task CompleteTask would refuse (unknown) is just not
+        accepted here, so one bad entry does not lose the others' reports."""
+        ledger = self._registry.get(request.job_id).ledger
+        results = []
+        for task in request.tasks:
+            try:
+                accepted = ledger.served(task.task_id, task.attempt, _work(task.stats))
+            except PrimusError:
+                accepted = False
+            results.append(planner_pb2.CompleteTaskResponse(accepted=accepted))
+        return planner_pb2.CompleteTasksResponse(results=results)
 
     def FailTask(self, request: planner_pb2.FailTaskRequest, context: grpc.ServicerContext) -> planner_pb2.FailTaskResponse:
         ledger = self._registry.get(request.job_id).ledger
