@@ -145,13 +145,18 @@ class ArenaPool : public arrow::MemoryPool {
       return true;
     }
     auto next = free_.find(end);
-    int64_t extra = new_length - old_length;
-    if (next == free_.end() || next->second < extra) return false;
-    if (offset + new_length > reserved_ && !Grow(offset + new_length)) return false;
-    int64_t rest = next->second - extra;
-    free_.erase(next);
-    if (rest > 0) free_[end + extra] = rest;
-    arena_bytes_ += extra;
+    return next != free_.end() && Carve(next, new_length - old_length);
+  }
+
+  // Take `length` bytes from the front of a free block (mu_ held); false when it is too small or unbacked.
+  bool Carve(std::map<int64_t, int64_t>::iterator block, int64_t length) {
+    int64_t offset = block->first;
+    if (block->second < length) return false;
+    if (offset + length > reserved_ && !Grow(offset + length)) return false;
+    int64_t rest = block->second - length;
+    free_.erase(block);
+    if (rest > 0) free_[offset + length] = rest;
+    arena_bytes_ += length;
     return true;
   }
 
@@ -161,11 +166,7 @@ class ArenaPool : public arrow::MemoryPool {
     for (auto it = free_.begin(); it != free_.end(); ++it) {
       if (it->second < length) continue;
       int64_t offset = it->first;
-      if (offset + length > reserved_ && !Grow(offset + length)) return false;
-      int64_t rest = it->second - length;
-      free_.erase(it);
-      if (rest > 0) free_[offset + length] = rest;
-      arena_bytes_ += length;
+      if (!Carve(it, length)) return false;  // the first block that fits lies beyond what /dev/shm can back
       *out = base_ + offset;
       return true;
     }
