@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import socket
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -222,3 +224,13 @@ def test_served_tasks_are_reported_several_per_call(planner: rpc.RunningServer, 
     assert [r.accepted for r in reply.results] == [True, True, False], "an unknown task is not accepted, and does not lose the others"
     again = stub.CompleteTasks(planner_pb2.CompleteTasksRequest(job_id="job-report", tasks=reports[:1]), timeout=10)
     assert [r.accepted for r in again.results] == [False], "a task reported twice is accepted once"
+
+
+def test_an_executor_nobody_listens_at_is_lost_at_once() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    started = time.monotonic()
+    first = next(iter(BatchFeed(fixed({"e0": f"127.0.0.1:{port}"}), "job-x", "t", TRAIN, replacement_timeout=30)))
+    assert isinstance(first, Lost) and f"127.0.0.1:{port}" in first.error
+    assert time.monotonic() - started < 10, "a failed connect is a loss, not a wait for the replacement timeout"

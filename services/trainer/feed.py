@@ -135,12 +135,12 @@ class BatchFeed:
         maps = SharedMemoryMaps()
         if ticket.shared_memory:  # room for the batches in flight, queued, and in the trainer's hands
             ticket.shared_memory_slots = self._window + self._queue.maxsize + 4
+        ended = False  # the executor sent END_OF_STREAM: every batch has arrived
         try:
             client = flight.connect(f"grpc://{address}")
             writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(ticket.SerializeToString()))
             _signal(writer, self._window, [])
             owed, grant = 0, max(1, self._window // 2)
-            ended = False
             while not self._stop.is_set() or ended:
                 try:
                     chunk = reader.read_chunk()
