@@ -20,7 +20,6 @@ cdef extern from "arena_pool.h" namespace "primus":
         int64_t capacity()
         int64_t arena_bytes()
         int64_t fallback_allocations()
-        int64_t reserved_bytes()
         int64_t OffsetOf(const uint8_t* address)
 
     CResult[shared_ptr[CTable]] ReadColumns(
@@ -53,11 +52,6 @@ cdef class SharedArena(MemoryPool):
     def __dealloc__(self):
         if self.arena != NULL and self.arena.arena_bytes() == 0:
             del self.arena
-
-    @property
-    def reserved_bytes(self):
-        """How much of the file's memory is committed (fallocate); it only grows."""
-        return self.arena.reserved_bytes()
 
     def offset_of(self, uintptr_t address):
         """Where an address lies in the file, or -1 when it is not in the arena."""

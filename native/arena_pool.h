@@ -53,11 +53,6 @@ class ArenaPool : public arrow::MemoryPool {
   int64_t arena_bytes() const { return arena_bytes_.load(); }
   int64_t fallback_allocations() const { return fallback_allocations_.load(); }
 
-  int64_t reserved_bytes() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return reserved_;
-  }
-
   int64_t OffsetOf(const uint8_t* p) const {
     return (base_ != nullptr && p >= base_ && p < base_ + capacity_) ? p - base_ : -1;
   }

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from google.protobuf import json_format
 from rich.console import Console
 from rich.table import Table
 
 from primus.errors import DataError, NotFoundError
+from primus.v1 import common_pb2
 
 READ_SPAN = "data_task.read"
 BYTES_TOLERANCE = 0.001
@@ -19,23 +21,6 @@ CPU_TOLERANCE = 0.01
 CPU_SLACK_SECONDS = 0.001
 STATUS_ERROR = 2
 WASTE_EVENTS = frozenset({"superseded"})
-
-
-@dataclass(frozen=True)
-class LedgerCost:
-    """One source's figures from report.json: the planner's ledger, the accounting boundary."""
-
-    samples: int = 0
-    bytes_read: int = 0
-    cpu_seconds: float = 0.0
-    retries: int = 0
-    tasks_done: int = 0
-    tasks_quarantined: int = 0
-    wasted_samples: int = 0
-    wasted_cpu_seconds: float = 0.0
-    records_quarantined: int = 0
-    wasted_bytes: int = 0
-    speculative_attempts: int = 0
 
 
 @dataclass
@@ -59,7 +44,7 @@ class TraceCost:
 @dataclass(frozen=True)
 class SourceCost:
     source: str
-    ledger: LedgerCost
+    ledger: common_pb2.SourceStats  # the planner's ledger, as report.json carries it
     traced: TraceCost
     consistent: bool
 
@@ -115,13 +100,15 @@ def load_report(run: Path) -> dict[str, Any]:
     return report
 
 
-def _ledger(row: dict[str, Any]) -> LedgerCost:
-    """Known fields only, missing ones zero: older reports have fewer."""
-    known = {f.name: type(getattr(LedgerCost(), f.name)) for f in fields(LedgerCost)}
-    return LedgerCost(**{name: kind(row[name]) for name, kind in known.items() if row.get(name) is not None})
+def _ledger(row: dict[str, Any]) -> common_pb2.SourceStats:
+    """One report row as the ledger's SourceStats: unknown keys ignored, missing ones zero (older reports have fewer)."""
+    try:
+        return json_format.ParseDict({k: v for k, v in row.items() if v is not None}, common_pb2.SourceStats(), ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise DataError(f"report row for source {row.get('source')!r}: {exc}") from None
 
 
-def ledger_by_source(report: dict[str, Any]) -> dict[str, LedgerCost]:
+def ledger_by_source(report: dict[str, Any]) -> dict[str, common_pb2.SourceStats]:
     return {str(row["source"]): _ledger(row) for row in report.get("sources") or [] if "source" in row}
 
 
@@ -227,7 +214,7 @@ def _close(traced: float, reported: float, relative: float, slack: float = 0.0) 
     return abs(traced - reported) <= max(relative * abs(reported), slack)
 
 
-def is_consistent(ledger: LedgerCost, traced: TraceCost) -> bool:
+def is_consistent(ledger: common_pb2.SourceStats, traced: TraceCost) -> bool:
     """Do the spans account for what the ledger charged the source: bytes and CPU within tolerance."""
     same_bytes = _close(traced.bytes_read, ledger.bytes_read, BYTES_TOLERANCE)
     return same_bytes and _close(traced.cpu_seconds, ledger.cpu_seconds, CPU_TOLERANCE, CPU_SLACK_SECONDS)
@@ -243,7 +230,7 @@ def load_cost(run_dir: Path) -> CostSummary:
     names = list(ledgers) + sorted(set(traced) - set(ledgers))
     sources = []
     for name in names:
-        ledger, trace = ledgers.get(name, LedgerCost()), traced.get(name, TraceCost())
+        ledger, trace = ledgers.get(name, common_pb2.SourceStats()), traced.get(name, TraceCost())
         sources.append(SourceCost(name, ledger, trace, is_consistent(ledger, trace)))
     restarts = int((report.get("restarts") or {}).get("planner", 0))
     return CostSummary(folder, str(report.get("job_id", folder.name)), sources, by_service(spans), files, unreadable, restarts)

@@ -55,7 +55,7 @@ class SharedMemoryMaps:
     the slots and holds whose batches are gone since last asked."""
 
     def __init__(self) -> None:
-        self._rings: dict[str, pa.Buffer] = {}
+        self._mappings: dict[str, pa.Buffer] = {}
         self._released: queue.SimpleQueue[int] = queue.SimpleQueue()
         self._released_holds: queue.SimpleQueue[int] = queue.SimpleQueue()
         self._holds_taken = self._holds_returned = 0
@@ -91,9 +91,9 @@ class SharedMemoryMaps:
         return self._holds_taken - self._holds_returned
 
     def _map(self, path: str) -> pa.Buffer:
-        mapping = self._rings.get(path)
+        mapping = self._mappings.get(path)
         if mapping is None:
-            mapping = self._rings[path] = pa.memory_map(path).read_buffer()
+            mapping = self._mappings[path] = pa.memory_map(path).read_buffer()
         return mapping
 
     def batch(self, path: str, slot: int, offset: int, length: int) -> pa.RecordBatch:
@@ -110,8 +110,8 @@ class SharedMemoryMaps:
         return _drain(self._released)
 
     def close(self) -> None:
-        """Drop this side's hold on the rings; batches still in use keep their mapping alive."""
-        self._rings.clear()
+        """Drop this side's hold on the mappings; batches still in use keep theirs alive."""
+        self._mappings.clear()
 
 
 def _drain(released: queue.SimpleQueue[int]) -> list[int]:

@@ -65,6 +65,15 @@ def _wait(master: master_pb2_grpc.MasterServiceStub, job_id: str, until_step: in
     raise AssertionError(f"job {job_id} did not reach step {until_step}")
 
 
+def _submit_until_step(cluster: ClusterState, dataset: Path, tmp_path: Path, step: int) -> tuple[master_pb2_grpc.MasterServiceStub, str]:
+    """Submit the slow job and wait until it has trained `step` steps, still running: a crash then lands mid-training."""
+    master = master_pb2_grpc.MasterServiceStub(rpc.connect(cluster.address("master")))
+    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=_slow_job(dataset, tmp_path)), timeout=30).job_id
+    job = _wait(master, job_id, until_step=step)
+    assert job.state == common_pb2.JOB_STATE_RUNNING, "the crash must land mid-training"
+    return master, job_id
+
+
 def _finish(master: master_pb2_grpc.MasterServiceStub, job_id: str) -> dict[str, object]:
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
@@ -117,10 +126,7 @@ def _assert_exact(report: dict[str, object]) -> None:
 
 @pytest.mark.timeout(300)
 def test_kill_data_executor_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
-    master = master_pb2_grpc.MasterServiceStub(rpc.connect(cluster.address("master")))
-    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=_slow_job(long_dataset, tmp_path)), timeout=30).job_id
-    job = _wait(master, job_id, until_step=150)
-    assert job.state == common_pb2.JOB_STATE_RUNNING, "the crash must land mid-training"
+    master, job_id = _submit_until_step(cluster, long_dataset, tmp_path, 150)
     _kill(cluster, job_id, rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR)
     report = _finish(master, job_id)
     _assert_exact(report)
@@ -131,10 +137,7 @@ def test_kill_data_executor_mid_job(cluster: ClusterState, long_dataset: Path, t
 
 @pytest.mark.timeout(300)
 def test_kill_trainer_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
-    master = master_pb2_grpc.MasterServiceStub(rpc.connect(cluster.address("master")))
-    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=_slow_job(long_dataset, tmp_path)), timeout=30).job_id
-    job = _wait(master, job_id, until_step=300)
-    assert job.state == common_pb2.JOB_STATE_RUNNING, "the crash must land mid-training"
+    master, job_id = _submit_until_step(cluster, long_dataset, tmp_path, 300)
     _kill(cluster, job_id, rc_pb2.EXECUTOR_ROLE_TRAINER)
     report = _finish(master, job_id)
     _assert_exact(report)
@@ -146,10 +149,7 @@ def test_kill_trainer_mid_job(cluster: ClusterState, long_dataset: Path, tmp_pat
 @pytest.mark.timeout(300)
 def test_kill_master_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
     """The master's jobs live in SQLite; restarted at its address, it follows the running job to the end."""
-    master = master_pb2_grpc.MasterServiceStub(rpc.connect(cluster.address("master")))
-    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=_slow_job(long_dataset, tmp_path)), timeout=30).job_id
-    job = _wait(master, job_id, until_step=200)
-    assert job.state == common_pb2.JOB_STATE_RUNNING, "the crash must land mid-training"
+    _, job_id = _submit_until_step(cluster, long_dataset, tmp_path, 200)
     old = next(s for s in cluster.services if s.name == "master")
     os.kill(old.pid, signal.SIGKILL)
     os.waitpid(old.pid, 0)
@@ -166,10 +166,7 @@ def test_kill_master_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path
 @pytest.mark.timeout(300)
 def test_kill_planner_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
     """A planner restarted at its address comes back empty: the master plans again and the trainer resumes from its checkpoint."""
-    master = master_pb2_grpc.MasterServiceStub(rpc.connect(cluster.address("master")))
-    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=_slow_job(long_dataset, tmp_path)), timeout=30).job_id
-    job = _wait(master, job_id, until_step=200)
-    assert job.state == common_pb2.JOB_STATE_RUNNING, "the crash must land mid-training"
+    master, job_id = _submit_until_step(cluster, long_dataset, tmp_path, 200)
     old = next(s for s in cluster.services if s.name == "planner")
     workers = _children(old.pid)
     assert workers, "an 8-day source is resolved by the planner's worker processes"

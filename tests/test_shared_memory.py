@@ -21,9 +21,14 @@ def _batch(rows: int, value: int = 0) -> pa.RecordBatch:
     return pa.record_batch({"id": pa.array(np.arange(rows) + value, pa.int64()), "x": pa.array(np.full(rows, 0.5, np.float32))})
 
 
+def _drop(root: Path) -> SharedMemoryDrop:
+    drop = SharedMemoryDrop.available("t", root)
+    assert drop is not None
+    return drop
+
+
 def test_a_slot_is_reused_only_after_release(tmp_path: Path) -> None:
-    drop = SharedMemoryDrop("t", tmp_path)
-    drop.folder.mkdir(parents=True)
+    drop = _drop(tmp_path)
     ring = drop.open_ring(2, slot_bytes=64 * 1024)
     first, second = ring.put(_batch(100)), ring.put(_batch(100))
     assert first is not None and second is not None and {first[0], second[0]} == {1, 2}
@@ -37,8 +42,7 @@ def test_a_slot_is_reused_only_after_release(tmp_path: Path) -> None:
 
 
 def test_a_batch_bigger_than_a_slot_is_refused(tmp_path: Path) -> None:
-    drop = SharedMemoryDrop("t", tmp_path)
-    drop.folder.mkdir(parents=True)
+    drop = _drop(tmp_path)
     ring = drop.open_ring(4, slot_bytes=4096)
     assert ring.put(_batch(10_000)) is None
     assert ring.free_slots == 4, "a refused batch takes no slot"
@@ -47,8 +51,7 @@ def test_a_batch_bigger_than_a_slot_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_consumer_gives_a_slot_back_once_every_view_of_its_batch_is_gone(tmp_path: Path) -> None:
-    drop = SharedMemoryDrop("t", tmp_path)
-    drop.folder.mkdir(parents=True)
+    drop = _drop(tmp_path)
     ring = drop.open_ring(4, slot_bytes=64 * 1024)
     maps = SharedMemoryMaps()
     slot, offset, length = ring.put(_batch(1000, value=5)) or (0, 0, 0)
@@ -67,8 +70,7 @@ def test_the_consumer_gives_a_slot_back_once_every_view_of_its_batch_is_gone(tmp
 
 
 def test_a_mapped_batch_outlives_the_ring_file(tmp_path: Path) -> None:
-    drop = SharedMemoryDrop("t", tmp_path)
-    drop.folder.mkdir(parents=True)
+    drop = _drop(tmp_path)
     ring = drop.open_ring(1, slot_bytes=64 * 1024)
     maps = SharedMemoryMaps()
     placed = ring.put(_batch(500, value=3))
@@ -80,8 +82,7 @@ def test_a_mapped_batch_outlives_the_ring_file(tmp_path: Path) -> None:
 
 
 def test_one_off_files_are_unlinked_once_mapped(tmp_path: Path) -> None:
-    drop = SharedMemoryDrop("t", tmp_path)
-    drop.folder.mkdir(parents=True)
+    drop = _drop(tmp_path)
     path = drop.put(_batch(10, value=1))
     batch = SharedMemoryMaps().batch(path, 0, 0, 0)
     assert batch.column("id").to_pylist()[0] == 1
@@ -89,8 +90,7 @@ def test_one_off_files_are_unlinked_once_mapped(tmp_path: Path) -> None:
 
 
 def test_a_ring_takes_at_most_half_the_free_shared_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    drop = SharedMemoryDrop("t", tmp_path)
-    drop.folder.mkdir(parents=True)
+    drop = _drop(tmp_path)
     monkeypatch.setattr(drop, "free_bytes", lambda: 5 * 64 * 1024)
     ring = drop.open_ring(24, slot_bytes=64 * 1024)
     assert ring is not None and ring.free_slots == 2
@@ -100,8 +100,7 @@ def test_a_ring_takes_at_most_half_the_free_shared_memory(tmp_path: Path, monkey
 
 
 def test_full_shared_memory_means_no_slot_and_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    drop = SharedMemoryDrop("t", tmp_path)
-    drop.folder.mkdir(parents=True)
+    drop = _drop(tmp_path)
     ring = drop.open_ring(2, slot_bytes=64 * 1024)
     assert ring is not None
 
@@ -118,8 +117,7 @@ def test_full_shared_memory_means_no_slot_and_no_file(tmp_path: Path, monkeypatc
 
 
 def test_a_batch_goes_inline_when_shared_memory_is_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    drop = SharedMemoryDrop("t", tmp_path)
-    drop.folder.mkdir(parents=True)
+    drop = _drop(tmp_path)
     monkeypatch.setattr(drop, "put", lambda batch: None)
     origin = data_executor_pb2.BatchOrigin(task_id="t")
     assert flight_server._place(_batch(10), origin, None, drop) is False

@@ -36,7 +36,7 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         self._schema = schema
         self._streamer = streamer
         self._drop = drop
-        self._arena = arena if drop is not None else None
+        self._arena = arena
 
     def _ticket(self, raw: bytes) -> data_executor_pb2.DataTicket:
         request = data_executor_pb2.DataTicket()

@@ -191,11 +191,7 @@ class TaskStreamer:
             return read
 
     def _report_waste(self, task: planner_pb2.DataTask, read: TaskRead) -> None:
-        stats = planner_pb2.TaskStats(rows=read.rows, bytes_read=read.bytes_read, cpu_seconds=read.cpu_seconds)
-        self._planner.CompleteTask(
-            planner_pb2.CompleteTaskRequest(job_id=task.job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id, stats=stats),
-            timeout=30,
-        )
+        self._planner.CompleteTask(self._complete_request(task.job_id, task, read), timeout=30)
 
     def _offer(self, task: planner_pb2.DataTask, read: TaskRead, items: queue.Queue[Any], stop: threading.Event) -> bool:
         if not self._put(items, _TaskStart(task, read), stop):
@@ -244,12 +240,11 @@ class TaskStreamer:
         if not served:
             return
         reports, served[:] = list(served), []
-        tasks = [self._complete_request(job_id, end) for end, _ in reports]
+        tasks = [self._complete_request(job_id, end.task, end.read) for end, _ in reports]
         future = self._planner.CompleteTasks.future(planner_pb2.CompleteTasksRequest(job_id=job_id, tasks=tasks), timeout=30)
         future.add_done_callback(lambda done: self._after_report(done, reports))
 
-    def _complete_request(self, job_id: str, end: _TaskEnd) -> planner_pb2.CompleteTaskRequest:
-        read = end.read
+    def _complete_request(self, job_id: str, task: planner_pb2.DataTask, read: TaskRead) -> planner_pb2.CompleteTaskRequest:
         stats = planner_pb2.TaskStats(
             rows=read.rows,
             bytes_read=read.bytes_read,
@@ -259,7 +254,7 @@ class TaskStreamer:
             read_seconds=read.read_seconds,
             transform_seconds=read.transform_seconds,
         )
-        return planner_pb2.CompleteTaskRequest(job_id=job_id, task_id=end.task.task_id, attempt=end.task.attempt, executor_id=self._executor_id, stats=stats)
+        return planner_pb2.CompleteTaskRequest(job_id=job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id, stats=stats)
 
     def _after_report(self, done: Any, reports: list[tuple[_TaskEnd, trace.Span]]) -> None:
         try:
