@@ -117,9 +117,12 @@ class _PropagatingInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStream
         return continuation(self._details(details), request)
 
 
-def connect(address: str) -> grpc.Channel:
-    """A channel to a Primus service that propagates traces and retries UNAVAILABLE."""
+def connect(address: str, eager: bool = False) -> grpc.Channel:
+    """A channel to a Primus service that propagates traces and retries UNAVAILABLE. Eager: start connecting now, in
+    the background, so that the first call does not wait for the connection."""
     channel = grpc.insecure_channel(address, options=[*_OPTIONS, ("grpc.service_config", _SERVICE_CONFIG)])
+    if eager:
+        grpc.channel_ready_future(channel)  # subscribing with try_to_connect starts the connection; nothing waits on it
     return grpc.intercept_channel(channel, _PropagatingInterceptor())
 
 

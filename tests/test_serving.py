@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pyarrow.flight as flight
@@ -20,6 +21,7 @@ from primus.samples import training_schema
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2, data_executor_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor.server import DataExecutor, create_executor
+from services.data_executor.serving import ExecutorCounters, TaskStreamer
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server as create_planner
 from services.trainer.consumed import ConsumedTasks
@@ -73,7 +75,7 @@ def test_two_executors_serve_every_row_once(planner: rpc.RunningServer, dataset:
             per_task[origin.task_id] += batch.num_rows  # type: ignore[attr-defined]
             rows += batch.num_rows  # type: ignore[attr-defined]
             assert origin.source == "clicks"
-            consumed.accept(batch, origin)  # type: ignore[arg-type]
+            consumed.accept(batch, origin)
         assert rows == (DAYS - 1) * 24 * ROWS_PER_HOUR
         before = stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-a"), timeout=10)
         assert before.sources[0].samples == 0, "served but uncommitted rows are not progress"
@@ -234,3 +236,93 @@ def test_an_executor_nobody_listens_at_is_lost_at_once() -> None:
     first = next(iter(BatchFeed(fixed({"e0": f"127.0.0.1:{port}"}), "job-x", "t", TRAIN, replacement_timeout=30)))
     assert isinstance(first, Lost) and f"127.0.0.1:{port}" in first.error
     assert time.monotonic() - started < 10, "a failed connect is a loss, not a wait for the replacement timeout"
+
+
+def test_a_claim_leases_the_next_task_in_the_same_call(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
+    stub = _plan(planner, "job-next", _job(dataset, tmp_path))
+    lease = planner_pb2.LeaseTaskRequest(job_id="job-next", executor_id="e", purpose=TRAIN)
+    task = stub.LeaseTask(lease, timeout=10).task
+    seen = {task.task_id}
+    while True:
+        claim = planner_pb2.ClaimTaskRequest(job_id="job-next", task_id=task.task_id, attempt=task.attempt, executor_id="e", lease_next=True, purpose=TRAIN)
+        reply = stub.ClaimTask(claim, timeout=10)
+        assert reply.granted
+        if not reply.next.HasField("task"):
+            break
+        task = reply.next.task
+        assert task.task_id not in seen, "the next lease is a task not leased before"
+        seen.add(task.task_id)
+    assert len(seen) == (DAYS - 1) * 24, "claims alone leased every training task after the first"
+    assert not reply.next.exhausted and reply.next.retry_after_seconds == 0, "nothing runnable now, but leased tasks are not finished"
+    refused = stub.ClaimTask(planner_pb2.ClaimTaskRequest(job_id="job-next", task_id=task.task_id, attempt=task.attempt, lease_next=True, purpose=TRAIN), timeout=10)
+    assert not refused.granted and not refused.next.HasField("task")
+
+
+class _ClaimedFirstElsewhere:
+    """The real planner stub, except that the first task the executor claims was claimed a moment before by the same
+    attempt elsewhere (a speculative twin), which then gives it back, as a lost executor's work goes back."""
+
+    def __init__(self, stub: planner_pb2_grpc.PlannerServiceStub) -> None:
+        self._stub = stub
+        self.raced: planner_pb2.ClaimTaskRequest | None = None
+        self.ClaimTask = self  # the executor calls ClaimTask.future(...)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stub, name)
+
+    def future(self, request: planner_pb2.ClaimTaskRequest, timeout: float) -> Any:
+        if self.raced is not None:
+            return self._stub.ClaimTask.future(request, timeout=timeout)
+        self.raced = request
+        twin = planner_pb2.ClaimTaskRequest(job_id=request.job_id, task_id=request.task_id, attempt=request.attempt, executor_id="twin")
+        assert self._stub.ClaimTask(twin, timeout=timeout).granted
+        refused = self._stub.ClaimTask.future(request, timeout=timeout)
+        refused.result()
+        release = planner_pb2.ReleaseTaskRequest(job_id=request.job_id, task_id=request.task_id, attempt=request.attempt, executor_id="twin")
+        self._stub.ReleaseTask(release, timeout=timeout)
+        return refused
+
+
+def test_a_refused_claim_drops_the_read_and_counts_it_as_waste(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
+    job = _job(dataset, tmp_path)
+    stub = _plan(planner, "job-race", job)
+    racing = _ClaimedFirstElsewhere(stub)
+    streamer = TaskStreamer(racing, "e0", job, training_schema(job.spec.training.features), ExecutorCounters())  # type: ignore[arg-type]
+    served: Counter[tuple[str, int]] = Counter()
+    for batch, origin in streamer.stream(data_executor_pb2.DataTicket(job_id="job-race", consumer_id="t", purpose=TRAIN)):
+        served[(origin.task_id, origin.attempt)] += batch.num_rows
+    assert racing.raced is not None
+    raced = racing.raced.task_id
+    assert (raced, racing.raced.attempt) not in served, "the refused attempt's batches are dropped"
+    assert served[(raced, racing.raced.attempt + 1)] == ROWS_PER_HOUR, "the task is served once, by its next attempt"
+    assert sum(served.values()) == (DAYS - 1) * 24 * ROWS_PER_HOUR and len(served) == (DAYS - 1) * 24
+    deadline = time.monotonic() + 10
+    while (source := stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-race"), timeout=10).sources[0]).wasted_samples == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the waste report goes out when the claim's answer arrives, without holding up the stream
+    assert source.wasted_samples == ROWS_PER_HOUR and source.retries == 1
+
+
+def test_a_closed_stream_gives_back_the_tasks_leased_ahead(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    job = _job(dataset, tmp_path)
+    stub = _plan(planner, "job-close", job)
+    (executor,) = _executors(1, "job-close", planner, job)
+    try:
+        client = flight.connect(f"grpc://{executor.data_address}")
+        ticket = data_executor_pb2.DataTicket(job_id="job-close", consumer_id="c", purpose=TRAIN)
+        writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(ticket.SerializeToString()))
+        writer.write_metadata(pa.py_buffer(data_executor_pb2.ConsumerSignal(credits=1).SerializeToString()))
+        assert reader.read_chunk().data.num_rows == ROWS_PER_HOUR
+        assert stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-close"), timeout=10).tasks_leased >= 2, "the stream holds tasks beyond the one it serves"
+        writer.done_writing()
+        client.close()
+        deadline = time.monotonic() + 10
+        while (
+            plan := stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-close"), timeout=10)
+        ).tasks_pending < plan.summary.task_count - 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert plan.tasks_pending == plan.summary.task_count - 1, "every task leased for the stream went back when it closed..."
+        assert plan.tasks_leased == 1, "...except the one served to the end, which waits for the trainer's checkpoint"
+    finally:
+        executor.stop()

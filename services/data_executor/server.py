@@ -44,7 +44,7 @@ def create_executor(
     drop = SharedMemoryDrop.available(executor_id)
     shared_arena = arena.activate(arena_path(executor_id)) if decode_into_shared_memory and drop is not None else None
     schema = training_schema(job.spec.training.features)
-    planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(planner_address))
+    planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(planner_address, eager=True))  # connected before the first lease
     streamer = TaskStreamer(planner, executor_id, job, schema, counters, quarantine_dir)
     flight = SampleFlightServer(f"grpc://{host}:0", job_id, schema, streamer, drop, shared_arena)
     flight.serve_in_background()

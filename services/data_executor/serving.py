@@ -2,6 +2,8 @@
 
 Memory is bounded: the queue holds a few batches, and a reader blocked on a full queue stops leasing, so a
 slow trainer slows reading down. HTTP/2 flow control under Flight carries the same back-pressure to the wire.
+The planner's round trips stay off the readers' path: the stream keeps a task leased ahead (services.data_executor.
+leases), and a read task's claim is answered while its batches wait in the queue.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from primus import telemetry
 from primus.errors import DataError, UnavailableError
 from primus.spec import TrainingJob
 from primus.v1 import data_executor_pb2, planner_pb2, planner_pb2_grpc
+from services.data_executor.leases import StreamLeases
 from services.data_executor.reader import TaskRead, read_task
 
 log = logging.getLogger(__name__)
@@ -52,6 +55,7 @@ class ExecutorCounters:
 class _TaskStart:
     task: planner_pb2.DataTask
     read: TaskRead
+    claim: grpc.Future[planner_pb2.ClaimTaskResponse]  # the planner's answer to ClaimTask: only a granted task's batches are served
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,18 @@ class _TaskEnd:
 
 
 _READER_DONE = object()
+
+
+def _granted(claim: grpc.Future[planner_pb2.ClaimTaskResponse]) -> bool:
+    try:
+        return bool(claim.result().granted)
+    except grpc.RpcError as exc:
+        raise UnavailableError(f"planner unreachable while claiming a task: {exc.details() or exc.code()}") from None
+
+
+def _warn_on_failure(reply: grpc.Future[Any], what: str) -> None:
+    if reply.exception() is not None:
+        log.warning("%s: %s", what, reply.exception())
 
 
 def _attributes(task: planner_pb2.DataTask) -> dict[str, Any]:
@@ -99,20 +115,23 @@ class TaskStreamer:
         items: queue.Queue[Any] = queue.Queue(maxsize=PREFETCH_BATCHES)
         stop = threading.Event()
         parent = telemetry.extract_context(ticket.trace_context)
+        leases = StreamLeases(self._planner, planner_pb2.LeaseTaskRequest(job_id=ticket.job_id, executor_id=self._executor_id, purpose=ticket.purpose), self._readers)
         for index in range(self._readers):
-            threading.Thread(target=self._produce, args=(ticket, items, stop, parent), name=f"reader-{ticket.consumer_id}-{index}", daemon=True).start()
+            threading.Thread(target=self._produce, args=(ticket, items, stop, parent, leases), name=f"reader-{ticket.consumer_id}-{index}", daemon=True).start()
         self._counters.add(streams_active=1)
         try:
-            yield from self._consume(ticket, items, parent)
+            yield from self._consume(ticket, items, parent, leases)
         finally:
             stop.set()
+            leases.close()
             self._counters.add(streams_active=-1)
 
     def _consume(
-        self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], parent: context.Context
+        self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], parent: context.Context, leases: StreamLeases
     ) -> Iterator[tuple[pa.RecordBatch, data_executor_pb2.BatchOrigin]]:
         finished_readers = 0
         spans: dict[str, trace.Span] = {}
+        refused: set[str] = set()  # tasks another attempt claimed first: their batches are dropped here
         served: list[tuple[_TaskEnd, trace.Span]] = []  # reported a few at a time, when the stream idles, and at its end
         try:
             while finished_readers < self._readers:
@@ -126,30 +145,42 @@ class TaskStreamer:
                 elif isinstance(item, BaseException):
                     raise item
                 elif isinstance(item, _TaskStart):
-                    spans[item.task.task_id] = self._tracer.start_span("data_task.serve", context=parent, attributes=_attributes(item.task))
+                    if _granted(item.claim):
+                        spans[item.task.task_id] = self._tracer.start_span("data_task.serve", context=parent, attributes=_attributes(item.task))
+                    else:
+                        refused.add(item.task.task_id)
+                        leases.settle(item.task)
                 elif isinstance(item, _TaskEnd):
+                    if item.task.task_id in refused:
+                        refused.discard(item.task.task_id)
+                        continue
+                    leases.settle(item.task)
                     served.append((item, spans.pop(item.task.task_id)))
                     if len(served) >= REPORT_EVERY_TASKS:
                         self._report(ticket.job_id, served)
                 else:
                     batch, origin = item
+                    if origin.task_id in refused:
+                        continue
                     self._counters.add(rows_served=batch.num_rows, bytes_served=batch.nbytes)
                     yield batch, origin
         finally:
             self._report(ticket.job_id, served)
 
-    def _produce(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], stop: threading.Event, parent: context.Context) -> None:
+    def _produce(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], stop: threading.Event, parent: context.Context, leases: StreamLeases) -> None:
+        """Read leased tasks and offer their batches until the purpose is exhausted (or the stream closes)."""
         token = context.attach(parent)
         try:
             while not stop.is_set():
-                reply = self._planner.LeaseTask(planner_pb2.LeaseTaskRequest(job_id=ticket.job_id, executor_id=self._executor_id, purpose=ticket.purpose), timeout=30)
+                reply = leases.next()
                 if reply.exhausted:
                     break
                 if not reply.HasField("task"):
-                    time.sleep(reply.retry_after_seconds or 0.2)
+                    time.sleep(reply.retry_after_seconds)
                     continue
-                read = self._read(reply.task)
-                if read is not None and not self._offer(reply.task, read, items, stop):
+                claimed = self._read(reply.task, leases)
+                if claimed is not None and not self._offer(reply.task, *claimed, items, stop):
+                    leases.give_back(reply.task)
                     return
             self._put(items, _READER_DONE, stop)
         except grpc.RpcError as exc:
@@ -158,44 +189,63 @@ class TaskStreamer:
             log.exception("reader failed")
             self._put(items, exc, stop)
         finally:
+            leases.leave()
             context.detach(token)
 
-    def _read(self, task: planner_pb2.DataTask) -> TaskRead | None:
-        with self._tracer.start_as_current_span("data_task.read", attributes=_attributes(task)) as span:
-            if task.attempt > 0:
-                span.add_event("retry", {"primus.attempt": task.attempt})
-            try:
-                read = read_task(task, self._job, self._schema, self._quarantine_dir)
-            except (DataError, UnavailableError) as exc:
-                span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
-                span.add_event("task_failed", {"error": str(exc)})
-                log.warning("task %s attempt %d failed: %s", task.task_id, task.attempt, exc)
-                request = planner_pb2.FailTaskRequest(job_id=task.job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id, error=str(exc))
-                self._planner.FailTask(request, timeout=30)
-                return None
-            span.set_attributes(
-                {
-                    "primus.rows": read.rows,
-                    "primus.bytes": read.bytes_read,
-                    "primus.cpu_seconds": read.cpu_seconds,
-                    "primus.read_seconds": read.read_seconds,
-                    "primus.transform_seconds": read.transform_seconds,
-                    "primus.records_quarantined": read.records_quarantined,
-                }
-            )
-            claim = planner_pb2.ClaimTaskRequest(job_id=task.job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id)
-            if not self._planner.ClaimTask(claim, timeout=30).granted:
-                span.add_event("superseded", {"reason": "another attempt claimed the task first"})
-                self._report_waste(task, read)
-                return None
-            return read
+    def _read(self, task: planner_pb2.DataTask, leases: StreamLeases) -> tuple[TaskRead, grpc.Future[planner_pb2.ClaimTaskResponse]] | None:
+        """Read a task, then claim it; the read span ends when the claim is answered."""
+        span = self._tracer.start_span("data_task.read", attributes=_attributes(task))
+        try:
+            with trace.use_span(span, record_exception=True, set_status_on_exception=True):
+                read = self._read_or_fail(task, span)
+        except BaseException:
+            span.end()
+            raise
+        if read is None:
+            span.end()
+            leases.settle(task)  # failed, and reported: the planner retries it
+            return None
+        claim = leases.claim(task)
+        claim.add_done_callback(lambda done: self._after_claim(task, read, span, done))
+        return read, claim
 
-    def _report_waste(self, task: planner_pb2.DataTask, read: TaskRead) -> None:
-        self._planner.CompleteTask(self._complete_request(task.job_id, task, read), timeout=30)
+    def _read_or_fail(self, task: planner_pb2.DataTask, span: trace.Span) -> TaskRead | None:
+        if task.attempt > 0:
+            span.add_event("retry", {"primus.attempt": task.attempt})
+        try:
+            read = read_task(task, self._job, self._schema, self._quarantine_dir)
+        except (DataError, UnavailableError) as exc:
+            span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+            span.add_event("task_failed", {"error": str(exc)})
+            log.warning("task %s attempt %d failed: %s", task.task_id, task.attempt, exc)
+            request = planner_pb2.FailTaskRequest(job_id=task.job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id, error=str(exc))
+            self._planner.FailTask(request, timeout=30)
+            return None
+        span.set_attributes(
+            {
+                "primus.rows": read.rows,
+                "primus.bytes": read.bytes_read,
+                "primus.cpu_seconds": read.cpu_seconds,
+                "primus.read_seconds": read.read_seconds,
+                "primus.transform_seconds": read.transform_seconds,
+                "primus.records_quarantined": read.records_quarantined,
+            }
+        )
+        return read
 
-    def _offer(self, task: planner_pb2.DataTask, read: TaskRead, items: queue.Queue[Any], stop: threading.Event) -> bool:
-        if not self._put(items, _TaskStart(task, read), stop):
-            self._give_back(task)
+    def _after_claim(self, task: planner_pb2.DataTask, read: TaskRead, span: trace.Span, done: grpc.Future[planner_pb2.ClaimTaskResponse]) -> None:
+        """A refused claim: the read was waste, and the planner is told so (the stream drops the batches)."""
+        if done.exception() is None and not done.result().granted:
+            span.add_event("superseded", {"reason": "another attempt claimed the task first"})
+            waste = self._planner.CompleteTask.future(self._complete_request(task.job_id, task, read), timeout=30)
+            waste.add_done_callback(lambda reply: _warn_on_failure(reply, f"could not report the waste of task {task.task_id}"))
+        span.end()
+
+    def _offer(
+        self, task: planner_pb2.DataTask, read: TaskRead, claim: grpc.Future[planner_pb2.ClaimTaskResponse], items: queue.Queue[Any], stop: threading.Event
+    ) -> bool:
+        """Queue a read task's batches; False when the stream closed first."""
+        if not self._put(items, _TaskStart(task, read, claim), stop):
             return False
         offset = task.start_offset
         batches = read.batches or [pa.RecordBatch.from_pylist([], schema=self._schema)]
@@ -210,19 +260,8 @@ class TaskStreamer:
             )
             offset += batch.num_rows
             if not self._put(items, (batch, origin), stop):
-                self._give_back(task)
                 return False
-        if not self._put(items, _TaskEnd(task, read), stop):
-            self._give_back(task)
-            return False
-        return True
-
-    def _give_back(self, task: planner_pb2.DataTask) -> None:
-        request = planner_pb2.ReleaseTaskRequest(job_id=task.job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id)
-        try:
-            self._planner.ReleaseTask(request, timeout=10)
-        except grpc.RpcError:
-            log.warning("could not give back task %s; its lease will expire", task.task_id)
+        return self._put(items, _TaskEnd(task, read), stop)
 
     @staticmethod
     def _put(items: queue.Queue[Any], item: object, stop: threading.Event) -> bool:

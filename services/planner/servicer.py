@@ -13,7 +13,7 @@ from primus.sources.wire import piece_to_split
 from primus.spec import load_job_text
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.planner.distributed import DistributedResolver
-from services.planner.ledger import Progress, TaskStatus, WorkDone
+from services.planner.ledger import Progress, TaskLedger, TaskStatus, WorkDone
 from services.planner.manifest import decision_to_proto, partition_to_proto
 from services.planner.plan import Plan, build_plan
 from services.planner.registry import PlanRegistry
@@ -80,6 +80,16 @@ def _progress(items: list[planner_pb2.TaskProgress]) -> list[Progress]:
     return [Progress(p.task_id, p.rows_consumed, p.finished) for p in items]
 
 
+def _lease(ledger: TaskLedger, job_id: str, executor_id: str, purpose: int) -> planner_pb2.LeaseTaskResponse | None:
+    """A leased task, or exhausted; None when nothing is runnable yet."""
+    lease = ledger.lease(purpose, executor_id)
+    if lease is not None:
+        return planner_pb2.LeaseTaskResponse(task=task_proto(job_id, lease.spec, lease.attempt, lease.deadline, lease.start_offset, lease.speculative))
+    if ledger.exhausted(purpose):
+        return planner_pb2.LeaseTaskResponse(exhausted=True)
+    return None
+
+
 class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
     def __init__(self, registry: PlanRegistry) -> None:
         self._registry = registry
@@ -123,20 +133,21 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         ledger = self._registry.get(request.job_id).ledger
         deadline = time.monotonic() + LONG_POLL_SECONDS
         while True:
-            lease = ledger.lease(request.purpose, request.executor_id)
-            if lease is not None:
-                task = task_proto(request.job_id, lease.spec, lease.attempt, lease.deadline, lease.start_offset, lease.speculative)
-                return planner_pb2.LeaseTaskResponse(task=task)
-            if ledger.exhausted(request.purpose):
-                return planner_pb2.LeaseTaskResponse(exhausted=True)
+            reply = _lease(ledger, request.job_id, request.executor_id, request.purpose)
+            if reply is not None:
+                return reply
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not context.is_active():
                 return planner_pb2.LeaseTaskResponse(retry_after_seconds=RETRY_AFTER_SECONDS)
             ledger.wait_for_change(min(remaining, 0.25))
 
     def ClaimTask(self, request: planner_pb2.ClaimTaskRequest, context: grpc.ServicerContext) -> planner_pb2.ClaimTaskResponse:
+        """Claims a read task; with lease_next, also leases the claimant's next task (never waiting for one)."""
         ledger = self._registry.get(request.job_id).ledger
-        return planner_pb2.ClaimTaskResponse(granted=ledger.claim(request.task_id, request.attempt))
+        reply = planner_pb2.ClaimTaskResponse(granted=ledger.claim(request.task_id, request.attempt))
+        if request.lease_next:
+            reply.next.CopyFrom(_lease(ledger, request.job_id, request.executor_id, request.purpose) or planner_pb2.LeaseTaskResponse())
+        return reply
 
     def ReleaseTask(self, request: planner_pb2.ReleaseTaskRequest, context: grpc.ServicerContext) -> planner_pb2.ReleaseTaskResponse:
         self._registry.get(request.job_id).ledger.release(request.task_id, request.attempt)
