@@ -289,8 +289,9 @@ def test_a_refused_claim_drops_the_read_and_counts_it_as_waste(planner: rpc.Runn
     racing = _ClaimedFirstElsewhere(stub)
     streamer = TaskStreamer(racing, "e0", job, training_schema(job.spec.training.features), ExecutorCounters())  # type: ignore[arg-type]
     served: Counter[tuple[str, int]] = Counter()
-    for batch, origin in streamer.stream(data_executor_pb2.DataTicket(job_id="job-race", consumer_id="t", purpose=TRAIN)):
-        served[(origin.task_id, origin.attempt)] += batch.num_rows
+    for task in streamer.stream(data_executor_pb2.DataTicket(job_id="job-race", consumer_id="t", purpose=TRAIN)):
+        for batch, origin in task:
+            served[(origin.task_id, origin.attempt)] += batch.num_rows
     assert racing.raced is not None
     raced = racing.raced.task_id
     assert (raced, racing.raced.attempt) not in served, "the refused attempt's batches are dropped"

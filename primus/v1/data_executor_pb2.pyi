@@ -90,6 +90,12 @@ class BatchOrigin(_message.Message):
     arena_columns: _containers.RepeatedCompositeFieldContainer[ArenaColumn]
     def __init__(self, task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., source: _Optional[str] = ..., row_offset: _Optional[int] = ..., row_count: _Optional[int] = ..., last_of_task: _Optional[bool] = ..., shared_memory_path: _Optional[str] = ..., shared_memory_offset: _Optional[int] = ..., shared_memory_length: _Optional[int] = ..., shared_memory_slot: _Optional[int] = ..., arena_path: _Optional[str] = ..., arena_hold: _Optional[int] = ..., arena_columns: _Optional[_Iterable[_Union[ArenaColumn, _Mapping]]] = ...) -> None: ...
 
+class BatchGroup(_message.Message):
+    __slots__ = ("batches",)
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    batches: _containers.RepeatedCompositeFieldContainer[BatchOrigin]
+    def __init__(self, batches: _Optional[_Iterable[_Union[BatchOrigin, _Mapping]]] = ...) -> None: ...
+
 class ArenaColumn(_message.Message):
     __slots__ = ("length", "offset", "null_count", "buffers")
     LENGTH_FIELD_NUMBER: _ClassVar[int]

@@ -8,7 +8,8 @@ A consumer on the same host may ask for shared memory. With the process's arena 
 decoded straight into shared memory: the message carries only the batch's column layout in the arena, the consumer
 maps it without any copy, and the executor keeps the batch alive until the consumer gives its hold back (a hold
 never given back stays lent for the life of the process). Otherwise each batch is copied into a slot of the
-stream's ring (or a one-off file) in /dev/shm. When shared memory is full, batches go inline.
+stream's ring (or a one-off file) in /dev/shm. When shared memory is full, batches go inline. Batches in shared
+memory go out as one BatchGroup message per task, or per as many of its batches as there are credits for.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from google.protobuf.message import DecodeError
 from primus.arena import Arena
 from primus.dataplane import END_OF_STREAM
 from primus.v1 import data_executor_pb2
-from services.data_executor.serving import TaskStreamer
+from services.data_executor.serving import Served, TaskStreamer
 from services.data_executor.shared_memory import DEFAULT_SLOTS, SharedMemoryDrop, SharedMemoryRing
 
 
@@ -49,8 +50,8 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         return request
 
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.GeneratorStream:
-        batches = self._streamer.stream(self._ticket(ticket.ticket))
-        return flight.GeneratorStream(self._schema, ((batch, pa.py_buffer(origin.SerializeToString())) for batch, origin in batches))
+        tasks = self._streamer.stream(self._ticket(ticket.ticket))
+        return flight.GeneratorStream(self._schema, ((batch, pa.py_buffer(origin.SerializeToString())) for served in tasks for batch, origin in served))
 
     def do_exchange(
         self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor, reader: flight.MetadataRecordBatchReader, writer: flight.MetadataRecordBatchWriter
@@ -60,20 +61,20 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         arena = self._arena if drop is not None else None
         ring = drop.open_ring(ticket.shared_memory_slots or DEFAULT_SLOTS) if drop is not None else None
         signals = ConsumerSignals(reader, ring.release if ring is not None else None, arena.give_back if arena is not None else None)
-        batches = self._streamer.stream(ticket)
+        tasks = self._streamer.stream(ticket)
         writer.begin(self._schema)
         try:
-            for batch, origin in batches:
-                if not signals.take_credit():  # the consumer closed its side: it wants no more
-                    return
-                if (arena is not None and _lend(batch, origin, arena)) or (drop is not None and _place(batch, origin, ring, drop)):
-                    writer.write_metadata(pa.py_buffer(origin.SerializeToString()))
-                else:
-                    writer.write_with_metadata(batch, pa.py_buffer(origin.SerializeToString()))
+            for served in tasks:
+                while served:
+                    credits = signals.take_credits(len(served))
+                    if not credits:  # the consumer closed its side: it wants no more
+                        return
+                    sent, served = served[:credits], served[credits:]
+                    _send(writer, sent, arena, drop, ring)
             writer.write_metadata(pa.py_buffer(END_OF_STREAM))
             signals.wait_closed()
         finally:
-            batches.close()
+            tasks.close()
             if ring is not None:
                 ring.close()
 
@@ -86,6 +87,27 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         thread = threading.Thread(target=self.serve, name="flight", daemon=True)
         thread.start()
         return thread
+
+
+def _send(
+    writer: flight.MetadataRecordBatchWriter,
+    batches: Served,
+    arena: Arena | None,
+    drop: SharedMemoryDrop | None,
+    ring: SharedMemoryRing | None,
+) -> None:
+    """Batches in shared memory go out together, as one BatchGroup; the others inline, one message each."""
+    group = data_executor_pb2.BatchGroup()
+    for batch, origin in batches:
+        if (arena is not None and _lend(batch, origin, arena)) or (drop is not None and _place(batch, origin, ring, drop)):
+            group.batches.append(origin)
+            continue
+        if group.batches:
+            writer.write_metadata(pa.py_buffer(group.SerializeToString()))
+            del group.batches[:]
+        writer.write_with_metadata(batch, pa.py_buffer(origin.SerializeToString()))
+    if group.batches:
+        writer.write_metadata(pa.py_buffer(group.SerializeToString()))
 
 
 def _lend(batch: pa.RecordBatch, origin: data_executor_pb2.BatchOrigin, arena: Arena) -> bool:
@@ -132,16 +154,15 @@ class ConsumerSignals:
         self._thread = threading.Thread(target=self._read, name="consumer-signals", daemon=True)
         self._thread.start()
 
-    def take_credit(self) -> bool:
-        """Wait for a credit and spend it; False once the consumer has closed its side with none left."""
+    def take_credits(self, wanted: int) -> int:
+        """Wait for a credit, then spend up to `wanted`; 0 once the consumer has closed its side with none left."""
         with self._changed:
             self._changed.wait_for(lambda: self._credits > 0 or self._closed)
             if self._error is not None:
                 raise self._error
-            if self._credits <= 0:
-                return False
-            self._credits -= 1
-            return True
+            taken = min(wanted, self._credits)
+            self._credits -= taken
+            return taken
 
     def wait_closed(self) -> None:
         self._thread.join()

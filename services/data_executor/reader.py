@@ -26,6 +26,7 @@ class TaskRead:
 
     batches: list[pa.RecordBatch]
     rows: int
+    nbytes: int  # of the batches
     bytes_read: int
     cpu_seconds: float
     read_seconds: float
@@ -96,6 +97,7 @@ def read_task(task: planner_pb2.DataTask, job: TrainingJob, schema: pa.Schema, q
     return TaskRead(
         batches=batches,
         rows=served.num_rows,
+        nbytes=served.nbytes,
         bytes_read=bytes_read,
         cpu_seconds=time.thread_time() - started_cpu,
         read_seconds=read_done - started,

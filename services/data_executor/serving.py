@@ -29,7 +29,7 @@ from services.data_executor.leases import StreamLeases
 from services.data_executor.reader import TaskRead, read_task
 
 log = logging.getLogger(__name__)
-PREFETCH_BATCHES = 8
+PREFETCH_TASKS = 2  # read tasks waiting to be served, per stream (each reader also holds the one it reads)
 READERS_PER_STREAM = 2
 REPORT_EVERY_TASKS = 4  # served tasks go to the planner a few per call...
 REPORT_AFTER_SECONDS = 0.05  # ...or as soon as the stream has been idle this long, and at its end
@@ -51,17 +51,15 @@ class ExecutorCounters:
                 setattr(self, name, getattr(self, name) + delta)
 
 
+Served = list[tuple[pa.RecordBatch, data_executor_pb2.BatchOrigin]]  # a read task's batches, in order
+
+
 @dataclass(frozen=True)
-class _TaskStart:
+class _ReadTask:
     task: planner_pb2.DataTask
     read: TaskRead
     claim: grpc.Future[planner_pb2.ClaimTaskResponse]  # the planner's answer to ClaimTask: only a granted task's batches are served
-
-
-@dataclass(frozen=True)
-class _TaskEnd:
-    task: planner_pb2.DataTask
-    read: TaskRead
+    batches: Served
 
 
 _READER_DONE = object()
@@ -111,8 +109,9 @@ class TaskStreamer:
         self._readers = readers
         self._tracer = telemetry.tracer("primus.data_executor")
 
-    def stream(self, ticket: data_executor_pb2.DataTicket) -> Generator[tuple[pa.RecordBatch, data_executor_pb2.BatchOrigin], None, None]:
-        items: queue.Queue[Any] = queue.Queue(maxsize=PREFETCH_BATCHES)
+    def stream(self, ticket: data_executor_pb2.DataTicket) -> Generator[Served, None, None]:
+        """Each read task's batches, a task at a time, once its claim is granted."""
+        items: queue.Queue[Any] = queue.Queue(maxsize=PREFETCH_TASKS)
         stop = threading.Event()
         parent = telemetry.extract_context(ticket.trace_context)
         leases = StreamLeases(self._planner, planner_pb2.LeaseTaskRequest(job_id=ticket.job_id, executor_id=self._executor_id, purpose=ticket.purpose), self._readers)
@@ -126,13 +125,9 @@ class TaskStreamer:
             leases.close()
             self._counters.add(streams_active=-1)
 
-    def _consume(
-        self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], parent: context.Context, leases: StreamLeases
-    ) -> Iterator[tuple[pa.RecordBatch, data_executor_pb2.BatchOrigin]]:
+    def _consume(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], parent: context.Context, leases: StreamLeases) -> Iterator[Served]:
         finished_readers = 0
-        spans: dict[str, trace.Span] = {}
-        refused: set[str] = set()  # tasks another attempt claimed first: their batches are dropped here
-        served: list[tuple[_TaskEnd, trace.Span]] = []  # reported a few at a time, when the stream idles, and at its end
+        served: list[tuple[_ReadTask, trace.Span]] = []  # reported a few at a time, when the stream idles, and at its end
         try:
             while finished_readers < self._readers:
                 try:
@@ -142,28 +137,19 @@ class TaskStreamer:
                     continue
                 if item is _READER_DONE:
                     finished_readers += 1
-                elif isinstance(item, BaseException):
+                    continue
+                if isinstance(item, BaseException):
                     raise item
-                elif isinstance(item, _TaskStart):
-                    if _granted(item.claim):
-                        spans[item.task.task_id] = self._tracer.start_span("data_task.serve", context=parent, attributes=_attributes(item.task))
-                    else:
-                        refused.add(item.task.task_id)
-                        leases.settle(item.task)
-                elif isinstance(item, _TaskEnd):
-                    if item.task.task_id in refused:
-                        refused.discard(item.task.task_id)
-                        continue
+                if not _granted(item.claim):  # another attempt claimed the task first: its batches are dropped
                     leases.settle(item.task)
-                    served.append((item, spans.pop(item.task.task_id)))
-                    if len(served) >= REPORT_EVERY_TASKS:
-                        self._report(ticket.job_id, served)
-                else:
-                    batch, origin = item
-                    if origin.task_id in refused:
-                        continue
-                    self._counters.add(rows_served=batch.num_rows, bytes_served=batch.nbytes)
-                    yield batch, origin
+                    continue
+                span = self._tracer.start_span("data_task.serve", context=parent, attributes=_attributes(item.task))
+                yield item.batches
+                leases.settle(item.task)  # served to the end (a stream closed in the middle gives the task back)
+                self._counters.add(rows_served=item.read.rows, bytes_served=item.read.nbytes)
+                served.append((item, span))
+                if len(served) >= REPORT_EVERY_TASKS:
+                    self._report(ticket.job_id, served)
         finally:
             self._report(ticket.job_id, served)
 
@@ -244,11 +230,10 @@ class TaskStreamer:
     def _offer(
         self, task: planner_pb2.DataTask, read: TaskRead, claim: grpc.Future[planner_pb2.ClaimTaskResponse], items: queue.Queue[Any], stop: threading.Event
     ) -> bool:
-        """Queue a read task's batches; False when the stream closed first."""
-        if not self._put(items, _TaskStart(task, read, claim), stop):
-            return False
+        """Queue a read task with its batches; False when the stream closed first."""
         offset = task.start_offset
         batches = read.batches or [pa.RecordBatch.from_pylist([], schema=self._schema)]
+        served: Served = []
         for index, batch in enumerate(batches):
             origin = data_executor_pb2.BatchOrigin(
                 task_id=task.task_id,
@@ -259,9 +244,8 @@ class TaskStreamer:
                 last_of_task=index == len(batches) - 1,
             )
             offset += batch.num_rows
-            if not self._put(items, (batch, origin), stop):
-                return False
-        return self._put(items, _TaskEnd(task, read), stop)
+            served.append((batch, origin))
+        return self._put(items, _ReadTask(task, read, claim, served), stop)
 
     @staticmethod
     def _put(items: queue.Queue[Any], item: object, stop: threading.Event) -> bool:
@@ -273,7 +257,7 @@ class TaskStreamer:
                 continue
         return False
 
-    def _report(self, job_id: str, served: list[tuple[_TaskEnd, trace.Span]]) -> None:
+    def _report(self, job_id: str, served: list[tuple[_ReadTask, trace.Span]]) -> None:
         """Report served tasks in one call without holding up the stream (and empty the list); the reply ends their
         serve spans."""
         if not served:
@@ -295,7 +279,7 @@ class TaskStreamer:
         )
         return planner_pb2.CompleteTaskRequest(job_id=job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id, stats=stats)
 
-    def _after_report(self, done: Any, reports: list[tuple[_TaskEnd, trace.Span]]) -> None:
+    def _after_report(self, done: Any, reports: list[tuple[_ReadTask, trace.Span]]) -> None:
         try:
             results = [bool(r.accepted) for r in done.result().results]
         except grpc.RpcError as exc:
@@ -304,7 +288,7 @@ class TaskStreamer:
         for (end, span), accepted in zip(reports, results, strict=True):
             self._after_served(end, span, accepted)
 
-    def _after_served(self, end: _TaskEnd, span: trace.Span, accepted: bool) -> None:
+    def _after_served(self, end: _ReadTask, span: trace.Span, accepted: bool) -> None:
         if accepted:
             self._counters.add(tasks_done=1)
         else:

@@ -19,7 +19,7 @@ from primus.errors import UnavailableError
 from primus.v1 import data_executor_pb2
 
 Discover = Callable[[], dict[str, str]]
-CREDIT_WINDOW = 4  # batches in flight per stream; credits go back in halves of it
+CREDIT_WINDOW = 8  # batches in flight per stream (a task of 4 MiB batches fits); credits go back in halves of it
 HOLD_WAIT_SECONDS = 5.0  # at the end of a stream, how long to wait for the trainer to release its arena batches
 LOCAL_HOSTS = ("127.", "localhost", "[::1]")
 
@@ -154,16 +154,18 @@ class BatchFeed:
                         self._give_back_holds(writer, maps)
                     writer.done_writing()
                     continue
-                origin = data_executor_pb2.BatchOrigin()
-                origin.ParseFromString(meta)
-                batch = chunk.data
-                if batch is None and origin.arena_path:
-                    batch = maps.arena_batch(origin, reader.schema)
-                elif batch is None:
-                    batch = maps.batch(origin.shared_memory_path, origin.shared_memory_slot, origin.shared_memory_offset, origin.shared_memory_length)
-                self._put(("batch", executor_id, (batch, origin)))
-                batch = chunk = None  # this frame must not keep the last batch (and its hold) alive
-                owed += 1
+                if chunk.data is not None:
+                    origin = data_executor_pb2.BatchOrigin()
+                    origin.ParseFromString(meta)
+                    self._put(("batch", executor_id, (chunk.data, origin)))
+                    owed += 1
+                else:
+                    group = data_executor_pb2.BatchGroup()
+                    group.ParseFromString(meta)
+                    for origin in group.batches:
+                        self._put(("batch", executor_id, (_mapped(maps, origin, reader.schema), origin)))
+                    owed += len(group.batches)
+                chunk = None  # this frame must not keep the last batch (and its hold) alive
                 if owed >= grant:
                     _signal(writer, owed, maps.released(), maps.released_holds())
                     owed = 0
@@ -196,6 +198,12 @@ class BatchFeed:
                 return
             except queue.Full:
                 continue
+
+
+def _mapped(maps: SharedMemoryMaps, origin: data_executor_pb2.BatchOrigin, schema: pa.Schema) -> pa.RecordBatch:
+    if origin.arena_path:
+        return maps.arena_batch(origin, schema)
+    return maps.batch(origin.shared_memory_path, origin.shared_memory_slot, origin.shared_memory_offset, origin.shared_memory_length)
 
 
 def _signal(writer: flight.FlightStreamWriter, credits: int, released: list[int], holds: list[int] | None = None) -> None:
