@@ -265,19 +265,19 @@ class _ClaimedFirstElsewhere:
     def __init__(self, stub: planner_pb2_grpc.PlannerServiceStub) -> None:
         self._stub = stub
         self.raced: planner_pb2.ClaimTaskRequest | None = None
-        self.ClaimTask = self  # the executor calls ClaimTask.future(...)
+        self.ClaimTask = self  # the executor calls ClaimTask(request, timeout=...)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stub, name)
 
-    def future(self, request: planner_pb2.ClaimTaskRequest, timeout: float) -> Any:
+    def __call__(self, request: planner_pb2.ClaimTaskRequest, timeout: float) -> planner_pb2.ClaimTaskResponse:
         if self.raced is not None:
-            return self._stub.ClaimTask.future(request, timeout=timeout)
+            reply: planner_pb2.ClaimTaskResponse = self._stub.ClaimTask(request, timeout=timeout)
+            return reply
         self.raced = request
         twin = planner_pb2.ClaimTaskRequest(job_id=request.job_id, task_id=request.task_id, attempt=request.attempt, executor_id="twin")
         assert self._stub.ClaimTask(twin, timeout=timeout).granted
-        refused = self._stub.ClaimTask.future(request, timeout=timeout)
-        refused.result()
+        refused: planner_pb2.ClaimTaskResponse = self._stub.ClaimTask(request, timeout=timeout)
         release = planner_pb2.ReleaseTaskRequest(job_id=request.job_id, task_id=request.task_id, attempt=request.attempt, executor_id="twin")
         self._stub.ReleaseTask(release, timeout=timeout)
         return refused

@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Generator, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,21 +59,21 @@ Served = list[tuple[pa.RecordBatch, data_executor_pb2.BatchOrigin]]  # a read ta
 class _ReadTask:
     task: planner_pb2.DataTask
     read: TaskRead
-    claim: grpc.Future[planner_pb2.ClaimTaskResponse]  # the planner's answer to ClaimTask: only a granted task's batches are served
+    claim: Future[planner_pb2.ClaimTaskResponse]  # the planner's answer to ClaimTask: only a granted task's batches are served
     batches: Served
 
 
 _READER_DONE = object()
 
 
-def _granted(claim: grpc.Future[planner_pb2.ClaimTaskResponse]) -> bool:
+def _granted(claim: Future[planner_pb2.ClaimTaskResponse]) -> bool:
     try:
         return bool(claim.result().granted)
     except grpc.RpcError as exc:
         raise UnavailableError(f"planner unreachable while claiming a task: {exc.details() or exc.code()}") from None
 
 
-def _warn_on_failure(reply: grpc.Future[Any], what: str) -> None:
+def _warn_on_failure(reply: Future[Any], what: str) -> None:
     if reply.exception() is not None:
         log.warning("%s: %s", what, reply.exception())
 
@@ -133,7 +134,7 @@ class TaskStreamer:
                 try:
                     item = items.get(timeout=REPORT_AFTER_SECONDS if served else None)
                 except queue.Empty:
-                    self._report(ticket.job_id, served)
+                    self._report(ticket.job_id, served, leases)
                     continue
                 if item is _READER_DONE:
                     finished_readers += 1
@@ -149,9 +150,9 @@ class TaskStreamer:
                 self._counters.add(rows_served=item.read.rows, bytes_served=item.read.nbytes)
                 served.append((item, span))
                 if len(served) >= REPORT_EVERY_TASKS:
-                    self._report(ticket.job_id, served)
+                    self._report(ticket.job_id, served, leases)
         finally:
-            self._report(ticket.job_id, served)
+            self._report(ticket.job_id, served, leases)
 
     def _produce(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], stop: threading.Event, parent: context.Context, leases: StreamLeases) -> None:
         """Read leased tasks and offer their batches until the purpose is exhausted (or the stream closes)."""
@@ -178,7 +179,7 @@ class TaskStreamer:
             leases.leave()
             context.detach(token)
 
-    def _read(self, task: planner_pb2.DataTask, leases: StreamLeases) -> tuple[TaskRead, grpc.Future[planner_pb2.ClaimTaskResponse]] | None:
+    def _read(self, task: planner_pb2.DataTask, leases: StreamLeases) -> tuple[TaskRead, Future[planner_pb2.ClaimTaskResponse]] | None:
         """Read a task, then claim it; the read span ends when the claim is answered."""
         span = self._tracer.start_span("data_task.read", attributes=_attributes(task))
         try:
@@ -192,7 +193,7 @@ class TaskStreamer:
             leases.settle(task)  # failed, and reported: the planner retries it
             return None
         claim = leases.claim(task)
-        claim.add_done_callback(lambda done: self._after_claim(task, read, span, done))
+        claim.add_done_callback(lambda done: self._after_claim(task, read, span, done, leases))
         return read, claim
 
     def _read_or_fail(self, task: planner_pb2.DataTask, span: trace.Span) -> TaskRead | None:
@@ -219,17 +220,15 @@ class TaskStreamer:
         )
         return read
 
-    def _after_claim(self, task: planner_pb2.DataTask, read: TaskRead, span: trace.Span, done: grpc.Future[planner_pb2.ClaimTaskResponse]) -> None:
+    def _after_claim(self, task: planner_pb2.DataTask, read: TaskRead, span: trace.Span, done: Future[planner_pb2.ClaimTaskResponse], leases: StreamLeases) -> None:
         """A refused claim: the read was waste, and the planner is told so (the stream drops the batches)."""
         if done.exception() is None and not done.result().granted:
             span.add_event("superseded", {"reason": "another attempt claimed the task first"})
-            waste = self._planner.CompleteTask.future(self._complete_request(task.job_id, task, read), timeout=30)
+            waste = leases.call(self._planner.CompleteTask, self._complete_request(task.job_id, task, read))
             waste.add_done_callback(lambda reply: _warn_on_failure(reply, f"could not report the waste of task {task.task_id}"))
         span.end()
 
-    def _offer(
-        self, task: planner_pb2.DataTask, read: TaskRead, claim: grpc.Future[planner_pb2.ClaimTaskResponse], items: queue.Queue[Any], stop: threading.Event
-    ) -> bool:
+    def _offer(self, task: planner_pb2.DataTask, read: TaskRead, claim: Future[planner_pb2.ClaimTaskResponse], items: queue.Queue[Any], stop: threading.Event) -> bool:
         """Queue a read task with its batches; False when the stream closed first."""
         offset = task.start_offset
         batches = read.batches or [pa.RecordBatch.from_pylist([], schema=self._schema)]
@@ -257,14 +256,14 @@ class TaskStreamer:
                 continue
         return False
 
-    def _report(self, job_id: str, served: list[tuple[_ReadTask, trace.Span]]) -> None:
+    def _report(self, job_id: str, served: list[tuple[_ReadTask, trace.Span]], leases: StreamLeases) -> None:
         """Report served tasks in one call without holding up the stream (and empty the list); the reply ends their
         serve spans."""
         if not served:
             return
         reports, served[:] = list(served), []
         tasks = [self._complete_request(job_id, end.task, end.read) for end, _ in reports]
-        future = self._planner.CompleteTasks.future(planner_pb2.CompleteTasksRequest(job_id=job_id, tasks=tasks), timeout=30)
+        future = leases.call(self._planner.CompleteTasks, planner_pb2.CompleteTasksRequest(job_id=job_id, tasks=tasks))
         future.add_done_callback(lambda done: self._after_report(done, reports))
 
     def _complete_request(self, job_id: str, task: planner_pb2.DataTask, read: TaskRead) -> planner_pb2.CompleteTaskRequest:
