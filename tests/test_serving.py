@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 import yaml
@@ -52,6 +53,15 @@ def _job(data: Path, tmp_path: Path) -> TrainingJob:
 
 def _executors(count: int, job_id: str, planner: rpc.RunningServer, job: TrainingJob) -> list[DataExecutor]:
     return [create_executor(f"e{i}", job_id, planner.address, job) for i in range(count)]
+
+
+def _exchange(executor: DataExecutor, job_id: str, credits: int) -> tuple[flight.FlightClient, flight.FlightStreamWriter, flight.FlightStreamReader]:
+    """A bare DoExchange without shared memory that grants `credits` batches and no more."""
+    client = flight.connect(f"grpc://{executor.data_address}")
+    ticket = data_executor_pb2.DataTicket(job_id=job_id, consumer_id="bare", purpose=TRAIN)
+    writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(ticket.SerializeToString()))
+    writer.write_metadata(pa.py_buffer(data_executor_pb2.ConsumerSignal(credits=credits).SerializeToString()))
+    return client, writer, reader
 
 
 def _feed(executors: list[DataExecutor], job_id: str, purpose: int) -> Iterator[tuple[object, data_executor_pb2.BatchOrigin]]:
@@ -154,18 +164,11 @@ def test_status_rpc_counts_served_rows(planner: rpc.RunningServer, dataset: Path
 
 def test_a_stalled_consumer_stalls_reading(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
     """Credits bound what is in flight: with no credits returned, the executor stops leasing and reading."""
-    import time
-
-    import pyarrow as pa
-
     job = _job(dataset, tmp_path)
     stub = _plan(planner, "job-slow", job)
     (executor,) = _executors(1, "job-slow", planner, job)
     try:
-        client = flight.connect(f"grpc://{executor.data_address}")
-        ticket = data_executor_pb2.DataTicket(job_id="job-slow", consumer_id="slow", purpose=TRAIN)
-        writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(ticket.SerializeToString()))
-        writer.write_metadata(pa.py_buffer(data_executor_pb2.ConsumerSignal(credits=2).SerializeToString()))
+        client, writer, reader = _exchange(executor, "job-slow", credits=2)
         assert reader.read_chunk().data.num_rows == ROWS_PER_HOUR
         time.sleep(2.0)
         plan = stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-slow"), timeout=10)
@@ -304,16 +307,11 @@ def test_a_refused_claim_drops_the_read_and_counts_it_as_waste(planner: rpc.Runn
 
 
 def test_a_closed_stream_gives_back_the_tasks_leased_ahead(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
-    import pyarrow as pa
-
     job = _job(dataset, tmp_path)
     stub = _plan(planner, "job-close", job)
     (executor,) = _executors(1, "job-close", planner, job)
     try:
-        client = flight.connect(f"grpc://{executor.data_address}")
-        ticket = data_executor_pb2.DataTicket(job_id="job-close", consumer_id="c", purpose=TRAIN)
-        writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(ticket.SerializeToString()))
-        writer.write_metadata(pa.py_buffer(data_executor_pb2.ConsumerSignal(credits=1).SerializeToString()))
+        client, writer, reader = _exchange(executor, "job-close", credits=1)
         assert reader.read_chunk().data.num_rows == ROWS_PER_HOUR
         assert stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-close"), timeout=10).tasks_leased >= 2, "the stream holds tasks beyond the one it serves"
         writer.done_writing()
