@@ -7,9 +7,35 @@ from libcpp.memory cimport shared_ptr
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-from pyarrow.includes.common cimport CResult, GetResultValue
-from pyarrow.includes.libarrow cimport CMemoryPool, CRandomAccessFile, CTable
-from pyarrow.lib cimport MemoryPool, NativeFile, pyarrow_wrap_table
+from pyarrow.includes.common cimport CResult, CStatus, GetResultValue
+from pyarrow.includes.libarrow cimport CArrayData, CBuffer, CMemoryPool, CRandomAccessFile, CRecordBatch, CSchema, CTable
+from pyarrow.lib cimport (
+    MemoryPool,
+    NativeFile,
+    RecordBatch,
+    Schema,
+    check_status,
+    pyarrow_unwrap_batch,
+    pyarrow_unwrap_schema,
+    pyarrow_wrap_batch,
+    pyarrow_wrap_table,
+)
+
+
+cdef extern from "arrow/api.h" namespace "arrow" nogil:
+    cdef cppclass CBatchColumns "arrow::RecordBatch":
+        int num_columns()
+        shared_ptr[CArrayData] column_data(int i)
+
+    shared_ptr[CRecordBatch] MakeBatch "arrow::RecordBatch::Make"(
+        shared_ptr[CSchema] schema, int64_t num_rows, vector[shared_ptr[CArrayData]] columns
+    )
+
+
+cdef extern from "arrow/python/common.h" namespace "arrow::py":
+    cdef cppclass CPyForeignBuffer "arrow::py::PyForeignBuffer":
+        @staticmethod
+        CStatus Make(const uint8_t* data, int64_t size, object base, shared_ptr[CBuffer]* out)
 
 
 cdef extern from "arena_pool.h" namespace "primus":
@@ -87,3 +113,67 @@ def read_columns(NativeFile handle, row_groups, columns, MemoryPool pool):
     with nogil:
         result = ReadColumns(source, groups, names, c_pool)
     return pyarrow_wrap_table(GetResultValue(result))
+
+
+def batch_layout(RecordBatch batch, SharedArena arena):
+    """The batch's columns as a flat list of integers, or None when a column has children or a dictionary, or a
+    buffer lies outside the arena. Per column: length, offset, null count (-1: not computed), number of buffers;
+    then per buffer its offset in the arena file and its length, or -1, -1 for an absent one."""
+    cdef shared_ptr[CRecordBatch] c_batch = pyarrow_unwrap_batch(batch)
+    cdef CBatchColumns* columns = <CBatchColumns*>c_batch.get()
+    cdef shared_ptr[CArrayData] data
+    cdef CBuffer* buffer
+    cdef int64_t offset
+    cdef int i
+    cdef size_t j
+    cdef list layout = []
+    for i in range(columns.num_columns()):
+        data = columns.column_data(i)
+        if data.get().child_data.size() or data.get().dictionary.get() != NULL:
+            return None
+        layout += [data.get().length, data.get().offset, data.get().null_count, data.get().buffers.size()]
+        for j in range(data.get().buffers.size()):
+            buffer = data.get().buffers[j].get()
+            if buffer == NULL:
+                layout += [-1, -1]
+                continue
+            offset = arena.arena.OffsetOf(buffer.data())
+            if offset < 0 or offset + buffer.size() > arena.arena.capacity():
+                return None
+            layout += [offset, buffer.size()]
+    return layout
+
+
+def rebuild_batch(Schema schema, layout, uintptr_t base, int64_t size, object hold, str where):
+    """The batch a layout describes, its buffers laid over [base, base + size) and each keeping `hold` alive.
+    ValueError when the layout does not fit the schema or a buffer lies outside the mapping."""
+    cdef shared_ptr[CSchema] c_schema = pyarrow_unwrap_schema(schema)
+    cdef vector[shared_ptr[CArrayData]] columns
+    cdef vector[shared_ptr[CBuffer]] buffers
+    cdef shared_ptr[CBuffer] buffer
+    cdef Py_ssize_t k = 0, total = len(layout)
+    cdef int64_t length = 0, offset, nulls, count, at, extent, rows = 0
+    cdef int i
+    for i in range(len(schema)):
+        if k + 4 > total:
+            raise ValueError(f"the layout of a batch in {where} describes {i} columns, the stream's schema {len(schema)}")
+        length, offset, nulls, count = layout[k], layout[k + 1], layout[k + 2], layout[k + 3]
+        k += 4
+        if count < 0 or k + 2 * count > total:
+            raise ValueError(f"the layout of column {schema[i].name!r} in {where} is cut short")
+        buffers.clear()
+        for _ in range(count):
+            at, extent = layout[k], layout[k + 1]
+            k += 2
+            if at < 0:
+                buffers.push_back(shared_ptr[CBuffer]())
+                continue
+            if extent < 0 or at + extent > size:
+                raise ValueError(f"column {schema[i].name!r} at [{at}, {at + extent}) lies outside {where}")
+            check_status(CPyForeignBuffer.Make(<const uint8_t*>(base + at), extent, hold, &buffer))
+            buffers.push_back(buffer)
+        columns.push_back(CArrayData.Make(c_schema.get().field(i).get().type(), length, buffers, nulls, offset))
+        rows = length
+    if k != total:
+        raise ValueError(f"the layout of a batch in {where} describes more columns than the stream's schema has")
+    return pyarrow_wrap_batch(MakeBatch(c_schema, rows, columns))

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from primus.v1 import data_executor_pb2
-
 try:
     from primus import _arena as native  # type: ignore[attr-defined]
 except ImportError:  # not built (no compiler): executors copy batches into shared memory instead
@@ -38,23 +36,11 @@ class Arena:
         self._next_hold = 1
         self._holds_lock = threading.Lock()
 
-    def layout(self, batch: pa.RecordBatch) -> list[data_executor_pb2.ArenaColumn] | None:
-        """The batch's columns as spans of the arena file; None when a buffer lies outside it or a type has children."""
-        columns = []
-        for column in batch.columns:
-            if column.type.num_fields or pa.types.is_dictionary(column.type):
-                return None
-            spans = []
-            for buffer in column.buffers():
-                if buffer is None:
-                    spans.append(data_executor_pb2.ArenaSpan(present=False))
-                    continue
-                offset = self.pool.offset_of(buffer.address)
-                if offset < 0 or offset + buffer.size > self.pool.capacity:
-                    return None
-                spans.append(data_executor_pb2.ArenaSpan(present=True, offset=offset, length=buffer.size))
-            columns.append(data_executor_pb2.ArenaColumn(length=len(column), offset=column.offset, null_count=column.null_count, buffers=spans))
-        return columns
+    def layout(self, batch: pa.RecordBatch) -> list[int] | None:
+        """The batch's columns laid over the arena file (BatchOrigin.arena_layout); None when a buffer lies outside
+        it or a column has children or a dictionary."""
+        layout: list[int] | None = native.batch_layout(batch, self.pool)
+        return layout
 
     def lend(self, batch: pa.RecordBatch) -> int:
         """Keep the batch (and so its memory) alive until the consumer gives its hold back."""

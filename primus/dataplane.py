@@ -10,11 +10,17 @@ from __future__ import annotations
 import os
 import queue
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
 
 from primus.v1 import data_executor_pb2
+
+try:
+    from primus import _arena as native  # type: ignore[attr-defined]
+except ImportError:  # not built: arena batches are rebuilt in Python
+    native = None
 
 SHM_ROOT = Path("/dev/shm")
 
@@ -63,22 +69,11 @@ class SharedMemoryMaps:
     def arena_batch(self, origin: data_executor_pb2.BatchOrigin, schema: pa.Schema) -> pa.RecordBatch:
         """Lay the batch's arrays over the mapped arena: no copy; the hold goes back once every view of it is gone."""
         mapping = self._map(origin.arena_path)
-        if len(origin.arena_columns) != len(schema):
-            raise ValueError(f"arena batch has {len(origin.arena_columns)} columns, the stream's schema {len(schema)}")
         hold = _Release(origin.arena_hold, self._released_holds, mapping)
         self._holds_taken += 1
-        arrays = []
-        for field, column in zip(schema, origin.arena_columns, strict=True):
-            buffers: list[pa.Buffer | None] = []
-            for span in column.buffers:
-                if not span.present:
-                    buffers.append(None)
-                    continue
-                if span.offset + span.length > mapping.size:
-                    raise ValueError(f"column {field.name!r} at [{span.offset}, {span.offset + span.length}) lies outside {origin.arena_path}")
-                buffers.append(pa.foreign_buffer(mapping.address + span.offset, span.length, base=hold))
-            arrays.append(pa.Array.from_buffers(field.type, column.length, buffers, column.null_count, column.offset))
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+        rebuild = native.rebuild_batch if native is not None else _rebuild_batch
+        batch: pa.RecordBatch = rebuild(schema, origin.arena_layout, mapping.address, mapping.size, hold, origin.arena_path)
+        return batch
 
     def released_holds(self) -> list[int]:
         holds = _drain(self._released_holds)
@@ -112,6 +107,32 @@ class SharedMemoryMaps:
     def close(self) -> None:
         """Drop this side's hold on the mappings; batches still in use keep theirs alive."""
         self._mappings.clear()
+
+
+def _rebuild_batch(schema: pa.Schema, layout: Sequence[int], base: int, size: int, hold: object, where: str) -> pa.RecordBatch:
+    """What primus._arena.rebuild_batch does, for a consumer without the extension (slower, same checks)."""
+    arrays: list[pa.Array] = []
+    k = 0
+    for field in schema:
+        if k + 4 > len(layout):
+            raise ValueError(f"the layout of a batch in {where} describes {len(arrays)} columns, the stream's schema {len(schema)}")
+        length, offset, nulls, count = layout[k : k + 4]
+        k += 4
+        if count < 0 or k + 2 * count > len(layout):
+            raise ValueError(f"the layout of column {field.name!r} in {where} is cut short")
+        buffers: list[pa.Buffer | None] = []
+        for at, extent in zip(layout[k : k + 2 * count : 2], layout[k + 1 : k + 2 * count : 2], strict=True):
+            if at < 0:
+                buffers.append(None)
+                continue
+            if extent < 0 or at + extent > size:
+                raise ValueError(f"column {field.name!r} at [{at}, {at + extent}) lies outside {where}")
+            buffers.append(pa.foreign_buffer(base + at, extent, base=hold))
+        k += 2 * count
+        arrays.append(pa.Array.from_buffers(field.type, length, buffers, nulls, offset))
+    if k != len(layout):
+        raise ValueError(f"the layout of a batch in {where} describes more columns than the stream's schema has")
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _drain(released: queue.SimpleQueue[int]) -> list[int]:

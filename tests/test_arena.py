@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from primus import arena, rpc
+from primus import arena, dataplane, rpc
 from primus.dataplane import SharedMemoryMaps
 from primus.samples import training_schema
 from primus.spec import TrainingJob, load_job_file
@@ -102,13 +102,15 @@ def test_a_consumer_rebuilds_the_batch_without_a_copy_and_gives_the_hold_back(da
     shared = arena.Arena(shm / "b.arena", 64 * MIB)
     table = _read(_first_file(dataset), shared, ["click", "user_id", "user_activity"])
     batch = table.slice(100, 300).combine_chunks().to_batches()[0]  # an offset into shared buffers, as executors slice
-    columns = shared.layout(batch)
-    assert columns is not None
+    layout = shared.layout(batch)
+    assert layout is not None
     hold = shared.lend(batch)
-    origin = data_executor_pb2.BatchOrigin(arena_path=str(shared.path), arena_hold=hold, arena_columns=columns)
+    origin = data_executor_pb2.BatchOrigin(arena_path=str(shared.path), arena_hold=hold, arena_layout=layout)
     maps = SharedMemoryMaps()
     seen = maps.arena_batch(origin, batch.schema)
     assert seen.equals(batch)
+    python = dataplane._rebuild_batch(batch.schema, layout, maps._map(str(shared.path)).address, shared.pool.capacity, None, "the arena")
+    assert python.equals(batch), "a consumer without the extension rebuilds the same batch"
     view = seen.column(1).to_numpy()  # zero copy: the view keeps the hold
     address = seen.column(1).buffers()[1].address
     assert shared.pool.offset_of(address) < 0, "the consumer reads its own mapping of the file, not the executor's pages"
@@ -131,14 +133,23 @@ def test_a_nested_column_is_left_to_pyarrow(shm: Path, tmp_path: Path) -> None:
         _read(path, shared, ["id", "point"])
 
 
-def test_a_layout_outside_the_mapping_is_refused(shm: Path) -> None:
+@pytest.mark.parametrize("rebuild", ["native", "python"])
+def test_a_layout_that_does_not_fit_is_refused(shm: Path, rebuild: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if rebuild == "python":
+        monkeypatch.setattr(dataplane, "native", None)
     path = shm / "small.arena"
     path.write_bytes(b"\0" * 4096)
-    span = data_executor_pb2.ArenaSpan(present=True, offset=4000, length=400)
-    column = data_executor_pb2.ArenaColumn(length=100, buffers=[data_executor_pb2.ArenaSpan(), span])
-    origin = data_executor_pb2.BatchOrigin(arena_path=str(path), arena_hold=1, arena_columns=[column])
-    with pytest.raises(ValueError, match="lies outside"):
-        SharedMemoryMaps().arena_batch(origin, pa.schema([("x", pa.int32())]))
+    schema = pa.schema([("x", pa.int32())])
+    cases = {
+        "lies outside": [100, 0, 0, 2, -1, -1, 4000, 400],
+        "is cut short": [100, 0, 0, 2, -1, -1],
+        "describes 0 columns": [100, 0],
+        "more columns": [100, 0, 0, 2, -1, -1, 0, 400, 7],
+    }
+    for message, layout in cases.items():
+        origin = data_executor_pb2.BatchOrigin(arena_path=str(path), arena_hold=1, arena_layout=layout)
+        with pytest.raises(ValueError, match=message):
+            SharedMemoryMaps().arena_batch(origin, schema)
 
 
 # --- a real executor process decoding into its arena, a consumer in this one -----------------------------------
@@ -191,7 +202,7 @@ def test_an_executor_process_serves_arena_batches_that_match_the_files(dataset: 
         assert rows == expected.num_rows == (DAYS - 1) * 24 * ROWS_PER_HOUR
         assert sums == int(np.asarray(expected.column("user_id")).sum()), "the values consumers see are the files' values"
         lent = [o for o in origins if o.arena_path]
-        assert all(o.arena_columns and not o.shared_memory_path for o in lent)
+        assert all(o.arena_layout and not o.shared_memory_path for o in lent)
         assert len({o.arena_hold for o in lent}) == len(lent)
         if arena_bytes:
             assert not lent and all(o.shared_memory_path for o in origins), "no task fits: every batch is copied to the ring"

@@ -61,7 +61,7 @@ class ConsumerSignal(_message.Message):
     def __init__(self, credits: _Optional[int] = ..., released_slots: _Optional[_Iterable[int]] = ..., released_holds: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class BatchOrigin(_message.Message):
-    __slots__ = ("task_id", "attempt", "source", "row_offset", "row_count", "last_of_task", "shared_memory_path", "shared_memory_offset", "shared_memory_length", "shared_memory_slot", "arena_path", "arena_hold", "arena_columns")
+    __slots__ = ("task_id", "attempt", "source", "row_offset", "row_count", "last_of_task", "shared_memory_path", "shared_memory_offset", "shared_memory_length", "shared_memory_slot", "arena_path", "arena_hold", "arena_layout")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -74,7 +74,7 @@ class BatchOrigin(_message.Message):
     SHARED_MEMORY_SLOT_FIELD_NUMBER: _ClassVar[int]
     ARENA_PATH_FIELD_NUMBER: _ClassVar[int]
     ARENA_HOLD_FIELD_NUMBER: _ClassVar[int]
-    ARENA_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    ARENA_LAYOUT_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     attempt: int
     source: str
@@ -87,33 +87,11 @@ class BatchOrigin(_message.Message):
     shared_memory_slot: int
     arena_path: str
     arena_hold: int
-    arena_columns: _containers.RepeatedCompositeFieldContainer[ArenaColumn]
-    def __init__(self, task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., source: _Optional[str] = ..., row_offset: _Optional[int] = ..., row_count: _Optional[int] = ..., last_of_task: _Optional[bool] = ..., shared_memory_path: _Optional[str] = ..., shared_memory_offset: _Optional[int] = ..., shared_memory_length: _Optional[int] = ..., shared_memory_slot: _Optional[int] = ..., arena_path: _Optional[str] = ..., arena_hold: _Optional[int] = ..., arena_columns: _Optional[_Iterable[_Union[ArenaColumn, _Mapping]]] = ...) -> None: ...
+    arena_layout: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., source: _Optional[str] = ..., row_offset: _Optional[int] = ..., row_count: _Optional[int] = ..., last_of_task: _Optional[bool] = ..., shared_memory_path: _Optional[str] = ..., shared_memory_offset: _Optional[int] = ..., shared_memory_length: _Optional[int] = ..., shared_memory_slot: _Optional[int] = ..., arena_path: _Optional[str] = ..., arena_hold: _Optional[int] = ..., arena_layout: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class BatchGroup(_message.Message):
     __slots__ = ("batches",)
     BATCHES_FIELD_NUMBER: _ClassVar[int]
     batches: _containers.RepeatedCompositeFieldContainer[BatchOrigin]
     def __init__(self, batches: _Optional[_Iterable[_Union[BatchOrigin, _Mapping]]] = ...) -> None: ...
-
-class ArenaColumn(_message.Message):
-    __slots__ = ("length", "offset", "null_count", "buffers")
-    LENGTH_FIELD_NUMBER: _ClassVar[int]
-    OFFSET_FIELD_NUMBER: _ClassVar[int]
-    NULL_COUNT_FIELD_NUMBER: _ClassVar[int]
-    BUFFERS_FIELD_NUMBER: _ClassVar[int]
-    length: int
-    offset: int
-    null_count: int
-    buffers: _containers.RepeatedCompositeFieldContainer[ArenaSpan]
-    def __init__(self, length: _Optional[int] = ..., offset: _Optional[int] = ..., null_count: _Optional[int] = ..., buffers: _Optional[_Iterable[_Union[ArenaSpan, _Mapping]]] = ...) -> None: ...
-
-class ArenaSpan(_message.Message):
-    __slots__ = ("present", "offset", "length")
-    PRESENT_FIELD_NUMBER: _ClassVar[int]
-    OFFSET_FIELD_NUMBER: _ClassVar[int]
-    LENGTH_FIELD_NUMBER: _ClassVar[int]
-    present: bool
-    offset: int
-    length: int
-    def __init__(self, present: _Optional[bool] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...

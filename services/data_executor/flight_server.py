@@ -112,12 +112,12 @@ def _send(
 
 def _lend(batch: pa.RecordBatch, origin: data_executor_pb2.BatchOrigin, arena: Arena) -> bool:
     """Describe a batch that lies in the arena and keep it alive for the consumer; False when it does not lie there."""
-    columns = arena.layout(batch)
-    if columns is None:
+    layout = arena.layout(batch)
+    if layout is None:
         return False
     origin.arena_path = str(arena.path)
     origin.arena_hold = arena.lend(batch)
-    origin.arena_columns.extend(columns)
+    origin.arena_layout.extend(layout)
     return True
 
 
