@@ -6,7 +6,7 @@ import shutil
 import socket
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from primus.errors import UnavailableError
 from primus.samples import training_schema
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2, data_executor_pb2, planner_pb2, planner_pb2_grpc
+from services.data_executor.leases import StreamLeases
 from services.data_executor.server import DataExecutor, create_executor
 from services.data_executor.serving import ExecutorCounters, TaskStreamer
 from services.planner.registry import PlanRegistry
@@ -300,10 +301,13 @@ def test_a_refused_claim_drops_the_read_and_counts_it_as_waste(planner: rpc.Runn
     assert (raced, racing.raced.attempt) not in served, "the refused attempt's batches are dropped"
     assert served[(raced, racing.raced.attempt + 1)] == ROWS_PER_HOUR, "the task is served once, by its next attempt"
     assert sum(served.values()) == (DAYS - 1) * 24 * ROWS_PER_HOUR and len(served) == (DAYS - 1) * 24
-    deadline = time.monotonic() + 10
-    while (source := stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-race"), timeout=10).sources[0]).wasted_samples == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)  # the waste report goes out when the claim's answer arrives, without holding up the stream
-    assert source.wasted_samples == ROWS_PER_HOUR and source.retries == 1
+
+    def source() -> common_pb2.SourceStats:
+        stats: common_pb2.SourceStats = stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-race"), timeout=10).sources[0]
+        return stats
+
+    _wait_for(lambda: source().wasted_samples > 0)  # the waste report goes out when the claim's answer arrives
+    assert source().wasted_samples == ROWS_PER_HOUR and source().retries == 1
 
 
 def test_a_closed_stream_gives_back_the_tasks_leased_ahead(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
@@ -316,12 +320,56 @@ def test_a_closed_stream_gives_back_the_tasks_leased_ahead(planner: rpc.RunningS
         assert stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-close"), timeout=10).tasks_leased >= 2, "the stream holds tasks beyond the one it serves"
         writer.done_writing()
         client.close()
-        deadline = time.monotonic() + 10
-        while (
-            plan := stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-close"), timeout=10)
-        ).tasks_pending < plan.summary.task_count - 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert plan.tasks_pending == plan.summary.task_count - 1, "every task leased for the stream went back when it closed..."
-        assert plan.tasks_leased == 1, "...except the one served to the end, which waits for the trainer's checkpoint"
+
+        def plan() -> planner_pb2.GetPlanResponse:
+            reply: planner_pb2.GetPlanResponse = stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-close"), timeout=10)
+            return reply
+
+        _wait_for(lambda: plan().tasks_pending == plan().summary.task_count - 1)
+        assert plan().tasks_pending == plan().summary.task_count - 1, "every task leased for the stream went back when it closed..."
+        assert plan().tasks_leased == 1, "...except the one served to the end, which waits for the trainer's checkpoint"
     finally:
         executor.stop()
+
+
+class _Counting:
+    """The real planner stub, counting the calls made of each method."""
+
+    def __init__(self, stub: planner_pb2_grpc.PlannerServiceStub) -> None:
+        self._stub = stub
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._stub, name)
+
+        def counted(request: Any, timeout: float) -> Any:
+            self.calls[name] += 1
+            return method(request, timeout=timeout)
+
+        return counted
+
+
+def test_reports_of_served_tasks_ride_with_the_next_claim(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
+    stub = _plan(planner, "job-ride", _job(dataset, tmp_path))
+    counting = _Counting(stub)
+    leases = StreamLeases(counting, planner_pb2.LeaseTaskRequest(job_id="job-ride", executor_id="e", purpose=TRAIN), readers=1)  # type: ignore[arg-type]
+    answers: list[bool] = []
+    first = leases.next().task
+    leases.served(planner_pb2.CompleteTaskRequest(job_id="job-ride", task_id="t-no-such-task", executor_id="e"), answers.append)
+    assert leases.reports_waiting and counting.calls["CompleteTasks"] == 0, "a reader is reading: its claim will carry the report"
+    assert leases.claim(first).result().granted
+    leases.read_done()
+    _wait_for(lambda: len(answers) == 1)
+    assert answers == [False] and counting.calls["ClaimTask"] == 1 and counting.calls["CompleteTasks"] == 0, "the claim carried it"
+    report = planner_pb2.CompleteTaskRequest(job_id="job-ride", task_id=first.task_id, attempt=first.attempt, executor_id="e", stats=planner_pb2.TaskStats(rows=1))
+    leases.served(report, answers.append)
+    _wait_for(lambda: len(answers) == 2)
+    assert answers == [False, True] and counting.calls["CompleteTasks"] == 1, "with no reader reading, the report goes out at once"
+    leases.leave()
+    leases.close()
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)

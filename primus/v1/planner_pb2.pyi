@@ -278,28 +278,32 @@ class ReleaseTaskResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ClaimTaskRequest(_message.Message):
-    __slots__ = ("job_id", "task_id", "attempt", "executor_id", "lease_next", "purpose")
+    __slots__ = ("job_id", "task_id", "attempt", "executor_id", "lease_next", "purpose", "completed")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_NEXT_FIELD_NUMBER: _ClassVar[int]
     PURPOSE_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     task_id: str
     attempt: int
     executor_id: str
     lease_next: bool
     purpose: _common_pb2.TaskPurpose
-    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., executor_id: _Optional[str] = ..., lease_next: _Optional[bool] = ..., purpose: _Optional[_Union[_common_pb2.TaskPurpose, str]] = ...) -> None: ...
+    completed: _containers.RepeatedCompositeFieldContainer[CompleteTaskRequest]
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., executor_id: _Optional[str] = ..., lease_next: _Optional[bool] = ..., purpose: _Optional[_Union[_common_pb2.TaskPurpose, str]] = ..., completed: _Optional[_Iterable[_Union[CompleteTaskRequest, _Mapping]]] = ...) -> None: ...
 
 class ClaimTaskResponse(_message.Message):
-    __slots__ = ("granted", "next")
+    __slots__ = ("granted", "next", "completed")
     GRANTED_FIELD_NUMBER: _ClassVar[int]
     NEXT_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
     granted: bool
     next: LeaseTaskResponse
-    def __init__(self, granted: _Optional[bool] = ..., next: _Optional[_Union[LeaseTaskResponse, _Mapping]] = ...) -> None: ...
+    completed: _containers.RepeatedCompositeFieldContainer[CompleteTaskResponse]
+    def __init__(self, granted: _Optional[bool] = ..., next: _Optional[_Union[LeaseTaskResponse, _Mapping]] = ..., completed: _Optional[_Iterable[_Union[CompleteTaskResponse, _Mapping]]] = ...) -> None: ...
 
 class TaskProgress(_message.Message):
     __slots__ = ("task_id", "attempt", "rows_consumed", "finished", "source")

@@ -3,7 +3,8 @@
 One task is always leased ahead, so a reader that finishes a task starts the next one without waiting for the
 planner. The stream's readers share it: whichever is free first reads it, so no reader idles at the end of a job
 while another holds work. After the first lease, leases come back with the claims of read tasks (ClaimTask with
-lease_next), so a task costs the planner one round trip. The stream's planner calls run as blocking calls on a few
+lease_next), and the reports of served tasks ride along with the claims, so a task costs the planner one round trip
+(a report goes out on its own only when no reader is reading, so none would carry it soon). The stream's planner calls run as blocking calls on a few
 threads of its own: in grpc's Python client a call's future costs a third more CPU than a blocking call, mostly for
 the thread it starts to wait on the answer.
 """
@@ -30,8 +31,9 @@ _Reply = TypeVar("_Reply")
 
 
 class StreamLeases:
-    """Shared by a stream's readers: next() gives a reader its next task, claim() claims a read one. A task stays
-    held until settle() (served, or its claim refused); close() gives back what the stream still holds."""
+    """Shared by a stream's readers: next() gives a reader its next task, claim() claims a read one, read_done()
+    follows either. A task stays held until settle() (served, or its claim refused); served() reports it to the
+    planner; close() gives back what the stream still holds."""
 
     def __init__(self, planner: planner_pb2_grpc.PlannerServiceStub, request: planner_pb2.LeaseTaskRequest, readers: int) -> None:
         self._planner = planner
@@ -41,6 +43,8 @@ class StreamLeases:
         self._readers = readers
         self._calls = ThreadPoolExecutor(readers + 1, thread_name_prefix="planner-calls")  # a waiting lease per reader, and one more
         self._closed = False
+        self._reading = 0  # readers between next() and read_done(): a claim is coming
+        self._reports: list[tuple[planner_pb2.CompleteTaskRequest, Callable[[bool], None]]] = []
         self._held: dict[tuple[str, int], planner_pb2.DataTask] = {}
 
     def next(self) -> planner_pb2.LeaseTaskResponse:
@@ -51,6 +55,7 @@ class StreamLeases:
         if reply.HasField("task"):
             with self._lock:
                 self._held[(reply.task.task_id, reply.task.attempt)] = reply.task
+                self._reading += 1
                 if not self._upcoming:
                     self._upcoming.append(self._lease())  # one task ahead, for whichever reader is free first
         return reply
@@ -77,10 +82,45 @@ class StreamLeases:
             lease_next=True,
             purpose=self._request.purpose,
         )
+        with self._lock:
+            reports, self._reports = self._reports, []
+        request.completed.extend(report for report, _ in reports)
         claim = self.call(self._planner.ClaimTask, request)
         with self._lock:
             self._upcoming.append(functools.partial(_next_lease, claim))
+        if reports:
+            claim.add_done_callback(lambda done: _answer(reports, done, lambda reply: reply.completed))
         return claim
+
+    def read_done(self) -> None:
+        """A reader is through with its task (claimed, or failed); served reports go out now if no claim is coming."""
+        with self._lock:
+            self._reading -= 1
+            flush = self._reading == 0 and bool(self._reports)
+        if flush:
+            self.flush()
+
+    def served(self, report: planner_pb2.CompleteTaskRequest, answer: Callable[[bool], None]) -> None:
+        """Report a task served to the end, with the next claim or, when no reader is reading, now; answer(accepted)
+        follows the planner's reply (False when it could not be told)."""
+        with self._lock:
+            self._reports.append((report, answer))
+            flush = self._reading == 0
+        if flush:
+            self.flush()
+
+    @property
+    def reports_waiting(self) -> bool:
+        with self._lock:
+            return bool(self._reports)
+
+    def flush(self) -> None:
+        """Send the waiting reports in one CompleteTasks call."""
+        with self._lock:
+            reports, self._reports = self._reports, []
+        if reports:
+            request = planner_pb2.CompleteTasksRequest(job_id=self._request.job_id, tasks=[report for report, _ in reports])
+            self.call(self._planner.CompleteTasks, request).add_done_callback(lambda done: _answer(reports, done, lambda reply: reply.results))
 
     def settle(self, task: planner_pb2.DataTask) -> None:
         """The task is off this stream's hands: served to the end, or claimed by another attempt."""
@@ -126,6 +166,16 @@ class StreamLeases:
 
     def _lease(self) -> _Upcoming:
         return self.call(self._planner.LeaseTask, self._request).result
+
+
+def _answer(reports: list[tuple[planner_pb2.CompleteTaskRequest, Callable[[bool], None]]], done: Future[Any], results_of: Callable[[Any], Any]) -> None:
+    try:
+        accepted = [bool(result.accepted) for result in results_of(done.result())]
+    except grpc.RpcError as exc:
+        log.warning("could not report %d served task(s): %s", len(reports), exc.details())
+        accepted = [False] * len(reports)
+    for (_, answer), was_accepted in zip(reports, accepted, strict=True):
+        answer(was_accepted)
 
 
 def _next_lease(claim: Future[planner_pb2.ClaimTaskResponse]) -> planner_pb2.LeaseTaskResponse:

@@ -8,6 +8,7 @@ leases), and a read task's claim is answered while its batches wait in the queue
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -32,8 +33,7 @@ from services.data_executor.reader import TaskRead, read_task
 log = logging.getLogger(__name__)
 PREFETCH_TASKS = 2  # read tasks waiting to be served, per stream (each reader also holds the one it reads)
 READERS_PER_STREAM = 2
-REPORT_EVERY_TASKS = 4  # served tasks go to the planner a few per call...
-REPORT_AFTER_SECONDS = 0.05  # ...or as soon as the stream has been idle this long, and at its end
+REPORT_AFTER_SECONDS = 0.05  # a served task's report waits at most this long for a claim to carry it
 
 
 @dataclass
@@ -128,13 +128,12 @@ class TaskStreamer:
 
     def _consume(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], parent: context.Context, leases: StreamLeases) -> Iterator[Served]:
         finished_readers = 0
-        served: list[tuple[_ReadTask, trace.Span]] = []  # reported a few at a time, when the stream idles, and at its end
         try:
             while finished_readers < self._readers:
                 try:
-                    item = items.get(timeout=REPORT_AFTER_SECONDS if served else None)
+                    item = items.get(timeout=REPORT_AFTER_SECONDS if leases.reports_waiting else None)
                 except queue.Empty:
-                    self._report(ticket.job_id, served, leases)
+                    leases.flush()
                     continue
                 if item is _READER_DONE:
                     finished_readers += 1
@@ -148,11 +147,9 @@ class TaskStreamer:
                 yield item.batches
                 leases.settle(item.task)  # served to the end (a stream closed in the middle gives the task back)
                 self._counters.add(rows_served=item.read.rows, bytes_served=item.read.nbytes)
-                served.append((item, span))
-                if len(served) >= REPORT_EVERY_TASKS:
-                    self._report(ticket.job_id, served, leases)
+                leases.served(self._complete_request(ticket.job_id, item.task, item.read), functools.partial(self._after_served, item, span))
         finally:
-            self._report(ticket.job_id, served, leases)
+            leases.flush()
 
     def _produce(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], stop: threading.Event, parent: context.Context, leases: StreamLeases) -> None:
         """Read leased tasks and offer their batches until the purpose is exhausted (or the stream closes)."""
@@ -165,7 +162,10 @@ class TaskStreamer:
                 if not reply.HasField("task"):
                     time.sleep(reply.retry_after_seconds)
                     continue
-                claimed = self._read(reply.task, leases)
+                try:
+                    claimed = self._read(reply.task, leases)
+                finally:
+                    leases.read_done()
                 if claimed is not None and not self._offer(reply.task, *claimed, items, stop):
                     leases.give_back(reply.task)
                     return
@@ -256,16 +256,6 @@ class TaskStreamer:
                 continue
         return False
 
-    def _report(self, job_id: str, served: list[tuple[_ReadTask, trace.Span]], leases: StreamLeases) -> None:
-        """Report served tasks in one call without holding up the stream (and empty the list); the reply ends their
-        serve spans."""
-        if not served:
-            return
-        reports, served[:] = list(served), []
-        tasks = [self._complete_request(job_id, end.task, end.read) for end, _ in reports]
-        future = leases.call(self._planner.CompleteTasks, planner_pb2.CompleteTasksRequest(job_id=job_id, tasks=tasks))
-        future.add_done_callback(lambda done: self._after_report(done, reports))
-
     def _complete_request(self, job_id: str, task: planner_pb2.DataTask, read: TaskRead) -> planner_pb2.CompleteTaskRequest:
         stats = planner_pb2.TaskStats(
             rows=read.rows,
@@ -277,15 +267,6 @@ class TaskStreamer:
             transform_seconds=read.transform_seconds,
         )
         return planner_pb2.CompleteTaskRequest(job_id=job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id, stats=stats)
-
-    def _after_report(self, done: Any, reports: list[tuple[_ReadTask, trace.Span]]) -> None:
-        try:
-            results = [bool(r.accepted) for r in done.result().results]
-        except grpc.RpcError as exc:
-            log.warning("could not report %d served task(s): %s", len(reports), exc.details())
-            results = [False] * len(reports)
-        for (end, span), accepted in zip(reports, results, strict=True):
-            self._after_served(end, span, accepted)
 
     def _after_served(self, end: _ReadTask, span: trace.Span, accepted: bool) -> None:
         if accepted:

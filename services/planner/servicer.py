@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 import grpc
@@ -80,6 +81,18 @@ def _progress(items: list[planner_pb2.TaskProgress]) -> list[Progress]:
     return [Progress(p.task_id, p.rows_consumed, p.finished) for p in items]
 
 
+def _complete(ledger: TaskLedger, tasks: Iterable[planner_pb2.CompleteTaskRequest]) -> list[planner_pb2.CompleteTaskResponse]:
+    """Served tasks, one answer each; an unknown task is not accepted, and does not lose the others' reports."""
+    results = []
+    for task in tasks:
+        try:
+            accepted = ledger.served(task.task_id, task.attempt, _work(task.stats))
+        except PrimusError:
+            accepted = False
+        results.append(planner_pb2.CompleteTaskResponse(accepted=accepted))
+    return results
+
+
 def _lease(ledger: TaskLedger, job_id: str, executor_id: str, purpose: int) -> planner_pb2.LeaseTaskResponse | None:
     """A leased task, or exhausted; None when nothing is runnable yet."""
     lease = ledger.lease(purpose, executor_id)
@@ -144,7 +157,8 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
     def ClaimTask(self, request: planner_pb2.ClaimTaskRequest, context: grpc.ServicerContext) -> planner_pb2.ClaimTaskResponse:
         """Claims a read task; with lease_next, also leases the claimant's next task (never waiting for one)."""
         ledger = self._registry.get(request.job_id).ledger
-        reply = planner_pb2.ClaimTaskResponse(granted=ledger.claim(request.task_id, request.attempt))
+        completed = _complete(ledger, request.completed)
+        reply = planner_pb2.ClaimTaskResponse(granted=ledger.claim(request.task_id, request.attempt), completed=completed)
         if request.lease_next:
             reply.next.CopyFrom(_lease(ledger, request.job_id, request.executor_id, request.purpose) or planner_pb2.LeaseTaskResponse())
         return reply
@@ -160,15 +174,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
     def CompleteTasks(self, request: planner_pb2.CompleteTasksRequest, context: grpc.ServicerContext) -> planner_pb2.CompleteTasksResponse:
         """Each task as CompleteTask would take it, except that a task CompleteTask would refuse (unknown) is just not
         accepted here, so one bad entry does not lose the others' reports."""
-        ledger = self._registry.get(request.job_id).ledger
-        results = []
-        for task in request.tasks:
-            try:
-                accepted = ledger.served(task.task_id, task.attempt, _work(task.stats))
-            except PrimusError:
-                accepted = False
-            results.append(planner_pb2.CompleteTaskResponse(accepted=accepted))
-        return planner_pb2.CompleteTasksResponse(results=results)
+        return planner_pb2.CompleteTasksResponse(results=_complete(self._registry.get(request.job_id).ledger, request.tasks))
 
     def FailTask(self, request: planner_pb2.FailTaskRequest, context: grpc.ServicerContext) -> planner_pb2.FailTaskResponse:
         ledger = self._registry.get(request.job_id).ledger
