@@ -1,12 +1,13 @@
-"""StreamLeases: the planner leases of one consumer stream that none of its readers has started yet.
+"""StreamLeases: one consumer stream's dealings with the planner: leases, claims and reports of served tasks.
 
-One task is always leased ahead, so a reader that finishes a task starts the next one without waiting for the
-planner. The stream's readers share it: whichever is free first reads it, so no reader idles at the end of a job
-while another holds work. After the first lease, leases come back with the claims of read tasks (ClaimTask with
-lease_next), and the reports of served tasks ride along with the claims, so a task costs the planner one round trip
-(a report goes out on its own only when no reader is reading, so none would carry it soon). The stream's planner calls run as blocking calls on a few
-threads of its own: in grpc's Python client a call's future costs a third more CPU than a blocking call, mostly for
-the thread it starts to wait on the answer.
+- One task is always leased ahead, so a reader that finishes a task starts the next one without waiting for the
+  planner. The stream's readers share it: whichever is free first reads it, so no reader idles at the end of a job
+  while another holds work.
+- After the first lease, leases come back with the claims of read tasks (ClaimTask with lease_next), and reports of
+  served tasks ride along with the claims, so a task costs the planner one round trip. A report goes out on its own
+  only when no reader is reading (no claim would carry it soon).
+- The calls are blocking calls on a few threads of the stream's own: in grpc's Python client a call's future costs a
+  third more CPU than a blocking call, mostly for the thread it starts to wait for the answer.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class StreamLeases:
         self._lock = threading.Lock()
         self._upcoming: deque[_Upcoming] = deque()  # answers still to be handed out, in the order they were asked
         self._readers = readers
-        self._calls = ThreadPoolExecutor(readers + 1, thread_name_prefix="planner-calls")  # a waiting lease per reader, and one more
+        # a waiting lease per reader and one leased ahead, and a thread for claims and reports
+        self._calls = ThreadPoolExecutor(readers + 2, thread_name_prefix="planner-calls")
         self._closed = False
         self._reading = 0  # readers between next() and read_done(): a claim is coming
         self._reports: list[tuple[planner_pb2.CompleteTaskRequest, Callable[[bool], None]]] = []

@@ -1,9 +1,9 @@
 """TaskStreamer: lease tasks for one consumer stream, read ahead into a bounded queue, claim, serve, report.
 
-Memory is bounded: the queue holds a few batches, and a reader blocked on a full queue stops leasing, so a
-slow trainer slows reading down. HTTP/2 flow control under Flight carries the same back-pressure to the wire.
-The planner's round trips stay off the readers' path: the stream keeps a task leased ahead (services.data_executor.
-leases), and a read task's claim is answered while its batches wait in the queue.
+Memory is bounded: the queue holds a couple of read tasks, and a reader blocked on a full queue stops leasing, so
+a slow trainer slows reading down. HTTP/2 flow control under Flight carries the same back-pressure to the wire.
+The planner's round trips stay off the readers' path (services.data_executor.leases): the stream keeps a task
+leased ahead, and a read task's claim is answered while the task waits in the queue.
 """
 
 from __future__ import annotations
