@@ -100,6 +100,25 @@ def test_retry_keeps_id_and_stale_work_is_waste(ledger: TaskLedger) -> None:
     assert account.wasted_samples == 10 + lease.spec.rows
 
 
+def test_leases_follow_time_order_and_a_task_given_back_comes_first_again(ledger: TaskLedger) -> None:
+    leases = [ledger.lease(TRAIN, "e1", now=0) for _ in range(3)]
+    assert all(lease is not None for lease in leases)
+    orders = [lease.spec.order for lease in leases if lease is not None]
+    assert orders == sorted(orders) and len(set(orders)) == 3, "tasks go out in time order"
+    first = leases[0]
+    assert first is not None
+    ledger.release(first.spec.task_id, first.attempt)
+    again = ledger.lease(TRAIN, "e2", now=1)
+    assert again is not None and again.spec.task_id == first.spec.task_id, "the earliest pending task goes out first"
+    ledger.release(again.spec.task_id, again.attempt)
+    ledger.release(again.spec.task_id, again.attempt)  # a second give-back changes nothing
+    rest = []
+    while (lease := ledger.lease(TRAIN, "e3", now=2)) is not None:
+        rest.append(lease.spec.task_id)
+    train_tasks = sum(1 for entry in ledger._entries.values() if entry.spec.purpose == TRAIN)
+    assert rest[0] == first.spec.task_id and len(rest) == len(set(rest)) == train_tasks - 2, "every pending task once, none twice"
+
+
 def test_expired_lease_is_retried_then_quarantined(ledger: TaskLedger) -> None:
     first = ledger.lease(TRAIN, "e1", now=0)
     assert first is not None

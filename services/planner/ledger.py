@@ -6,7 +6,9 @@ commits. A retried task keeps its id; a superseded attempt's work is waste, neve
 
 from __future__ import annotations
 
+import heapq
 import logging
+import math
 import statistics
 import threading
 import time
@@ -121,6 +123,10 @@ class TaskLedger:
         self._changed = threading.Condition(self._lock)
         self._quotas = quotas or {}
         self._entries: dict[str, TaskEntry] = {}
+        # per purpose, a heap of (lease order, task id) over the pending tasks; rows of tasks leased or finished since
+        # are dropped when they come up, so a lease costs a few heap operations, not a pass over every task
+        self._pending: dict[int, list[tuple[tuple[int, int, str, str], str]]] = {}
+        self._next_expiry = math.inf  # no lease runs out before this
         self._lease_seconds = lease_seconds
         self._max_attempts = max_attempts
         self._durations: list[float] = []
@@ -136,7 +142,8 @@ class TaskLedger:
             added = 0
             for task in tasks:
                 if task.task_id not in self._entries:
-                    self._entries[task.task_id] = TaskEntry(task)
+                    self._entries[task.task_id] = entry = TaskEntry(task)
+                    self._queue(entry)
                     self.accounts.setdefault(task.source, SourceAccount())
                     added += 1
             return added
@@ -148,18 +155,38 @@ class TaskLedger:
         now = time.time() if now is None else now
         with self._lock:
             self._expire(now)
-            in_flight = self._in_flight() if self._quotas else {}
-            ready = [
-                e
-                for e in self._entries.values()
-                if e.status is TaskStatus.PENDING and e.spec.purpose == purpose and self._deps_met(e) and self._under_quota(e, in_flight)
-            ]
-            if ready:
-                entry = min(ready, key=lambda e: (-e.spec.priority, e.spec.order, e.spec.source, e.spec.task_id))
+            entry = self._next_ready(purpose)
+            if entry is not None:
                 entry.status, entry.executor = TaskStatus.LEASED, executor
                 entry.lease_deadline, entry.leased_at, entry.claimed_by = now + self._lease_seconds, now, -1
+                self._next_expiry = min(self._next_expiry, entry.lease_deadline)
                 return Lease(entry.spec, entry.attempt, entry.lease_deadline, entry.committed)
             return self._speculate(purpose, executor, now)
+
+    def _queue(self, entry: TaskEntry) -> None:
+        """The entry is pending (again): it goes into its purpose's heap."""
+        spec = entry.spec
+        heapq.heappush(self._pending.setdefault(spec.purpose, []), ((-spec.priority, spec.order, spec.source, spec.task_id), spec.task_id))
+
+    def _next_ready(self, purpose: int) -> TaskEntry | None:
+        """The first pending task of the purpose in lease order (priority, then time) whose dependencies were served
+        and whose source is under its quota."""
+        heap = self._pending.get(purpose, [])
+        in_flight = self._in_flight() if self._quotas else {}
+        waiting: dict[str, tuple[tuple[int, int, str, str], str]] = {}  # pending, but not runnable yet
+        found = None
+        while heap and found is None:
+            row = heapq.heappop(heap)
+            entry = self._entries[row[1]]
+            if entry.status is not TaskStatus.PENDING or row[1] in waiting:
+                continue  # leased or finished since it was queued, or queued twice
+            if self._deps_met(entry) and self._under_quota(entry, in_flight):
+                found = entry
+            else:
+                waiting[row[1]] = row
+        for row in waiting.values():
+            heapq.heappush(heap, row)
+        return found
 
     def _deps_met(self, entry: TaskEntry) -> bool:
         """Dependencies count as met once served: ordering is about serving, and commits wait for checkpoints."""
@@ -213,6 +240,7 @@ class TaskLedger:
             if entry.status is not TaskStatus.LEASED or entry.attempt != attempt:
                 return
             entry.status, entry.executor = TaskStatus.PENDING, ""
+            self._queue(entry)
             if entry.claimed_by >= 0:
                 entry.attempt, entry.claimed_by, entry.speculative = entry.attempt + 1, -1, None
                 self.accounts[entry.spec.source].retries += 1
@@ -319,6 +347,7 @@ class TaskLedger:
                     if entry.status is not TaskStatus.PENDING:
                         account.tasks_done -= entry.status is TaskStatus.DONE
                         entry.status, entry.committed, entry.executor = TaskStatus.PENDING, 0, ""
+                        self._queue(entry)
                         reset += 1
                     continue
                 item = by_task.get(entry.spec.task_id)
@@ -338,6 +367,7 @@ class TaskLedger:
                 account.tasks_done -= was_done
                 entry.committed = target
                 entry.status, entry.executor, entry.claimed_by, entry.speculative = TaskStatus.PENDING, "", -1, None
+                self._queue(entry)
                 entry.attempt += 1
                 account.retries += 1
                 reset += 1
@@ -350,14 +380,22 @@ class TaskLedger:
             self.accounts[entry.spec.source].tasks_quarantined += 1
             return
         entry.status = TaskStatus.PENDING
+        self._queue(entry)
         entry.attempt += 1
         self.accounts[entry.spec.source].retries += 1
 
     def _expire(self, now: float) -> None:
+        if now <= self._next_expiry:
+            return
+        self._next_expiry = math.inf
         for entry in self._entries.values():
-            if entry.status is TaskStatus.LEASED and entry.lease_deadline < now:
+            if entry.status is not TaskStatus.LEASED:
+                continue
+            if entry.lease_deadline < now:
                 entry.errors.append(f"lease held by {entry.executor} expired")
                 self._retry_or_quarantine(entry)
+            else:
+                self._next_expiry = min(self._next_expiry, entry.lease_deadline)
 
     def _entry(self, task_id: str) -> TaskEntry:
         entry = self._entries.get(task_id)
