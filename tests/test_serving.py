@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import socket
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,8 +15,9 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 import yaml
+from opentelemetry import baggage, context
 
-from primus import rpc
+from primus import rpc, telemetry
 from primus.errors import UnavailableError
 from primus.samples import training_schema
 from primus.spec import TrainingJob, load_job_file
@@ -338,12 +339,14 @@ class _Counting:
     def __init__(self, stub: planner_pb2_grpc.PlannerServiceStub) -> None:
         self._stub = stub
         self.calls: Counter[str] = Counter()
+        self.jobs: defaultdict[str, set[str]] = defaultdict(set)  # the job id in the calls' baggage, per method
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._stub, name)
 
         def counted(request: Any, timeout: float) -> Any:
             self.calls[name] += 1
+            self.jobs[name].add(str(baggage.get_baggage(telemetry.JOB_KEY)))
             return method(request, timeout=timeout)
 
         return counted
@@ -354,6 +357,7 @@ def test_reports_of_served_tasks_ride_with_the_next_claim(planner: rpc.RunningSe
     counting = _Counting(stub)
     leases = StreamLeases(counting, planner_pb2.LeaseTaskRequest(job_id="job-ride", executor_id="e", purpose=TRAIN), readers=1)  # type: ignore[arg-type]
     answers: list[bool] = []
+    token = context.attach(baggage.set_baggage(telemetry.JOB_KEY, "job-ride"))
     first = leases.next().task
     leases.served(planner_pb2.CompleteTaskRequest(job_id="job-ride", task_id="t-no-such-task", executor_id="e"), answers.append)
     assert leases.reports_waiting and counting.calls["CompleteTasks"] == 0, "a reader is reading: its claim will carry the report"
@@ -365,6 +369,8 @@ def test_reports_of_served_tasks_ride_with_the_next_claim(planner: rpc.RunningSe
     leases.served(report, answers.append)
     _wait_for(lambda: len(answers) == 2)
     assert answers == [False, True] and counting.calls["CompleteTasks"] == 1, "with no reader reading, the report goes out at once"
+    context.detach(token)
+    assert all(jobs == {"job-ride"} for jobs in counting.jobs.values()), f"calls carry the caller's context: {dict(counting.jobs)}"
     leases.leave()
     leases.close()
 

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import threading
@@ -63,9 +64,10 @@ class StreamLeases:
         return reply
 
     def call(self, method: Callable[..., _Reply], request: Any) -> Future[_Reply]:
-        """A planner call on the stream's own threads; its future raises the call's grpc.RpcError."""
+        """A planner call on the stream's own threads, in the caller's context (its trace and the job id travel with
+        the call); its future raises the call's grpc.RpcError."""
         try:
-            return self._calls.submit(method, request, timeout=RPC_TIMEOUT_SECONDS)
+            return self._calls.submit(contextvars.copy_context().run, method, request, timeout=RPC_TIMEOUT_SECONDS)
         except RuntimeError:  # the stream is over and its threads are gone: a late report goes out on this thread
             done: Future[_Reply] = Future()
             try:
