@@ -8,6 +8,7 @@ leased ahead, and a read task's claim is answered while the task waits in the qu
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import queue
@@ -128,6 +129,7 @@ class TaskStreamer:
 
     def _consume(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], parent: context.Context, leases: StreamLeases) -> Iterator[Served]:
         finished_readers = 0
+        token = context.attach(parent)  # the reports this thread sends carry the job id and the trace
         try:
             while finished_readers < self._readers:
                 try:
@@ -150,6 +152,7 @@ class TaskStreamer:
                 leases.served(self._complete_request(ticket.job_id, item.task, item.read), functools.partial(self._after_served, item, span))
         finally:
             leases.flush()
+            context.detach(token)
 
     def _produce(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], stop: threading.Event, parent: context.Context, leases: StreamLeases) -> None:
         """Read leased tasks and offer their batches until the purpose is exhausted (or the stream closes)."""
@@ -193,7 +196,8 @@ class TaskStreamer:
             leases.settle(task)  # failed, and reported: the planner retries it
             return None
         claim = leases.claim(task)
-        claim.add_done_callback(lambda done: self._after_claim(task, read, span, done, leases))
+        here = contextvars.copy_context()  # a waste report goes out in the reader's context
+        claim.add_done_callback(lambda done: here.run(self._after_claim, task, read, span, done, leases))
         return read, claim
 
     def _read_or_fail(self, task: planner_pb2.DataTask, span: trace.Span) -> TaskRead | None:
