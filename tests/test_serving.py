@@ -7,6 +7,7 @@ import socket
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,16 @@ def _job(data: Path, tmp_path: Path) -> TrainingJob:
 
 def _executors(count: int, job_id: str, planner: rpc.RunningServer, job: TrainingJob) -> list[DataExecutor]:
     return [create_executor(f"e{i}", job_id, planner.address, job) for i in range(count)]
+
+
+@contextmanager
+def _executor(job_id: str, planner: rpc.RunningServer, job: TrainingJob) -> Iterator[DataExecutor]:
+    """One data executor for the job, stopped at the end of the block."""
+    (executor,) = _executors(1, job_id, planner, job)
+    try:
+        yield executor
+    finally:
+        executor.stop()
 
 
 def _exchange(executor: DataExecutor, job_id: str, credits: int) -> tuple[flight.FlightClient, flight.FlightStreamWriter, flight.FlightStreamReader]:
@@ -111,8 +122,7 @@ def test_corrupt_file_is_retried_then_quarantined(planner: rpc.RunningServer, da
     victim.write_bytes(victim.read_bytes()[:100] + b"garbage" * 50)
     job = _job(data, tmp_path)
     stub = _plan(planner, "job-b", job)
-    (executor,) = _executors(1, "job-b", planner, job)
-    try:
+    with _executor("job-b", planner, job) as executor:
         rows = sum(batch.num_rows for batch, _ in _feed([executor], "job-b", TRAIN))  # type: ignore[attr-defined]
         assert rows == ((DAYS - 1) * 24 - 1) * ROWS_PER_HOUR
         plan = stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-b"), timeout=10)
@@ -121,8 +131,6 @@ def test_corrupt_file_is_retried_then_quarantined(planner: rpc.RunningServer, da
         assert str(victim) in quarantined.reason and "source 'clicks'" in quarantined.reason
         assert quarantined.attempts == 2
         assert plan.sources[0].retries == 1 and plan.sources[0].tasks_quarantined == 1
-    finally:
-        executor.stop()
 
 
 def test_unknown_job_gets_clear_status(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
@@ -133,8 +141,7 @@ def test_unknown_job_gets_clear_status(planner: rpc.RunningServer, dataset: Path
     assert "no plan for job 'nope'" in str(caught.value.details())
 
     job = _job(dataset, tmp_path)
-    (executor,) = _executors(1, "job-c", planner, job)
-    try:
+    with _executor("job-c", planner, job) as executor:
         events = iter(BatchFeed(fixed({"e0": executor.data_address}), "other", "t", TRAIN, replacement_timeout=1, poll_seconds=0.2))
         first = next(events)
         assert isinstance(first, Lost) and "serves job 'job-c', not 'other'" in first.error
@@ -143,8 +150,6 @@ def test_unknown_job_gets_clear_status(planner: rpc.RunningServer, dataset: Path
         client = flight.connect(f"grpc://{executor.data_address}")
         with pytest.raises(flight.FlightServerError, match="DataTicket"):
             client.do_get(flight.Ticket(b"\xff\xff not a ticket")).read_all()
-    finally:
-        executor.stop()
 
 
 def test_status_rpc_counts_served_rows(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
@@ -152,24 +157,20 @@ def test_status_rpc_counts_served_rows(planner: rpc.RunningServer, dataset: Path
 
     job = _job(dataset, tmp_path)
     _plan(planner, "job-d", job)
-    (executor,) = _executors(1, "job-d", planner, job)
-    try:
+    with _executor("job-d", planner, job) as executor:
         rows = sum(b.num_rows for b, _ in _feed([executor], "job-d", common_pb2.TASK_PURPOSE_EVAL))  # type: ignore[attr-defined]
         status = data_executor_pb2_grpc.DataExecutorServiceStub(rpc.connect(executor.control.address)).GetExecutorStatus(
             data_executor_pb2.GetExecutorStatusRequest(), timeout=10
         )
         assert status.rows_served == rows == 24 * ROWS_PER_HOUR
         assert status.tasks_done == 24
-    finally:
-        executor.stop()
 
 
 def test_a_stalled_consumer_stalls_reading(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
     """Credits bound what is in flight: with no credits returned, the executor stops leasing and reading."""
     job = _job(dataset, tmp_path)
     stub = _plan(planner, "job-slow", job)
-    (executor,) = _executors(1, "job-slow", planner, job)
-    try:
+    with _executor("job-slow", planner, job) as executor:
         client, writer, reader = _exchange(executor, "job-slow", credits=2)
         assert reader.read_chunk().data.num_rows == ROWS_PER_HOUR
         time.sleep(2.0)
@@ -179,8 +180,6 @@ def test_a_stalled_consumer_stalls_reading(planner: rpc.RunningServer, dataset: 
         assert in_flight <= 10, f"{in_flight} of {train_tasks} tasks were leased while the consumer took one batch"
         writer.close()
         client.close()
-    finally:
-        executor.stop()
 
 
 def test_a_stale_attempt_gets_failed_precondition(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
@@ -197,8 +196,7 @@ def test_a_stale_attempt_gets_failed_precondition(planner: rpc.RunningServer, da
 def test_a_colocated_consumer_maps_batches_from_shared_memory(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
     job = _job(dataset, tmp_path)
     _plan(planner, "job-shm", job)
-    (executor,) = _executors(1, "job-shm", planner, job)
-    try:
+    with _executor("job-shm", planner, job) as executor:
         feed = BatchFeed(fixed({"e0": executor.data_address}), "job-shm", "t", TRAIN)
         events = [e for e in feed if isinstance(e, Served)]  # holds every batch: the ring fills, then one-off files
         assert sum(e.batch.num_rows for e in events) == (DAYS - 1) * 24 * ROWS_PER_HOUR
@@ -214,8 +212,6 @@ def test_a_colocated_consumer_maps_batches_from_shared_memory(planner: rpc.Runni
         assert 0 not in slots and len(set(slots)) < len(slots) / 2, f"a consumer that lets go of its batches gets the same few slots again: {slots}"
         wire = [e for e in BatchFeed(fixed({"e0": executor.data_address}), "job-shm", "t", common_pb2.TASK_PURPOSE_EVAL, shared_memory=False)]
         assert wire and not any(e.origin.shared_memory_path for e in wire if isinstance(e, Served))
-    finally:
-        executor.stop()
     assert not list(Path("/dev/shm").glob("primus-e0-*")), "the executor removes its shared-memory folder"
 
 
@@ -314,8 +310,7 @@ def test_a_refused_claim_drops_the_read_and_counts_it_as_waste(planner: rpc.Runn
 def test_a_closed_stream_gives_back_the_tasks_leased_ahead(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
     job = _job(dataset, tmp_path)
     stub = _plan(planner, "job-close", job)
-    (executor,) = _executors(1, "job-close", planner, job)
-    try:
+    with _executor("job-close", planner, job) as executor:
         client, writer, reader = _exchange(executor, "job-close", credits=1)
         assert reader.read_chunk().data.num_rows == ROWS_PER_HOUR
         assert stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-close"), timeout=10).tasks_leased >= 2, "the stream holds tasks beyond the one it serves"
@@ -329,8 +324,6 @@ def test_a_closed_stream_gives_back_the_tasks_leased_ahead(planner: rpc.RunningS
         _wait_for(lambda: plan().tasks_pending == plan().summary.task_count - 1)
         assert plan().tasks_pending == plan().summary.task_count - 1, "every task leased for the stream went back when it closed..."
         assert plan().tasks_leased == 1, "...except the one served to the end, which waits for the trainer's checkpoint"
-    finally:
-        executor.stop()
 
 
 class _Counting:

@@ -143,7 +143,7 @@ class TaskLedger:
             for task in tasks:
                 if task.task_id not in self._entries:
                     self._entries[task.task_id] = entry = TaskEntry(task)
-                    self._queue(entry)
+                    self._make_pending(entry)
                     self.accounts.setdefault(task.source, SourceAccount())
                     added += 1
             return added
@@ -163,8 +163,9 @@ class TaskLedger:
                 return Lease(entry.spec, entry.attempt, entry.lease_deadline, entry.committed)
             return self._speculate(purpose, executor, now)
 
-    def _queue(self, entry: TaskEntry) -> None:
-        """The entry is pending (again): it goes into its purpose's heap."""
+    def _make_pending(self, entry: TaskEntry) -> None:
+        """The entry waits to be leased (again): pending, and in its purpose's heap. The one way to make it so."""
+        entry.status = TaskStatus.PENDING
         spec = entry.spec
         heapq.heappush(self._pending.setdefault(spec.purpose, []), ((-spec.priority, spec.order, spec.source, spec.task_id), spec.task_id))
 
@@ -239,8 +240,8 @@ class TaskLedger:
             entry = self._entry(task_id)
             if entry.status is not TaskStatus.LEASED or entry.attempt != attempt:
                 return
-            entry.status, entry.executor = TaskStatus.PENDING, ""
-            self._queue(entry)
+            entry.executor = ""
+            self._make_pending(entry)
             if entry.claimed_by >= 0:
                 entry.attempt, entry.claimed_by, entry.speculative = entry.attempt + 1, -1, None
                 self.accounts[entry.spec.source].retries += 1
@@ -346,8 +347,8 @@ class TaskLedger:
                 if entry.spec.purpose != TRAIN:
                     if entry.status is not TaskStatus.PENDING:
                         account.tasks_done -= entry.status is TaskStatus.DONE
-                        entry.status, entry.committed, entry.executor = TaskStatus.PENDING, 0, ""
-                        self._queue(entry)
+                        entry.committed, entry.executor = 0, ""
+                        self._make_pending(entry)
                         reset += 1
                     continue
                 item = by_task.get(entry.spec.task_id)
@@ -366,8 +367,8 @@ class TaskLedger:
                 account.wasted_samples += max(0, max(entry.committed, entry.served_rows) - target)
                 account.tasks_done -= was_done
                 entry.committed = target
-                entry.status, entry.executor, entry.claimed_by, entry.speculative = TaskStatus.PENDING, "", -1, None
-                self._queue(entry)
+                entry.executor, entry.claimed_by, entry.speculative = "", -1, None
+                self._make_pending(entry)
                 entry.attempt += 1
                 account.retries += 1
                 reset += 1
@@ -379,8 +380,7 @@ class TaskLedger:
             entry.status = TaskStatus.QUARANTINED
             self.accounts[entry.spec.source].tasks_quarantined += 1
             return
-        entry.status = TaskStatus.PENDING
-        self._queue(entry)
+        self._make_pending(entry)
         entry.attempt += 1
         self.accounts[entry.spec.source].retries += 1
 
