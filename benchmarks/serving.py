@@ -54,12 +54,13 @@ DAYS = 2
 SEED = 7
 ROWS_PER_HOUR = 320_000
 QUICK_ROWS_PER_HOUR = 20_000
-ROUNDS = 11
+ROUNDS = 21
 QUICK_ROUNDS = 2
 ROW_GROUP_ROWS = 128 * 1024
 MIB = 1024 * 1024
 TRAIN = common_pb2.TASK_PURPOSE_TRAIN
-MODES = ("inprocess", "flight", "handoff", "decode_elsewhere", "served", "served_traced")  # the two served modes side by side, so pairs see the same load
+MODES = ("inprocess", "flight", "handoff", "decode_elsewhere", "served", "served_traced")
+PAIRED = ("served", "served_traced")  # run side by side, in turns (round_orders)
 GOALS = {"served_vs_inprocess": 0.8, "served_vs_flight": 1.0}
 TRACING_GOAL = 0.05
 
@@ -471,15 +472,33 @@ def _measure(drained: dict[str, float], server_cpu: float, more: dict[str, float
     return Measure(int(drained["rows"]), int(drained["bytes"]), drained["seconds"], cpu, drained["first_batch"], drained["last_batch"], server_faults)
 
 
+def round_orders(modes: tuple[str, ...], rounds: int) -> list[list[str]]:
+    """The order of each round: the modes rotate, so none always runs right after the same one. The two served modes
+    stay side by side and swap places every round: each then follows the same modes as often as the other, and each
+    runs right after the other as often, so their ratio does not carry what the run before leaves behind."""
+    units: list[tuple[str, ...]] = []
+    for mode in modes:
+        if mode in PAIRED and set(PAIRED) <= set(modes):
+            if mode == PAIRED[0]:
+                units.append(PAIRED)
+            continue
+        units.append((mode,))
+    orders = []
+    for index in range(rounds):
+        start = index % len(units)
+        rotated = units[start:] + units[:start]
+        orders.append([mode for unit in rotated for mode in (unit if index % 2 == 0 else unit[::-1])])
+    return orders
+
+
 def run_rounds(bench: Bench, rounds: int) -> dict[str, list[Measure]]:
-    """One warm-up round, then `rounds` rounds with the modes interleaved and the order rotated."""
+    """One warm-up round, then `rounds` rounds with the modes interleaved (round_orders)."""
     modes = bench.options.modes
     for mode in modes:
         bench.run(mode)
     results: dict[str, list[Measure]] = {mode: [] for mode in modes}
-    for index in range(rounds):
-        start = index % len(modes)  # each round starts one mode later, so no mode always runs right after the same one
-        for mode in modes[start:] + modes[:start]:
+    for index, order in enumerate(round_orders(modes, rounds)):
+        for mode in order:
             measure = bench.run(mode)
             results[mode].append(measure)
             print(f"round {index + 1}/{rounds} {mode:<14} {measure.rows:>9} rows {measure.seconds:7.3f} s {measure.rows_per_s / 1e6:7.2f} M rows/s", file=sys.stderr)
