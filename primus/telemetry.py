@@ -32,14 +32,13 @@ def _float_json(value: float) -> str:
 
 def _value_json(value: object) -> str:
     """An attribute value as an OTLP AnyValue in JSON."""
-    kind = type(value)
-    if kind is str:
+    if type(value) is str:
         return '{"stringValue":' + _string_json(value) + "}"
-    if kind is int:
+    if type(value) is int:
         return f'{{"intValue":"{value}"}}'
-    if kind is float:
+    if type(value) is float:
         return f'{{"doubleValue":{_float_json(value)}}}'
-    if kind is bool:
+    if type(value) is bool:
         return '{"boolValue":true}' if value else '{"boolValue":false}'
     if isinstance(value, (list, tuple)):
         return '{"arrayValue":{"values":[' + ",".join(map(_value_json, value)) + "]}}"
