@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pyarrow.parquet as pq
 import yaml
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from rich.table import Table
 
 from primus import rpc, telemetry
@@ -175,24 +176,39 @@ def _patch_executor(readers: int | None, batch_bytes: int | None) -> None:
         setattr(reader, "rows_per_batch", lambda schema, target_bytes=batch_bytes: original(schema, target_bytes))  # noqa: B010
 
 
+class TracingSwitch(Sampler):
+    """Samples every span while on and none while off: one executor process serves both served modes, so the
+    tracing figure compares the same process with itself (two identical untraced processes differed by up to 11%)."""
+
+    def __init__(self) -> None:
+        self.on = False
+
+    def should_sample(self, parent_context: Any, trace_id: int, name: str, kind: Any = None, attributes: Any = None, *more: Any, **named: Any) -> SamplingResult:
+        return SamplingResult(Decision.RECORD_AND_SAMPLE if self.on else Decision.DROP, attributes)  # the span starts with these attributes
+
+    def get_description(self) -> str:
+        return "TracingSwitch"
+
+
 def executor_host(
-    conn: Connection, planner_address: str, job_file: Path, runs_dir: Path | None, readers: int | None, batch_bytes: int | None, decode_into_shared_memory: bool
+    conn: Connection, planner_address: str, job_file: Path, runs_dir: Path, readers: int | None, batch_bytes: int | None, decode_into_shared_memory: bool
 ) -> None:
-    """A data executor process: one executor per benchmark job, created and stopped on command."""
-    if runs_dir is not None:
-        telemetry.setup_tracing("data_executor", runs_dir)
+    """A data executor process: one executor per benchmark job, created and stopped on command, traced or not."""
+    switch = TracingSwitch()
+    telemetry.setup_tracing("data_executor", runs_dir, sampler=switch)
     _patch_executor(readers, batch_bytes)
     job = load_job_file(job_file)
     running: list[DataExecutor] = []
 
-    def start(job_id: str) -> str:
+    def start(job_id: str, traced: bool) -> str:
+        switch.on = traced
         running.append(create_executor("bench-e0", job_id, planner_address, job, decode_into_shared_memory=decode_into_shared_memory))
         return running[-1].data_address
 
     def stop() -> None:
         running.pop().stop()
 
-    _serve_commands(conn, {"start": start, "stop": stop})
+    _serve_commands(conn, {"start": start, "stop": stop, "flush": telemetry.flush_tracing})
     telemetry.shutdown_tracing()
 
 
@@ -414,8 +430,7 @@ class Bench:
         address = self.children["planner"].call("address")
         rpc.wait_until_serving(address)
         self.planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(address))
-        self.children["served"] = spawn("executor", executor_host, address, self.job_file, None, self.options.readers, batch, self.options.arena)
-        self.children["served_traced"] = spawn("executor-traced", executor_host, address, self.job_file, self.runs_dir, self.options.readers, batch, self.options.arena)
+        self.children["executor"] = spawn("executor", executor_host, address, self.job_file, self.runs_dir, self.options.readers, batch, self.options.arena)
         self.children["flight"] = spawn("flight", flight_host, self.files, self.job_file, self.options.batch_bytes)
         producer_end, consumer_end = mp.get_context("spawn").Pipe()
         self.children["handoff"] = spawn("handoff", handoff_host, producer_end, self.files, self.job_file, self.options.batch_bytes)
@@ -452,11 +467,13 @@ class Bench:
         self._runs += 1
         job_id = f"bench-{mode.replace('_', '-')}-{self._runs}"
         self.planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job_id, spec_yaml=self.job.to_yaml()), timeout=120)
-        host, planner = self.children[mode], self.children["planner"]
-        address = host.call("start", job_id)
+        host, planner, traced = self.children["executor"], self.children["planner"], mode == "served_traced"
+        address = host.call("start", job_id, traced)
         before, planner_before, faults_before = host.call("cpu"), planner.call("cpu"), host.call("faults")
         try:
             drained = self.children["consumer"].call("feed", address, job_id, self.options.prefetch, self.options.window)
+            if traced:  # the spans' export counts in the executor's CPU (in production it runs in the background)
+                host.call("flush")
             server_cpu, planner_cpu = host.call("cpu") - before, planner.call("cpu") - planner_before
             faults = host.call("faults") - faults_before
         finally:

@@ -16,6 +16,7 @@ from opentelemetry import baggage, context, propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import Sampler
 
 JOB_KEY = "primus.job_id"
 _provider: TracerProvider | None = None
@@ -123,16 +124,23 @@ class JobAttributeProcessor(SpanProcessor):
             span.set_attribute(JOB_KEY, str(job))
 
 
-def setup_tracing(service: str, runs_dir: Path | None, job_id: str = "") -> None:
-    """Install the process-wide tracer provider; with no runs_dir, spans are created but not kept."""
+def setup_tracing(service: str, runs_dir: Path | None, job_id: str = "", sampler: Sampler | None = None) -> None:
+    """Install the process-wide tracer provider; with no runs_dir, spans are created but not kept. Leave the sampler
+    to the default (every span): `primus cost` checks the spans against the ledger, so a sampled trace disagrees."""
     global _provider
     resource = Resource.create({"service.name": service, "process.pid": os.getpid()})
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=resource, sampler=sampler)
     provider.add_span_processor(JobAttributeProcessor(job_id))
     if runs_dir is not None:
         provider.add_span_processor(BatchSpanProcessor(OtlpJsonFileExporter(runs_dir, service, resource), schedule_delay_millis=1000))
     trace.set_tracer_provider(provider)
     _provider = provider
+
+
+def flush_tracing() -> None:
+    """Export the spans ended so far now, instead of on the exporter's schedule."""
+    if _provider is not None:
+        _provider.force_flush()
 
 
 def shutdown_tracing() -> None:
