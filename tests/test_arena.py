@@ -157,13 +157,18 @@ def test_a_layout_that_does_not_fit_is_refused(shm: Path, rebuild: str, monkeypa
 
 def _executor_process(conn: Connection, planner_address: str, job_file: str, arena_bytes: str) -> None:
     from services.data_executor.server import create_executor
+    from services.data_executor.shared_memory import SharedMemoryDrop
+
+    rings = []  # the streams' rings, counted as they are opened
+    open_ring = SharedMemoryDrop.open_ring
+    SharedMemoryDrop.open_ring = lambda drop, *args, **kwargs: rings.append(open_ring(drop, *args, **kwargs)) or rings[-1]  # type: ignore[method-assign]
 
     os.environ[arena.CAPACITY_ENV] = arena_bytes
     executor = create_executor("arena-e0", "job-arena", planner_address, load_job_file(Path(job_file)), decode_into_shared_memory=True)
     conn.send(executor.data_address)
     conn.recv()  # the consumer is done
     shared = arena.active()
-    conn.send({"active": shared is not None, "lent": shared.lent if shared else -1, "path": str(shared.path) if shared else ""})
+    conn.send({"active": shared is not None, "lent": shared.lent if shared else -1, "path": str(shared.path) if shared else "", "rings": len(rings)})
     conn.recv()
     executor.stop()
 
@@ -204,12 +209,14 @@ def test_an_executor_process_serves_arena_batches_that_match_the_files(dataset: 
         lent = [o for o in origins if o.arena_path]
         assert all(o.arena_layout and not o.shared_memory_path for o in lent)
         assert len({o.arena_hold for o in lent}) == len(lent)
-        if arena_bytes:
-            assert not lent and all(o.shared_memory_path for o in origins), "no task fits: every batch is copied to the ring"
-        else:
-            assert len(lent) == len(origins), "every batch came from the arena"
         parent.send("done")
         state = parent.recv()
+        if arena_bytes:
+            assert not lent and all(o.shared_memory_path for o in origins), "no task fits: every batch is copied to the ring"
+            assert state["rings"] == 1
+        else:
+            assert len(lent) == len(origins), "every batch came from the arena"
+            assert state["rings"] == 0, "a stream whose batches all lie in the arena makes no ring"
         assert state["active"], "the executor decoded into its arena"
         assert state["lent"] == 0, "every hold came back once the consumer let go of its batches"
         assert Path(state["path"]).name.startswith("primus-arena-e0-")

@@ -202,6 +202,8 @@ def test_a_colocated_consumer_maps_batches_from_shared_memory(planner: rpc.Runni
         assert sum(e.batch.num_rows for e in events) == (DAYS - 1) * 24 * ROWS_PER_HOUR
         assert all(e.origin.shared_memory_path for e in events), "a loopback consumer gets shared-memory batches"
         assert {e.origin.shared_memory_slot for e in events} >= {0, 1}, "ring slots first, one-off files once all are held"
+        # the feed ends at the end-of-stream message; the ring goes as the call closes, right after
+        _wait_for(lambda: not any(Path(e.origin.shared_memory_path).exists() for e in events), seconds=5)
         assert not any(Path(e.origin.shared_memory_path).exists() for e in events), "one-off files are unlinked, the ring at the end"
         _plan(planner, "job-shm-2", job)
         (second,) = _executors(1, "job-shm-2", planner, job)

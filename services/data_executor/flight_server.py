@@ -57,14 +57,14 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor, reader: flight.MetadataRecordBatchReader, writer: flight.MetadataRecordBatchWriter
     ) -> None:
         ticket = self._ticket(descriptor.command)
+        stream = self._streamer.open(ticket)  # leasing starts before the rest of the set-up
         drop = self._drop if ticket.shared_memory else None
         arena = self._arena if drop is not None else None
-        ring = drop.open_ring(ticket.shared_memory_slots or DEFAULT_SLOTS) if drop is not None else None
-        signals = ConsumerSignals(reader, ring.release if ring is not None else None, arena.give_back if arena is not None else None)
-        tasks = self._streamer.stream(ticket)
-        writer.begin(self._schema)
+        ring = StreamRing(drop, ticket.shared_memory_slots or DEFAULT_SLOTS) if drop is not None else None
         try:
-            for served in tasks:
+            signals = ConsumerSignals(reader, ring.release if ring is not None else None, arena.give_back if arena is not None else None)
+            writer.begin(self._schema)
+            for served in stream.served:
                 while served:
                     credits = signals.take_credits(len(served))
                     if not credits:  # the consumer closed its side: it wants no more
@@ -74,7 +74,7 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
             writer.write_metadata(pa.py_buffer(END_OF_STREAM))
             signals.wait_closed()
         finally:
-            tasks.close()
+            stream.close()
             if ring is not None:
                 ring.close()
 
@@ -89,12 +89,38 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         return thread
 
 
+class StreamRing:
+    """A stream's ring, made when its first batch that does not lie in the arena needs one: with the arena active,
+    most streams never do."""
+
+    def __init__(self, drop: SharedMemoryDrop, slots: int) -> None:
+        self._drop = drop
+        self._slots = slots
+        self._ring: SharedMemoryRing | None = None
+        self._opened = False
+
+    def get(self) -> SharedMemoryRing | None:
+        """The ring (None when shared memory has no room for one); only the stream's sending thread calls this."""
+        if not self._opened:
+            self._opened = True
+            self._ring = self._drop.open_ring(self._slots)
+        return self._ring
+
+    def release(self, slots: Iterable[int]) -> None:
+        if self._ring is not None:
+            self._ring.release(slots)
+
+    def close(self) -> None:
+        if self._ring is not None:
+            self._ring.close()
+
+
 def _send(
     writer: flight.MetadataRecordBatchWriter,
     batches: Served,
     arena: Arena | None,
     drop: SharedMemoryDrop | None,
-    ring: SharedMemoryRing | None,
+    ring: StreamRing | None,
 ) -> None:
     """Batches in shared memory go out together, as one BatchGroup; the others inline, one message each."""
     group = data_executor_pb2.BatchGroup()
@@ -121,8 +147,9 @@ def _lend(batch: pa.RecordBatch, origin: data_executor_pb2.BatchOrigin, arena: A
     return True
 
 
-def _place(batch: pa.RecordBatch, origin: data_executor_pb2.BatchOrigin, ring: SharedMemoryRing | None, drop: SharedMemoryDrop) -> bool:
+def _place(batch: pa.RecordBatch, origin: data_executor_pb2.BatchOrigin, rings: StreamRing | None, drop: SharedMemoryDrop) -> bool:
     """Put a batch in shared memory: a ring slot when one is free, else a one-off file; False when it is full."""
+    ring = rings.get() if rings is not None else None
     if ring is not None and (placed := ring.put(batch)) is not None:
         origin.shared_memory_slot, origin.shared_memory_offset, origin.shared_memory_length = placed
         origin.shared_memory_path = str(ring.path)

@@ -14,7 +14,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +67,14 @@ class _ReadTask:
 _READER_DONE = object()
 
 
+@dataclass(frozen=True)
+class OpenStream:
+    """A stream whose readers are running: iterate `served`, then call close() (once), served to the end or not."""
+
+    served: Generator[Served, None, None]
+    close: Callable[[], None]
+
+
 def _granted(claim: Future[planner_pb2.ClaimTaskResponse]) -> bool:
     try:
         return bool(claim.result().granted)
@@ -112,7 +120,15 @@ class TaskStreamer:
         self._tracer = telemetry.tracer("primus.data_executor")
 
     def stream(self, ticket: data_executor_pb2.DataTicket) -> Generator[Served, None, None]:
-        """Each read task's batches, a task at a time, once its claim is granted."""
+        """Each read task's batches, a task at a time, once its claim is granted; leasing starts at the first next()."""
+        opened = self.open(ticket)
+        try:
+            yield from opened.served
+        finally:
+            opened.close()
+
+    def open(self, ticket: data_executor_pb2.DataTicket) -> OpenStream:
+        """Start leasing and reading for a stream now; its batches come from .served, and close() ends it."""
         items: queue.Queue[Any] = queue.Queue(maxsize=PREFETCH_TASKS)
         stop = threading.Event()
         parent = telemetry.extract_context(ticket.trace_context)
@@ -120,14 +136,17 @@ class TaskStreamer:
         for index in range(self._readers):
             threading.Thread(target=self._produce, args=(ticket, items, stop, parent, leases), name=f"reader-{ticket.consumer_id}-{index}", daemon=True).start()
         self._counters.add(streams_active=1)
-        try:
-            yield from self._consume(ticket, items, parent, leases)
-        finally:
+        served = self._consume(ticket, items, parent, leases)
+
+        def close() -> None:
+            served.close()  # on this thread: the stream's last reports go out, and its context is detached where it was attached
             stop.set()
             leases.close()
             self._counters.add(streams_active=-1)
 
-    def _consume(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], parent: context.Context, leases: StreamLeases) -> Iterator[Served]:
+        return OpenStream(served, close)
+
+    def _consume(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], parent: context.Context, leases: StreamLeases) -> Generator[Served, None, None]:
         finished_readers = 0
         token = context.attach(parent)  # the reports this thread sends carry the job id and the trace
         try:

@@ -125,8 +125,8 @@ class BatchFeed:
         """DoExchange with credits: a window up front, then one credit for every batch handed to the queue.
 
         Over shared memory, each credit message also gives back the ring slots and arena holds whose batches were
-        released since. At the end of a stream with arena batches still out, the feed is told first, so the trainer
-        finishes without waiting, and the stream stays open until the trainer has let go of them (or
+        released since. At the end of a stream the feed is told first, so the trainer goes on without waiting for the
+        call to close; with arena batches still out, the stream stays open until the trainer has let go of them (or
         HOLD_WAIT_SECONDS pass).
         """
         ticket = data_executor_pb2.DataTicket()
@@ -147,12 +147,12 @@ class BatchFeed:
                 except StopIteration:
                     break
                 meta = chunk.app_metadata.to_pybytes() if chunk.app_metadata is not None else b""
-                if chunk.data is None and meta == END_OF_STREAM:  # close our side; the server then ends the call
-                    if maps.holds_out:  # arena batches still out: let the trainer finish while they come back
-                        ended = True
-                        self._put(("done", executor_id, None))
+                if chunk.data is None and meta == END_OF_STREAM:  # every batch is here: the trainer goes on while the call closes
+                    ended = True
+                    self._put(("done", executor_id, None))
+                    if maps.holds_out:  # arena batches still out: they come back before our side closes
                         self._give_back_holds(writer, maps)
-                    writer.done_writing()
+                    writer.done_writing()  # the server then ends the call
                     continue
                 if chunk.data is not None:
                     origin = data_executor_pb2.BatchOrigin()
