@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -149,7 +150,10 @@ def shutdown_tracing() -> None:
         _provider.shutdown()
 
 
+@functools.cache
 def tracer(name: str = "primus") -> trace.Tracer:
+    """The named tracer, made once: making one costs more than a span (one per RPC and task adds up). Made before
+    setup_tracing, it is a proxy that follows the provider installed later."""
     return trace.get_tracer(name)
 
 
