@@ -119,6 +119,7 @@ def test_full_shared_memory_means_no_slot_and_no_file(tmp_path: Path, monkeypatc
 def test_a_batch_goes_inline_when_shared_memory_is_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     drop = _drop(tmp_path)
     monkeypatch.setattr(drop, "put", lambda batch: None)
+    monkeypatch.setattr(drop, "open_ring", lambda slots: None)  # no room for a ring either
     origin = data_executor_pb2.BatchOrigin(task_id="t")
-    assert flight_server._place(_batch(10), origin, None, drop) is False
+    assert flight_server.StreamSharedMemory(drop, 4).place(_batch(10), origin) is False
     assert not origin.shared_memory_path

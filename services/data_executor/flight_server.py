@@ -58,11 +58,10 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
     ) -> None:
         ticket = self._ticket(descriptor.command)
         stream = self._streamer.open(ticket)  # leasing starts before the rest of the set-up
-        drop = self._drop if ticket.shared_memory else None
-        arena = self._arena if drop is not None else None
-        ring = StreamRing(drop, ticket.shared_memory_slots or DEFAULT_SLOTS) if drop is not None else None
+        shared = StreamSharedMemory(self._drop, ticket.shared_memory_slots or DEFAULT_SLOTS) if ticket.shared_memory and self._drop is not None else None
+        arena = self._arena if shared is not None else None
         try:
-            signals = ConsumerSignals(reader, ring.release if ring is not None else None, arena.give_back if arena is not None else None)
+            signals = ConsumerSignals(reader, shared.release if shared is not None else None, arena.give_back if arena is not None else None)
             writer.begin(self._schema)
             for served in stream.served:
                 while served:
@@ -70,13 +69,13 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
                     if not credits:  # the consumer closed its side: it wants no more
                         return
                     sent, served = served[:credits], served[credits:]
-                    _send(writer, sent, arena, drop, ring)
+                    _send(writer, sent, arena, shared)
             writer.write_metadata(pa.py_buffer(END_OF_STREAM))
             signals.wait_closed()
         finally:
             stream.close()
-            if ring is not None:
-                ring.close()
+            if shared is not None:
+                shared.close()
 
     def shutdown(self) -> None:
         super().shutdown()
@@ -89,22 +88,31 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         return thread
 
 
-class StreamRing:
-    """A stream's ring, made when its first batch that does not lie in the arena needs one: with the arena active,
-    most streams never do."""
+class StreamSharedMemory:
+    """A stream's shared memory: its ring, made when the first batch that does not lie in the arena needs it (with
+    the arena active, most streams never do), and the executor's drop for one-off files when the ring has no room."""
 
     def __init__(self, drop: SharedMemoryDrop, slots: int) -> None:
         self._drop = drop
         self._slots = slots
         self._ring: SharedMemoryRing | None = None
-        self._opened = False
+        self._ring_opened = False
 
-    def get(self) -> SharedMemoryRing | None:
-        """The ring (None when shared memory has no room for one); only the stream's sending thread calls this."""
-        if not self._opened:
-            self._opened = True
+    def place(self, batch: pa.RecordBatch, origin: data_executor_pb2.BatchOrigin) -> bool:
+        """Put a batch in a free ring slot, else a one-off file; False when shared memory is full. Only the stream's
+        sending thread calls this."""
+        if not self._ring_opened:
+            self._ring_opened = True
             self._ring = self._drop.open_ring(self._slots)
-        return self._ring
+        if self._ring is not None and (placed := self._ring.put(batch)) is not None:
+            origin.shared_memory_slot, origin.shared_memory_offset, origin.shared_memory_length = placed
+            origin.shared_memory_path = str(self._ring.path)
+            return True
+        path = self._drop.put(batch)
+        if path is None:
+            return False
+        origin.shared_memory_path = path
+        return True
 
     def release(self, slots: Iterable[int]) -> None:
         if self._ring is not None:
@@ -119,13 +127,12 @@ def _send(
     writer: flight.MetadataRecordBatchWriter,
     batches: Served,
     arena: Arena | None,
-    drop: SharedMemoryDrop | None,
-    ring: StreamRing | None,
+    shared: StreamSharedMemory | None,
 ) -> None:
     """Batches in shared memory go out together, as one BatchGroup; the others inline, one message each."""
     group = data_executor_pb2.BatchGroup()
     for batch, origin in batches:
-        if (arena is not None and _lend(batch, origin, arena)) or (drop is not None and _place(batch, origin, ring, drop)):
+        if (arena is not None and _lend(batch, origin, arena)) or (shared is not None and shared.place(batch, origin)):
             group.batches.append(origin)
             continue
         if group.batches:
@@ -144,20 +151,6 @@ def _lend(batch: pa.RecordBatch, origin: data_executor_pb2.BatchOrigin, arena: A
     origin.arena_path = str(arena.path)
     origin.arena_hold = arena.lend(batch)
     origin.arena_layout.extend(layout)
-    return True
-
-
-def _place(batch: pa.RecordBatch, origin: data_executor_pb2.BatchOrigin, rings: StreamRing | None, drop: SharedMemoryDrop) -> bool:
-    """Put a batch in shared memory: a ring slot when one is free, else a one-off file; False when it is full."""
-    ring = rings.get() if rings is not None else None
-    if ring is not None and (placed := ring.put(batch)) is not None:
-        origin.shared_memory_slot, origin.shared_memory_offset, origin.shared_memory_length = placed
-        origin.shared_memory_path = str(ring.path)
-        return True
-    path = drop.put(batch)
-    if path is None:
-        return False
-    origin.shared_memory_path = path
     return True
 
 
