@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -19,10 +20,11 @@ import yaml
 from opentelemetry import baggage, context
 
 from primus import rpc, telemetry
-from primus.errors import UnavailableError
+from primus.errors import DataError, UnavailableError
 from primus.samples import training_schema
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2, data_executor_pb2, planner_pb2, planner_pb2_grpc
+from services.data_executor import reader
 from services.data_executor.leases import StreamLeases
 from services.data_executor.server import DataExecutor, create_executor
 from services.data_executor.serving import ExecutorCounters, TaskStreamer
@@ -244,7 +246,8 @@ def test_an_executor_nobody_listens_at_is_lost_at_once() -> None:
 def test_a_claim_leases_the_next_task_in_the_same_call(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
     stub = _plan(planner, "job-next", _job(dataset, tmp_path))
     lease = planner_pb2.LeaseTaskRequest(job_id="job-next", executor_id="e", purpose=TRAIN)
-    task = stub.LeaseTask(lease, timeout=10).task
+    first = stub.LeaseTask(lease, timeout=10)
+    task, pending = first.task, [first.pending]
     seen = {task.task_id}
     while True:
         claim = planner_pb2.ClaimTaskRequest(job_id="job-next", task_id=task.task_id, attempt=task.attempt, executor_id="e", lease_next=True, purpose=TRAIN)
@@ -253,9 +256,11 @@ def test_a_claim_leases_the_next_task_in_the_same_call(planner: rpc.RunningServe
         if not reply.next.HasField("task"):
             break
         task = reply.next.task
+        pending.append(reply.next.pending)
         assert task.task_id not in seen, "the next lease is a task not leased before"
         seen.add(task.task_id)
     assert len(seen) == (DAYS - 1) * 24, "claims alone leased every training task after the first"
+    assert pending == list(range(len(seen) - 1, -1, -1)), "each lease says how many tasks wait after it"
     assert not reply.next.exhausted and reply.next.retry_after_seconds == 0, "nothing runnable now, but leased tasks are not finished"
     refused = stub.ClaimTask(planner_pb2.ClaimTaskRequest(job_id="job-next", task_id=task.task_id, attempt=task.attempt, lease_next=True, purpose=TRAIN), timeout=10)
     assert not refused.granted and not refused.next.HasField("task")
@@ -374,3 +379,76 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
     deadline = time.monotonic() + seconds
     while not condition() and time.monotonic() < deadline:
         time.sleep(0.01)
+
+
+class _SlowUnits:
+    """TaskReader.read, recording which thread decoded which unit of which task, a little slower (so that both
+    readers of a stream are busy at once); `fail` names a (task, attempt, unit) that raises a DataError instead."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail: tuple[int, int, int] | None = None) -> None:
+        self.decoded: defaultdict[tuple[str, int], list[tuple[int, str]]] = defaultdict(list)
+        self.fail = fail
+        self.failed: tuple[str, int] | None = None
+        self._order: dict[str, int] = {}
+        self._lock = threading.Lock()
+        original = reader.TaskReader.read
+
+        def read(this: reader.TaskReader, piece: Any) -> reader.UnitRead:
+            key = (this.task.task_id, this.task.attempt)
+            with self._lock:
+                order = self._order.setdefault(this.task.task_id, len(self._order))
+                unit = this.units(shared=True).index(piece) if len(piece.row_groups) == 1 else -1
+                self.decoded[key].append((unit, threading.current_thread().name))
+            time.sleep(0.01)
+            if self.fail == (order, this.task.attempt, unit):
+                self.failed = key
+                raise DataError(f"source {this.task.source!r}: unit {unit} is unreadable")
+            return original(this, piece)
+
+        monkeypatch.setattr(reader.TaskReader, "read", read)
+
+
+def _stream_all(streamer: TaskStreamer, job_id: str) -> dict[tuple[str, int], list[data_executor_pb2.BatchOrigin]]:
+    served: dict[tuple[str, int], list[data_executor_pb2.BatchOrigin]] = defaultdict(list)
+    for task in streamer.stream(data_executor_pb2.DataTicket(job_id=job_id, consumer_id="t", purpose=TRAIN)):
+        for batch, origin in task:
+            assert batch.num_rows == origin.row_count
+            served[(origin.task_id, origin.attempt)].append(origin)
+    return served
+
+
+def test_readers_share_the_first_and_last_tasks(planner: rpc.RunningServer, dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reader, "UNIT_BYTES", 1)  # every row group a unit of its own, where a task is shared
+    slow = _SlowUnits(monkeypatch)
+    job = _job(dataset, tmp_path)
+    stub = _plan(planner, "job-units", job)
+    streamer = TaskStreamer(stub, "e0", job, training_schema(job.spec.training.features), ExecutorCounters())
+    served = _stream_all(streamer, "job-units")
+
+    tasks = (DAYS - 1) * 24
+    assert len(served) == tasks and all(key in slow.decoded for key in served)
+    for origins in served.values():  # each task served once, its rows in order however its units were decoded
+        assert [o.row_offset for o in origins] == [sum(o.row_count for o in origins[:i]) for i in range(len(origins))]
+        assert sum(o.row_count for o in origins) == ROWS_PER_HOUR and origins[-1].last_of_task
+    shared = {key: units for key, units in slow.decoded.items() if len(units) > 1}
+    assert all(sorted(unit for unit, _ in units) == [0, 1, 2] for units in shared.values()), "a shared task is one unit per row group"
+    assert all(units == [(-1, units[0][1])] for key, units in slow.decoded.items() if key not in shared), "the others are decoded whole"
+    assert 4 <= len(shared) <= 6, f"the stream's first tasks and the job's last ones are shared, not the rest: {len(shared)}"
+    assert any(len({thread for _, thread in units}) == 2 for units in shared.values()), "both readers decode units of one task"
+
+
+def test_a_failed_unit_fails_its_task_once(planner: rpc.RunningServer, dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reader, "UNIT_BYTES", 1)
+    slow = _SlowUnits(monkeypatch, fail=(0, 0, 1))  # the first task's second unit, first attempt
+    job = _job(dataset, tmp_path)
+    counting = _Counting(_plan(planner, "job-unit-fails", job))
+    streamer = TaskStreamer(counting, "e0", job, training_schema(job.spec.training.features), ExecutorCounters())  # type: ignore[arg-type]
+    served = _stream_all(streamer, "job-unit-fails")
+
+    assert slow.failed is not None
+    task_id, attempt = slow.failed
+    assert counting.calls["FailTask"] == 1, "one report for the task, whichever of its units failed"
+    assert (task_id, attempt) not in served and sum(o.row_count for o in served[(task_id, attempt + 1)]) == ROWS_PER_HOUR
+    assert sum(o.row_count for origins in served.values() for o in origins) == (DAYS - 1) * 24 * ROWS_PER_HOUR
+    stats = counting.GetPlan(planner_pb2.GetPlanRequest(job_id="job-unit-fails"), timeout=10).sources[0]
+    assert stats.retries == 1 and stats.tasks_quarantined == 0

@@ -166,14 +166,16 @@ class LeaseTaskRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., executor_id: _Optional[str] = ..., purpose: _Optional[_Union[_common_pb2.TaskPurpose, str]] = ...) -> None: ...
 
 class LeaseTaskResponse(_message.Message):
-    __slots__ = ("task", "exhausted", "retry_after_seconds")
+    __slots__ = ("task", "exhausted", "retry_after_seconds", "pending")
     TASK_FIELD_NUMBER: _ClassVar[int]
     EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
     task: DataTask
     exhausted: bool
     retry_after_seconds: float
-    def __init__(self, task: _Optional[_Union[DataTask, _Mapping]] = ..., exhausted: _Optional[bool] = ..., retry_after_seconds: _Optional[float] = ...) -> None: ...
+    pending: int
+    def __init__(self, task: _Optional[_Union[DataTask, _Mapping]] = ..., exhausted: _Optional[bool] = ..., retry_after_seconds: _Optional[float] = ..., pending: _Optional[int] = ...) -> None: ...
 
 class TaskStats(_message.Message):
     __slots__ = ("rows", "bytes_read", "cpu_seconds", "batches", "records_quarantined", "read_seconds", "transform_seconds")

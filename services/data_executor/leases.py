@@ -51,16 +51,22 @@ class StreamLeases:
         self._held: dict[tuple[str, int], planner_pb2.DataTask] = {}
 
     def next(self) -> planner_pb2.LeaseTaskResponse:
-        """The planner's answer for this reader: a task, exhausted, or retry later. Raises grpc.RpcError."""
+        """The planner's answer for this reader: a task, exhausted (also once the stream is closed), or retry later.
+        Raises grpc.RpcError."""
         with self._lock:
             upcoming = self._upcoming.popleft() if self._upcoming else self._lease()
         reply = upcoming()
         if reply.HasField("task"):
             with self._lock:
-                self._held[(reply.task.task_id, reply.task.attempt)] = reply.task
-                self._reading += 1
-                if not self._upcoming:
-                    self._upcoming.append(self._lease())  # one task ahead, for whichever reader is free first
+                closed = self._closed
+                if not closed:
+                    self._held[(reply.task.task_id, reply.task.attempt)] = reply.task
+                    self._reading += 1
+                    if not self._upcoming:
+                        self._upcoming.append(self._lease())  # one task ahead, for whichever reader is free first
+            if closed:  # answered after the stream closed: it goes straight back
+                self.give_back(reply.task)
+                return planner_pb2.LeaseTaskResponse(exhausted=True)
         return reply
 
     def call(self, method: Callable[..., _Reply], request: Any) -> Future[_Reply]:

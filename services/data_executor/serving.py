@@ -1,7 +1,9 @@
 """TaskStreamer: lease tasks for one consumer stream, read ahead into a bounded queue, claim, serve, report.
 
-Memory is bounded: the queue holds a couple of read tasks, and a reader blocked on a full queue stops leasing, so
-a slow trainer slows reading down. HTTP/2 flow control under Flight carries the same back-pressure to the wire.
+The stream's readers decode its tasks together, a unit at a time, oldest task first
+(services.data_executor.assembly). Memory is bounded: the queue holds a couple of read tasks, a reader blocked on a
+full queue stops leasing, and a task is started only when no unit is left to take, so a slow trainer slows reading.
+HTTP/2 flow control under Flight carries the same back-pressure to the wire.
 The planner's round trips stay off the readers' path (services.data_executor.leases): the stream keeps a task
 leased ahead, and a read task's claim is answered while the task waits in the queue.
 """
@@ -13,7 +15,6 @@ import functools
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Generator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -28,8 +29,9 @@ from primus import telemetry
 from primus.errors import DataError, UnavailableError
 from primus.spec import TrainingJob
 from primus.v1 import data_executor_pb2, planner_pb2, planner_pb2_grpc
+from services.data_executor.assembly import ReadBoard, TaskAssembly
 from services.data_executor.leases import StreamLeases
-from services.data_executor.reader import TaskRead, read_task
+from services.data_executor.reader import TaskRead, TaskReader
 
 log = logging.getLogger(__name__)
 PREFETCH_TASKS = 2  # read tasks waiting to be served, per stream (each reader also holds the one it reads)
@@ -64,7 +66,7 @@ class _ReadTask:
     batches: Served
 
 
-_READER_DONE = object()
+_EXHAUSTED = object()  # a reader heard that every task of the purpose is finished: nothing more can come
 
 
 @dataclass(frozen=True)
@@ -133,8 +135,9 @@ class TaskStreamer:
         stop = threading.Event()
         parent = telemetry.extract_context(ticket.trace_context)
         leases = StreamLeases(self._planner, planner_pb2.LeaseTaskRequest(job_id=ticket.job_id, executor_id=self._executor_id, purpose=ticket.purpose), self._readers)
+        board = ReadBoard()
         for index in range(self._readers):
-            threading.Thread(target=self._produce, args=(ticket, items, stop, parent, leases), name=f"reader-{ticket.consumer_id}-{index}", daemon=True).start()
+            threading.Thread(target=self._produce, args=(items, stop, parent, leases, board), name=f"reader-{ticket.consumer_id}-{index}", daemon=True).start()
         self._counters.add(streams_active=1)
         served = self._consume(ticket, items, parent, leases)
 
@@ -147,18 +150,16 @@ class TaskStreamer:
         return OpenStream(served, close)
 
     def _consume(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], parent: context.Context, leases: StreamLeases) -> Generator[Served, None, None]:
-        finished_readers = 0
         token = context.attach(parent)  # the reports this thread sends carry the job id and the trace
         try:
-            while finished_readers < self._readers:
+            while True:
                 try:
                     item = items.get(timeout=REPORT_AFTER_SECONDS if leases.reports_waiting else None)
                 except queue.Empty:
                     leases.flush()
                     continue
-                if item is _READER_DONE:
-                    finished_readers += 1
-                    continue
+                if item is _EXHAUSTED:  # every task is finished, so the other readers hold none: the stream is complete
+                    return
                 if isinstance(item, BaseException):
                     raise item
                 if not _granted(item.claim):  # another attempt claimed the task first: its batches are dropped
@@ -173,25 +174,33 @@ class TaskStreamer:
             leases.flush()
             context.detach(token)
 
-    def _produce(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], stop: threading.Event, parent: context.Context, leases: StreamLeases) -> None:
-        """Read leased tasks and offer their batches until the purpose is exhausted (or the stream closes)."""
+    def _produce(self, items: queue.Queue[Any], stop: threading.Event, parent: context.Context, leases: StreamLeases, board: ReadBoard) -> None:
+        """Decode units of the stream's tasks, leasing another task when no unit is left, until the purpose is
+        exhausted (or the stream closes); the reader that hands in a task's last unit finishes the task."""
         token = context.attach(parent)
         try:
             while not stop.is_set():
-                reply = leases.next()
-                if reply.exhausted:
-                    break
-                if not reply.HasField("task"):
-                    time.sleep(reply.retry_after_seconds)
-                    continue
-                try:
-                    claimed = self._read(reply.task, leases)
-                finally:
-                    leases.read_done()
-                if claimed is not None and not self._offer(reply.task, *claimed, items, stop):
-                    leases.give_back(reply.task)
+                work = board.take()
+                if work is None:
+                    reply = leases.next()
+                    if reply.exhausted:
+                        break
+                    if not reply.HasField("task"):
+                        board.wait(reply.retry_after_seconds)
+                        continue
+                    shared = board.finished == 0 or reply.pending < self._readers  # the stream's first tasks, the job's last
+                    assembly = self._begin(reply.task, leases, shared)
+                    if assembly is None:
+                        continue
+                    if assembly.units:
+                        board.add(assembly)  # this reader, or one free sooner, takes its first unit
+                        continue
+                    finished: TaskAssembly | None = assembly  # nothing to decode
+                else:
+                    finished = work[0] if self._decode(*work, board) else None
+                if finished is not None and not self._finish(finished, items, stop, leases):
                     return
-            self._put(items, _READER_DONE, stop)
+            self._put(items, _EXHAUSTED, stop)
         except grpc.RpcError as exc:
             self._put(items, UnavailableError(f"planner unreachable while leasing: {exc.details() or exc.code()}"), stop)
         except Exception as exc:
@@ -201,47 +210,80 @@ class TaskStreamer:
             leases.leave()
             context.detach(token)
 
-    def _read(self, task: planner_pb2.DataTask, leases: StreamLeases) -> tuple[TaskRead, Future[planner_pb2.ClaimTaskResponse]] | None:
-        """Read a task, then claim it; the read span ends when the claim is answered."""
+    def _begin(self, task: planner_pb2.DataTask, leases: StreamLeases, shared: bool) -> TaskAssembly | None:
+        """A leased task's read span and units (runs of row groups when shared); None when the task cannot even be
+        started (it is failed at once)."""
         span = self._tracer.start_span("data_task.read", attributes=_attributes(task))
-        try:
-            with trace.use_span(span, record_exception=True, set_status_on_exception=True):
-                read = self._read_or_fail(task, span)
-        except BaseException:
-            span.end()
-            raise
-        if read is None:
-            span.end()
-            leases.settle(task)  # failed, and reported: the planner retries it
-            return None
-        claim = leases.claim(task)
-        here = contextvars.copy_context()  # a waste report goes out in the reader's context
-        claim.add_done_callback(lambda done: here.run(self._after_claim, task, read, span, done, leases))
-        return read, claim
-
-    def _read_or_fail(self, task: planner_pb2.DataTask, span: trace.Span) -> TaskRead | None:
         if task.attempt > 0:
             span.add_event("retry", {"primus.attempt": task.attempt})
         try:
-            read = read_task(task, self._job, self._schema, self._quarantine_dir)
+            reader = TaskReader(task, self._job, self._schema)
+            return TaskAssembly(reader, reader.units(shared), span)
         except (DataError, UnavailableError) as exc:
-            span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
-            span.add_event("task_failed", {"error": str(exc)})
-            log.warning("task %s attempt %d failed: %s", task.task_id, task.attempt, exc)
-            request = planner_pb2.FailTaskRequest(job_id=task.job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id, error=str(exc))
-            self._planner.FailTask(request, timeout=30)
+            try:
+                self._fail(task, span, exc, leases)
+            finally:
+                leases.read_done()
             return None
-        span.set_attributes(
-            {
-                "primus.rows": read.rows,
-                "primus.bytes": read.bytes_read,
-                "primus.cpu_seconds": read.cpu_seconds,
-                "primus.read_seconds": read.read_seconds,
-                "primus.transform_seconds": read.transform_seconds,
-                "primus.records_quarantined": read.records_quarantined,
-            }
-        )
-        return read
+
+    @staticmethod
+    def _decode(assembly: TaskAssembly, index: int, board: ReadBoard) -> bool:
+        """Read and conform one unit; True when this reader handed in the task's last unit and must finish it."""
+        try:
+            with trace.use_span(assembly.span):  # the unit's transform span nests under the task's read span
+                part = assembly.reader.read(assembly.units[index])
+        except (DataError, UnavailableError) as exc:
+            return board.hand_in(assembly, index, error=exc)
+        except BaseException as exc:
+            assembly.span.record_exception(exc)
+            assembly.span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+            assembly.span.end()
+            raise
+        return board.hand_in(assembly, index, part)
+
+    def _finish(self, assembly: TaskAssembly, items: queue.Queue[Any], stop: threading.Event, leases: StreamLeases) -> bool:
+        """Fail the task, or assemble it, claim it and queue it; False when the stream closed before it was queued."""
+        task, span = assembly.task, assembly.span
+        try:
+            if assembly.error is not None:
+                self._fail(task, span, assembly.error, leases)
+                return True
+            if stop.is_set():  # the stream closed and gave the task back
+                span.end()
+                return False
+            read = assembly.reader.assemble(assembly.read_parts(), self._quarantine_dir)
+            span.set_attributes(
+                {
+                    "primus.rows": read.rows,
+                    "primus.bytes": read.bytes_read,
+                    "primus.cpu_seconds": read.cpu_seconds,
+                    "primus.read_seconds": read.read_seconds,
+                    "primus.transform_seconds": read.transform_seconds,
+                    "primus.records_quarantined": read.records_quarantined,
+                    "primus.units": len(assembly.units),
+                }
+            )
+            claim = leases.claim(task)
+            here = contextvars.copy_context()  # a waste report goes out in the reader's context
+            claim.add_done_callback(lambda done: here.run(self._after_claim, task, read, span, done, leases))
+        finally:
+            leases.read_done()
+        if not self._offer(task, read, claim, items, stop):
+            leases.give_back(task)
+            return False
+        return True
+
+    def _fail(self, task: planner_pb2.DataTask, span: trace.Span, exc: Exception, leases: StreamLeases) -> None:
+        """A task that could not be read is reported failed (the planner retries it, then quarantines it)."""
+        span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+        span.add_event("task_failed", {"error": str(exc)})
+        span.end()
+        log.warning("task %s attempt %d failed: %s", task.task_id, task.attempt, exc)
+        request = planner_pb2.FailTaskRequest(job_id=task.job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id, error=str(exc))
+        try:
+            self._planner.FailTask(request, timeout=30)
+        finally:
+            leases.settle(task)  # off this stream's hands: the planner retries it
 
     def _after_claim(self, task: planner_pb2.DataTask, read: TaskRead, span: trace.Span, done: Future[planner_pb2.ClaimTaskResponse], leases: StreamLeases) -> None:
         """A refused claim: the read was waste, and the planner is told so (the stream drops the batches)."""

@@ -163,6 +163,12 @@ class TaskLedger:
                 return Lease(entry.spec, entry.attempt, entry.lease_deadline, entry.committed)
             return self._speculate(purpose, executor, now)
 
+    def pending(self, purpose: int) -> int:
+        """About how many tasks of the purpose wait to be leased: an upper bound (a task queued twice, or gone from
+        the queue other than by a lease, counts until a lease comes across its row)."""
+        with self._lock:
+            return len(self._pending.get(purpose, ()))
+
     def _make_pending(self, entry: TaskEntry) -> None:
         """The entry waits to be leased (again): pending, and in its purpose's heap. The one way to make it so."""
         entry.status = TaskStatus.PENDING

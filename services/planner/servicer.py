@@ -97,7 +97,8 @@ def _lease(ledger: TaskLedger, job_id: str, executor_id: str, purpose: int) -> p
     """A leased task, or exhausted; None when nothing is runnable yet."""
     lease = ledger.lease(purpose, executor_id)
     if lease is not None:
-        return planner_pb2.LeaseTaskResponse(task=task_proto(job_id, lease.spec, lease.attempt, lease.deadline, lease.start_offset, lease.speculative))
+        task = task_proto(job_id, lease.spec, lease.attempt, lease.deadline, lease.start_offset, lease.speculative)
+        return planner_pb2.LeaseTaskResponse(task=task, pending=ledger.pending(purpose))
     if ledger.exhausted(purpose):
         return planner_pb2.LeaseTaskResponse(exhausted=True)
     return None
