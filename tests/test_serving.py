@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import shutil
 import socket
 import threading
 import time
+import weakref
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -452,3 +454,20 @@ def test_a_failed_unit_fails_its_task_once(planner: rpc.RunningServer, dataset: 
     assert sum(o.row_count for origins in served.values() for o in origins) == (DAYS - 1) * 24 * ROWS_PER_HOUR
     stats = counting.GetPlan(planner_pb2.GetPlanRequest(job_id="job-unit-fails"), timeout=10).sources[0]
     assert stats.retries == 1 and stats.tasks_quarantined == 0
+
+
+def test_a_stream_lets_go_of_the_tasks_it_has_served(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
+    """However long a stream runs, its memory is its read-ahead: a served task's batches are freed (the claims and
+    reports that follow it must not keep them)."""
+    job = _job(dataset, tmp_path)
+    streamer = TaskStreamer(_plan(planner, "job-memory", job), "e0", job, training_schema(job.spec.training.features), ExecutorCounters())
+    served: list[list[weakref.ref[pa.RecordBatch]]] = []
+    alive = -1
+    for task in streamer.stream(data_executor_pb2.DataTicket(job_id="job-memory", consumer_id="t", purpose=TRAIN)):
+        served.append([weakref.ref(batch) for batch, _ in task])
+        del task
+        if len(served) == 30:
+            gc.collect()
+            alive = sum(ref() is not None for refs in served[:20] for ref in refs)
+    assert len(served) == (DAYS - 1) * 24
+    assert alive == 0, f"{alive} batches of the first 20 served tasks are still held after 30"

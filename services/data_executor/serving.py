@@ -60,8 +60,13 @@ Served = list[tuple[pa.RecordBatch, data_executor_pb2.BatchOrigin]]  # a read ta
 
 @dataclass(frozen=True)
 class _ReadTask:
+    """A read task in the stream's queue. Only the queue and the serving loop hold it: the callbacks of the claim and
+    of the report get the report alone (a future keeps its callbacks, and each claim carries the reports of tasks
+    served before, so a callback holding batches would keep every task of the stream alive)."""
+
     task: planner_pb2.DataTask
-    read: TaskRead
+    report: planner_pb2.CompleteTaskRequest  # what reading it did: sent once it is served, or as waste
+    nbytes: int
     claim: Future[planner_pb2.ClaimTaskResponse]  # the planner's answer to ClaimTask: only a granted task's batches are served
     batches: Served
 
@@ -139,7 +144,7 @@ class TaskStreamer:
         for index in range(self._readers):
             threading.Thread(target=self._produce, args=(items, stop, parent, leases, board), name=f"reader-{ticket.consumer_id}-{index}", daemon=True).start()
         self._counters.add(streams_active=1)
-        served = self._consume(ticket, items, parent, leases)
+        served = self._consume(items, parent, leases)
 
         def close() -> None:
             served.close()  # on this thread: the stream's last reports go out, and its context is detached where it was attached
@@ -149,7 +154,7 @@ class TaskStreamer:
 
         return OpenStream(served, close)
 
-    def _consume(self, ticket: data_executor_pb2.DataTicket, items: queue.Queue[Any], parent: context.Context, leases: StreamLeases) -> Generator[Served, None, None]:
+    def _consume(self, items: queue.Queue[Any], parent: context.Context, leases: StreamLeases) -> Generator[Served, None, None]:
         token = context.attach(parent)  # the reports this thread sends carry the job id and the trace
         try:
             while True:
@@ -168,8 +173,8 @@ class TaskStreamer:
                 span = self._tracer.start_span("data_task.serve", context=parent, attributes=_attributes(item.task))
                 yield item.batches
                 leases.settle(item.task)  # served to the end (a stream closed in the middle gives the task back)
-                self._counters.add(rows_served=item.read.rows, bytes_served=item.read.nbytes)
-                leases.served(self._complete_request(ticket.job_id, item.task, item.read), functools.partial(self._after_served, item, span))
+                self._counters.add(rows_served=item.report.stats.rows, bytes_served=item.nbytes)
+                leases.served(item.report, functools.partial(self._after_served, item.task, item.report.stats, span))
         finally:
             leases.flush()
             context.detach(token)
@@ -263,12 +268,13 @@ class TaskStreamer:
                     "primus.units": len(assembly.units),
                 }
             )
+            report = self._complete_request(task, read)
             claim = leases.claim(task)
             here = contextvars.copy_context()  # a waste report goes out in the reader's context
-            claim.add_done_callback(lambda done: here.run(self._after_claim, task, read, span, done, leases))
+            claim.add_done_callback(lambda done: here.run(self._after_claim, task, report, span, done, leases))
         finally:
             leases.read_done()
-        if not self._offer(task, read, claim, items, stop):
+        if not self._offer(task, read, report, claim, items, stop):
             leases.give_back(task)
             return False
         return True
@@ -285,15 +291,25 @@ class TaskStreamer:
         finally:
             leases.settle(task)  # off this stream's hands: the planner retries it
 
-    def _after_claim(self, task: planner_pb2.DataTask, read: TaskRead, span: trace.Span, done: Future[planner_pb2.ClaimTaskResponse], leases: StreamLeases) -> None:
+    def _after_claim(
+        self, task: planner_pb2.DataTask, report: planner_pb2.CompleteTaskRequest, span: trace.Span, done: Future[planner_pb2.ClaimTaskResponse], leases: StreamLeases
+    ) -> None:
         """A refused claim: the read was waste, and the planner is told so (the stream drops the batches)."""
         if done.exception() is None and not done.result().granted:
             span.add_event("superseded", {"reason": "another attempt claimed the task first"})
-            waste = leases.call(self._planner.CompleteTask, self._complete_request(task.job_id, task, read))
+            waste = leases.call(self._planner.CompleteTask, report)
             waste.add_done_callback(lambda reply: _warn_on_failure(reply, f"could not report the waste of task {task.task_id}"))
         span.end()
 
-    def _offer(self, task: planner_pb2.DataTask, read: TaskRead, claim: Future[planner_pb2.ClaimTaskResponse], items: queue.Queue[Any], stop: threading.Event) -> bool:
+    def _offer(
+        self,
+        task: planner_pb2.DataTask,
+        read: TaskRead,
+        report: planner_pb2.CompleteTaskRequest,
+        claim: Future[planner_pb2.ClaimTaskResponse],
+        items: queue.Queue[Any],
+        stop: threading.Event,
+    ) -> bool:
         """Queue a read task with its batches; False when the stream closed first."""
         offset = task.start_offset
         batches = read.batches or [pa.RecordBatch.from_pylist([], schema=self._schema)]
@@ -309,7 +325,7 @@ class TaskStreamer:
             )
             offset += batch.num_rows
             served.append((batch, origin))
-        return self._put(items, _ReadTask(task, read, claim, served), stop)
+        return self._put(items, _ReadTask(task, report, read.nbytes, claim, served), stop)
 
     @staticmethod
     def _put(items: queue.Queue[Any], item: object, stop: threading.Event) -> bool:
@@ -321,7 +337,7 @@ class TaskStreamer:
                 continue
         return False
 
-    def _complete_request(self, job_id: str, task: planner_pb2.DataTask, read: TaskRead) -> planner_pb2.CompleteTaskRequest:
+    def _complete_request(self, task: planner_pb2.DataTask, read: TaskRead) -> planner_pb2.CompleteTaskRequest:
         stats = planner_pb2.TaskStats(
             rows=read.rows,
             bytes_read=read.bytes_read,
@@ -331,12 +347,12 @@ class TaskStreamer:
             read_seconds=read.read_seconds,
             transform_seconds=read.transform_seconds,
         )
-        return planner_pb2.CompleteTaskRequest(job_id=job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id, stats=stats)
+        return planner_pb2.CompleteTaskRequest(job_id=task.job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id, stats=stats)
 
-    def _after_served(self, end: _ReadTask, span: trace.Span, accepted: bool) -> None:
+    def _after_served(self, task: planner_pb2.DataTask, stats: planner_pb2.TaskStats, span: trace.Span, accepted: bool) -> None:
         if accepted:
             self._counters.add(tasks_done=1)
         else:
-            log.info("task %s attempt %d was superseded: its work counts as waste", end.task.task_id, end.task.attempt)
-        span.set_attributes({"primus.rows": end.read.rows, "primus.batches": len(end.read.batches), "primus.accepted": accepted})
+            log.info("task %s attempt %d was superseded: its work counts as waste", task.task_id, task.attempt)
+        span.set_attributes({"primus.rows": stats.rows, "primus.batches": stats.batches, "primus.accepted": accepted})
         span.end()
