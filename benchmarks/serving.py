@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ import yaml
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from rich.table import Table
 
-from primus import rpc, telemetry
+from primus import arena, rpc, telemetry
 from primus.console import console
 from primus.cost import load_cost
 from primus.demo import DEMO_START, demo_job
@@ -115,6 +115,8 @@ class Measure:
     first_batch: float = 0.0
     last_batch: float = 0.0
     server_faults: int = 0
+    arena_peak: int = 0  # served: the most bytes the executor's arena held at once during the run
+    arena_misses: int = 0  # served: allocations the arena could not place (their batches are copied instead)
 
     @property
     def rows_per_s(self) -> float:
@@ -205,13 +207,25 @@ def executor_host(
     def start(job_id: str, traced: bool) -> str:
         switch.on = traced
         running.append(create_executor("bench-e0", job_id, planner_address, job, decode_into_shared_memory=decode_into_shared_memory))
+        if (pool := _arena_pool()) is not None:
+            pool.reset_peak()
         return running[-1].data_address
+
+    def memory() -> tuple[int, int]:
+        """The arena's peak bytes since start, and how many allocations it could not place so far."""
+        pool = _arena_pool()
+        return (pool.peak_bytes, pool.fallback_allocations) if pool is not None else (0, 0)
 
     def stop() -> None:
         running.pop().stop()
 
-    _serve_commands(conn, {"start": start, "stop": stop, "flush": telemetry.flush_tracing})
+    _serve_commands(conn, {"start": start, "stop": stop, "flush": telemetry.flush_tracing, "memory": memory})
     telemetry.shutdown_tracing()
+
+
+def _arena_pool() -> Any:
+    active = arena.active()
+    return active.pool if active is not None else None
 
 
 class FileFlightServer(flight.FlightServerBase):  # type: ignore[misc]
@@ -472,18 +486,21 @@ class Bench:
         host, planner, traced = self.children["executor"], self.children["planner"], mode == "served_traced"
         address = host.call("start", job_id, traced)
         before, planner_before, faults_before = host.call("cpu"), planner.call("cpu"), host.call("faults")
+        _, misses_before = host.call("memory")
         try:
             drained = self.children["consumer"].call("feed", address, job_id, self.options.prefetch, self.options.window)
             if traced:  # the spans' export counts in the executor's CPU (in production it runs in the background)
                 host.call("flush")
             server_cpu, planner_cpu = host.call("cpu") - before, planner.call("cpu") - planner_before
             faults = host.call("faults") - faults_before
+            peak, misses = host.call("memory")
         finally:
             host.call("stop")
         plan = self.plans[job_id] = self.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job_id), timeout=30)
         self.planner.DropPlan(planner_pb2.DropPlanRequest(job_id=job_id), timeout=30)
         read_cpu = sum(source.cpu_seconds for source in plan.sources)  # read + transform, as the ledger charges the sources
-        return _measure(drained, server_cpu, {"server_read": read_cpu, "planner": planner_cpu}, faults)
+        measure = _measure(drained, server_cpu, {"server_read": read_cpu, "planner": planner_cpu}, faults)
+        return replace(measure, arena_peak=peak, arena_misses=misses - misses_before)
 
 
 def _measure(drained: dict[str, float], server_cpu: float, more: dict[str, float] | None = None, server_faults: int = 0) -> Measure:
@@ -549,6 +566,9 @@ def summarize(results: dict[str, list[Measure]], rows: int) -> dict[str, Any]:
         "median_tail_seconds": {mode: round(median_of(ms, lambda m: m.seconds - m.last_batch), 4) for mode, ms in results.items()},
         "median_cpu_seconds": {mode: cpu_medians(ms) for mode, ms in results.items()},
         "median_server_page_faults": {mode: round(median_of(ms, lambda m: m.server_faults)) for mode, ms in results.items() if mode != "inprocess"},
+        # bounded memory: what a stream holds is its read-ahead, not what it has served
+        "max_arena_peak_mb": {mode: round(max(m.arena_peak for m in ms) / MIB, 1) for mode, ms in results.items() if mode in PAIRED},
+        "arena_misses": {mode: sum(m.arena_misses for m in ms) for mode, ms in results.items() if mode in PAIRED},
     }
     if {"served", "inprocess"} <= rps.keys():
         summary["served_vs_inprocess"] = round(rps["served"] / rps["inprocess"], 3)
@@ -616,6 +636,8 @@ def print_table(summary: dict[str, Any]) -> None:
             f"{'':<20} {'':>7}  (paired rounds, Hodges-Lehmann; 95% interval {low:.3f} to {high:.3f}; from the medians: {summary['tracing_overhead_of_medians']:.3f})"
         )
         console.print(f"{'tracing_cpu_overhead':<20} {summary['tracing_cpu_overhead']:>7.3f}  (executor CPU traced / untraced - 1, paired the same way)")
+    for mode, peak in summary["max_arena_peak_mb"].items():
+        console.print(f"{'arena peak ' + mode:<20} {peak:>7.1f}  MiB at most in a run ({summary['arena_misses'][mode]} allocations did not fit)")
 
 
 def _source_rows(plan: planner_pb2.GetPlanResponse) -> list[dict[str, Any]]:

@@ -45,6 +45,8 @@ cdef extern from "arena_pool.h" namespace "primus":
         uint8_t* base()
         int64_t capacity()
         int64_t arena_bytes()
+        int64_t peak_bytes()
+        void ResetPeak()
         int64_t fallback_allocations()
         int64_t OffsetOf(const uint8_t* address)
 
@@ -95,6 +97,14 @@ cdef class SharedArena(MemoryPool):
     def arena_bytes(self):
         """Bytes currently allocated in the shared file (rounded up to 64)."""
         return self.arena.arena_bytes()
+
+    @property
+    def peak_bytes(self):
+        """The most bytes allocated in the shared file at once since reset_peak() (or since it was made)."""
+        return self.arena.peak_bytes()
+
+    def reset_peak(self):
+        self.arena.ResetPeak()
 
     @property
     def fallback_allocations(self):

@@ -51,6 +51,11 @@ class ArenaPool : public arrow::MemoryPool {
   uint8_t* base() const { return base_; }
   int64_t capacity() const { return capacity_; }
   int64_t arena_bytes() const { return arena_bytes_.load(); }
+  int64_t peak_bytes() const { return peak_bytes_.load(); }
+  void ResetPeak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    peak_bytes_ = arena_bytes_.load();
+  }
   int64_t fallback_allocations() const { return fallback_allocations_.load(); }
 
   int64_t OffsetOf(const uint8_t* p) const {
@@ -152,6 +157,7 @@ class ArenaPool : public arrow::MemoryPool {
     free_.erase(block);
     if (rest > 0) free_[offset + length] = rest;
     arena_bytes_ += length;
+    if (arena_bytes_ > peak_bytes_) peak_bytes_ = arena_bytes_.load();
     return true;
   }
 
@@ -188,6 +194,7 @@ class ArenaPool : public arrow::MemoryPool {
   std::mutex mu_;
   std::map<int64_t, int64_t> free_;  // offset -> length
   std::atomic<int64_t> arena_bytes_{0};
+  std::atomic<int64_t> peak_bytes_{0};  // the most arena_bytes_ reached since the last ResetPeak
   std::atomic<int64_t> total_bytes_{0};
   std::atomic<int64_t> num_allocations_{0};
   std::atomic<int64_t> fallback_allocations_{0};

@@ -85,9 +85,12 @@ def test_a_growing_buffer_grows_in_place_when_it_can(shm: Path) -> None:
     assert set(np.frombuffer(first, dtype=np.uint8)[:1000]) == {7}, "and keeps its bytes"
     first.resize(4096, shrink_to_fit=True)
     assert shared.pool.arena_bytes == 4096 + 64, "shrinking gives the tail back"
+    assert shared.pool.peak_bytes == (1 << 20) + 64 + (2 << 20), "the peak: the moved buffer and its old place at once"
+    shared.pool.reset_peak()
+    assert shared.pool.peak_bytes == 4096 + 64, "a reset starts the peak from what is held now"
     del first, blocker
     gc.collect()
-    assert shared.pool.arena_bytes == 0
+    assert shared.pool.arena_bytes == 0 and shared.pool.peak_bytes == 4096 + 64
 
 
 def test_a_full_arena_falls_back_and_its_batches_are_not_lent(dataset: Path, shm: Path) -> None:
