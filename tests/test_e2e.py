@@ -67,8 +67,10 @@ def test_run_trains_through_five_services(job_file: Path, tmp_path: Path) -> Non
     ]
     reads = [s for s in spans if s["name"] == "data_task.read"]
     assert len(reads) == DAYS * 24
-    keys = {a["key"] for a in reads[0]["attributes"]}
-    assert {"primus.source", "primus.task_id", "primus.attempt", "primus.bytes", "primus.rows", "primus.cpu_seconds", "primus.job_id"} <= keys
+    cost_keys = {"primus.source", "primus.task_id", "primus.attempt", "primus.bytes", "primus.rows", "primus.cpu_seconds", "primus.job_id"}
+    for name in ("data_task.read", "data_task.transform", "data_task.serve"):
+        kind = [s for s in spans if s["name"] == name]
+        assert kind and all(cost_keys <= {a["key"] for a in span["attributes"]} for span in kind), f"every {name} span carries {cost_keys}"
     assert len({s["traceId"] for s in spans if s["name"] in ("job", "train", "data_task.read")}) == 1, "one trace from master to executors"
 
     (run_dir,) = (tmp_path / "runs").glob("ctr-demo-*")

@@ -15,6 +15,7 @@ import functools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Generator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -171,7 +172,10 @@ class TaskStreamer:
                     leases.settle(item.task)
                     continue
                 span = self._tracer.start_span("data_task.serve", context=parent, attributes=_attributes(item.task))
-                yield item.batches
+                started_cpu = time.thread_time()
+                yield item.batches  # the caller sends them on this thread before it asks for more
+                if span.is_recording():
+                    span.set_attributes({"primus.bytes": item.nbytes, "primus.cpu_seconds": time.thread_time() - started_cpu})
                 leases.settle(item.task)  # served to the end (a stream closed in the middle gives the task back)
                 self._counters.add(rows_served=item.report.stats.rows, bytes_served=item.nbytes)
                 leases.served(item.report, functools.partial(self._after_served, item.task, item.report.stats, span))
