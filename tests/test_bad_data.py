@@ -11,18 +11,20 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 from primus.samples import training_schema
 from primus.spec import load_job_file
 from primus.transform import REASON_COLUMN
+from services.data_executor import reader
 from services.data_executor.reader import read_task
 from services.planner.plan import PartitionResolver, build_plan
 from services.planner.servicer import task_proto
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 
 
-def test_rejected_records_are_counted_and_kept(dataset: Path, tmp_path: Path) -> None:
+def test_rejected_records_are_counted_and_kept(dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = tmp_path / "clicks"
     shutil.copytree(dataset, data)
     victim = next(data.glob("date=2026-11-01/hour=02/*.parquet"))
@@ -53,6 +55,13 @@ def test_rejected_records_are_counted_and_kept(dataset: Path, tmp_path: Path) ->
     reasons = set(rejected.column(REASON_COLUMN).to_pylist())
     assert any("click is null" in r for r in reasons) and any("user_activity is null (require_not_null v1)" in r for r in reasons)
     assert pc.sum(pc.is_null(rejected.column("user_activity"))).as_py() == expected_rejects - 1
+
+    monkeypatch.setattr(reader, "UNIT_BYTES", 1)  # decoded in pieces (a row group each), as the ends of a job are
+    in_pieces = reader.TaskReader(task_proto("bad", task, 0, 0.0, 0, False), job, training_schema(job.spec.training.features))
+    units = in_pieces.units(shared=True)
+    pieces_read = in_pieces.assemble([in_pieces.read(unit) for unit in reversed(units)][::-1])
+    assert len(units) == 3 and pieces_read.records_quarantined == expected_rejects
+    assert pa.Table.from_batches(pieces_read.batches).equals(pa.Table.from_batches(read.batches)), "the same rows, in the same order"
 
 
 def _run(tmp_path: Path, data: Path, policy: str) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:

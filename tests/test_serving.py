@@ -24,6 +24,7 @@ from opentelemetry import baggage, context
 from primus import rpc, telemetry
 from primus.errors import DataError, UnavailableError
 from primus.samples import training_schema
+from primus.sources.base import Piece
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2, data_executor_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor import reader
@@ -381,6 +382,17 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
     deadline = time.monotonic() + seconds
     while not condition() and time.monotonic() < deadline:
         time.sleep(0.01)
+
+
+def test_a_shared_split_is_cut_into_runs_of_about_unit_bytes() -> None:
+    mib = 1024 * 1024
+    split = Piece("part-0.parquet", row_groups=tuple(range(10)), bytes=10 * mib, rows=1000)
+    runs = reader.split_units(split, 3 * mib)
+    assert [run.row_groups for run in runs] == [(0, 1, 2), (3, 4, 5), (6, 7, 8), (9,)]
+    assert all(run.location == split.location for run in runs) and sum(run.bytes for run in runs) == split.bytes
+    assert reader.split_units(split, 20 * mib) == [split], "a split smaller than a unit stays whole"
+    assert reader.split_units(Piece("part-1.parquet", row_groups=(4,), bytes=mib), 1) == [Piece("part-1.parquet", row_groups=(4,), bytes=mib)]
+    assert reader.split_units(Piece("data.csv", byte_start=0, byte_end=mib, bytes=mib), 1) == [Piece("data.csv", byte_start=0, byte_end=mib, bytes=mib)]
 
 
 class _SlowUnits:
