@@ -13,8 +13,8 @@ from primus.errors import ConflictError
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2
 from services.planner.ledger import Progress, TaskLedger, TaskStatus, WorkDone
-from services.planner.plan import PartitionResolver, build_plan
-from services.planner.tasks import split_partition
+from services.planner.plan import PartitionResolver, build_plan, decoded_row_bytes
+from services.planner.tasks import TARGET_DECODED_BYTES, split_partition
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 
 TRAIN = common_pb2.TASK_PURPOSE_TRAIN
@@ -74,6 +74,18 @@ def test_split_respects_target_size(dataset: Path, tmp_path: Path) -> None:
     assert len(tiny) == len(partition.pieces) > 1
     assert sum(t.rows for t in tiny) == partition.rows
     assert len(split_partition(partition, 1, TRAIN, 0, 0, "files")) == 1
+
+
+def test_a_task_also_stops_at_its_decoded_size(dataset: Path, tmp_path: Path) -> None:
+    job = _job(dataset, tmp_path)
+    partition = next(p for _, p in build_plan("j", job, PartitionResolver()).partitions if p.ready)
+    width = decoded_row_bytes(job)
+    assert width == 4 + 4 * len(job.spec.training.features.dense) + 8 * len(job.spec.training.features.sparse)
+    assert len(split_partition(partition, 1, TRAIN, 0, 0, "files", row_bytes=width)) == 1, "small files decode small"
+    rows_per_group = max(p.rows for p in partition.pieces)
+    wide = TARGET_DECODED_BYTES // rows_per_group  # a row so wide that one row group fills a task
+    tasks = split_partition(partition, 1, TRAIN, 0, 0, "files", row_bytes=wide)
+    assert len(tasks) == len(partition.pieces) > 1 and sum(t.rows for t in tasks) == partition.rows
 
 
 @pytest.fixture

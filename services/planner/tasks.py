@@ -8,7 +8,10 @@ from dataclasses import dataclass, replace
 from primus.sources import Partition, Piece
 from primus.v1 import common_pb2
 
-TARGET_TASK_BYTES = 32 * 1024 * 1024
+TARGET_TASK_BYTES = 32 * 1024 * 1024  # stored (encoded) bytes
+# A task also stops at about this much decoded data (rows x the training row's width): an executor holds a few
+# decoded tasks per stream, and dictionary-encoded columns decode to several times their stored size.
+TARGET_DECODED_BYTES = 64 * 1024 * 1024
 OPEN_COST_BYTES = 1 * 1024 * 1024
 
 
@@ -42,20 +45,28 @@ def task_id(plan_version: int, source: str, partition: str, split: str) -> str:
     return f"t-{digest[:20]}"
 
 
-def pack_pieces(pieces: tuple[Piece, ...], target_bytes: int = TARGET_TASK_BYTES, open_cost: int = OPEN_COST_BYTES) -> list[list[Piece]]:
-    """First-fit in order: a group closes when the next piece would pass the target; each new location costs open_cost."""
+def pack_pieces(
+    pieces: tuple[Piece, ...],
+    target_bytes: int = TARGET_TASK_BYTES,
+    open_cost: int = OPEN_COST_BYTES,
+    row_bytes: int = 0,
+    decoded_target: int = TARGET_DECODED_BYTES,
+) -> list[list[Piece]]:
+    """First-fit in order: a group closes when the next piece would pass the target (each new location costs
+    open_cost), or would take its decoded size (rows x row_bytes) past decoded_target."""
     groups: list[list[Piece]] = [[]]
-    size = 0
+    size = decoded = 0
     seen: set[str] = set()
     for piece in pieces:
         cost = piece.bytes + (open_cost if piece.location not in seen else 0)
-        if groups[-1] and size + cost > target_bytes:
+        if groups[-1] and (size + cost > target_bytes or decoded + piece.rows * row_bytes > decoded_target):
             groups.append([])
-            size, seen = 0, set()
+            size, decoded, seen = 0, 0, set()
             cost = piece.bytes + open_cost
         groups[-1].append(piece)
         seen.add(piece.location)
         size += cost
+        decoded += piece.rows * row_bytes
     return [_merge_row_groups(g) for g in groups if g]
 
 
@@ -78,11 +89,13 @@ def split_partition(
     order: int,
     adapter: str,
     target_bytes: int = TARGET_TASK_BYTES,
+    row_bytes: int = 0,
 ) -> list[TaskSpec]:
-    """The tasks of one ready partition, in time order, each chained after the previous one of its source."""
+    """The tasks of one ready partition, in time order, each chained after the previous one of its source; row_bytes
+    is the decoded width of a training row (0: pack by stored bytes alone)."""
     purpose_tag = "eval" if purpose == common_pb2.TASK_PURPOSE_EVAL else "train"
     tasks = []
-    for group in pack_pieces(partition.pieces, target_bytes):
+    for group in pack_pieces(partition.pieces, target_bytes, row_bytes=row_bytes):
         split = ";".join(p.identity for p in group)
         tasks.append(
             TaskSpec(
