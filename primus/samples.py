@@ -13,3 +13,8 @@ def training_schema(features: Features) -> pa.Schema:
     fields += [pa.field(name, pa.float32()) for name in features.dense]
     fields += [pa.field(f.name, pa.int64()) for f in features.sparse]
     return pa.schema(fields)
+
+
+def row_bytes(schema: pa.Schema) -> int:
+    """What one decoded row of the schema's fixed-width columns takes in memory (a byte at least per column)."""
+    return sum(max(field.type.bit_width // 8, 1) for field in schema)

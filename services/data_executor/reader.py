@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from primus import telemetry
 from primus.errors import DataError, UnavailableError
+from primus.samples import row_bytes
 from primus.sources import get_adapter
 from primus.sources.base import Piece
 from primus.sources.wire import piece_from_split
@@ -62,8 +63,7 @@ def physical_columns(source: Source, version: int, schema: pa.Schema, job: Train
 
 
 def rows_per_batch(schema: pa.Schema, target_bytes: int = TARGET_BATCH_BYTES) -> int:
-    width = sum(max(field.type.bit_width // 8, 1) for field in schema)
-    return max(1024, target_bytes // max(int(width), 1))
+    return max(1024, target_bytes // max(row_bytes(schema), 1))
 
 
 def split_units(piece: Piece, unit_bytes: int | None = None) -> list[Piece]:

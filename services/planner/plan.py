@@ -13,7 +13,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from primus.samples import training_schema
+from primus.samples import row_bytes, training_schema
 from primus.sources import Partition, get_adapter
 from primus.spec import Source, TimeRange, TrainingJob
 from primus.v1 import common_pb2
@@ -186,10 +186,10 @@ def expand(
     else:
         resolved = [resolve(job, item[1], slots) for item, slots in zip(items, wanted, strict=True)]
     last = dict(chain or {})
-    row_bytes = decoded_row_bytes(job)
+    width = decoded_row_bytes(job)
     for (purpose, source, _range), partitions in zip(items, resolved, strict=True):
         for order, partition in enumerate(partitions):
-            new = split_partition(partition, plan_version, purpose, source.priority, order, source.resolved_adapter, target_bytes, row_bytes) if partition.ready else []
+            new = split_partition(partition, plan_version, purpose, source.priority, order, source.resolved_adapter, target_bytes, width) if partition.ready else []
             if source.kind == "stream":
                 new = _chained(new, last, (source.name, purpose))
             decisions.append(Decision(purpose, partition, _decide(partition, len(new)), len(new)))
@@ -199,7 +199,7 @@ def expand(
 
 def decoded_row_bytes(job: TrainingJob) -> int:
     """The width of a decoded training row: what a task's rows take in an executor's memory."""
-    return sum(max(field.type.bit_width // 8, 1) for field in training_schema(job.spec.training.features))
+    return row_bytes(training_schema(job.spec.training.features))
 
 
 def _order_joins(job: TrainingJob, tasks: list[TaskSpec]) -> list[TaskSpec]:
