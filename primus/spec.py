@@ -22,6 +22,61 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
 
 
+class ScaleBehavior(_Model):
+    """One direction of horizontal scaling, after the Kubernetes HPA v2 `behavior` block: the signals must ask for
+    the change for a whole stabilisation window, changes are at least a cool-down apart, and each adds or removes at
+    most maxStep executors."""
+
+    stabilization_window_seconds: float = Field(ge=0, le=3600)
+    cooldown_seconds: float = Field(ge=0, le=3600)
+    max_step: int = Field(1, ge=1, le=64)
+
+
+class VerticalScaling(_Model):
+    """Bounds and pace of resizing one executor in place (its cores and memory)."""
+
+    min_cpu: float = Field(0.25, gt=0, le=128)
+    max_cpu: float = Field(4.0, gt=0, le=128)
+    min_memory_mib: int = Field(256, ge=64, alias="minMemoryMiB")
+    max_memory_mib: int = Field(8192, ge=64, alias="maxMemoryMiB")
+    cooldown_seconds: float = Field(20.0, ge=0, le=3600)
+    memory_factor: float = Field(2.0, gt=1, le=8, description="a memory-bound executor's memory is multiplied by this, up to maxMemoryMiB")
+    cpu_step: float = Field(1.0, gt=0, le=64, description="cores added to a thread-bound executor (at its CPU limit while the machine has room)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> VerticalScaling:
+        if self.min_cpu > self.max_cpu:
+            raise ValueError(f"minCpu {self.min_cpu} is above maxCpu {self.max_cpu}")
+        if self.min_memory_mib > self.max_memory_mib:
+            raise ValueError(f"minMemoryMiB {self.min_memory_mib} is above maxMemoryMiB {self.max_memory_mib}")
+        return self
+
+
+class Autoscale(_Model):
+    """Scale a role from telemetry: more executors when trainers stall on CPU-saturated executors, fewer when they
+    idle, bigger ones when they are memory- or thread-bound. Leave the block out for a fixed count."""
+
+    enabled: bool = True
+    min_replicas: int = Field(1, ge=1, le=64)
+    max_replicas: int = Field(4, ge=1, le=64)
+    scale_up: ScaleBehavior = ScaleBehavior(stabilization_window_seconds=3, cooldown_seconds=6, max_step=1)
+    scale_down: ScaleBehavior = ScaleBehavior(stabilization_window_seconds=20, cooldown_seconds=30, max_step=1)
+    target_stall_fraction: float = Field(0.1, ge=0, le=1, description="trainers waiting for data more than this fraction of the time ask for more executors")
+    busy_cpu_utilization: float = Field(0.8, gt=0, le=1, description="an executor using this share of its CPU limit is saturated")
+    idle_cpu_utilization: float = Field(0.25, ge=0, lt=1, description="executors below this share, with trainers not stalling, are idle")
+    memory_high_watermark: float = Field(0.85, gt=0, le=1, description="resident memory above this share of the limit is memory-bound")
+    min_gain: float = Field(0.05, ge=0, le=10, description="stop adding executors once the last step raised samples/s by less than this fraction")
+    vertical: VerticalScaling | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Autoscale:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"minReplicas {self.min_replicas} is above maxReplicas {self.max_replicas}")
+        if self.idle_cpu_utilization >= self.busy_cpu_utilization:
+            raise ValueError(f"idleCpuUtilization {self.idle_cpu_utilization} must be below busyCpuUtilization {self.busy_cpu_utilization}")
+        return self
+
+
 class RoleResources(_Model):
     """How many processes of a role, how big each is, and how often one may be relaunched after a crash."""
 
@@ -29,18 +84,49 @@ class RoleResources(_Model):
     max_restarts: int = Field(3, ge=0, le=100)
     cpu: float = Field(1.0, gt=0, le=128)
     memory_mib: int = Field(1024, ge=64, alias="memoryMiB")
+    autoscale: Autoscale | None = None
+
+    @model_validator(mode="after")
+    def _replicas_in_bounds(self) -> RoleResources:
+        scale = self.autoscale
+        if scale is not None and not scale.min_replicas <= self.replicas <= scale.max_replicas:
+            raise ValueError(f"replicas {self.replicas} lies outside autoscale's [minReplicas {scale.min_replicas}, maxReplicas {scale.max_replicas}]")
+        return self
+
+
+class JobQuota(_Model):
+    """The most a job's executors may hold at once, all roles together; the autoscaler never goes past it."""
+
+    cores: float | None = Field(None, gt=0)
+    memory_mib: int | None = Field(None, ge=64, alias="memoryMiB")
 
 
 class Resources(_Model):
     data_executor: RoleResources = RoleResources(replicas=2)
     trainer: RoleResources = RoleResources(replicas=1, memory_mib=2048)
+    quota: JobQuota = JobQuota()
+    queue: str = Field("default", pattern=_NAME, description="the resource controller's queue whose quota this job counts against")
+    heartbeat_timeout_seconds: float = Field(10.0, ge=1, le=600, description="an executor silent this long is lost: ended, its leases go back")
 
     @field_validator("trainer")
     @classmethod
     def _one_trainer(cls, value: RoleResources) -> RoleResources:
         if value.replicas != 1:
             raise ValueError("replicas must be 1: this version trains with a single trainer process")
+        if value.autoscale is not None and value.autoscale.max_replicas != 1:
+            raise ValueError("autoscale.maxReplicas must be 1: the trainer scales only vertically in this version")
         return value
+
+    @model_validator(mode="after")
+    def _within_quota(self) -> Resources:
+        roles = (self.data_executor, self.trainer)
+        cores = sum(r.replicas * r.cpu for r in roles)
+        memory = sum(r.replicas * r.memory_mib for r in roles)
+        if self.quota.cores is not None and cores > self.quota.cores:
+            raise ValueError(f"the executors at submit need {cores:g} cores, above quota.cores {self.quota.cores:g}")
+        if self.quota.memory_mib is not None and memory > self.quota.memory_mib:
+            raise ValueError(f"the executors at submit need {memory} MiB, above quota.memoryMiB {self.quota.memory_mib}")
+        return self
 
 
 class TimeRange(_Model):

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from primus.v1 import common_pb2 as primus_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dprimus/v1/data_executor.proto\x12\tprimus.v1\x1a\x16primus/v1/common.proto\"\x1a\n\x18GetExecutorStatusRequest\"\x97\x01\n\x19GetExecutorStatusResponse\x12\x13\n\x0b\x65xecutor_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x12\n\ntasks_done\x18\x03 \x01(\x03\x12\x13\n\x0brows_served\x18\x04 \x01(\x03\x12\x14\n\x0c\x62ytes_served\x18\x05 \x01(\x03\x12\x16\n\x0estreams_active\x18\x06 \x01(\x05\"\x83\x02\n\nDataTicket\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63onsumer_id\x18\x02 \x01(\t\x12\'\n\x07purpose\x18\x03 \x01(\x0e\x32\x16.primus.v1.TaskPurpose\x12>\n\rtrace_context\x18\x04 \x03(\x0b\x32\'.primus.v1.DataTicket.TraceContextEntry\x12\x15\n\rshared_memory\x18\x05 \x01(\x08\x12\x1b\n\x13shared_memory_slots\x18\x06 \x01(\r\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"Q\n\x0e\x43onsumerSignal\x12\x0f\n\x07\x63redits\x18\x01 \x01(\r\x12\x16\n\x0ereleased_slots\x18\x02 \x03(\r\x12\x16\n\x0ereleased_holds\x18\x03 \x03(\x04\"\xb4\x02\n\x0b\x42\x61tchOrigin\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x12\n\nrow_offset\x18\x04 \x01(\x03\x12\x11\n\trow_count\x18\x05 \x01(\x03\x12\x14\n\x0clast_of_task\x18\x06 \x01(\x08\x12\x1a\n\x12shared_memory_path\x18\x07 \x01(\t\x12\x1c\n\x14shared_memory_offset\x18\x08 \x01(\x04\x12\x1c\n\x14shared_memory_length\x18\t \x01(\x04\x12\x1a\n\x12shared_memory_slot\x18\n \x01(\r\x12\x12\n\narena_path\x18\x0b \x01(\t\x12\x12\n\narena_hold\x18\x0c \x01(\x04\x12\x14\n\x0c\x61rena_layout\x18\x0e \x03(\x03J\x04\x08\r\x10\x0e\"5\n\nBatchGroup\x12\'\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x16.primus.v1.BatchOrigin2u\n\x13\x44\x61taExecutorService\x12^\n\x11GetExecutorStatus\x12#.primus.v1.GetExecutorStatusRequest\x1a$.primus.v1.GetExecutorStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dprimus/v1/data_executor.proto\x12\tprimus.v1\x1a\x16primus/v1/common.proto\"\x1a\n\x18GetExecutorStatusRequest\"\x9d\x02\n\x19GetExecutorStatusResponse\x12\x13\n\x0b\x65xecutor_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x12\n\ntasks_done\x18\x03 \x01(\x03\x12\x13\n\x0brows_served\x18\x04 \x01(\x03\x12\x14\n\x0c\x62ytes_served\x18\x05 \x01(\x03\x12\x16\n\x0estreams_active\x18\x06 \x01(\x05\x12\x10\n\x08\x64raining\x18\x07 \x01(\x08\x12\x16\n\x0ereader_threads\x18\x08 \x01(\x05\x12\x1b\n\x13memory_budget_bytes\x18\t \x01(\x03\x12\x14\n\x0c\x61rena_misses\x18\n \x01(\x03\x12\x13\n\x0bqueue_depth\x18\x0b \x01(\x05\x12\x12\n\nbytes_read\x18\x0c \x01(\x03\">\n\x1bSetExecutorResourcesRequest\x12\x0b\n\x03\x63pu\x18\x01 \x01(\x01\x12\x12\n\nmemory_mib\x18\x02 \x01(\x03\"k\n\x1cSetExecutorResourcesResponse\x12\x16\n\x0ereader_threads\x18\x01 \x01(\x05\x12\x1b\n\x13memory_budget_bytes\x18\x02 \x01(\x03\x12\x16\n\x0eprefetch_tasks\x18\x03 \x01(\x05\"\x16\n\x14\x44rainExecutorRequest\"/\n\x15\x44rainExecutorResponse\x12\x16\n\x0estreams_active\x18\x01 \x01(\x05\"\x83\x02\n\nDataTicket\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63onsumer_id\x18\x02 \x01(\t\x12\'\n\x07purpose\x18\x03 \x01(\x0e\x32\x16.primus.v1.TaskPurpose\x12>\n\rtrace_context\x18\x04 \x03(\x0b\x32\'.primus.v1.DataTicket.TraceContextEntry\x12\x15\n\rshared_memory\x18\x05 \x01(\x08\x12\x1b\n\x13shared_memory_slots\x18\x06 \x01(\r\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"Q\n\x0e\x43onsumerSignal\x12\x0f\n\x07\x63redits\x18\x01 \x01(\r\x12\x16\n\x0ereleased_slots\x18\x02 \x03(\r\x12\x16\n\x0ereleased_holds\x18\x03 \x03(\x04\"\xb4\x02\n\x0b\x42\x61tchOrigin\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x12\n\nrow_offset\x18\x04 \x01(\x03\x12\x11\n\trow_count\x18\x05 \x01(\x03\x12\x14\n\x0clast_of_task\x18\x06 \x01(\x08\x12\x1a\n\x12shared_memory_path\x18\x07 \x01(\t\x12\x1c\n\x14shared_memory_offset\x18\x08 \x01(\x04\x12\x1c\n\x14shared_memory_length\x18\t \x01(\x04\x12\x1a\n\x12shared_memory_slot\x18\n \x01(\r\x12\x12\n\narena_path\x18\x0b \x01(\t\x12\x12\n\narena_hold\x18\x0c \x01(\x04\x12\x14\n\x0c\x61rena_layout\x18\x0e \x03(\x03J\x04\x08\r\x10\x0e\"5\n\nBatchGroup\x12\'\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x16.primus.v1.BatchOrigin2\xb2\x02\n\x13\x44\x61taExecutorService\x12^\n\x11GetExecutorStatus\x12#.primus.v1.GetExecutorStatusRequest\x1a$.primus.v1.GetExecutorStatusResponse\x12g\n\x14SetExecutorResources\x12&.primus.v1.SetExecutorResourcesRequest\x1a\'.primus.v1.SetExecutorResourcesResponse\x12R\n\rDrainExecutor\x12\x1f.primus.v1.DrainExecutorRequest\x1a .primus.v1.DrainExecutorResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,17 +37,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETEXECUTORSTATUSREQUEST']._serialized_start=68
   _globals['_GETEXECUTORSTATUSREQUEST']._serialized_end=94
   _globals['_GETEXECUTORSTATUSRESPONSE']._serialized_start=97
-  _globals['_GETEXECUTORSTATUSRESPONSE']._serialized_end=248
-  _globals['_DATATICKET']._serialized_start=251
-  _globals['_DATATICKET']._serialized_end=510
-  _globals['_DATATICKET_TRACECONTEXTENTRY']._serialized_start=459
-  _globals['_DATATICKET_TRACECONTEXTENTRY']._serialized_end=510
-  _globals['_CONSUMERSIGNAL']._serialized_start=512
-  _globals['_CONSUMERSIGNAL']._serialized_end=593
-  _globals['_BATCHORIGIN']._serialized_start=596
-  _globals['_BATCHORIGIN']._serialized_end=904
-  _globals['_BATCHGROUP']._serialized_start=906
-  _globals['_BATCHGROUP']._serialized_end=959
-  _globals['_DATAEXECUTORSERVICE']._serialized_start=961
-  _globals['_DATAEXECUTORSERVICE']._serialized_end=1078
+  _globals['_GETEXECUTORSTATUSRESPONSE']._serialized_end=382
+  _globals['_SETEXECUTORRESOURCESREQUEST']._serialized_start=384
+  _globals['_SETEXECUTORRESOURCESREQUEST']._serialized_end=446
+  _globals['_SETEXECUTORRESOURCESRESPONSE']._serialized_start=448
+  _globals['_SETEXECUTORRESOURCESRESPONSE']._serialized_end=555
+  _globals['_DRAINEXECUTORREQUEST']._serialized_start=557
+  _globals['_DRAINEXECUTORREQUEST']._serialized_end=579
+  _globals['_DRAINEXECUTORRESPONSE']._serialized_start=581
+  _globals['_DRAINEXECUTORRESPONSE']._serialized_end=628
+  _globals['_DATATICKET']._serialized_start=631
+  _globals['_DATATICKET']._serialized_end=890
+  _globals['_DATATICKET_TRACECONTEXTENTRY']._serialized_start=839
+  _globals['_DATATICKET_TRACECONTEXTENTRY']._serialized_end=890
+  _globals['_CONSUMERSIGNAL']._serialized_start=892
+  _globals['_CONSUMERSIGNAL']._serialized_end=973
+  _globals['_BATCHORIGIN']._serialized_start=976
+  _globals['_BATCHORIGIN']._serialized_end=1284
+  _globals['_BATCHGROUP']._serialized_start=1286
+  _globals['_BATCHGROUP']._serialized_end=1339
+  _globals['_DATAEXECUTORSERVICE']._serialized_start=1342
+  _globals['_DATAEXECUTORSERVICE']._serialized_end=1648
 # @@protoc_insertion_point(module_scope)

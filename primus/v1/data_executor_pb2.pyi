@@ -12,20 +12,60 @@ class GetExecutorStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetExecutorStatusResponse(_message.Message):
-    __slots__ = ("executor_id", "job_id", "tasks_done", "rows_served", "bytes_served", "streams_active")
+    __slots__ = ("executor_id", "job_id", "tasks_done", "rows_served", "bytes_served", "streams_active", "draining", "reader_threads", "memory_budget_bytes", "arena_misses", "queue_depth", "bytes_read")
     EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASKS_DONE_FIELD_NUMBER: _ClassVar[int]
     ROWS_SERVED_FIELD_NUMBER: _ClassVar[int]
     BYTES_SERVED_FIELD_NUMBER: _ClassVar[int]
     STREAMS_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    READER_THREADS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BUDGET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ARENA_MISSES_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    BYTES_READ_FIELD_NUMBER: _ClassVar[int]
     executor_id: str
     job_id: str
     tasks_done: int
     rows_served: int
     bytes_served: int
     streams_active: int
-    def __init__(self, executor_id: _Optional[str] = ..., job_id: _Optional[str] = ..., tasks_done: _Optional[int] = ..., rows_served: _Optional[int] = ..., bytes_served: _Optional[int] = ..., streams_active: _Optional[int] = ...) -> None: ...
+    draining: bool
+    reader_threads: int
+    memory_budget_bytes: int
+    arena_misses: int
+    queue_depth: int
+    bytes_read: int
+    def __init__(self, executor_id: _Optional[str] = ..., job_id: _Optional[str] = ..., tasks_done: _Optional[int] = ..., rows_served: _Optional[int] = ..., bytes_served: _Optional[int] = ..., streams_active: _Optional[int] = ..., draining: _Optional[bool] = ..., reader_threads: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., arena_misses: _Optional[int] = ..., queue_depth: _Optional[int] = ..., bytes_read: _Optional[int] = ...) -> None: ...
+
+class SetExecutorResourcesRequest(_message.Message):
+    __slots__ = ("cpu", "memory_mib")
+    CPU_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    cpu: float
+    memory_mib: int
+    def __init__(self, cpu: _Optional[float] = ..., memory_mib: _Optional[int] = ...) -> None: ...
+
+class SetExecutorResourcesResponse(_message.Message):
+    __slots__ = ("reader_threads", "memory_budget_bytes", "prefetch_tasks")
+    READER_THREADS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BUDGET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PREFETCH_TASKS_FIELD_NUMBER: _ClassVar[int]
+    reader_threads: int
+    memory_budget_bytes: int
+    prefetch_tasks: int
+    def __init__(self, reader_threads: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., prefetch_tasks: _Optional[int] = ...) -> None: ...
+
+class DrainExecutorRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DrainExecutorResponse(_message.Message):
+    __slots__ = ("streams_active",)
+    STREAMS_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    streams_active: int
+    def __init__(self, streams_active: _Optional[int] = ...) -> None: ...
 
 class DataTicket(_message.Message):
     __slots__ = ("job_id", "consumer_id", "purpose", "trace_context", "shared_memory", "shared_memory_slots")

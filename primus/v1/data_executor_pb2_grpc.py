@@ -39,6 +39,16 @@ class DataExecutorServiceStub:
                 request_serializer=primus_dot_v1_dot_data__executor__pb2.GetExecutorStatusRequest.SerializeToString,
                 response_deserializer=primus_dot_v1_dot_data__executor__pb2.GetExecutorStatusResponse.FromString,
                 _registered_method=True)
+        self.SetExecutorResources = channel.unary_unary(
+                '/primus.v1.DataExecutorService/SetExecutorResources',
+                request_serializer=primus_dot_v1_dot_data__executor__pb2.SetExecutorResourcesRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_data__executor__pb2.SetExecutorResourcesResponse.FromString,
+                _registered_method=True)
+        self.DrainExecutor = channel.unary_unary(
+                '/primus.v1.DataExecutorService/DrainExecutor',
+                request_serializer=primus_dot_v1_dot_data__executor__pb2.DrainExecutorRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_data__executor__pb2.DrainExecutorResponse.FromString,
+                _registered_method=True)
 
 
 class DataExecutorServiceServicer:
@@ -50,6 +60,20 @@ class DataExecutorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetExecutorResources(self, request, context):
+        """The controller changed this executor's limits: take the new size in place (reader threads, memory budget).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DrainExecutor(self, request, context):
+        """Scale-in: lease no more tasks, serve what is read, give back what is leased ahead, end the streams cleanly.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DataExecutorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -57,6 +81,16 @@ def add_DataExecutorServiceServicer_to_server(servicer, server):
                     servicer.GetExecutorStatus,
                     request_deserializer=primus_dot_v1_dot_data__executor__pb2.GetExecutorStatusRequest.FromString,
                     response_serializer=primus_dot_v1_dot_data__executor__pb2.GetExecutorStatusResponse.SerializeToString,
+            ),
+            'SetExecutorResources': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetExecutorResources,
+                    request_deserializer=primus_dot_v1_dot_data__executor__pb2.SetExecutorResourcesRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_data__executor__pb2.SetExecutorResourcesResponse.SerializeToString,
+            ),
+            'DrainExecutor': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainExecutor,
+                    request_deserializer=primus_dot_v1_dot_data__executor__pb2.DrainExecutorRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_data__executor__pb2.DrainExecutorResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +120,60 @@ class DataExecutorService:
             '/primus.v1.DataExecutorService/GetExecutorStatus',
             primus_dot_v1_dot_data__executor__pb2.GetExecutorStatusRequest.SerializeToString,
             primus_dot_v1_dot_data__executor__pb2.GetExecutorStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetExecutorResources(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.DataExecutorService/SetExecutorResources',
+            primus_dot_v1_dot_data__executor__pb2.SetExecutorResourcesRequest.SerializeToString,
+            primus_dot_v1_dot_data__executor__pb2.SetExecutorResourcesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainExecutor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.DataExecutorService/DrainExecutor',
+            primus_dot_v1_dot_data__executor__pb2.DrainExecutorRequest.SerializeToString,
+            primus_dot_v1_dot_data__executor__pb2.DrainExecutorResponse.FromString,
             options,
             channel_credentials,
             insecure,

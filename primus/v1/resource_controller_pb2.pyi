@@ -21,6 +21,38 @@ class ExecutorState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXECUTOR_STATE_EXITED: _ClassVar[ExecutorState]
     EXECUTOR_STATE_FAILED: _ClassVar[ExecutorState]
     EXECUTOR_STATE_RELEASED: _ClassVar[ExecutorState]
+    EXECUTOR_STATE_PENDING: _ClassVar[ExecutorState]
+    EXECUTOR_STATE_DRAINING: _ClassVar[ExecutorState]
+    EXECUTOR_STATE_LOST: _ClassVar[ExecutorState]
+
+class ExitReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXIT_REASON_UNSPECIFIED: _ClassVar[ExitReason]
+    EXIT_REASON_COMPLETED: _ClassVar[ExitReason]
+    EXIT_REASON_ERROR: _ClassVar[ExitReason]
+    EXIT_REASON_OOM_KILLED: _ClassVar[ExitReason]
+    EXIT_REASON_HEARTBEAT_LOST: _ClassVar[ExitReason]
+    EXIT_REASON_RELEASED: _ClassVar[ExitReason]
+    EXIT_REASON_SCALED_IN: _ClassVar[ExitReason]
+    EXIT_REASON_MIGRATED: _ClassVar[ExitReason]
+    EXIT_REASON_VANISHED: _ClassVar[ExitReason]
+
+class LimitMechanism(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LIMIT_MECHANISM_UNSPECIFIED: _ClassVar[LimitMechanism]
+    LIMIT_MECHANISM_CGROUP_V2: _ClassVar[LimitMechanism]
+    LIMIT_MECHANISM_CGROUP_V1: _ClassVar[LimitMechanism]
+    LIMIT_MECHANISM_AFFINITY_WATCHDOG: _ClassVar[LimitMechanism]
+    LIMIT_MECHANISM_SCHEDULER: _ClassVar[LimitMechanism]
+
+class ScalingAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SCALING_ACTION_UNSPECIFIED: _ClassVar[ScalingAction]
+    SCALING_ACTION_SCALE_OUT: _ClassVar[ScalingAction]
+    SCALING_ACTION_SCALE_IN: _ClassVar[ScalingAction]
+    SCALING_ACTION_RESIZE: _ClassVar[ScalingAction]
+    SCALING_ACTION_HOLD: _ClassVar[ScalingAction]
+    SCALING_ACTION_BLACKLIST: _ClassVar[ScalingAction]
 EXECUTOR_ROLE_UNSPECIFIED: ExecutorRole
 EXECUTOR_ROLE_DATA_EXECUTOR: ExecutorRole
 EXECUTOR_ROLE_TRAINER: ExecutorRole
@@ -30,6 +62,29 @@ EXECUTOR_STATE_READY: ExecutorState
 EXECUTOR_STATE_EXITED: ExecutorState
 EXECUTOR_STATE_FAILED: ExecutorState
 EXECUTOR_STATE_RELEASED: ExecutorState
+EXECUTOR_STATE_PENDING: ExecutorState
+EXECUTOR_STATE_DRAINING: ExecutorState
+EXECUTOR_STATE_LOST: ExecutorState
+EXIT_REASON_UNSPECIFIED: ExitReason
+EXIT_REASON_COMPLETED: ExitReason
+EXIT_REASON_ERROR: ExitReason
+EXIT_REASON_OOM_KILLED: ExitReason
+EXIT_REASON_HEARTBEAT_LOST: ExitReason
+EXIT_REASON_RELEASED: ExitReason
+EXIT_REASON_SCALED_IN: ExitReason
+EXIT_REASON_MIGRATED: ExitReason
+EXIT_REASON_VANISHED: ExitReason
+LIMIT_MECHANISM_UNSPECIFIED: LimitMechanism
+LIMIT_MECHANISM_CGROUP_V2: LimitMechanism
+LIMIT_MECHANISM_CGROUP_V1: LimitMechanism
+LIMIT_MECHANISM_AFFINITY_WATCHDOG: LimitMechanism
+LIMIT_MECHANISM_SCHEDULER: LimitMechanism
+SCALING_ACTION_UNSPECIFIED: ScalingAction
+SCALING_ACTION_SCALE_OUT: ScalingAction
+SCALING_ACTION_SCALE_IN: ScalingAction
+SCALING_ACTION_RESIZE: ScalingAction
+SCALING_ACTION_HOLD: ScalingAction
+SCALING_ACTION_BLACKLIST: ScalingAction
 
 class ExecutorResources(_message.Message):
     __slots__ = ("cpu", "memory_mib")
@@ -40,7 +95,7 @@ class ExecutorResources(_message.Message):
     def __init__(self, cpu: _Optional[float] = ..., memory_mib: _Optional[int] = ...) -> None: ...
 
 class Executor(_message.Message):
-    __slots__ = ("executor_id", "job_id", "role", "state", "pid", "address", "data_address", "exit_code", "resources", "backend", "log_path")
+    __slots__ = ("executor_id", "job_id", "role", "state", "pid", "address", "data_address", "exit_code", "resources", "backend", "log_path", "exit_reason", "message", "limits", "telemetry", "slot", "heartbeat_unix")
     EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +107,12 @@ class Executor(_message.Message):
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     LOG_PATH_FIELD_NUMBER: _ClassVar[int]
+    EXIT_REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    TELEMETRY_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_UNIX_FIELD_NUMBER: _ClassVar[int]
     executor_id: str
     job_id: str
     role: ExecutorRole
@@ -63,10 +124,52 @@ class Executor(_message.Message):
     resources: ExecutorResources
     backend: str
     log_path: str
-    def __init__(self, executor_id: _Optional[str] = ..., job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., exit_code: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., backend: _Optional[str] = ..., log_path: _Optional[str] = ...) -> None: ...
+    exit_reason: ExitReason
+    message: str
+    limits: LimitMechanism
+    telemetry: ExecutorTelemetry
+    slot: int
+    heartbeat_unix: float
+    def __init__(self, executor_id: _Optional[str] = ..., job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., exit_code: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., backend: _Optional[str] = ..., log_path: _Optional[str] = ..., exit_reason: _Optional[_Union[ExitReason, str]] = ..., message: _Optional[str] = ..., limits: _Optional[_Union[LimitMechanism, str]] = ..., telemetry: _Optional[_Union[ExecutorTelemetry, _Mapping]] = ..., slot: _Optional[int] = ..., heartbeat_unix: _Optional[float] = ...) -> None: ...
+
+class ExecutorTelemetry(_message.Message):
+    __slots__ = ("unix_time", "cpu_seconds", "cpu_limit", "rss_bytes", "memory_limit_bytes", "bytes_read", "rows_served", "queue_depth", "arena_misses", "streams_active", "reader_threads", "memory_budget_bytes", "draining", "stall_seconds", "steps", "samples")
+    UNIX_TIME_FIELD_NUMBER: _ClassVar[int]
+    CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CPU_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_READ_FIELD_NUMBER: _ClassVar[int]
+    ROWS_SERVED_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    ARENA_MISSES_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    READER_THREADS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BUDGET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    STALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    unix_time: float
+    cpu_seconds: float
+    cpu_limit: float
+    rss_bytes: int
+    memory_limit_bytes: int
+    bytes_read: int
+    rows_served: int
+    queue_depth: int
+    arena_misses: int
+    streams_active: int
+    reader_threads: int
+    memory_budget_bytes: int
+    draining: bool
+    stall_seconds: float
+    steps: int
+    samples: int
+    def __init__(self, unix_time: _Optional[float] = ..., cpu_seconds: _Optional[float] = ..., cpu_limit: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., memory_limit_bytes: _Optional[int] = ..., bytes_read: _Optional[int] = ..., rows_served: _Optional[int] = ..., queue_depth: _Optional[int] = ..., arena_misses: _Optional[int] = ..., streams_active: _Optional[int] = ..., reader_threads: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., draining: _Optional[bool] = ..., stall_seconds: _Optional[float] = ..., steps: _Optional[int] = ..., samples: _Optional[int] = ...) -> None: ...
 
 class LaunchExecutorsRequest(_message.Message):
-    __slots__ = ("job_id", "role", "count", "resources", "run_dir", "planner_address", "master_address")
+    __slots__ = ("job_id", "role", "count", "resources", "run_dir", "planner_address", "master_address", "replaces_executor_id")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +177,7 @@ class LaunchExecutorsRequest(_message.Message):
     RUN_DIR_FIELD_NUMBER: _ClassVar[int]
     PLANNER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    REPLACES_EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     role: ExecutorRole
     count: int
@@ -81,7 +185,8 @@ class LaunchExecutorsRequest(_message.Message):
     run_dir: str
     planner_address: str
     master_address: str
-    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., count: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., run_dir: _Optional[str] = ..., planner_address: _Optional[str] = ..., master_address: _Optional[str] = ...) -> None: ...
+    replaces_executor_id: str
+    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., count: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., run_dir: _Optional[str] = ..., planner_address: _Optional[str] = ..., master_address: _Optional[str] = ..., replaces_executor_id: _Optional[str] = ...) -> None: ...
 
 class LaunchExecutorsResponse(_message.Message):
     __slots__ = ("executors",)
@@ -132,3 +237,112 @@ class ReleaseExecutorsResponse(_message.Message):
     EXECUTORS_FIELD_NUMBER: _ClassVar[int]
     executors: _containers.RepeatedCompositeFieldContainer[Executor]
     def __init__(self, executors: _Optional[_Iterable[_Union[Executor, _Mapping]]] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("job_id", "executor_id", "telemetry")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    TELEMETRY_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    executor_id: str
+    telemetry: ExecutorTelemetry
+    def __init__(self, job_id: _Optional[str] = ..., executor_id: _Optional[str] = ..., telemetry: _Optional[_Union[ExecutorTelemetry, _Mapping]] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("known",)
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    known: bool
+    def __init__(self, known: _Optional[bool] = ...) -> None: ...
+
+class ResizeExecutorRequest(_message.Message):
+    __slots__ = ("job_id", "executor_id", "resources", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    executor_id: str
+    resources: ExecutorResources
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., executor_id: _Optional[str] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ResizeExecutorResponse(_message.Message):
+    __slots__ = ("executor", "in_place")
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    IN_PLACE_FIELD_NUMBER: _ClassVar[int]
+    executor: Executor
+    in_place: bool
+    def __init__(self, executor: _Optional[_Union[Executor, _Mapping]] = ..., in_place: _Optional[bool] = ...) -> None: ...
+
+class ScaleRoleRequest(_message.Message):
+    __slots__ = ("job_id", "role", "replicas", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    role: ExecutorRole
+    replicas: int
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., replicas: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ScaleRoleResponse(_message.Message):
+    __slots__ = ("launched", "draining")
+    LAUNCHED_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    launched: _containers.RepeatedCompositeFieldContainer[Executor]
+    draining: _containers.RepeatedCompositeFieldContainer[Executor]
+    def __init__(self, launched: _Optional[_Iterable[_Union[Executor, _Mapping]]] = ..., draining: _Optional[_Iterable[_Union[Executor, _Mapping]]] = ...) -> None: ...
+
+class ScalingDecision(_message.Message):
+    __slots__ = ("unix_time", "job_id", "role", "action", "reason", "signals", "replicas_before", "replicas_after", "executor_id", "resources_before", "resources_after", "throughput_before", "throughput_after", "measured", "automatic")
+    class SignalsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    UNIX_TIME_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SIGNALS_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_AFTER_FIELD_NUMBER: _ClassVar[int]
+    THROUGHPUT_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    THROUGHPUT_AFTER_FIELD_NUMBER: _ClassVar[int]
+    MEASURED_FIELD_NUMBER: _ClassVar[int]
+    AUTOMATIC_FIELD_NUMBER: _ClassVar[int]
+    unix_time: float
+    job_id: str
+    role: ExecutorRole
+    action: ScalingAction
+    reason: str
+    signals: _containers.ScalarMap[str, float]
+    replicas_before: int
+    replicas_after: int
+    executor_id: str
+    resources_before: ExecutorResources
+    resources_after: ExecutorResources
+    throughput_before: float
+    throughput_after: float
+    measured: bool
+    automatic: bool
+    def __init__(self, unix_time: _Optional[float] = ..., job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., action: _Optional[_Union[ScalingAction, str]] = ..., reason: _Optional[str] = ..., signals: _Optional[_Mapping[str, float]] = ..., replicas_before: _Optional[int] = ..., replicas_after: _Optional[int] = ..., executor_id: _Optional[str] = ..., resources_before: _Optional[_Union[ExecutorResources, _Mapping]] = ..., resources_after: _Optional[_Union[ExecutorResources, _Mapping]] = ..., throughput_before: _Optional[float] = ..., throughput_after: _Optional[float] = ..., measured: _Optional[bool] = ..., automatic: _Optional[bool] = ...) -> None: ...
+
+class GetScalingLogRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class GetScalingLogResponse(_message.Message):
+    __slots__ = ("decisions",)
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    decisions: _containers.RepeatedCompositeFieldContainer[ScalingDecision]
+    def __init__(self, decisions: _Optional[_Iterable[_Union[ScalingDecision, _Mapping]]] = ...) -> None: ...

@@ -54,6 +54,26 @@ class ResourceControllerServiceStub:
                 request_serializer=primus_dot_v1_dot_resource__controller__pb2.ReleaseExecutorsRequest.SerializeToString,
                 response_deserializer=primus_dot_v1_dot_resource__controller__pb2.ReleaseExecutorsResponse.FromString,
                 _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/primus.v1.ResourceControllerService/Heartbeat',
+                request_serializer=primus_dot_v1_dot_resource__controller__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_resource__controller__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
+        self.ResizeExecutor = channel.unary_unary(
+                '/primus.v1.ResourceControllerService/ResizeExecutor',
+                request_serializer=primus_dot_v1_dot_resource__controller__pb2.ResizeExecutorRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_resource__controller__pb2.ResizeExecutorResponse.FromString,
+                _registered_method=True)
+        self.ScaleRole = channel.unary_unary(
+                '/primus.v1.ResourceControllerService/ScaleRole',
+                request_serializer=primus_dot_v1_dot_resource__controller__pb2.ScaleRoleRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_resource__controller__pb2.ScaleRoleResponse.FromString,
+                _registered_method=True)
+        self.GetScalingLog = channel.unary_unary(
+                '/primus.v1.ResourceControllerService/GetScalingLog',
+                request_serializer=primus_dot_v1_dot_resource__controller__pb2.GetScalingLogRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_resource__controller__pb2.GetScalingLogResponse.FromString,
+                _registered_method=True)
 
 
 class ResourceControllerServiceServicer:
@@ -84,6 +104,35 @@ class ResourceControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Heartbeat(self, request, context):
+        """Executors and trainers report their telemetry about once a second; an executor whose heartbeats stop for
+        longer than the timeout is marked lost and ended, so its leases go back at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResizeExecutor(self, request, context):
+        """Change one executor's size: in place where the backend can, otherwise by migration.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ScaleRole(self, request, context):
+        """Set how many executors of a role a job has: new ones join the running streams, removed ones drain first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetScalingLog(self, request, context):
+        """Every scaling decision taken for a job, oldest first, with its signals and measured effect.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ResourceControllerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -106,6 +155,26 @@ def add_ResourceControllerServiceServicer_to_server(servicer, server):
                     servicer.ReleaseExecutors,
                     request_deserializer=primus_dot_v1_dot_resource__controller__pb2.ReleaseExecutorsRequest.FromString,
                     response_serializer=primus_dot_v1_dot_resource__controller__pb2.ReleaseExecutorsResponse.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=primus_dot_v1_dot_resource__controller__pb2.HeartbeatRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_resource__controller__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'ResizeExecutor': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResizeExecutor,
+                    request_deserializer=primus_dot_v1_dot_resource__controller__pb2.ResizeExecutorRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_resource__controller__pb2.ResizeExecutorResponse.SerializeToString,
+            ),
+            'ScaleRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScaleRole,
+                    request_deserializer=primus_dot_v1_dot_resource__controller__pb2.ScaleRoleRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_resource__controller__pb2.ScaleRoleResponse.SerializeToString,
+            ),
+            'GetScalingLog': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetScalingLog,
+                    request_deserializer=primus_dot_v1_dot_resource__controller__pb2.GetScalingLogRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_resource__controller__pb2.GetScalingLogResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -216,6 +285,114 @@ class ResourceControllerService:
             '/primus.v1.ResourceControllerService/ReleaseExecutors',
             primus_dot_v1_dot_resource__controller__pb2.ReleaseExecutorsRequest.SerializeToString,
             primus_dot_v1_dot_resource__controller__pb2.ReleaseExecutorsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.ResourceControllerService/Heartbeat',
+            primus_dot_v1_dot_resource__controller__pb2.HeartbeatRequest.SerializeToString,
+            primus_dot_v1_dot_resource__controller__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResizeExecutor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.ResourceControllerService/ResizeExecutor',
+            primus_dot_v1_dot_resource__controller__pb2.ResizeExecutorRequest.SerializeToString,
+            primus_dot_v1_dot_resource__controller__pb2.ResizeExecutorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScaleRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.ResourceControllerService/ScaleRole',
+            primus_dot_v1_dot_resource__controller__pb2.ScaleRoleRequest.SerializeToString,
+            primus_dot_v1_dot_resource__controller__pb2.ScaleRoleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetScalingLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.ResourceControllerService/GetScalingLog',
+            primus_dot_v1_dot_resource__controller__pb2.GetScalingLogRequest.SerializeToString,
+            primus_dot_v1_dot_resource__controller__pb2.GetScalingLogResponse.FromString,
             options,
             channel_credentials,
             insecure,
