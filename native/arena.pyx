@@ -48,6 +48,8 @@ cdef extern from "arena_pool.h" namespace "primus":
         int64_t peak_bytes()
         void ResetPeak()
         int64_t fallback_allocations()
+        int64_t budget()
+        int64_t SetBudget(int64_t bytes)
         int64_t OffsetOf(const uint8_t* address)
 
     CResult[shared_ptr[CTable]] ReadColumns(
@@ -56,8 +58,8 @@ cdef extern from "arena_pool.h" namespace "primus":
 
 
 cdef class SharedArena(MemoryPool):
-    """Allocations land in the file at `path` (first fit, 64-byte aligned), else in `fallback`: when the arena is full,
-    when /dev/shm cannot back more pages (they are reserved with fallocate in 16 MiB steps before use), or for
+    """Allocations land in the file at `path` (first fit, 64-byte aligned), else in `fallback`: when the arena is full
+    or past its budget (set_budget; the capacity until then), when /dev/shm cannot back more pages (they are reserved with fallocate in 16 MiB steps before use), or for
     alignments above 64.
 
     Buffers do not keep their pool alive: keep the arena for as long as anything it allocated may live (in practice,
@@ -110,6 +112,16 @@ cdef class SharedArena(MemoryPool):
     def fallback_allocations(self):
         """Allocations that did not fit and went to the fallback pool."""
         return self.arena.fallback_allocations()
+
+    @property
+    def budget(self):
+        """The most bytes the shared file may hold at once; allocations past it go to the fallback pool."""
+        return self.arena.budget()
+
+    def set_budget(self, int64_t nbytes):
+        """Change the budget now (clamped to [0, capacity]); a lower one frees nothing, it refuses new blocks until
+        enough is freed. Returns the budget set."""
+        return self.arena.SetBudget(nbytes)
 
 
 def read_columns(NativeFile handle, row_groups, columns, MemoryPool pool):

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -26,8 +27,10 @@ namespace primus {
 
 constexpr int64_t kArenaAlignment = 64;
 
-// First fit over a free list kept by offset and coalesced on free. Requests it cannot place (the arena is full, or
-// an alignment above 64) go to the fallback pool, so a full arena means "copy it", never an allocation failure.
+// First fit over a free list kept by offset and coalesced on free. Requests it cannot place (the arena is full, past
+// its budget, or an alignment above 64) go to the fallback pool, so a full arena means "copy it", never an allocation
+// failure. The budget (default: the capacity) can change at any time: the executor's memory limit is resized in place,
+// and a lower budget only refuses new blocks; what is allocated stays where it is until it is freed.
 class ArenaPool : public arrow::MemoryPool {
  public:
   ArenaPool(const std::string& path, int64_t capacity, arrow::MemoryPool* fallback) : path_(path), fallback_(fallback) {
@@ -39,6 +42,7 @@ class ArenaPool : public arrow::MemoryPool {
     fd_ = fd;
     base_ = static_cast<uint8_t*>(base);
     capacity_ = capacity;
+    budget_ = capacity;
     free_[0] = capacity;
   }
 
@@ -57,6 +61,12 @@ class ArenaPool : public arrow::MemoryPool {
     peak_bytes_ = arena_bytes_.load();
   }
   int64_t fallback_allocations() const { return fallback_allocations_.load(); }
+  int64_t budget() const { return budget_.load(); }
+  // The most bytes the arena may hold, between 0 and the capacity; returns what was set.
+  int64_t SetBudget(int64_t bytes) {
+    budget_ = std::clamp<int64_t>(bytes, 0, capacity_);
+    return budget_.load();
+  }
 
   int64_t OffsetOf(const uint8_t* p) const {
     return (base_ != nullptr && p >= base_ && p < base_ + capacity_) ? p - base_ : -1;
@@ -148,10 +158,11 @@ class ArenaPool : public arrow::MemoryPool {
     return next != free_.end() && Carve(next, new_length - old_length);
   }
 
-  // Take `length` bytes from the front of a free block (mu_ held); false when it is too small or unbacked.
+  // Take `length` bytes from the front of a free block (mu_ held); false when it is too small, unbacked, or would
+  // take the arena past its budget.
   bool Carve(std::map<int64_t, int64_t>::iterator block, int64_t length) {
     int64_t offset = block->first;
-    if (block->second < length) return false;
+    if (block->second < length || arena_bytes_.load() + length > budget_.load()) return false;
     if (offset + length > reserved_ && !Grow(offset + length)) return false;
     int64_t rest = block->second - length;
     free_.erase(block);
@@ -167,7 +178,7 @@ class ArenaPool : public arrow::MemoryPool {
     for (auto it = free_.begin(); it != free_.end(); ++it) {
       if (it->second < length) continue;
       int64_t offset = it->first;
-      if (!Carve(it, length)) return false;  // the first block that fits lies beyond what /dev/shm can back
+      if (!Carve(it, length)) return false;  // past the budget, or the first block that fits lies beyond what /dev/shm can back
       *out = base_ + offset;
       return true;
     }
@@ -195,6 +206,7 @@ class ArenaPool : public arrow::MemoryPool {
   std::map<int64_t, int64_t> free_;  // offset -> length
   std::atomic<int64_t> arena_bytes_{0};
   std::atomic<int64_t> peak_bytes_{0};  // the most arena_bytes_ reached since the last ResetPeak
+  std::atomic<int64_t> budget_{0};      // arena_bytes_ never goes past it (it may sit above it after a lowering)
   std::atomic<int64_t> total_bytes_{0};
   std::atomic<int64_t> num_allocations_{0};
   std::atomic<int64_t> fallback_allocations_{0};

@@ -60,6 +60,29 @@ class Arena:
         with self._holds_lock:
             return len(self._lent)
 
+    @property
+    def capacity(self) -> int:
+        capacity: int = self.pool.capacity
+        return capacity
+
+    @property
+    def budget(self) -> int:
+        """The most bytes the arena holds at once; what would go past it is allocated elsewhere (and copied)."""
+        budget: int = self.pool.budget
+        return budget
+
+    def set_budget(self, nbytes: int) -> int:
+        """Change the budget in place (clamped to [0, capacity]); returns the budget set. Lowering it frees nothing:
+        it refuses new blocks until enough of what is held is freed."""
+        budget: int = self.pool.set_budget(nbytes)
+        return budget
+
+    @property
+    def misses(self) -> int:
+        """Allocations the arena could not hold (full, or past the budget): their batches are copied, not lent."""
+        misses: int = self.pool.fallback_allocations
+        return misses
+
 
 def configured_capacity(default: int = MAX_ARENA_BYTES) -> int:
     """The arena size from PRIMUS_ARENA_BYTES, else the default; a value that is not a whole number is ignored."""

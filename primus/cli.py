@@ -1,4 +1,4 @@
-"""The primus command: validate, plan, up, down, submit, status, cancel, run, demo and report."""
+"""The primus command: validate, plan, up, down, restart, submit, status, cancel, run, demo, report, cost and scaling."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -19,8 +20,11 @@ from primus.cluster import RESTARTABLE, ClusterState, ServiceProcess, restart_se
 from primus.console import console, err_console, follow, print_plan, print_report, state_name
 from primus.cost import load_cost, print_cost
 from primus.errors import PrimusError, SpecError
+from primus.scaling_log import decision_row, scaling_table
 from primus.spec import load_job_file
 from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2, planner_pb2_grpc
+from primus.v1 import resource_controller_pb2 as rc_pb2
+from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 
 EXIT_USER_ERROR = 2
 DEFAULT_STATE_DIR = Path(".primus")
@@ -206,6 +210,34 @@ def cmd_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scaling_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """From the running resource controller, or else from the job's saved report."""
+    state = running_cluster(args.state_dir)
+    if state is not None:
+        stub = rc_grpc.ResourceControllerServiceStub(rpc.connect(state.address("resource_controller")))
+        try:
+            decisions = stub.GetScalingLog(rc_pb2.GetScalingLogRequest(job_id=str(args.run)), timeout=10).decisions
+        except grpc.RpcError as exc:
+            if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise
+        else:
+            if decisions:
+                return [decision_row(d) for d in decisions]
+    rows: list[dict[str, Any]] = json.loads(_report_path(args).read_text()).get("scaling", [])
+    return rows
+
+
+def cmd_scaling(args: argparse.Namespace) -> int:
+    rows = _scaling_rows(args)
+    if args.output == "json":
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        console.print(f"no scaling decisions for {args.run}: its roles have no autoscale block, or nothing called for a change")
+    else:
+        console.print(scaling_table(rows, f"scaling decisions of {args.run}"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="primus", description="Primus: unified training for recommendation models.")
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="where `primus up` keeps its cluster state (default .primus)")
@@ -225,11 +257,21 @@ def build_parser() -> argparse.ArgumentParser:
     add("up", cmd_up, "start master, planner and resource_controller as local processes")
     add("down", cmd_down, "stop the services `primus up` started")
     restart = add("restart", cmd_restart, "stop one service `primus up` started and start it again at its address; running jobs carry on")
-    restart.add_argument("service", choices=RESTARTABLE, help="planner: running jobs are planned again and resume from their last checkpoint; master: it drives them on")
+    restart.add_argument(
+        "service",
+        choices=RESTARTABLE,
+        help=(
+            "planner: running jobs are planned again and resume from their last checkpoint; master: it drives them on; "
+            "resource_controller: it re-adopts the executors that still run"
+        ),
+    )
     submit = add("submit", cmd_submit, "hand a job to the running master")
     submit.add_argument("job", type=Path)
     submit.add_argument("--watch", action="store_true", help="follow the job and print its report")
     add("status", cmd_status, "list jobs, or show one").add_argument("job_id", nargs="?")
+    scaling = add("scaling", cmd_scaling, "print a job's scaling decisions: signals, reason, action, samples/s before and after")
+    scaling.add_argument("run", type=Path, help="a job id (asked of the running resource controller), a run folder or its report.json")
+    scaling.add_argument("-o", "--output", choices=("table", "json"), default="table")
     add("cancel", cmd_cancel, "cancel a job").add_argument("job_id")
     add("run", cmd_run, "run a job end to end: start services if needed, submit, follow, report, tear down").add_argument("job", type=Path)
     demo = add("demo", cmd_demo, "generate a synthetic CTR dataset with drift and train on it")

@@ -101,19 +101,21 @@ def start_cluster(runs_dir: Path, state_dir: Path) -> ClusterState:
     return state
 
 
-RESTARTABLE = ("planner", "master")
+RESTARTABLE = ("planner", "master", "resource_controller")
 
 
 def restart_service(state: ClusterState, state_dir: Path, name: str) -> ClusterState:
-    """Start a planner or master again at its old address (executors and peers know it by that); stop it first if it runs.
+    """Start a service again at its old address (executors and peers know it by that); stop it first if it runs.
 
     A restarted master drives its unfinished jobs on from its job store. A restarted planner comes back empty: the
-    master plans each running job again and restarts its trainer from the last checkpoint.
+    master plans each running job again and restarts its trainer from the last checkpoint. A restarted resource
+    controller re-adopts the executors its state file lists that still run; the old one is stopped with the handover
+    signal, which leaves them running.
     """
     if name not in RESTARTABLE:
-        raise ValueError(f"only {' and '.join(RESTARTABLE)} can be restarted on their own, not {name!r}")
+        raise ValueError(f"only {', '.join(RESTARTABLE)} can be restarted on their own, not {name!r}")
     old = next(s for s in state.services if s.name == name)
-    stop_services([old])
+    stop_services([old], stop_signal=rpc.HANDOVER_SIGNAL if name == "resource_controller" else signal.SIGTERM)
     args = ["--bind", old.address]
     if name == "master":
         args += ["--planner", state.address("planner"), "--resource-controller", state.address("resource_controller")]
@@ -123,13 +125,13 @@ def restart_service(state: ClusterState, state_dir: Path, name: str) -> ClusterS
     return restarted
 
 
-def stop_services(services: list[ServiceProcess] | tuple[ServiceProcess, ...], timeout: float = 20.0) -> list[str]:
-    """SIGTERM in reverse start order and wait for each; SIGKILL what outlives the timeout."""
+def stop_services(services: list[ServiceProcess] | tuple[ServiceProcess, ...], timeout: float = 20.0, stop_signal: int = signal.SIGTERM) -> list[str]:
+    """SIGTERM (or stop_signal) in reverse start order and wait for each; SIGKILL what outlives the timeout."""
     stopped = []
     for service in reversed(list(services)):
         if not _alive(service.pid):
             continue
-        os.kill(service.pid, signal.SIGTERM)
+        os.kill(service.pid, stop_signal)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:

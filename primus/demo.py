@@ -24,7 +24,7 @@ def demo_job(source_uri: str, days: int) -> dict[str, object]:
         "metadata": {"name": "ctr-demo"},
         "spec": {
             "resources": {
-                "dataExecutor": {"replicas": 2, "cpu": 0.5, "memoryMiB": 1024},
+                "dataExecutor": {"replicas": 2, "cpu": 1, "memoryMiB": 1024},
                 "trainer": {"replicas": 1, "cpu": 1, "memoryMiB": 2048},
             },
             "data": {

@@ -189,16 +189,28 @@ def start_server(
     return RunningServer(name=name, server=server, address=address, health=health_servicer)
 
 
-def run_until_signalled(running: RunningServer, on_stop: Callable[[], None] | None = None, ready_file: str | None = None) -> None:
-    """Serve until SIGTERM or SIGINT, then drain: health NOT_SERVING, on_stop, stop with grace, flush traces."""
+HANDOVER_SIGNAL = signal.SIGUSR1  # stop serving but leave what the service launched running: a restart takes it over
+
+
+def run_until_signalled(
+    running: RunningServer, on_stop: Callable[[], None] | None = None, ready_file: str | None = None, on_handover: Callable[[], None] | None = None
+) -> None:
+    """Serve until SIGTERM or SIGINT, then drain: health NOT_SERVING, on_stop, stop with grace, flush traces.
+
+    With on_handover, HANDOVER_SIGNAL stops the same way but calls on_handover instead of on_stop."""
     stopping = threading.Event()
+    handover = threading.Event()
 
     def _request_stop(signum: int, _frame: object) -> None:
         log.info("%s: signal %d, shutting down", running.name, signum)
+        if signum == HANDOVER_SIGNAL:
+            handover.set()
         stopping.set()
 
     signal.signal(signal.SIGTERM, _request_stop)
     signal.signal(signal.SIGINT, _request_stop)
+    if on_handover is not None:
+        signal.signal(HANDOVER_SIGNAL, _request_stop)
     if ready_file:
         tmp = f"{ready_file}.tmp"
         with open(tmp, "w") as handle:
@@ -207,7 +219,9 @@ def run_until_signalled(running: RunningServer, on_stop: Callable[[], None] | No
     while not stopping.wait(0.5):
         pass
     running.health.enter_graceful_shutdown()
-    if on_stop is not None:
+    if handover.is_set() and on_handover is not None:
+        on_handover()
+    elif on_stop is not None:
         on_stop()
     running.server.stop(5.0).wait()
     telemetry.shutdown_tracing()

@@ -122,7 +122,14 @@ def test_up_submit_status_down(job_file: Path, tmp_path: Path) -> None:
         assert _health(planner.address) == health_pb2.HealthCheckResponse.SERVING
         with pytest.raises(ProcessLookupError):
             os.kill(old_planner.pid, 0)
-        refused = _primus(tmp_path, "restart", "resource_controller")
+        old_controller = next(s for s in state.services if s.name == "resource_controller")
+        assert _primus(tmp_path, "restart", "resource_controller").returncode == 0
+        state = running_cluster(tmp_path / "state")
+        assert state is not None
+        controller = next(s for s in state.services if s.name == "resource_controller")
+        assert controller.pid != old_controller.pid and controller.address == old_controller.address
+        assert _health(controller.address) == health_pb2.HealthCheckResponse.SERVING
+        refused = _primus(tmp_path, "restart", "data_executor")
         assert refused.returncode == 2 and "invalid choice" in refused.stderr
     finally:
         down = _primus(tmp_path, "down")

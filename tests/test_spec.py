@@ -109,3 +109,45 @@ def test_missing_folder_before_a_placeholder(tmp_path: Path) -> None:
     document["spec"]["data"]["sources"][0]["uri"] = str(tmp_path / "absent") + "/{date}/{hour}"  # type: ignore[index]
     (problem,) = _problems(tmp_path, document)
     assert f"path {tmp_path / 'absent'}" in problem and "does not exist" in problem
+
+
+@pytest.mark.parametrize(
+    ("autoscale", "path", "words"),
+    [
+        ({"minReplicas": 3, "maxReplicas": 2}, "spec.resources.dataExecutor.autoscale", "minReplicas 3 is above maxReplicas 2"),
+        ({"maxReplicas": 0}, "spec.resources.dataExecutor.autoscale.maxReplicas", "greater than or equal to 1"),
+        (
+            {"scaleUp": {"stabilizationWindowSeconds": -1, "cooldownSeconds": 5}},
+            "spec.resources.dataExecutor.autoscale.scaleUp.stabilizationWindowSeconds",
+            "greater than",
+        ),
+        ({"idleCpuUtilization": 0.9, "busyCpuUtilization": 0.8}, "spec.resources.dataExecutor.autoscale", "must be below busyCpuUtilization"),
+        ({"vertical": {"minCpu": 4, "maxCpu": 2}}, "spec.resources.dataExecutor.autoscale.vertical", "minCpu 4.0 is above maxCpu 2.0"),
+        ({"cooldown": 5}, "spec.resources.dataExecutor.autoscale.cooldown", "unknown field"),
+        ({"minReplicas": 3, "maxReplicas": 4}, "spec.resources.dataExecutor", "replicas 2 lies outside autoscale's [minReplicas 3, maxReplicas 4]"),
+    ],
+)
+def test_autoscale_mistakes_name_their_field_path(dataset: Path, tmp_path: Path, autoscale: dict[str, object], path: str, words: str) -> None:
+    document = job_document(dataset)
+    document["spec"]["resources"]["dataExecutor"]["autoscale"] = autoscale  # type: ignore[index]
+    (problem,) = _problems(tmp_path, document)
+    assert problem.startswith(f"{path}: ") and words in problem, problem
+
+
+def test_submit_counts_must_fit_the_job_quota(dataset: Path, tmp_path: Path) -> None:
+    document = job_document(dataset)
+    document["spec"]["resources"]["quota"] = {"cores": 2}  # type: ignore[index]
+    (problem,) = _problems(tmp_path, document)
+    assert problem == "spec.resources: the executors at submit need 3 cores, above quota.cores 2"
+
+
+def test_the_trainer_scales_only_vertically(dataset: Path, tmp_path: Path) -> None:
+    document = job_document(dataset)
+    document["spec"]["resources"]["trainer"]["autoscale"] = {"maxReplicas": 2}  # type: ignore[index]
+    (problem,) = _problems(tmp_path, document)
+    assert problem.startswith("spec.resources.trainer: ") and "scales only vertically" in problem
+
+
+def test_autoscale_is_off_by_default(dataset: Path, tmp_path: Path) -> None:
+    job = load_job_file(_write(tmp_path, job_document(dataset)))
+    assert job.spec.resources.data_executor.autoscale is None and job.spec.resources.trainer.autoscale is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from primus import rpc, telemetry
+from primus.heartbeat import HeartbeatSender
 from primus.worker import fetch_job_spec, parse_worker_args, register
 from services.data_executor.server import create_executor
 
@@ -15,7 +16,13 @@ def main() -> None:
     job = fetch_job_spec(args.master, args.job_id)
     executor = create_executor(args.executor_id, args.job_id, args.planner, job, args.run_dir / "quarantine", decode_into_shared_memory=True)
     register(args, executor.control.address, executor.data_address)
-    rpc.run_until_signalled(executor.control, on_stop=executor.flight.shutdown)
+    heartbeats = HeartbeatSender(args.resource_controller, args.job_id, args.executor_id, executor.controls.telemetry).start()
+
+    def stop() -> None:
+        heartbeats.stop()
+        executor.flight.shutdown()
+
+    rpc.run_until_signalled(executor.control, on_stop=stop)
 
 
 if __name__ == "__main__":

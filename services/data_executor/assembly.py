@@ -58,6 +58,7 @@ class ReadBoard:
         self._changed = threading.Condition()
         self._tasks: list[TaskAssembly] = []
         self.finished = 0  # tasks whose last unit was handed in
+        self._interrupted = False
 
     def add(self, assembly: TaskAssembly) -> None:
         with self._changed:
@@ -91,6 +92,13 @@ class ReadBoard:
             return finished
 
     def wait(self, seconds: float) -> None:
-        """Sleep up to `seconds`, waking as soon as another reader adds a task with units to share."""
+        """Sleep up to `seconds`, waking as soon as another reader adds a task with units to share, or after
+        interrupt()."""
         with self._changed:
-            self._changed.wait_for(lambda: any(a.has_units for a in self._tasks), timeout=seconds)
+            self._changed.wait_for(lambda: self._interrupted or any(a.has_units for a in self._tasks), timeout=seconds)
+
+    def interrupt(self) -> None:
+        """Wake the readers waiting for work, now and from now on (the stream drains: they must not wait to lease)."""
+        with self._changed:
+            self._interrupted = True
+            self._changed.notify_all()

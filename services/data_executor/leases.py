@@ -8,6 +8,8 @@
   only when no reader is reading (no claim would carry it soon).
 - The calls are blocking calls on a few threads of the stream's own: in grpc's Python client a call's future costs a
   third more CPU than a blocking call, mostly for the thread it starts to wait for the answer.
+- Readers may join and leave while the stream runs (a resize), and a drain stops all leasing: then the claims lease
+  nothing ahead, and the last reader out gives back what is leased ahead.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, TypeVar
 import grpc
 
 from primus.v1 import planner_pb2, planner_pb2_grpc
+from services.data_executor.sizing import MAX_READERS
 
 log = logging.getLogger(__name__)
 RPC_TIMEOUT_SECONDS = 30.0
@@ -35,7 +38,8 @@ _Reply = TypeVar("_Reply")
 class StreamLeases:
     """Shared by a stream's readers: next() gives a reader its next task, claim() claims a read one, read_done()
     follows either. A task stays held until settle() (served, or its claim refused); served() reports it to the
-    planner; close() gives back what the stream still holds."""
+    planner; close() gives back what the stream still holds. join() and leave() count the readers in and out;
+    drain() stops the leasing."""
 
     def __init__(self, planner: planner_pb2_grpc.PlannerServiceStub, request: planner_pb2.LeaseTaskRequest, readers: int) -> None:
         self._planner = planner
@@ -43,17 +47,21 @@ class StreamLeases:
         self._lock = threading.Lock()
         self._upcoming: deque[_Upcoming] = deque()  # answers still to be handed out, in the order they were asked
         self._readers = readers
-        # a waiting lease per reader and one leased ahead, and a thread for claims and reports
-        self._calls = ThreadPoolExecutor(readers + 2, thread_name_prefix="planner-calls")
+        # a waiting lease per reader and one leased ahead, and a thread for claims and reports; sized for the most
+        # readers a resize can give the stream (a pool starts its threads only as calls overlap)
+        self._calls = ThreadPoolExecutor(MAX_READERS + 2, thread_name_prefix="planner-calls")
         self._closed = False
+        self._draining = False
         self._reading = 0  # readers between next() and read_done(): a claim is coming
         self._reports: list[tuple[planner_pb2.CompleteTaskRequest, Callable[[bool], None]]] = []
         self._held: dict[tuple[str, int], planner_pb2.DataTask] = {}
 
     def next(self) -> planner_pb2.LeaseTaskResponse:
-        """The planner's answer for this reader: a task, exhausted (also once the stream is closed), or retry later.
-        Raises grpc.RpcError."""
+        """The planner's answer for this reader: a task, exhausted (also once the stream is closed), or retry later;
+        once draining, an empty answer at once (the caller checks `draining`). Raises grpc.RpcError."""
         with self._lock:
+            if self._draining:  # what is leased ahead stays for the last reader to give back
+                return planner_pb2.LeaseTaskResponse()
             upcoming = self._upcoming.popleft() if self._upcoming else self._lease()
         reply = upcoming()
         if reply.HasField("task"):
@@ -62,7 +70,7 @@ class StreamLeases:
                 if not closed:
                     self._held[(reply.task.task_id, reply.task.attempt)] = reply.task
                     self._reading += 1
-                    if not self._upcoming:
+                    if not self._upcoming and not self._draining:
                         self._upcoming.append(self._lease())  # one task ahead, for whichever reader is free first
             if closed:  # answered after the stream closed: it goes straight back
                 self.give_back(reply.task)
@@ -83,21 +91,24 @@ class StreamLeases:
             return done
 
     def claim(self, task: planner_pb2.DataTask) -> Future[planner_pb2.ClaimTaskResponse]:
-        """Ask for a read task (the first attempt to claim it serves it); the answer also leases a task ahead."""
+        """Ask for a read task (the first attempt to claim it serves it); the answer also leases a task ahead, unless
+        the stream is draining."""
+        with self._lock:
+            reports, self._reports = self._reports, []
+            lease_next = not self._draining
         request = planner_pb2.ClaimTaskRequest(
             job_id=task.job_id,
             task_id=task.task_id,
             attempt=task.attempt,
             executor_id=self._request.executor_id,
-            lease_next=True,
+            lease_next=lease_next,
             purpose=self._request.purpose,
         )
-        with self._lock:
-            reports, self._reports = self._reports, []
         request.completed.extend(report for report, _ in reports)
         claim = self.call(self._planner.ClaimTask, request)
-        with self._lock:
-            self._upcoming.append(functools.partial(_next_lease, claim))
+        if lease_next:  # a drain that began since: the last reader out gives this lease back
+            with self._lock:
+                self._upcoming.append(functools.partial(_next_lease, claim))
         if reports:
             claim.add_done_callback(lambda done: _answer(reports, done, lambda reply: reply.completed))
         return claim
@@ -156,6 +167,23 @@ class StreamLeases:
             self._planner.ReleaseTask(request, timeout=10)
         except grpc.RpcError:
             log.warning("could not give back task %s; its lease will expire", task.task_id)
+
+    def join(self) -> bool:
+        """Another reader starts (a resize); False once the stream closed, drains, or its readers have all left."""
+        with self._lock:
+            if self._closed or self._draining or self._readers == 0:
+                return False
+            self._readers += 1
+            return True
+
+    def drain(self) -> None:
+        """Lease no more: next() answers empty at once and claims lease nothing ahead. Idempotent."""
+        with self._lock:
+            self._draining = True
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
 
     def leave(self) -> None:
         """A reader stops; the last one gives back the tasks leased ahead that nobody will read."""

@@ -1,4 +1,4 @@
-"""Data executor assembly: control gRPC server, Flight data plane, registration with the controller."""
+"""Data executor assembly: control gRPC server, Flight data plane, and the controls the resource controller turns."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from primus import arena, rpc
 from primus.samples import training_schema
 from primus.spec import TrainingJob
 from primus.v1 import data_executor_pb2, data_executor_pb2_grpc, planner_pb2_grpc
+from services.data_executor.controls import ExecutorControls
 from services.data_executor.flight_server import SampleFlightServer
 from services.data_executor.servicer import DataExecutorServicer
 from services.data_executor.serving import ExecutorCounters, TaskStreamer
@@ -22,6 +23,7 @@ class DataExecutor:
     control: rpc.RunningServer
     flight: SampleFlightServer
     data_address: str
+    controls: ExecutorControls
 
     def stop(self) -> None:
         self.control.health.enter_graceful_shutdown()
@@ -48,6 +50,7 @@ def create_executor(
     streamer = TaskStreamer(planner, executor_id, job, schema, counters, quarantine_dir)
     flight = SampleFlightServer(f"grpc://{host}:0", job_id, schema, streamer, drop, shared_arena)
     flight.serve_in_background()
-    servicer = DataExecutorServicer(executor_id, job_id, counters)
+    controls = ExecutorControls(executor_id, job_id, streamer, counters, shared_arena)
+    servicer = DataExecutorServicer(controls)
     control = rpc.start_server("data_executor", f"{host}:0", [lambda s: data_executor_pb2_grpc.add_DataExecutorServiceServicer_to_server(servicer, s)], [SERVICE_NAME])
-    return DataExecutor(control=control, flight=flight, data_address=f"{host}:{flight.port}")
+    return DataExecutor(control=control, flight=flight, data_address=f"{host}:{flight.port}", controls=controls)

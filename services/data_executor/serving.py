@@ -6,12 +6,16 @@ full queue stops leasing, and a task is started only when no unit is left to tak
 HTTP/2 flow control under Flight carries the same back-pressure to the wire.
 The planner's round trips stay off the readers' path (services.data_executor.leases): the stream keeps a task
 leased ahead, and a read task's claim is answered while the task waits in the queue.
+The executor's size changes in place (resize): open streams gain readers at once and lose them as readers finish
+the task they hold, and the read-ahead bound changes. A drain stops the leasing: the readers finish what they read,
+the stream serves it and ends normally once its last reader is out, and what is leased ahead goes back.
 """
 
 from __future__ import annotations
 
 import contextvars
 import functools
+import itertools
 import logging
 import queue
 import threading
@@ -33,10 +37,9 @@ from primus.v1 import data_executor_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor.assembly import ReadBoard, TaskAssembly
 from services.data_executor.leases import StreamLeases
 from services.data_executor.reader import TaskRead, TaskReader
+from services.data_executor.sizing import PREFETCH_TASKS, READERS_PER_STREAM
 
 log = logging.getLogger(__name__)
-PREFETCH_TASKS = 2  # read tasks waiting to be served, per stream (each reader also holds the one it reads)
-READERS_PER_STREAM = 2
 REPORT_AFTER_SECONDS = 0.05  # a served task's report waits at most this long for a claim to carry it
 
 
@@ -47,6 +50,7 @@ class ExecutorCounters:
     tasks_done: int = 0
     rows_served: int = 0
     bytes_served: int = 0
+    bytes_read: int = 0  # from storage, by the tasks served
     streams_active: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -72,7 +76,65 @@ class _ReadTask:
     batches: Served
 
 
-_EXHAUSTED = object()  # a reader heard that every task of the purpose is finished: nothing more can come
+_END = object()  # nothing more can come: a reader heard every task of the purpose is finished, or the stream drained
+
+
+class _ReadAhead(queue.Queue[Any]):
+    """A stream's queue of read tasks, whose bound a resize changes in place."""
+
+    def resize(self, maxsize: int) -> None:
+        with self.mutex:
+            self.maxsize = maxsize
+            self.not_full.notify_all()
+
+
+@dataclass(eq=False)
+class _Stream:
+    """One consumer stream's readers and what they share. `target` is how many readers it should have: a resize
+    changes it, and a reader beyond it leaves at the top of its loop, holding no task. `live` counts the readers
+    running; both change under `lock`."""
+
+    consumer_id: str
+    items: _ReadAhead
+    stop: threading.Event
+    parent: context.Context
+    leases: StreamLeases
+    board: ReadBoard
+    target: int
+    live: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def surplus(self) -> bool:
+        """True for a reader that must leave now (counted out already): there are more than `target`."""
+        if self.live <= self.target:  # checked once per unit a reader takes: two ints, no lock
+            return False
+        with self.lock:
+            if self.live <= self.target:
+                return False
+            self.live -= 1
+            return True
+
+    def left(self) -> bool:
+        """A reader ended other than on a resize; True when it was the last one out."""
+        with self.lock:
+            self.live -= 1
+            return self.live == 0
+
+    def retarget(self, readers: int) -> None:
+        with self.lock:
+            self.target = readers
+
+    def hire(self) -> bool:
+        """Count in one more reader, if the stream is short of its target and still leasing."""
+        with self.lock:
+            if self.live >= self.target or not self.leases.join():
+                return False
+            self.live += 1
+            return True
+
+    def drain(self) -> None:
+        self.leases.drain()
+        self.board.interrupt()  # readers waiting to lease again wake now, and leave
 
 
 @dataclass(frozen=True)
@@ -117,6 +179,7 @@ class TaskStreamer:
         counters: ExecutorCounters,
         quarantine_dir: Path | None = None,
         readers: int = READERS_PER_STREAM,
+        prefetch: int = PREFETCH_TASKS,
     ) -> None:
         self._planner = planner
         self._executor_id = executor_id
@@ -125,7 +188,53 @@ class TaskStreamer:
         self._counters = counters
         self._quarantine_dir = quarantine_dir
         self._readers = readers
+        self._prefetch = prefetch
+        self._lock = threading.Lock()  # the size, the drain and the open streams
+        self._streams: set[_Stream] = set()
+        self._draining = False
+        self._reader_names = itertools.count()
         self._tracer = telemetry.tracer("primus.data_executor")
+
+    @property
+    def readers(self) -> int:
+        """Reader threads per stream."""
+        return self._readers
+
+    @property
+    def prefetch(self) -> int:
+        """Read tasks a stream's queue holds."""
+        return self._prefetch
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def queue_depth(self) -> int:
+        """Read tasks waiting in the open streams' queues."""
+        with self._lock:
+            streams = list(self._streams)
+        return sum(stream.items.qsize() for stream in streams)
+
+    def resize(self, readers: int, prefetch: int) -> None:
+        """New readers per stream and read-ahead, for the open streams too: they gain readers now, and lose them as
+        readers finish the task they hold."""
+        readers, prefetch = max(1, readers), max(1, prefetch)
+        with self._lock:  # held throughout, so that two resizes cannot interleave their streams' targets
+            self._readers, self._prefetch = readers, prefetch
+            for stream in self._streams:
+                stream.retarget(readers)
+                stream.items.resize(prefetch)
+                while stream.hire():
+                    self._start_reader(stream)
+
+    def drain(self) -> None:
+        """Lease no more tasks: each open stream serves what its readers read and ends; a stream opened from now on
+        ends at once. Idempotent."""
+        with self._lock:
+            self._draining = True
+            streams = list(self._streams)
+        for stream in streams:
+            stream.drain()
 
     def stream(self, ticket: data_executor_pb2.DataTicket) -> Generator[Served, None, None]:
         """Each read task's batches, a task at a time, once its claim is granted; leasing starts at the first next()."""
@@ -136,26 +245,39 @@ class TaskStreamer:
             opened.close()
 
     def open(self, ticket: data_executor_pb2.DataTicket) -> OpenStream:
-        """Start leasing and reading for a stream now; its batches come from .served, and close() ends it."""
-        items: queue.Queue[Any] = queue.Queue(maxsize=PREFETCH_TASKS)
-        stop = threading.Event()
-        parent = telemetry.extract_context(ticket.trace_context)
-        leases = StreamLeases(self._planner, planner_pb2.LeaseTaskRequest(job_id=ticket.job_id, executor_id=self._executor_id, purpose=ticket.purpose), self._readers)
-        board = ReadBoard()
-        for index in range(self._readers):
-            threading.Thread(target=self._produce, args=(items, stop, parent, leases, board), name=f"reader-{ticket.consumer_id}-{index}", daemon=True).start()
+        """Start leasing and reading for a stream now; its batches come from .served, and close() ends it. A stream
+        opened while the executor drains ends at once."""
+        request = planner_pb2.LeaseTaskRequest(job_id=ticket.job_id, executor_id=self._executor_id, purpose=ticket.purpose)
+        with self._lock:  # a drain or resize from now on sees this stream
+            readers = 0 if self._draining else self._readers
+            leases = StreamLeases(self._planner, request, readers)
+            parent = telemetry.extract_context(ticket.trace_context)
+            stream = _Stream(ticket.consumer_id, _ReadAhead(self._prefetch), threading.Event(), parent, leases, ReadBoard(), target=readers, live=readers)
+            self._streams.add(stream)
+        if readers == 0:
+            leases.drain()
+            stream.items.put(_END)
+        for _ in range(readers):
+            self._start_reader(stream)
         self._counters.add(streams_active=1)
-        served = self._consume(items, parent, leases)
+        served = self._consume(stream)
 
         def close() -> None:
             served.close()  # on this thread: the stream's last reports go out, and its context is detached where it was attached
-            stop.set()
+            stream.stop.set()
             leases.close()
+            with self._lock:
+                self._streams.discard(stream)
             self._counters.add(streams_active=-1)
 
         return OpenStream(served, close)
 
-    def _consume(self, items: queue.Queue[Any], parent: context.Context, leases: StreamLeases) -> Generator[Served, None, None]:
+    def _start_reader(self, stream: _Stream) -> None:
+        name = f"reader-{stream.consumer_id}-{next(self._reader_names)}"
+        threading.Thread(target=self._produce, args=(stream,), name=name, daemon=True).start()
+
+    def _consume(self, stream: _Stream) -> Generator[Served, None, None]:
+        items, parent, leases = stream.items, stream.parent, stream.leases
         token = context.attach(parent)  # the reports this thread sends carry the job id and the trace
         try:
             while True:
@@ -164,7 +286,7 @@ class TaskStreamer:
                 except queue.Empty:
                     leases.flush()
                     continue
-                if item is _EXHAUSTED:  # every task is finished, so the other readers hold none: the stream is complete
+                if item is _END:  # every task is finished, or every reader is out: nothing more comes
                     return
                 if isinstance(item, BaseException):
                     raise item
@@ -177,47 +299,73 @@ class TaskStreamer:
                 if span.is_recording():
                     span.set_attributes({"primus.bytes": item.nbytes, "primus.cpu_seconds": time.thread_time() - started_cpu})
                 leases.settle(item.task)  # served to the end (a stream closed in the middle gives the task back)
-                self._counters.add(rows_served=item.report.stats.rows, bytes_served=item.nbytes)
+                self._counters.add(rows_served=item.report.stats.rows, bytes_served=item.nbytes, bytes_read=item.report.stats.bytes_read)
                 leases.served(item.report, functools.partial(self._after_served, item.task, item.report.stats, span))
         finally:
             leases.flush()
             context.detach(token)
 
-    def _produce(self, items: queue.Queue[Any], stop: threading.Event, parent: context.Context, leases: StreamLeases, board: ReadBoard) -> None:
-        """Decode units of the stream's tasks, leasing another task when no unit is left, until the purpose is
-        exhausted (or the stream closes); the reader that hands in a task's last unit finishes the task."""
-        token = context.attach(parent)
+    def _produce(self, stream: _Stream) -> None:
+        """One reader of a stream. The last reader out of a draining stream ends it, after every reader has queued
+        what it read."""
+        token = context.attach(stream.parent)
+        resized_out = False
         try:
-            while not stop.is_set():
-                work = board.take()
-                if work is None:
-                    reply = leases.next()
-                    if reply.exhausted:
-                        break
-                    if not reply.HasField("task"):
-                        board.wait(reply.retry_after_seconds)
-                        continue
-                    shared = board.finished == 0 or reply.pending < self._readers  # the stream's first tasks, the job's last
-                    assembly = self._begin(reply.task, leases, shared)
-                    if assembly is None:
-                        continue
-                    if assembly.units:
-                        board.add(assembly)  # this reader, or one free sooner, takes its first unit
-                        continue
-                    finished: TaskAssembly | None = assembly  # nothing to decode
-                else:
-                    finished = work[0] if self._decode(*work, board) else None
-                if finished is not None and not self._finish(finished, items, stop, leases):
-                    return
-            self._put(items, _EXHAUSTED, stop)
+            resized_out = self._read(stream)
         except grpc.RpcError as exc:
-            self._put(items, UnavailableError(f"planner unreachable while leasing: {exc.details() or exc.code()}"), stop)
+            self._put(stream.items, UnavailableError(f"planner unreachable while leasing: {exc.details() or exc.code()}"), stream.stop)
         except Exception as exc:
             log.exception("reader failed")
-            self._put(items, exc, stop)
+            self._put(stream.items, exc, stream.stop)
         finally:
-            leases.leave()
+            last = not resized_out and stream.left()
+            stream.leases.leave()  # the last one gives back what is leased ahead, before the stream can end
+            if last and stream.leases.draining:
+                self._put(stream.items, _END, stream.stop)
             context.detach(token)
+
+    def _read(self, stream: _Stream) -> bool:
+        """Decode units of the stream's tasks, leasing another task when no unit is left, until the purpose is
+        exhausted, the stream drains or closes, or a resize leaves it too many readers (then True); the reader that
+        hands in a task's last unit finishes the task."""
+        leases, board = stream.leases, stream.board
+        while not stream.stop.is_set():
+            if stream.surplus():  # between tasks: this reader holds none
+                return True
+            work = board.take()
+            if work is None:
+                reply = leases.next()
+                if leases.draining:  # lease no more: a task that came now goes back
+                    self._hand_back(reply, leases)
+                    return False
+                if reply.exhausted:
+                    self._put(stream.items, _END, stream.stop)
+                    return False
+                if not reply.HasField("task"):
+                    board.wait(reply.retry_after_seconds)
+                    continue
+                shared = board.finished == 0 or reply.pending < stream.target  # the stream's first tasks, the job's last
+                assembly = self._begin(reply.task, leases, shared)
+                if assembly is None:
+                    continue
+                if assembly.units:
+                    board.add(assembly)  # this reader, or one free sooner, takes its first unit
+                    continue
+                finished: TaskAssembly | None = assembly  # nothing to decode
+            else:
+                finished = work[0] if self._decode(*work, board) else None
+            if finished is not None and not self._finish(finished, stream.items, stream.stop, leases):
+                return False
+        return False
+
+    @staticmethod
+    def _hand_back(reply: planner_pb2.LeaseTaskResponse, leases: StreamLeases) -> None:
+        """A task leased as the drain began goes back unread."""
+        if reply.HasField("task"):
+            try:
+                leases.give_back(reply.task)
+            finally:
+                leases.read_done()
 
     def _begin(self, task: planner_pb2.DataTask, leases: StreamLeases, shared: bool) -> TaskAssembly | None:
         """A leased task's read span and units (runs of row groups when shared); None when the task cannot even be

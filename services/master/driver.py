@@ -22,8 +22,13 @@ from services.master.store import JobRecord, JobStore
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
 PLANNER_GRACE_SECONDS = 120.0
+CONTROLLER_GRACE_SECONDS = 120.0
 EXIT_GRACE_SECONDS = 3.0
-LIVE_STATES = (rc_pb2.EXECUTOR_STATE_STARTING, rc_pb2.EXECUTOR_STATE_READY)
+LIVE_STATES = (rc_pb2.EXECUTOR_STATE_STARTING, rc_pb2.EXECUTOR_STATE_READY, rc_pb2.EXECUTOR_STATE_DRAINING, rc_pb2.EXECUTOR_STATE_PENDING)
+# Relaunched within the role's restart budget: an exit with an error (OOM included), or lost (silent, or gone while
+# the controller was away). Released, drained and migrated executors are not.
+CRASHED_STATES = (rc_pb2.EXECUTOR_STATE_FAILED, rc_pb2.EXECUTOR_STATE_LOST)
+AWAY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 def _planned(summary: planner_pb2.PlanSummary) -> dict[str, object]:
@@ -105,7 +110,7 @@ class JobDriver:
         self._launch_role(job, rc_pb2.EXECUTOR_ROLE_TRAINER, spec.resources.trainer.replicas)
         self._store.update(job.job_id, state="RUNNING", message="executors launched")
 
-    def _launch_role(self, job: JobRecord, role: int, count: int) -> None:
+    def _launch_role(self, job: JobRecord, role: int, count: int, replaces: str = "") -> None:
         spec = load_job_text(job.spec_yaml, f"job {job.job_id}").spec
         resources = spec.resources.trainer if role == rc_pb2.EXECUTOR_ROLE_TRAINER else spec.resources.data_executor
         self._peers.rc.LaunchExecutors(
@@ -117,6 +122,7 @@ class JobDriver:
                 run_dir=job.run_dir,
                 planner_address=self._peers.planner_address,
                 master_address=self._own_info().address,
+                replaces_executor_id=replaces,
             ),
             timeout=60,
         )
@@ -133,6 +139,7 @@ class JobDriver:
             budget[role] -= int(self._store.get(job_id).progress.get("restarts", {}).get(name, 0))
         exited_since: float | None = None
         planner_away_since: float | None = None
+        controller_away_since: float | None = None
         last_plan: planner_pb2.GetPlanResponse | None = None
         while True:
             job = self._store.get(job_id)
@@ -158,8 +165,21 @@ class JobDriver:
                 self._store.wait_for_change(POLL_SECONDS)  # executors fail without it; nothing to judge until it is back
                 continue
             last_plan = plan
-            executors = self._peers.rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id), timeout=10).executors
-            for crashed in [e for e in executors if e.state == rc_pb2.EXECUTOR_STATE_FAILED and e.executor_id not in handled]:
+            try:
+                executors = self._peers.rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id), timeout=10).executors
+                controller_away_since = None
+            except grpc.RpcError as exc:
+                if exc.code() not in AWAY_CODES:
+                    raise
+                controller_away_since = controller_away_since or time.monotonic()  # restarting: its executors keep working
+                if time.monotonic() - controller_away_since > CONTROLLER_GRACE_SECONDS:
+                    raise JobFailedError(f"the resource controller at {self._peers.rc_address} has been unreachable for {CONTROLLER_GRACE_SECONDS:.0f}s") from None
+                self._store.wait_for_change(POLL_SECONDS)
+                continue
+            crashes = [e for e in executors if e.state in CRASHED_STATES and e.executor_id not in handled]
+            if crashes and self._store.get(job_id).result:
+                continue  # the trainer reported and then exited (an adopted one's exit code is unknown): the job is done, not crashed
+            for crashed in crashes:
                 handled.add(crashed.executor_id)
                 self._store.update(job_id, progress_update={"crashes_handled": sorted(handled)})
                 self._relaunch(job, crashed, budget)
@@ -180,18 +200,19 @@ class JobDriver:
 
     def _relaunch(self, job: JobRecord, crashed: rc_pb2.Executor, budget: dict[int, int]) -> None:
         role_name = "trainer" if crashed.role == rc_pb2.EXECUTOR_ROLE_TRAINER else "data executor"
+        why = crashed.message or f"exited with code {crashed.exit_code}"
         if budget[crashed.role] <= 0:
-            raise JobFailedError(f"{crashed.executor_id} exited with code {crashed.exit_code} and the {role_name} restart budget is spent; see {crashed.log_path}")
+            raise JobFailedError(f"{crashed.executor_id} {why} and the {role_name} restart budget is spent; see {crashed.log_path}")
         budget[crashed.role] -= 1
         restarts = dict(self._store.get(job.job_id).progress.get("restarts", {}))
         restarts[role_name] = restarts.get(role_name, 0) + 1
         self._store.update(
             job.job_id,
             progress_update={"restarts": restarts},
-            message=f"{crashed.executor_id} exited with code {crashed.exit_code}; relaunched a {role_name}",
+            message=f"{crashed.executor_id}: {why}; relaunched a {role_name}",
         )
-        log.warning("job %s: %s exited with code %d; relaunching", job.job_id, crashed.executor_id, crashed.exit_code)
-        self._launch_role(job, crashed.role, 1)
+        log.warning("job %s: %s: %s; relaunching", job.job_id, crashed.executor_id, why)
+        self._launch_role(job, crashed.role, 1, replaces=crashed.executor_id)
 
     def _restart_from_checkpoint(self, job: JobRecord, handled: set[str], last_plan: planner_pb2.GetPlanResponse | None) -> None:
         """The planner came back without this job's plan: plan again, and restart every executor.
@@ -231,8 +252,13 @@ class JobDriver:
             services += self._peers.service_infos()
         except grpc.RpcError as exc:
             log.warning("job %s: could not describe peers: %s", job_id, exc.details())
+        try:
+            decisions = list(self._peers.rc.GetScalingLog(rc_pb2.GetScalingLogRequest(job_id=job_id), timeout=10).decisions)
+        except grpc.RpcError as exc:
+            log.warning("job %s: could not read the scaling log: %s", job_id, exc.details())
+            decisions = []
         final = replace(self._store.get(job_id), state=state, message=message, updated=time.time())
-        path = write_report(build_report(final, services, executors, plan), Path(final.run_dir))
+        path = write_report(build_report(final, services, executors, plan, decisions), Path(final.run_dir))
         self._store.update(job_id, state=state, message=message, report_path=str(path))
         log.info("job %s %s: %s (report %s)", job_id, state, message, path)
 

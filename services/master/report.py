@@ -8,6 +8,7 @@ from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 
+from primus.scaling_log import decision_row
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master.store import JobRecord
@@ -50,6 +51,7 @@ def build_report(
     services: list[common_pb2.ServiceInfo],
     executors: list[rc_pb2.Executor],
     plan: planner_pb2.GetPlanResponse | None,
+    decisions: list[rc_pb2.ScalingDecision] | None = None,
 ) -> dict[str, Any]:
     """Everything a user needs to judge a run, in one document."""
     service_rows = [{"name": s.name, "pid": s.pid, "address": s.address, "role": s.name} for s in services]
@@ -61,11 +63,18 @@ def build_report(
             "role": ROLE_NAMES.get(e.role, "unknown"),
             "data_address": e.data_address,
             "exit_code": e.exit_code,
+            "exit_reason": rc_pb2.ExitReason.Name(e.exit_reason).removeprefix("EXIT_REASON_"),
+            "message": e.message,
+            "slot": e.slot,
+            "cpu": e.resources.cpu,
+            "memory_mib": e.resources.memory_mib,
+            "limits": rc_pb2.LimitMechanism.Name(e.limits).removeprefix("LIMIT_MECHANISM_"),
             "backend": e.backend,
             "log": e.log_path,
         }
         for e in executors
     ]
+    scaling = [decision_row(d) for d in decisions or []]
     report: dict[str, Any] = {
         "job_id": job.job_id,
         "name": job.name,
@@ -80,6 +89,8 @@ def build_report(
         "quarantined": [],
         "trainer": job.result,
         "restarts": job.progress.get("restarts", {}),
+        "scaling": scaling,
+        "resizes": [d for d in scaling if d["action"] == "RESIZE"],
         "traces_dir": str(Path(job.run_dir) / "traces"),
     }
     if plan is not None:

@@ -3,22 +3,45 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from primus import rpc, telemetry
 from services.resource_controller.server import create_server
+from services.resource_controller.signals import QueueQuota
+
+
+def _queue(text: str) -> tuple[str, QueueQuota]:
+    """NAME=CORES:MEMORY_MIB, either side of the colon may be empty for no limit."""
+    name, _, limits = text.partition("=")
+    cores, _, memory = limits.partition(":")
+    try:
+        return name, (float(cores) if cores else None, int(memory) if memory else None)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--queue {text!r}: expected NAME=CORES:MEMORY_MIB, e.g. default=8:16384") from None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m services.resource_controller", description=__doc__)
     parser.add_argument("--bind", default="127.0.0.1:0")
     parser.add_argument("--runs-dir", type=Path, default=None, help="where traces are written")
+    parser.add_argument(
+        "--state-dir", type=Path, default=None, help="where the controller keeps its state file (default: the runs dir); a restart re-adopts what it lists"
+    )
+    parser.add_argument(
+        "--queue", type=_queue, action="append", default=[], help="a queue's quota, NAME=CORES:MEMORY_MIB (repeatable); jobs name their queue in resources.queue"
+    )
+    parser.add_argument("--cores", type=float, default=None, help="cores the controller may hand out (default: this machine's)")
     parser.add_argument("--ready-file", default=None, help="write the bound address here once serving")
     args = parser.parse_args()
     rpc.configure_logging("resource_controller")
     telemetry.setup_tracing("resource_controller", args.runs_dir)
-    running, pool = create_server(args.bind)
-    rpc.run_until_signalled(running, on_stop=pool.release_all, ready_file=args.ready_file)
+    try:
+        controller = create_server(args.bind, state_dir=args.state_dir or args.runs_dir, queue_quotas=dict(args.queue), cores=args.cores)
+    except OSError as exc:
+        print(f"error: resource controller: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    rpc.run_until_signalled(controller.server, on_stop=controller.release_all, ready_file=args.ready_file, on_handover=controller.handover)
 
 
 if __name__ == "__main__":

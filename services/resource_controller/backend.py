@@ -1,19 +1,76 @@
-"""Scheduler backends: the one executor contract, and its local-process implementation."""
+"""Scheduler backends: the one executor contract, and its local-process implementation with real CPU and memory limits."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from primus import telemetry
+from services.resource_controller import limits
+from services.resource_controller.limits import MIB, ExecutorCgroup, LimitMechanism
+
+__all__ = [
+    "ROLE_MODULES",
+    "Capabilities",
+    "EventKind",
+    "ExecutorEvent",
+    "ExecutorHandle",
+    "ExitReason",
+    "LaunchSpec",
+    "LimitMechanism",
+    "LocalHandle",
+    "LocalProcessBackend",
+    "SchedulerBackend",
+]
+
+log = logging.getLogger(__name__)
 
 ROLE_MODULES = {"data_executor": "services.data_executor", "trainer": "services.trainer"}
+
+# The child waits on stdin (a pipe) until the controller has put it in its cgroup or pinned its cores, then becomes the executor:
+# nothing of the executor runs, or is charged, outside its limits. If the controller dies first, the pipe closes and it gives up.
+LAUNCH_GATE = 'read -r go || { echo "primus: the controller went away before the launch finished" >&2; exit 125; }; exec "$@" </dev/null'
+KILL_WAIT_SECONDS = 2.0
+
+T = TypeVar("T")
+
+
+class ExitReason(Enum):
+    """Mirrors primus.v1 resource_controller.proto ExitReason."""
+
+    COMPLETED = "completed"
+    ERROR = "error"
+    OOM_KILLED = "oom_killed"
+    HEARTBEAT_LOST = "heartbeat_lost"
+    RELEASED = "released"
+    SCALED_IN = "scaled_in"
+    MIGRATED = "migrated"
+    VANISHED = "vanished"
+
+
+class EventKind(Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    EXITED = "exited"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    resize_in_place: bool  # limits change on the live process (local: True)
+    resize_by_migration: bool  # only by starting a new executor of the new size (Kubernetes when resize is Infeasible, YARN, Ray)
+    limits: LimitMechanism
 
 
 @dataclass(frozen=True)
@@ -27,53 +84,429 @@ class LaunchSpec:
     cpu: float
     memory_mib: int
     log_path: Path
+    env: Mapping[str, str] = field(default_factory=dict)  # extra environment for the process
+
+
+@dataclass(frozen=True)
+class ExecutorEvent:
+    executor_id: str
+    kind: EventKind
+    exit_code: int | None = None
+    reason: ExitReason | None = None
+    message: str = ""  # one line, e.g. "OOM-killed by the kernel at its 512 MiB cgroup limit"
 
 
 class ExecutorHandle(Protocol):
+    executor_id: str
     pid: int
+
+    def to_state(self) -> dict[str, object]: ...
 
 
 class SchedulerBackend(Protocol):
     name: str
+    capabilities: Capabilities
 
     def launch(self, spec: LaunchSpec) -> ExecutorHandle: ...
 
-    def exit_code(self, handle: ExecutorHandle) -> int | None: ...
+    def release(self, handle: ExecutorHandle, grace_seconds: float) -> int | None: ...
 
-    def terminate(self, handle: ExecutorHandle, grace_seconds: float) -> int | None: ...
+    def kill(self, handle: ExecutorHandle, reason: ExitReason, message: str) -> None: ...
+
+    def resize(self, handle: ExecutorHandle, cpu: float, memory_mib: int) -> bool: ...
+
+    def poll(self) -> list[ExecutorEvent]: ...
+
+    def adopt(self, state: Mapping[str, object]) -> ExecutorHandle | None: ...
+
+    def usage(self, handle: ExecutorHandle) -> tuple[float, int]: ...
+
+    def close(self) -> None: ...
+
+
+def _field(state: Mapping[str, object], key: str, kind: type[T]) -> T:
+    value = state[key]
+    if kind is float and isinstance(value, int):
+        value = float(value)
+    if not isinstance(value, kind):
+        raise TypeError(f"{key} should be a {kind.__name__}, not {type(value).__name__}")
+    return value
 
 
 @dataclass
 class LocalHandle:
+    """One local executor: its pid and start time (which together name the process) and the limits it runs under."""
+
+    executor_id: str
     pid: int
-    process: subprocess.Popen[bytes]
+    start_time: int  # clock ticks since boot, /proc/<pid>/stat field 22
+    job_id: str
+    role: str
+    cpu: float
+    memory_mib: int
+    log_path: str
+    mechanism: LimitMechanism
+    cgroups: tuple[str, ...] = ()  # its cgroup directories (one for v2, one per hierarchy for v1)
+    cores: tuple[int, ...] = ()  # its pinned cores under affinity+watchdog
+
+    def to_state(self) -> dict[str, object]:
+        return {
+            "executor_id": self.executor_id, "pid": self.pid, "start_time": self.start_time, "job_id": self.job_id, "role": self.role,
+            "cpu": self.cpu, "memory_mib": self.memory_mib, "log_path": self.log_path, "mechanism": self.mechanism.value,
+            "cgroups": list(self.cgroups), "cores": list(self.cores),
+        }  # fmt: skip
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, object]) -> LocalHandle:
+        """Raises KeyError, TypeError or ValueError for a state that is not a local handle's."""
+        return cls(
+            executor_id=_field(state, "executor_id", str), pid=_field(state, "pid", int), start_time=_field(state, "start_time", int),
+            job_id=_field(state, "job_id", str), role=_field(state, "role", str), cpu=_field(state, "cpu", float),
+            memory_mib=_field(state, "memory_mib", int), log_path=_field(state, "log_path", str),
+            mechanism=LimitMechanism(_field(state, "mechanism", str)),
+            cgroups=tuple(str(p) for p in _field(state, "cgroups", list)), cores=tuple(int(c) for c in _field(state, "cores", list)),
+        )  # fmt: skip
+
+
+@dataclass
+class _Tracked:
+    """What the backend knows of one executor beyond its handle."""
+
+    handle: LocalHandle
+    process: subprocess.Popen[bytes] | None  # None when adopted: not our child, so no exit code
+    cgroup: ExecutorCgroup | None  # None: affinity and the watchdog limit it
+    announced: bool = False  # RUNNING reported
+    reason: ExitReason | None = None  # set by kill(), release() or the watchdog before the process ends
+    message: str = ""
+    finished: bool = False
+    exit_code: int | None = None
 
 
 class LocalProcessBackend:
-    """Executors as child processes of the controller on this machine."""
+    """Executors as child processes of the controller on this machine, limited by cgroups, or by CPU affinity and a memory watchdog."""
 
     name = "local"
 
+    def __init__(
+        self,
+        mechanism: LimitMechanism | None = None,
+        cgroup_root: Path | None = None,
+        watchdog_seconds: float = 0.25,
+        commands: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
+        """mechanism None: detect (cgroup v2, else cgroup v1, else AFFINITY_WATCHDOG); a cgroup mechanism that was asked for but cannot
+        be set up raises RuntimeError. commands: argv prefix per role (spec.args follow), over the default `python -m <module>`."""
+        if mechanism is LimitMechanism.SCHEDULER:
+            raise ValueError("the local backend enforces limits itself; SCHEDULER is for cluster backends")
+        self._parents = limits.detect(cgroup_root or limits.DEFAULT_CGROUP_ROOT, mechanism)
+        self.mechanism = self._parents.mechanism if self._parents else LimitMechanism.AFFINITY_WATCHDOG
+        self.capabilities = Capabilities(resize_in_place=True, resize_by_migration=False, limits=self.mechanism)
+        self._commands: dict[str, tuple[str, ...]] = {role: (sys.executable, "-m", module) for role, module in ROLE_MODULES.items()}
+        self._commands.update({role: tuple(prefix) for role, prefix in (commands or {}).items()})
+        self._cores = tuple(sorted(os.sched_getaffinity(0)))  # the cores the controller itself may use
+        self._lock = threading.RLock()
+        self._tracked: dict[str, _Tracked] = {}
+        self._events: list[ExecutorEvent] = []
+        self._stop = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, args=(watchdog_seconds,), name="memory-watchdog", daemon=True)
+        self._watchdog.start()
+
+    # --- launch -----------------------------------------------------------------------------------
+
     def launch(self, spec: LaunchSpec) -> LocalHandle:
+        if spec.role not in self._commands:
+            raise ValueError(f"no command for role {spec.role!r} (known: {', '.join(sorted(self._commands))})")
+        with self._lock:
+            known = self._tracked.get(spec.executor_id)
+            if known is not None and not known.finished:
+                raise ValueError(f"executor {spec.executor_id} is already running (pid {known.handle.pid})")
+        cgroup = self._parents.create(spec.executor_id) if self._parents else None
+        try:
+            if cgroup is not None:
+                cgroup.set_cpu(spec.cpu)
+                cgroup.set_memory(spec.memory_mib)
+            process, cores = self._start(spec, cgroup)
+        except BaseException:
+            self._remove_cgroup(cgroup)
+            raise
+        handle = LocalHandle(
+            spec.executor_id, process.pid, limits.start_time(process.pid) or 0, spec.job_id, spec.role, spec.cpu, spec.memory_mib, str(spec.log_path),
+            self.mechanism, tuple(str(d) for d in cgroup.directories) if cgroup else (), cores,
+        )  # fmt: skip
+        with self._lock:
+            self._tracked[spec.executor_id] = _Tracked(handle, process, cgroup)
+        log.info("launched %s pid %d under %s: cpu %g, memory %d MiB%s", spec.executor_id, process.pid, self.mechanism.value, spec.cpu, spec.memory_mib,
+                 f", cores {list(cores)}" if cores else "")  # fmt: skip
+        return handle
+
+    def _start(self, spec: LaunchSpec, cgroup: ExecutorCgroup | None) -> tuple[subprocess.Popen[bytes], tuple[int, ...]]:
+        """Start the gated child, place it (cgroup or cores), then let it exec the executor."""
+        command = [*self._commands[spec.role], *spec.args]
+        env = {**os.environ, "PRIMUS_CPU_LIMIT": str(spec.cpu), "PRIMUS_MEMORY_MIB": str(spec.memory_mib), "PYTHONUNBUFFERED": "1", **telemetry.context_env(), **spec.env}
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", ROLE_MODULES[spec.role], *spec.args]
-        env = dict(os.environ, PRIMUS_CPU_LIMIT=str(spec.cpu), PRIMUS_MEMORY_MIB=str(spec.memory_mib), PYTHONUNBUFFERED="1", **telemetry.context_env())
-        with spec.log_path.open("ab") as log:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-        return LocalHandle(pid=process.pid, process=process)
-
-    def exit_code(self, handle: ExecutorHandle) -> int | None:
-        assert isinstance(handle, LocalHandle)
-        return handle.process.poll()
-
-    def terminate(self, handle: ExecutorHandle, grace_seconds: float) -> int | None:
-        assert isinstance(handle, LocalHandle)
-        process = handle.process
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + grace_seconds
-            while process.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if process.poll() is None:
+        gate_read, gate_write = os.pipe()
+        try:
+            try:
+                with spec.log_path.open("ab") as log_file:
+                    process = subprocess.Popen(
+                        ["/bin/sh", "-c", LAUNCH_GATE, "primus-launch", *command],
+                        stdin=gate_read, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                    )  # fmt: skip
+            finally:
+                os.close(gate_read)
+            try:
+                cores = self._place(process.pid, spec.cpu, cgroup)
+                os.write(gate_write, b"go\n")
+            except BaseException:
                 process.kill()
-        return process.wait()
+                process.wait()
+                raise
+        finally:
+            os.close(gate_write)
+        return process, cores
+
+    def _place(self, pid: int, cpu: float, cgroup: ExecutorCgroup | None) -> tuple[int, ...]:
+        if cgroup is not None:
+            for directory in cgroup.directories:
+                (directory / "cgroup.procs").write_text(str(pid))
+            return ()
+        with self._lock:
+            cores = limits.cores_for(cpu, self._cores, self._cores_in_use())
+        limits.set_affinity(pid, cores)
+        return cores
+
+    def _cores_in_use(self, excluding: str = "") -> list[int]:
+        return [core for t in self._tracked.values() if not t.finished and t.handle.executor_id != excluding for core in t.handle.cores]
+
+    # --- stop -------------------------------------------------------------------------------------
+
+    def release(self, handle: ExecutorHandle, grace_seconds: float) -> int | None:
+        """SIGTERM, up to grace_seconds for it to drain, then SIGKILL; the exit code (None for an adopted process)."""
+        tracked = self._find(handle)
+        if tracked is None:
+            return None
+        with self._lock:
+            if not tracked.finished and tracked.reason is None:
+                tracked.reason, tracked.message = ExitReason.RELEASED, "released (SIGTERM)"
+            self._signal(tracked, signal.SIGTERM, group=False)  # the executor drains itself; a group signal would cut that short
+        if not self._wait(tracked, grace_seconds):
+            with self._lock:
+                if tracked.reason is ExitReason.RELEASED:
+                    tracked.message = f"released: still running {grace_seconds:g} s after SIGTERM, so SIGKILL"
+                self._signal(tracked, signal.SIGKILL, group=True)
+            self._wait(tracked, KILL_WAIT_SECONDS)
+        with self._lock:
+            self._check(tracked)
+            return tracked.exit_code
+
+    def kill(self, handle: ExecutorHandle, reason: ExitReason, message: str) -> None:
+        """SIGKILL now; waits briefly for it to die so that the next poll reports it."""
+        tracked = self._find(handle)
+        if tracked is None:
+            return
+        with self._lock:
+            if tracked.finished:
+                return
+            tracked.reason, tracked.message = reason, message
+            self._signal(tracked, signal.SIGKILL, group=True)
+        log.info("killed %s (%s): %s", tracked.handle.executor_id, reason.value, message)
+        self._wait(tracked, KILL_WAIT_SECONDS)
+
+    def _signal(self, tracked: _Tracked, sig: signal.Signals, group: bool) -> None:
+        """Signal the executor only while its pid is still that process: an exited child is reaped and an adopted pid may be reused."""
+        if tracked.finished or not self._running(tracked):
+            return
+        if group:
+            limits.kill_group(tracked.handle.pid, sig)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(tracked.handle.pid, sig)
+
+    def _running(self, tracked: _Tracked) -> bool:
+        if tracked.process is not None:
+            return tracked.process.poll() is None
+        return limits.is_alive(tracked.handle.pid, tracked.handle.start_time)
+
+    def _wait(self, tracked: _Tracked, timeout: float) -> bool:
+        """True once the process has ended (a child is reaped here), False at the timeout."""
+        if tracked.process is not None:
+            try:
+                tracked.process.wait(timeout)
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+        deadline = time.monotonic() + timeout
+        while limits.is_alive(tracked.handle.pid, tracked.handle.start_time):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    # --- resize and usage -------------------------------------------------------------------------
+
+    def resize(self, handle: ExecutorHandle, cpu: float, memory_mib: int) -> bool:
+        """Rewrite the limits on the live process. Memory first: a limit below what it holds is refused (False) and nothing changes."""
+        tracked = self._find(handle)
+        if tracked is None:
+            return False
+        with self._lock:
+            if tracked.finished or not self._running(tracked):
+                return False
+            mine = tracked.handle
+            try:
+                cores = self._apply(tracked, cpu, memory_mib)
+            except OSError as error:
+                log.warning("resize of %s to cpu %g, memory %d MiB refused, limits unchanged: %s", mine.executor_id, cpu, memory_mib, error)
+                return False
+            log.info("resized %s in place: cpu %g -> %g, memory %d -> %d MiB%s", mine.executor_id, mine.cpu, cpu, mine.memory_mib, memory_mib,
+                     f", cores {list(cores)}" if cores else "")  # fmt: skip
+            mine.cpu, mine.memory_mib, mine.cores = cpu, memory_mib, cores
+            return True
+
+    def _apply(self, tracked: _Tracked, cpu: float, memory_mib: int) -> tuple[int, ...]:
+        mine = tracked.handle
+        if tracked.cgroup is not None:
+            tracked.cgroup.set_memory(memory_mib)
+            try:
+                tracked.cgroup.set_cpu(cpu)
+            except OSError:
+                tracked.cgroup.set_memory(mine.memory_mib)  # all or nothing
+                raise
+            return ()
+        resident = limits.resident_bytes(mine.pid)
+        if resident > memory_mib * MIB:
+            raise OSError(f"it holds {resident // MIB} MiB, above the new {memory_mib} MiB limit (the watchdog would kill it at once)")
+        cores = limits.cores_for(cpu, self._cores, self._cores_in_use(excluding=mine.executor_id))
+        limits.set_affinity(mine.pid, cores)
+        return cores
+
+    def usage(self, handle: ExecutorHandle) -> tuple[float, int]:
+        """(CPU seconds, resident bytes) of the executor's process from /proc; zeros once the pid is no longer that process."""
+        tracked = self._find(handle)
+        pid = handle.pid
+        if tracked is not None and limits.start_time(pid) != tracked.handle.start_time:
+            return 0.0, 0
+        return limits.cpu_seconds(pid), limits.resident_bytes(pid)
+
+    # --- watch ------------------------------------------------------------------------------------
+
+    def poll(self) -> list[ExecutorEvent]:
+        with self._lock:
+            for tracked in self._tracked.values():
+                if not tracked.finished:
+                    self._announce(tracked)
+                    self._check(tracked)
+            events, self._events = self._events, []
+        return events
+
+    def _announce(self, tracked: _Tracked) -> None:
+        if not tracked.announced:
+            tracked.announced = True
+            self._events.append(ExecutorEvent(tracked.handle.executor_id, EventKind.RUNNING))
+
+    def _check(self, tracked: _Tracked) -> None:
+        """If the process has ended: record why, remove its cgroup, and queue EXITED (once)."""
+        if tracked.finished or self._running(tracked):
+            return
+        code = tracked.process.returncode if tracked.process is not None else None
+        reason, message = self._exit_reason(tracked, code)
+        tracked.finished, tracked.exit_code = True, code
+        self._remove_cgroup(tracked.cgroup)
+        self._announce(tracked)
+        self._events.append(ExecutorEvent(tracked.handle.executor_id, EventKind.EXITED, code, reason, message))
+        log.info("%s exited: %s, code %s: %s", tracked.handle.executor_id, reason.value, code, message)
+
+    def _exit_reason(self, tracked: _Tracked, code: int | None) -> tuple[ExitReason, str]:
+        if tracked.reason is not None:
+            return tracked.reason, tracked.message
+        if tracked.cgroup is not None and code != 0 and tracked.cgroup.oom_kills() > 0:
+            return ExitReason.OOM_KILLED, f"OOM-killed by the kernel at its {tracked.handle.memory_mib} MiB cgroup limit"
+        if code is None:
+            return ExitReason.VANISHED, "exited while it was not this controller's child: exit code unknown"
+        if code == 0:
+            return ExitReason.COMPLETED, "exited with code 0"
+        if code < 0:
+            return ExitReason.ERROR, f"killed by signal {signal.Signals(-code).name}"
+        return ExitReason.ERROR, f"exited with code {code}"
+
+    def _watch(self, interval: float) -> None:
+        """The memory watchdog for executors without a memory cgroup: SIGKILL one whose resident memory passed its limit."""
+        while not self._stop.wait(interval):
+            try:
+                with self._lock:
+                    for tracked in self._tracked.values():
+                        self._guard(tracked)
+            except Exception:
+                log.exception("memory watchdog pass failed; trying again in %g s", interval)
+
+    def _guard(self, tracked: _Tracked) -> None:
+        if tracked.finished or tracked.cgroup is not None or tracked.reason is not None:
+            return
+        mine = tracked.handle
+        resident = limits.resident_bytes(mine.pid)
+        if resident <= mine.memory_mib * MIB or not self._running(tracked):
+            return
+        tracked.reason = ExitReason.OOM_KILLED
+        tracked.message = f"resident memory {resident // MIB} MiB passed its {mine.memory_mib} MiB limit (watchdog)"
+        log.warning("%s: %s; killing it", mine.executor_id, tracked.message)
+        self._signal(tracked, signal.SIGKILL, group=True)
+
+    # --- restart ----------------------------------------------------------------------------------
+
+    def adopt(self, state: Mapping[str, object]) -> LocalHandle | None:
+        """Re-attach to an executor that a previous controller launched, if that very process (pid and start time) still runs."""
+        try:
+            handle = LocalHandle.from_state(state)
+        except (KeyError, TypeError, ValueError) as error:
+            log.warning("not adopting: the state is not a local executor's (%s)", error)
+            return None
+        with self._lock:
+            known = self._tracked.get(handle.executor_id)
+            if known is not None and not known.finished and (known.handle.pid, known.handle.start_time) == (handle.pid, handle.start_time):
+                return known.handle
+        if not limits.is_alive(handle.pid, handle.start_time):
+            log.info("not adopting %s: pid %d is gone, or is another process now", handle.executor_id, handle.pid)
+            return None
+        cgroup = self._adopted_cgroup(handle)
+        if cgroup is None and handle.mechanism in (LimitMechanism.CGROUP_V1, LimitMechanism.CGROUP_V2):
+            log.warning("%s: its cgroup is gone; affinity and the watchdog limit it from now on", handle.executor_id)
+        if cgroup is None:
+            handle.mechanism, handle.cgroups, handle.cores = LimitMechanism.AFFINITY_WATCHDOG, (), limits.affinity_of(handle.pid)
+        else:
+            handle.mechanism, handle.cgroups = cgroup.mechanism, tuple(str(d) for d in cgroup.directories)
+        with self._lock:
+            self._tracked[handle.executor_id] = _Tracked(handle, None, cgroup)
+        log.info("adopted %s pid %d under %s", handle.executor_id, handle.pid, handle.mechanism.value)
+        return handle
+
+    def _adopted_cgroup(self, handle: LocalHandle) -> ExecutorCgroup | None:
+        """Its cgroup from the saved paths, else by name under this controller's own cgroups."""
+        saved = limits.cgroup_from_directories(handle.mechanism, [Path(p) for p in handle.cgroups])
+        if saved is not None:
+            return saved
+        if self._parents is not None:
+            found = self._parents.find(handle.executor_id)
+            if all(d.is_dir() for d in found.directories):
+                return found
+        return None
+
+    def close(self) -> None:
+        """Stop the watchdog; the executors keep running for the next controller to adopt."""
+        self._stop.set()
+        self._watchdog.join()
+        with self._lock:
+            running = sum(1 for t in self._tracked.values() if not t.finished)
+        log.info("local backend closed; %d executor(s) left running", running)
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    def _find(self, handle: ExecutorHandle) -> _Tracked | None:
+        with self._lock:
+            tracked = self._tracked.get(handle.executor_id)
+        if tracked is None:
+            log.warning("%s is not an executor of this backend", handle.executor_id)
+        return tracked
+
+    def _remove_cgroup(self, cgroup: ExecutorCgroup | None) -> None:
+        for directory in cgroup.directories if cgroup else ():
+            limits.remove_directory(directory)

@@ -1,17 +1,37 @@
-"""ExecutorPool: the executors the controller owns, their states, and a watcher that notices exits."""
+"""ExecutorPool: the executors the controller owns: launched, watched, drained, resized and released through a backend.
+
+A watcher thread reads the backend's events (exits with their reasons), ends executors whose heartbeats stopped,
+releases drained executors once their streams have ended, and starts launches whose slot was blacklisted once the
+blacklist lapses. Every change is written to a state file, so a restarted controller re-adopts what still runs.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
-from dataclasses import dataclass, replace
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from primus.dataplane import remove_shared_memory
-from primus.errors import NotFoundError
-from services.resource_controller.backend import ExecutorHandle, LaunchSpec, SchedulerBackend
+from primus.errors import ConflictError, NotFoundError
+from primus.v1 import resource_controller_pb2 as rc_pb2
+from services.resource_controller.backend import EventKind, ExecutorEvent, ExitReason, LaunchSpec, SchedulerBackend
+from services.resource_controller.control import ExecutorControl
+from services.resource_controller.decisions import DecisionLog, LoggedAction, LoggedDecision
+from services.resource_controller.records import Beat, ExecutorRecord, ExecutorState, JobContext, state_after_exit
+from services.resource_controller.slots import SlotHealth
 
 log = logging.getLogger(__name__)
+DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 10.0
+REGISTER_TIMEOUT_SECONDS = 120.0  # launched but never registered: ended as failed
+DRAIN_TIMEOUT_SECONDS = 120.0  # a drain that takes longer is cut short (its streams then break, and the trainer commits them as lost)
+RELEASE_GRACE_SECONDS = 10.0
+ROLE_MODULES = ("data_executor", "trainer")
+OomMemory = Callable[[ExecutorRecord], int | None]  # the memory a replacement of an OOM-killed executor gets, or None
 
 
 @dataclass(frozen=True)
@@ -24,61 +44,125 @@ class LaunchRequest:
     run_dir: Path
     planner_address: str
     master_address: str
-
-
-@dataclass
-class ExecutorRecord:
-    executor_id: str
-    job_id: str
-    role: str
-    state: str
-    cpu: float
-    memory_mib: int
-    log_path: str
-    handle: ExecutorHandle | None = None
-    pid: int = 0
-    address: str = ""
-    data_address: str = ""
-    exit_code: int = 0
+    replaces: str = ""  # a replacement takes the slot (and the current size) of the executor it replaces
 
 
 class ExecutorPool:
-    """Launches through a backend; states go STARTING -> READY -> EXITED/FAILED, or RELEASED."""
+    """States go PENDING -> STARTING -> READY -> (DRAINING ->) EXITED / FAILED / LOST / RELEASED."""
 
-    def __init__(self, backend: SchedulerBackend, own_address: str = "", poll_seconds: float = 0.5) -> None:
+    def __init__(
+        self,
+        backend: SchedulerBackend,
+        own_address: str = "",
+        state_path: Path | None = None,
+        poll_seconds: float = 0.25,
+        control: ExecutorControl | None = None,
+        slots: SlotHealth | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.backend = backend
         self.own_address = own_address
+        self.decisions = DecisionLog()
+        self.oom_memory: OomMemory = lambda record: None
+        self._control = control or ExecutorControl()
+        self._slots = slots or SlotHealth()
+        self._clock = clock
+        self._state_path = state_path
         self._records: dict[str, ExecutorRecord] = {}
-        self._lock = threading.Lock()
+        self._jobs: dict[str, JobContext] = {}
+        self._next_index: dict[str, int] = {}  # per "job/role": executor ids are never reused
+        self._timeouts: dict[str, float] = {}
+        self._lock = threading.RLock()
         self._stop = threading.Event()
+        self._load()
         self._watcher = threading.Thread(target=self._watch, args=(poll_seconds,), name="executor-watcher", daemon=True)
+
+    def start(self, own_address: str) -> None:
+        """Start watching, once the controller's own address (which executors register with) is known."""
+        self.own_address = own_address
         self._watcher.start()
 
+    # --- jobs -----------------------------------------------------------------------------------
+
+    def set_heartbeat_timeout(self, job_id: str, seconds: float) -> None:
+        with self._lock:
+            self._timeouts[job_id] = seconds
+
+    def job(self, job_id: str) -> JobContext | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def job_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._jobs)
+
+    # --- launching ------------------------------------------------------------------------------
+
     def launch(self, request: LaunchRequest) -> list[ExecutorRecord]:
-        launched = []
-        for _ in range(request.count):
-            with self._lock:
-                index = sum(1 for r in self._records.values() if r.job_id == request.job_id and r.role == request.role)
-                executor_id = f"{request.job_id}-{request.role.replace('_', '-')}-{index}"
-                log_path = request.run_dir / "logs" / f"{executor_id}.log"
-                record = ExecutorRecord(executor_id, request.job_id, request.role, "STARTING", request.cpu, request.memory_mib, str(log_path))
-                self._records[executor_id] = record
-            args = (
-                "--job-id", request.job_id,
-                "--executor-id", executor_id,
-                "--planner", request.planner_address,
-                "--master", request.master_address,
-                "--resource-controller", self.own_address,
-                "--runs-dir", str(request.run_dir.parent),
-            )  # fmt: skip
-            spec = LaunchSpec(executor_id, request.job_id, request.role, args, request.cpu, request.memory_mib, log_path)
+        """Launch `count` executors (or one replacement); a replacement of a blacklisted slot waits, PENDING."""
+        with self._lock:
+            self._jobs.setdefault(request.job_id, JobContext(request.job_id, request.run_dir, request.planner_address, request.master_address))
+            records = [self._new_record(request) for _ in range(request.count)]
+        for record in records:
+            if record.state is ExecutorState.STARTING:
+                self._start(record)
+        self._save()
+        return [r.view() for r in records]
+
+    def _new_record(self, request: LaunchRequest) -> ExecutorRecord:
+        key = f"{request.job_id}/{request.role}"
+        index = self._next_index.get(key, 0)
+        self._next_index[key] = index + 1
+        executor_id = f"{request.job_id}-{request.role.replace('_', '-')}-{index}"
+        cpu, memory, slot = request.cpu, request.memory_mib, self._free_slot(request.job_id, request.role)
+        replaced = self._records.get(request.replaces)
+        if replaced is not None:
+            cpu, memory, slot = replaced.cpu, replaced.memory_mib, replaced.slot  # its current size: the autoscaler may have resized it
+            if replaced.exit_reason is ExitReason.OOM_KILLED:
+                memory = self.oom_memory(replaced) or memory
+        log_path = self._jobs[request.job_id].run_dir / "logs" / f"{executor_id}.log"
+        record = ExecutorRecord(executor_id, request.job_id, request.role, slot, ExecutorState.STARTING, cpu, memory, str(log_path), replaces=request.replaces)
+        until = self._slots.blacklisted_until((request.job_id, request.role, slot), self._clock())
+        if until is not None:
+            record.state = ExecutorState.PENDING
+            record.message = f"slot {slot} is blacklisted for {until - self._clock():.0f}s more: {self._slots.reason((request.job_id, request.role, slot))}"
+        self._records[executor_id] = record
+        return record
+
+    def _free_slot(self, job_id: str, role: str) -> int:
+        taken = {r.slot for r in self._records.values() if r.job_id == job_id and r.role == role and (r.state.live or r.state is ExecutorState.PENDING)}
+        return next(i for i in range(len(taken) + 1) if i not in taken)
+
+    def _start(self, record: ExecutorRecord) -> None:
+        job = self._jobs[record.job_id]
+        args = (
+            "--job-id", record.job_id,
+            "--executor-id", record.executor_id,
+            "--planner", job.planner_address,
+            "--master", job.master_address,
+            "--resource-controller", self.own_address,
+            "--runs-dir", str(job.run_dir.parent),
+        )  # fmt: skip
+        spec = LaunchSpec(record.executor_id, record.job_id, record.role, args, record.cpu, record.memory_mib, Path(record.log_path))
+        try:
             handle = self.backend.launch(spec)
+        except Exception as exc:
+            log.exception("could not launch %s", record.executor_id)
             with self._lock:
-                record.handle = handle
-                record.pid = handle.pid
-            log.info("launched %s pid %d (%s backend)", executor_id, handle.pid, self.backend.name)
-            launched.append(replace(record))
-        return launched
+                record.state, record.exit_reason, record.message = ExecutorState.FAILED, ExitReason.ERROR, f"the {self.backend.name} backend could not launch it: {exc}"
+            return
+        with self._lock:
+            record.handle, record.pid, record.limits = handle, handle.pid, self.backend.capabilities.limits
+            record.state, record.launched_at = ExecutorState.STARTING, self._clock()
+        log.info(
+            "launched %s pid %d (%s backend, %g cores, %d MiB, limits %s)",
+            record.executor_id,
+            handle.pid,
+            self.backend.name,
+            record.cpu,
+            record.memory_mib,
+            record.limits.value,
+        )
 
     def register(self, executor_id: str, address: str, data_address: str, pid: int) -> None:
         with self._lock:
@@ -87,41 +171,272 @@ class ExecutorPool:
                 raise NotFoundError(f"unknown executor {executor_id!r}: it was not launched by this controller")
             record.address, record.data_address = address, data_address
             record.pid = pid or record.pid
-            if record.state == "STARTING":
-                record.state = "READY"
+            if record.state is ExecutorState.STARTING:
+                record.state = ExecutorState.READY
+                record.heartbeat_at = self._clock()
+        self._save()
+
+    def heartbeat(self, executor_id: str, telemetry: rc_pb2.ExecutorTelemetry) -> bool:
+        """Record a heartbeat; False when the executor is unknown or no longer live."""
+        now = self._clock()
+        with self._lock:
+            record = self._records.get(executor_id)
+            if record is None or not record.state.live:
+                return False
+            record.heartbeat_at, record.heartbeat_unix = now, time.time()
+            record.telemetry = telemetry
+            record.beats.append(Beat.from_proto(now, telemetry))
+            return True
+
+    # --- reading --------------------------------------------------------------------------------
 
     def records(self, job_id: str = "", role: str = "") -> list[ExecutorRecord]:
         with self._lock:
-            return [replace(r) for r in self._records.values() if (not job_id or r.job_id == job_id) and (not role or r.role == role)]
+            return [r.view() for r in self._records.values() if (not job_id or r.job_id == job_id) and (not role or r.role == role)]
 
-    def release(self, job_id: str, grace_seconds: float = 10.0) -> list[ExecutorRecord]:
-        """Stop every live executor of a job, gently first."""
+    def record(self, executor_id: str) -> ExecutorRecord:
+        with self._lock:
+            record = self._records.get(executor_id)
+            if record is None:
+                raise NotFoundError(f"unknown executor {executor_id!r}")
+            return record.view()
+
+    # --- changing -------------------------------------------------------------------------------
+
+    def drain(self, executor_id: str, reason: ExitReason = ExitReason.SCALED_IN) -> ExecutorRecord:
+        """Scale-in: the executor leases no more tasks; once its streams have ended it is released with `reason`."""
+        with self._lock:
+            record = self._live(executor_id)
+            if record.state is not ExecutorState.READY:
+                raise ConflictError(f"{executor_id} is {record.state.value}: only a READY executor can be drained")
+            record.state, record.drain_started, record.exit_reason = ExecutorState.DRAINING, self._clock(), reason
+            address, role = record.address, record.role
+        if role == "data_executor":
+            self._control.drain(address)
+        else:  # a trainer has no streams to end: release it now
+            threading.Thread(target=self._release_one, args=(executor_id, reason), daemon=True).start()
+        self._save()
+        return self.record(executor_id)
+
+    def resize(self, executor_id: str, cpu: float, memory_mib: int) -> tuple[ExecutorRecord, bool]:
+        """Give an executor a new size, in place where the backend can (the limits first when they grow, the
+        executor's own budget first when they shrink); otherwise start one of the new size and drain the old."""
+        with self._lock:
+            record = self._live(executor_id)
+            if record.state is not ExecutorState.READY or record.handle is None:
+                raise ConflictError(f"{executor_id} is {record.state.value}: only a READY executor can be resized")
+            handle, address, role = record.handle, record.address, record.role
+            growing = memory_mib >= record.memory_mib
+        if not self.backend.capabilities.resize_in_place:
+            return self._migrate(executor_id, cpu, memory_mib), False
+        if growing and not self.backend.resize(handle, cpu, memory_mib):
+            return self._migrate(executor_id, cpu, memory_mib), False
+        if role == "data_executor":
+            self._control.set_resources(address, cpu, memory_mib)
+        if not growing and not self.backend.resize(handle, cpu, memory_mib):
+            log.warning("%s: the backend could not lower its limits in place; its own budget is lowered", executor_id)
+        with self._lock:
+            record.cpu, record.memory_mib = cpu, memory_mib
+        self._save()
+        return record.view(), True
+
+    def _migrate(self, executor_id: str, cpu: float, memory_mib: int) -> ExecutorRecord:
+        old = self.record(executor_id)
+        job = self._jobs[old.job_id]
+        launched = self.launch(LaunchRequest(old.job_id, old.role, 1, cpu, memory_mib, job.run_dir, job.planner_address, job.master_address))
+        with self._lock:
+            self._records[launched[0].executor_id].slot = old.slot
+        self.drain(executor_id, ExitReason.MIGRATED)
+        return self.record(launched[0].executor_id)
+
+    def release(self, job_id: str, grace_seconds: float = RELEASE_GRACE_SECONDS) -> list[ExecutorRecord]:
+        """Stop every executor of a job, gently first; pending launches are dropped."""
         with self._lock:
             records = [r for r in self._records.values() if r.job_id == job_id]
+            for record in records:
+                if record.state is ExecutorState.PENDING:
+                    record.state, record.exit_reason = ExecutorState.RELEASED, ExitReason.RELEASED
         for record in records:
-            if record.handle is not None and record.state in ("STARTING", "READY"):
-                code = self.backend.terminate(record.handle, grace_seconds)
-                with self._lock:
-                    record.state, record.exit_code = "RELEASED", code or 0
-                remove_shared_memory(record.executor_id)
-        return [replace(r) for r in records]
+            self._release_one(record.executor_id, ExitReason.RELEASED, grace_seconds)
+        self._slots.forget_job(job_id)
+        self._save()
+        return [r.view() for r in records]
+
+    def _release_one(self, executor_id: str, reason: ExitReason, grace_seconds: float = RELEASE_GRACE_SECONDS) -> None:
+        with self._lock:
+            record = self._records[executor_id]
+            if record.handle is None or not record.state.live:
+                return
+            handle, record.exit_reason = record.handle, reason
+        code = self.backend.release(handle, grace_seconds)
+        with self._lock:
+            if record.state.live:
+                record.state, record.exit_code = ExecutorState.RELEASED, code or 0
+                record.message = record.message or _release_message(reason)
+        remove_shared_memory(executor_id)
+        self._control.forget(record.address)
+        self._save()
+
+    def close(self) -> None:
+        """Stop watching; executors keep running (a restarted controller re-adopts them)."""
+        self._stop.set()
+        if self._watcher.is_alive():
+            self._watcher.join(timeout=5)
+        self.backend.close()
 
     def release_all(self) -> None:
+        """On SIGTERM: release every job's executors."""
         self._stop.set()
         for job_id in {r.job_id for r in self.records()}:
             self.release(job_id, grace_seconds=5.0)
+        self.backend.close()
+
+    def _live(self, executor_id: str) -> ExecutorRecord:
+        record = self._records.get(executor_id)
+        if record is None:
+            raise NotFoundError(f"unknown executor {executor_id!r}")
+        if not record.state.live:
+            raise ConflictError(f"{executor_id} is {record.state.value}")
+        return record
+
+    # --- watching -------------------------------------------------------------------------------
 
     def _watch(self, poll_seconds: float) -> None:
         while not self._stop.wait(poll_seconds):
+            try:
+                self.watch_once()
+            except Exception:
+                log.exception("executor watcher step failed; it goes on")
+
+    def watch_once(self) -> None:
+        """One level-triggered pass: apply the backend's events, then judge heartbeats, drains and pending launches."""
+        changed = False
+        for event in self.backend.poll():
+            changed |= self._apply(event)
+        now = self._clock()
+        with self._lock:
+            records = list(self._records.values())
+        for record in records:
+            changed |= self._judge(record, now)
+        if changed:
+            self._save()
+
+    def _apply(self, event: ExecutorEvent) -> bool:
+        if event.kind is not EventKind.EXITED:
+            return False
+        with self._lock:
+            record = self._records.get(event.executor_id)
+            if record is None or not record.state.live:
+                return False
+            reason = event.reason or (ExitReason.COMPLETED if event.exit_code == 0 else ExitReason.ERROR)
+            releasing = (ExitReason.SCALED_IN, ExitReason.MIGRATED, ExitReason.RELEASED)
+            if record.exit_reason in releasing and reason in (ExitReason.COMPLETED, ExitReason.ERROR, ExitReason.RELEASED):
+                reason = record.exit_reason  # the backend saw a release (or an exit during one): keep why it was released
+            record.state, record.exit_reason, record.exit_code = state_after_exit(reason), reason, event.exit_code or 0
+            if reason not in releasing or not record.message:  # a drain's own message ("drained: ...") says more than "released (SIGTERM)"
+                record.message = event.message or record.message or (f"exited with code {event.exit_code}" if event.exit_code is not None else reason.value)
+            failed = record.state in (ExecutorState.FAILED, ExecutorState.LOST)
+            key = (record.job_id, record.role, record.slot)
+        log.info("%s: %s (%s)", record.executor_id, record.state.value, record.message)
+        remove_shared_memory(record.executor_id)
+        if failed:
+            until = self._slots.failed(key, self._clock(), record.message)
+            if until is not None:
+                self._log_blacklist(record, until)
+        return True
+
+    def _log_blacklist(self, record: ExecutorRecord, until: float) -> None:
+        seconds = until - self._clock()
+        log.warning("job %s: %s slot %d failed repeatedly; blacklisted for %.0fs", record.job_id, record.role, record.slot, seconds)
+        self.decisions.add(
+            LoggedDecision(
+                time.time(),
+                record.job_id,
+                record.role,
+                LoggedAction.BLACKLIST,
+                f"slot {record.slot} failed repeatedly (last: {record.executor_id}: {record.message}): no relaunch there for {seconds:.0f}s",
+                executor_id=record.executor_id,
+                at=self._clock(),
+            )
+        )
+
+    def _judge(self, record: ExecutorRecord, now: float) -> bool:
+        """Time-based transitions of one executor; True when something changed."""
+        with self._lock:
+            state, handle = record.state, record.handle
+            timeout = self._timeouts.get(record.job_id, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS)
+        if state is ExecutorState.PENDING:
+            if self._slots.blacklisted_until((record.job_id, record.role, record.slot), now) is None and record.job_id in self._jobs:
+                log.info("%s: its slot's blacklist lapsed; launching", record.executor_id)
+                self._start(record)
+                return True
+            return False
+        if handle is None or not state.live:
+            return False
+        if state is ExecutorState.STARTING and now - record.launched_at > REGISTER_TIMEOUT_SECONDS:
+            self.backend.kill(handle, ExitReason.ERROR, f"did not register within {REGISTER_TIMEOUT_SECONDS:.0f}s")
+            return False
+        if state in (ExecutorState.READY, ExecutorState.DRAINING) and now - record.heartbeat_at > timeout:
+            silent = now - record.heartbeat_at
+            log.warning("%s: no heartbeat for %.1fs (timeout %.0fs): ending it so its leases go back", record.executor_id, silent, timeout)
+            self.backend.kill(handle, ExitReason.HEARTBEAT_LOST, f"no heartbeat for {silent:.1f}s (timeout {timeout:.0f}s)")
             with self._lock:
-                live = [r for r in self._records.values() if r.handle is not None and r.state in ("STARTING", "READY")]
-            for record in live:
-                assert record.handle is not None
-                code = self.backend.exit_code(record.handle)
-                if code is None:
-                    continue
+                record.heartbeat_at = now  # one kill per silence; the exit event follows
+            return False
+        if state is ExecutorState.DRAINING:
+            beat = record.beats[-1] if record.beats else None
+            drained = beat is not None and beat.draining and beat.streams_active == 0 and beat.at > record.drain_started
+            if drained or now - record.drain_started > DRAIN_TIMEOUT_SECONDS:
+                reason = record.exit_reason or ExitReason.SCALED_IN
                 with self._lock:
-                    if record.state in ("STARTING", "READY"):
-                        record.state, record.exit_code = ("EXITED" if code == 0 else "FAILED"), code
-                        log.info("%s exited with code %d", record.executor_id, code)
-                remove_shared_memory(record.executor_id)
+                    record.drain_started = float("inf")  # released once
+                    record.message = "drained: its streams ended" if drained else f"drain cut short after {DRAIN_TIMEOUT_SECONDS:.0f}s"
+                threading.Thread(target=self._release_one, args=(record.executor_id, reason), name=f"release-{record.executor_id}", daemon=True).start()
+        return False
+
+    # --- persistence ----------------------------------------------------------------------------
+
+    def _save(self) -> None:
+        if self._state_path is None:
+            return
+        with self._lock:
+            data: dict[str, Any] = {
+                "jobs": {j.job_id: {"run_dir": str(j.run_dir), "planner": j.planner_address, "master": j.master_address} for j in self._jobs.values()},
+                "next_index": self._next_index,
+                "timeouts": self._timeouts,
+                "executors": [r.to_state() for r in self._records.values()],
+                "decisions": self.decisions.to_state(),
+            }
+            self._state_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self._state_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data))
+            tmp.replace(self._state_path)
+
+    def _load(self) -> None:
+        """After a restart: take back the jobs and executors of the state file; re-adopt those still running."""
+        if self._state_path is None or not self._state_path.exists():
+            return
+        data = json.loads(self._state_path.read_text())
+        now = self._clock()
+        self._jobs = {job_id: JobContext(job_id, Path(j["run_dir"]), j["planner"], j["master"]) for job_id, j in data["jobs"].items()}
+        self._next_index = {k: int(v) for k, v in data["next_index"].items()}
+        self._timeouts = {k: float(v) for k, v in data.get("timeouts", {}).items()}
+        self.decisions.load(data.get("decisions", {}))
+        adopted = 0
+        for item in data["executors"]:
+            record = ExecutorRecord.from_state(item)
+            self._records[record.executor_id] = record
+            if not record.state.live:
+                continue
+            handle = self.backend.adopt(item["handle"]) if item.get("handle") else None
+            if handle is None:
+                record.state, record.exit_reason = ExecutorState.LOST, ExitReason.VANISHED
+                record.message = "exited while the controller was away (its exit code is unknown)"
+                continue
+            record.handle, record.launched_at, record.heartbeat_at = handle, now, now  # a fresh grace period to heartbeat again
+            adopted += 1
+        log.info("re-adopted %d running executor(s) of %d job(s) from %s", adopted, len(self._jobs), self._state_path)
+
+
+def _release_message(reason: ExitReason) -> str:
+    return {ExitReason.SCALED_IN: "released by a scale-in", ExitReason.MIGRATED: "replaced by an executor of another size"}.get(reason, "released")

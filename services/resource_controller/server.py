@@ -1,20 +1,64 @@
-"""Resource controller server assembly."""
+"""Resource controller server assembly: backend, pool (with its state file), autoscaler and the gRPC servicer."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
 
 from primus import rpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
+from services.resource_controller.autoscaler import Autoscaler
 from services.resource_controller.backend import LocalProcessBackend, SchedulerBackend
+from services.resource_controller.jobs import JobSpecs
 from services.resource_controller.pool import ExecutorPool
 from services.resource_controller.servicer import ResourceControllerServicer
+from services.resource_controller.signals import QueueQuota
 
 SERVICE_NAME = rc_pb2.DESCRIPTOR.services_by_name["ResourceControllerService"].full_name
+STATE_FILE = "resource_controller.json"
 
 
-def create_server(bind: str = "127.0.0.1:0", backend: SchedulerBackend | None = None) -> tuple[rpc.RunningServer, ExecutorPool]:
-    pool = ExecutorPool(backend or LocalProcessBackend())
-    servicer = ResourceControllerServicer(pool)
+@dataclass
+class ResourceController:
+    server: rpc.RunningServer
+    pool: ExecutorPool
+    autoscaler: Autoscaler
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    def release_all(self) -> None:
+        """SIGTERM: stop scaling and release every executor."""
+        self.autoscaler.stop()
+        self.pool.release_all()
+
+    def handover(self) -> None:
+        """HANDOVER_SIGNAL (a restart): stop scaling and watching, leave the executors running for the next controller."""
+        self.autoscaler.stop()
+        self.pool.close()
+
+    def stop(self) -> None:
+        """Stop serving and watching; executors keep running (tests use this as a stand-in for a crash)."""
+        self.autoscaler.stop()
+        self.server.stop(grace=0.5)
+        self.pool.close()
+
+
+def create_server(
+    bind: str = "127.0.0.1:0",
+    backend: SchedulerBackend | None = None,
+    state_dir: Path | None = None,
+    queue_quotas: dict[str, QueueQuota] | None = None,
+    cores: float | None = None,
+) -> ResourceController:
+    """state_dir keeps the controller's state file: a controller started again with the same one re-adopts the
+    executors that still run."""
+    pool = ExecutorPool(backend or LocalProcessBackend(), state_path=state_dir / STATE_FILE if state_dir else None)
+    autoscaler = Autoscaler(pool, JobSpecs(), queue_quotas, cores)
+    servicer = ResourceControllerServicer(pool, autoscaler)
     running = rpc.start_server("resource_controller", bind, [lambda s: rc_grpc.add_ResourceControllerServiceServicer_to_server(servicer, s)], [SERVICE_NAME])
-    pool.own_address = running.address
-    return running, pool
+    pool.start(running.address)
+    autoscaler.start()
+    return ResourceController(running, pool, autoscaler)

@@ -1,18 +1,24 @@
-"""ResourceControllerService servicer: thin translation between protos and the ExecutorPool."""
+"""ResourceControllerService servicer: thin translation between protos and the pool and autoscaler."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import grpc
 
 from primus.errors import InvalidRequestError
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
-from services.resource_controller.pool import ExecutorPool, ExecutorRecord, LaunchRequest
+from services.resource_controller.autoscaler import Autoscaler
+from services.resource_controller.backend import ExitReason, LimitMechanism
+from services.resource_controller.pool import ExecutorPool, LaunchRequest
+from services.resource_controller.records import ExecutorRecord
 
-ROLES = {rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR: "data_executor", rc_pb2.EXECUTOR_ROLE_TRAINER: "trainer"}
-ROLE_ENUMS = {name: value for value, name in ROLES.items()}
+ROLES: dict[int, str] = {rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR: "data_executor", rc_pb2.EXECUTOR_ROLE_TRAINER: "trainer"}
+ROLE_ENUMS: dict[str, Any] = {name: value for value, name in ROLES.items()}
+EXIT_REASONS: dict[ExitReason, Any] = {reason: rc_pb2.ExitReason.Value(f"EXIT_REASON_{reason.name}") for reason in ExitReason}
+LIMITS: dict[LimitMechanism, Any] = {mechanism: rc_pb2.LimitMechanism.Value(f"LIMIT_MECHANISM_{mechanism.name}") for mechanism in LimitMechanism}
 
 
 def executor_proto(record: ExecutorRecord, backend: str) -> rc_pb2.Executor:
@@ -20,7 +26,7 @@ def executor_proto(record: ExecutorRecord, backend: str) -> rc_pb2.Executor:
         executor_id=record.executor_id,
         job_id=record.job_id,
         role=ROLE_ENUMS[record.role],
-        state=rc_pb2.ExecutorState.Value(f"EXECUTOR_STATE_{record.state}"),  # type: ignore[arg-type]
+        state=rc_pb2.ExecutorState.Value(f"EXECUTOR_STATE_{record.state.value}"),  # type: ignore[arg-type]
         pid=record.pid,
         address=record.address,
         data_address=record.data_address,
@@ -28,19 +34,33 @@ def executor_proto(record: ExecutorRecord, backend: str) -> rc_pb2.Executor:
         resources=rc_pb2.ExecutorResources(cpu=record.cpu, memory_mib=record.memory_mib),
         backend=backend,
         log_path=record.log_path,
+        exit_reason=EXIT_REASONS[record.exit_reason] if record.exit_reason else rc_pb2.EXIT_REASON_UNSPECIFIED,
+        message=record.message,
+        limits=LIMITS[record.limits] if record.limits else rc_pb2.LIMIT_MECHANISM_UNSPECIFIED,
+        telemetry=record.telemetry,
+        slot=record.slot,
+        heartbeat_unix=record.heartbeat_unix,
     )
 
 
+def _role(value: int) -> str:
+    role = ROLES.get(value)
+    if role is None:
+        raise InvalidRequestError(f"role must be EXECUTOR_ROLE_DATA_EXECUTOR or EXECUTOR_ROLE_TRAINER, not {value}")
+    return role
+
+
 class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
-    def __init__(self, pool: ExecutorPool) -> None:
+    def __init__(self, pool: ExecutorPool, autoscaler: Autoscaler) -> None:
         self._pool = pool
+        self._autoscaler = autoscaler
 
     def _protos(self, records: list[ExecutorRecord]) -> list[rc_pb2.Executor]:
         return [executor_proto(r, self._pool.backend.name) for r in records]
 
     def LaunchExecutors(self, request: rc_pb2.LaunchExecutorsRequest, context: grpc.ServicerContext) -> rc_pb2.LaunchExecutorsResponse:
-        role = ROLES.get(request.role)
-        if role is None or request.count < 1 or not request.job_id or not request.run_dir:
+        role = _role(request.role)
+        if request.count < 1 or not request.job_id or not request.run_dir:
             raise InvalidRequestError("LaunchExecutors needs a job_id, a run_dir, a role and a count of at least 1")
         launch = LaunchRequest(
             job_id=request.job_id,
@@ -51,6 +71,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
             run_dir=Path(request.run_dir),
             planner_address=request.planner_address,
             master_address=request.master_address,
+            replaces=request.replaces_executor_id,
         )
         return rc_pb2.LaunchExecutorsResponse(executors=self._protos(self._pool.launch(launch)))
 
@@ -64,3 +85,28 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
 
     def ReleaseExecutors(self, request: rc_pb2.ReleaseExecutorsRequest, context: grpc.ServicerContext) -> rc_pb2.ReleaseExecutorsResponse:
         return rc_pb2.ReleaseExecutorsResponse(executors=self._protos(self._pool.release(request.job_id)))
+
+    def Heartbeat(self, request: rc_pb2.HeartbeatRequest, context: grpc.ServicerContext) -> rc_pb2.HeartbeatResponse:
+        return rc_pb2.HeartbeatResponse(known=self._pool.heartbeat(request.executor_id, request.telemetry))
+
+    def ResizeExecutor(self, request: rc_pb2.ResizeExecutorRequest, context: grpc.ServicerContext) -> rc_pb2.ResizeExecutorResponse:
+        before = self._pool.record(request.executor_id)
+        self._autoscaler.resize(request.job_id, request.executor_id, request.resources.cpu, request.resources.memory_mib, request.reason)
+        after = self._pool.record(request.executor_id)
+        in_place = after.cpu == request.resources.cpu and after.memory_mib == request.resources.memory_mib and after.state.live
+        if not in_place:  # migrated: the newest executor of the slot holds the new size
+            same_slot = [r for r in self._pool.records(request.job_id, before.role) if r.slot == before.slot and r.state.live and r.executor_id != before.executor_id]
+            after = same_slot[-1] if same_slot else after
+        return rc_pb2.ResizeExecutorResponse(executor=executor_proto(after, self._pool.backend.name), in_place=in_place)
+
+    def ScaleRole(self, request: rc_pb2.ScaleRoleRequest, context: grpc.ServicerContext) -> rc_pb2.ScaleRoleResponse:
+        role = _role(request.role)
+        before = {r.executor_id for r in self._pool.records(request.job_id, role)}
+        self._autoscaler.scale_role(request.job_id, role, request.replicas, request.reason)
+        after = self._pool.records(request.job_id, role)
+        launched = [r for r in after if r.executor_id not in before]
+        draining = [r for r in after if r.state.value == "DRAINING"]
+        return rc_pb2.ScaleRoleResponse(launched=self._protos(launched), draining=self._protos(draining))
+
+    def GetScalingLog(self, request: rc_pb2.GetScalingLogRequest, context: grpc.ServicerContext) -> rc_pb2.GetScalingLogResponse:
+        return rc_pb2.GetScalingLogResponse(decisions=[d.to_proto() for d in self._pool.decisions.entries(request.job_id)])

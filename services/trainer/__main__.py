@@ -13,7 +13,7 @@ import torch
 from primus import rpc, telemetry
 from primus.errors import PrimusError
 from primus.worker import fetch_job_spec, parse_worker_args, register
-from services.trainer.server import DONE_PHASE, report_failure, run_trainer, start_status_server
+from services.trainer.server import DONE_PHASE, report_failure, run_trainer, start_heartbeats, start_status_server
 from services.trainer.servicer import TrainerStatus
 from services.trainer.session import PLAN_LOST_EXIT_CODE, PlanLostError
 
@@ -41,8 +41,10 @@ def main() -> int:
     server = start_status_server(status)
     code = 0
     _exit_on_sigterm(status)
+    heartbeats = None
     try:
         register(args, server.address)
+        heartbeats = start_heartbeats(args, status)
         job = fetch_job_spec(args.master, args.job_id)
         result = run_trainer(args, job, status)
         log.info("trained %d steps on %d samples; eval auc %.4f logloss %.4f", result.steps, result.train_samples, result.auc, result.logloss)
@@ -58,6 +60,8 @@ def main() -> int:
         report_failure(args, f"{type(exc).__name__}: {exc}")
         code = 1
     finally:
+        if heartbeats is not None:
+            heartbeats.stop()
         server.stop(grace=1.0)
         telemetry.shutdown_tracing()
     return code

@@ -21,6 +21,9 @@ from primus.v1 import data_executor_pb2
 Discover = Callable[[], dict[str, str]]
 CREDIT_WINDOW = 8  # batches in flight per stream (a task of 4 MiB batches fits); credits go back in halves of it
 HOLD_WAIT_SECONDS = 5.0  # at the end of a stream, how long to wait for the trainer to release its arena batches
+# Discovery is an RPC to the controller: at most this often (it once ran before every batch), which still lets an
+# executor added by a scale-out join the running feed within about a second.
+DISCOVER_EVERY_SECONDS = 0.5
 LOCAL_HOSTS = ("127.", "localhost", "[::1]")
 
 
@@ -46,6 +49,26 @@ def fixed(addresses: dict[str, str]) -> Discover:
     return lambda: dict(addresses)
 
 
+class StallClock:
+    """Time the training loop spent waiting for data, over every feed of the process (the trainer's heartbeat)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seconds = 0.0
+
+    def add(self, seconds: float) -> None:
+        with self._lock:
+            self._seconds += seconds
+
+    @property
+    def seconds(self) -> float:
+        with self._lock:
+            return self._seconds
+
+
+STALLS = StallClock()
+
+
 class BatchFeed:
     """Yields Served batches and Lost events until every stream has ended.
 
@@ -64,6 +87,7 @@ class BatchFeed:
         replacement_timeout: float = 120.0,
         window: int = CREDIT_WINDOW,
         shared_memory: bool = True,
+        stalls: StallClock = STALLS,
     ) -> None:
         self._window = window
         self._shared_memory = shared_memory
@@ -76,10 +100,24 @@ class BatchFeed:
         self._states: dict[str, str] = {}
         self._started_epoch: dict[str, int] = {}
         self._loss_epoch = 0
+        self._next_discovery = 0.0  # monotonic time of the next discover(): now, the first time
+        self._stalls = stalls
+        self._stall_seconds = 0.0
 
     def reopen(self) -> None:
         """After a loss: every stream that ends without having started after it is opened again."""
         self._loss_epoch += 1
+        self._next_discovery = 0.0  # at once, not at the next discovery
+
+    @property
+    def stall_seconds(self) -> float:
+        """How long the consumer of this feed waited for a batch while streams were running."""
+        return self._stall_seconds
+
+    @property
+    def states(self) -> dict[str, str]:
+        """Each executor's stream: running, finished (it ended normally) or lost."""
+        return dict(self._states)
 
     def __iter__(self) -> Iterator[Served | Lost]:
         self._ticket.trace_context.update(telemetry.inject_headers())
@@ -87,18 +125,19 @@ class BatchFeed:
         try:
             while True:
                 self._refresh()
-                running = [e for e, s in self._states.items() if s == "running"]
-                if not running:
-                    if any(s == "finished" for s in self._states.values()):
+                running = self._running()
+                if not running and any(s == "finished" for s in self._states.values()):
+                    self._refresh(force=True)  # before ending: an executor that joined since the last look still serves
+                    if not (running := self._running()):
                         return
+                if not running:
                     waiting_since = waiting_since or time.monotonic()
                     if time.monotonic() - waiting_since > self._replacement_timeout:
                         raise UnavailableError(f"no live data executor to read from for {self._replacement_timeout:.0f}s")
                 else:
                     waiting_since = None
-                try:
-                    item = self._queue.get(timeout=self._poll)
-                except queue.Empty:
+                item = self._next(running)
+                if item is None:
                     continue
                 kind, executor_id, payload = item
                 if kind == "batch":
@@ -111,7 +150,33 @@ class BatchFeed:
         finally:
             self._stop.set()
 
-    def _refresh(self) -> None:
+    def _running(self) -> bool:
+        return any(s == "running" for s in self._states.values())
+
+    def _next(self, running: bool) -> Any:
+        """The next queue item, or None after a poll's wait; a wait while streams run counts as a stall."""
+        try:
+            return self._queue.get_nowait()  # the common case: a batch is waiting, and nothing is timed
+        except queue.Empty:
+            pass
+        started = time.perf_counter()
+        try:
+            return self._queue.get(timeout=min(self._poll, DISCOVER_EVERY_SECONDS))  # then a look for new executors
+        except queue.Empty:
+            return None
+        finally:
+            if running:
+                waited = time.perf_counter() - started
+                self._stall_seconds += waited
+                self._stalls.add(waited)
+
+    def _refresh(self, force: bool = False) -> None:
+        """Open a stream to each executor discovery names that has none (or whose stream ended before the last
+        loss); discovery runs at most every DISCOVER_EVERY_SECONDS unless forced."""
+        now = time.monotonic()
+        if not force and now < self._next_discovery:
+            return
+        self._next_discovery = now + DISCOVER_EVERY_SECONDS
         live = self._discover()
         for executor_id, address in live.items():
             state = self._states.get(executor_id)

@@ -1,4 +1,4 @@
-"""Trainer process assembly: status server, executor discovery, the training session, and the final report."""
+"""Trainer process assembly: status server, executor discovery, heartbeats, the training session, the final report."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from collections.abc import Callable
 
 import grpc
 
-from primus import rpc
+from primus import heartbeat, rpc
 from primus.spec import TrainingJob
 from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2_grpc, trainer_pb2, trainer_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from primus.worker import WorkerArgs
+from services.trainer.feed import STALLS
 from services.trainer.servicer import TrainerServicer, TrainerStatus
 from services.trainer.session import TrainingSession
 from services.trainer.training import TrainingResult, finite
@@ -21,6 +22,8 @@ from services.trainer.training import TrainingResult, finite
 log = logging.getLogger(__name__)
 RESULT_DEADLINE_SECONDS = 300.0
 DONE_PHASE = "done"
+DISCOVERY_TIMEOUT_SECONDS = 5.0
+ANSWER_WAIT_SECONDS = 1.0  # how long discovery holds up the training loop for the controller's answer
 SERVICE_NAME = trainer_pb2.DESCRIPTOR.services_by_name["TrainerService"].full_name
 
 
@@ -29,15 +32,60 @@ def start_status_server(status: TrainerStatus) -> rpc.RunningServer:
     return rpc.start_server("trainer", "127.0.0.1:0", [lambda s: trainer_pb2_grpc.add_TrainerServiceServicer_to_server(servicer, s)], [SERVICE_NAME])
 
 
+class ExecutorDiscovery:
+    """discover(): the job's data executors that are up, by id, with their data-plane addresses. The feed asks on its
+    training loop, so an answer is waited for at most ANSWER_WAIT_SECONDS; a slower one is taken by a later call.
+    While the controller is away (it may be restarting, and re-adopts its executors) the last set it gave stands,
+    with one warning per outage: the trainer goes on with the streams it has."""
+
+    def __init__(self, rc_address: str, job_id: str) -> None:
+        self._stub = rc_grpc.ResourceControllerServiceStub(heartbeat.controller_channel(rc_address))  # fails fast while it is away
+        self._request = rc_pb2.ListExecutorsRequest(job_id=job_id, role=rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR)
+        self._asking: grpc.Future[rc_pb2.ListExecutorsResponse] | None = None
+        self._known: dict[str, str] = {}
+        self._away = False
+
+    def __call__(self) -> dict[str, str]:
+        wait = 0.0  # a question still open from an earlier call: the controller is slow, and is not waited for again
+        if self._asking is None:
+            self._asking, wait = self._stub.ListExecutors.future(self._request, timeout=DISCOVERY_TIMEOUT_SECONDS), ANSWER_WAIT_SECONDS
+        try:
+            reply = self._asking.result(timeout=wait)
+        except grpc.FutureTimeoutError:
+            return dict(self._known)
+        except grpc.RpcError as exc:
+            self._asking = None
+            if exc.code() not in heartbeat.AWAY_CODES:
+                raise
+            if not self._away:
+                log.warning("the resource controller is unreachable (%s); serving from the %d executor(s) last listed", exc.code().name, len(self._known))
+                self._away = True
+            return dict(self._known)
+        self._asking = None
+        if self._away:
+            log.info("the resource controller answers again")
+            self._away = False
+        self._known = {e.executor_id: e.data_address for e in reply.executors if e.state == rc_pb2.EXECUTOR_STATE_READY and e.data_address}
+        return dict(self._known)
+
+
 def executor_discovery(rc_address: str, job_id: str) -> Callable[[], dict[str, str]]:
-    """The job's data executors that are up, by id, with their data-plane addresses."""
-    stub = rc_grpc.ResourceControllerServiceStub(rpc.connect(rc_address))
+    """The job's data executors that are up (see ExecutorDiscovery)."""
+    return ExecutorDiscovery(rc_address, job_id)
 
-    def discover() -> dict[str, str]:
-        reply = stub.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR), timeout=10)
-        return {e.executor_id: e.data_address for e in reply.executors if e.state == rc_pb2.EXECUTOR_STATE_READY and e.data_address}
 
-    return discover
+def start_heartbeats(args: WorkerArgs, status: TrainerStatus, interval: float = heartbeat.INTERVAL_SECONDS) -> heartbeat.HeartbeatSender:
+    """The trainer's heartbeats: its CPU and memory, the time its training loop waited for data, its progress."""
+    cpu, memory_mib = heartbeat.launch_limits()
+
+    def collect() -> rc_pb2.ExecutorTelemetry:
+        beat = heartbeat.process_telemetry(cpu, memory_mib * heartbeat.MIB)
+        beat.stall_seconds = STALLS.seconds
+        with status.lock:
+            beat.steps, beat.samples = status.step, status.samples
+        return beat
+
+    return heartbeat.HeartbeatSender(args.resource_controller, args.job_id, args.executor_id, collect, interval).start()
 
 
 def run_trainer(args: WorkerArgs, job: TrainingJob, status: TrainerStatus) -> TrainingResult:

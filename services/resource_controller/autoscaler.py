@@ -1,0 +1,235 @@
+"""Autoscaler: about once a second, per job and role, feed the heartbeats to the scaling policy and apply its decision.
+
+The policy (services.resource_controller.policy) is pure; this is the I/O around it: signals from the pool, the
+decision applied through the pool (launch, drain, resize), and every decision logged with the throughput before it
+and, once measured, after it. Manual changes (ScaleRole, ResizeExecutor) go through the same path and the same log.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from primus.errors import ConflictError, InvalidRequestError, NotFoundError
+from primus.spec import Autoscale, TrainingJob
+from services.resource_controller.decisions import LoggedAction, LoggedDecision
+from services.resource_controller.jobs import JobSpecs
+from services.resource_controller.policy import Action, Decision, PolicyState, decide
+from services.resource_controller.pool import ExecutorPool, LaunchRequest
+from services.resource_controller.records import ExecutorRecord, ExecutorState
+from services.resource_controller.signals import QueueQuota, held, quota_view, role_signals, throughput
+
+log = logging.getLogger(__name__)
+TICK_SECONDS = 1.0
+ROLES = ("data_executor", "trainer")
+
+
+def machine_cores() -> float:
+    return float(len(os.sched_getaffinity(0)))
+
+
+def _index(record: ExecutorRecord) -> int:
+    tail = record.executor_id.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+class Autoscaler:
+    def __init__(
+        self,
+        pool: ExecutorPool,
+        specs: JobSpecs,
+        queue_quotas: dict[str, QueueQuota] | None = None,
+        cores: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._pool = pool
+        self._specs = specs
+        self._queue_quotas = queue_quotas or {}
+        self._cores = machine_cores() if cores is None else cores
+        self._clock = clock
+        self._states: dict[tuple[str, str], PolicyState] = {}
+        self._lock = threading.Lock()  # one decision at a time: ticks and manual changes
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="autoscaler", daemon=True)
+        pool.oom_memory = self.oom_memory
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(TICK_SECONDS):
+            try:
+                self.tick()
+            except Exception:
+                log.exception("autoscaler tick failed; it goes on")
+
+    def spec(self, job_id: str) -> TrainingJob | None:
+        job = self._pool.job(job_id)
+        return self._specs.get(job_id, job.master_address) if job is not None else None
+
+    def tick(self) -> None:
+        now = self._clock()
+        everything = self._pool.records()
+        for job_id in self._pool.job_ids():
+            records = [r for r in everything if r.job_id == job_id]
+            if not any(r.state.live for r in records):
+                continue
+            spec = self.spec(job_id)
+            if spec is None:
+                continue
+            self._pool.set_heartbeat_timeout(job_id, spec.spec.resources.heartbeat_timeout_seconds)
+            samples, _ = throughput([r for r in records if r.role == "trainer"], now)
+            self._pool.decisions.measure(job_id, now, samples)
+            for role in ROLES:
+                config = self._config(spec, role)
+                if config is None or not config.enabled:
+                    continue
+                with self._lock:
+                    self._decide(job_id, role, spec, config, records, everything, now)
+
+    @staticmethod
+    def _config(spec: TrainingJob, role: str) -> Autoscale | None:
+        resources = spec.spec.resources
+        return (resources.data_executor if role == "data_executor" else resources.trainer).autoscale
+
+    def _decide(self, job_id: str, role: str, spec: TrainingJob, config: Autoscale, records: list[ExecutorRecord], everything: list[ExecutorRecord], now: float) -> None:
+        held_cores, _ = held(everything)
+        signals = role_signals(records, role, now, free_cores=max(0.0, self._cores - held_cores))
+        queue = spec.spec.resources.queue
+        in_queue = [r for r in everything if (s := self._specs.get(r.job_id, "")) is not None and s.spec.resources.queue == queue]
+        quota = quota_view(spec, records, in_queue, self._queue_quotas.get(queue, (None, None)))
+        state = self._states.setdefault((job_id, role), PolicyState())
+        decision = decide(config, signals, quota, state)
+        if decision is not None:
+            self._apply(job_id, role, decision, records, signals.samples_per_second, automatic=True, now=now)
+
+    def _apply(self, job_id: str, role: str, decision: Decision, records: list[ExecutorRecord], samples_per_second: float, automatic: bool, now: float) -> None:
+        note = ""
+        try:
+            if decision.action is Action.SCALE_OUT:
+                self._scale_out(job_id, role, decision.replicas_after - decision.replicas_before, records)
+            elif decision.action is Action.SCALE_IN:
+                self._scale_in(role, decision.replicas_before - decision.replicas_after, records)
+            elif decision.action is Action.RESIZE:
+                _, in_place = self._pool.resize(decision.executor_id, decision.cpu_after, decision.memory_mib_after)
+                note = "" if in_place else " (by migration: the backend cannot resize in place)"
+        except (ConflictError, NotFoundError) as exc:
+            note = f" (not applied: {exc})"
+        entry = LoggedDecision(
+            unix_time=time.time(),
+            job_id=job_id,
+            role=role,
+            action=LoggedAction(decision.action.name),
+            reason=decision.reason + note,
+            signals={k: round(float(v), 4) for k, v in decision.signals.items()},
+            replicas_before=decision.replicas_before,
+            replicas_after=decision.replicas_after,
+            executor_id=decision.executor_id,
+            cpu_before=decision.cpu_before,
+            cpu_after=decision.cpu_after,
+            memory_mib_before=decision.memory_mib_before,
+            memory_mib_after=decision.memory_mib_after,
+            throughput_before=round(samples_per_second, 2),
+            automatic=automatic,
+            guard=decision.guard,
+            at=now,
+        )
+        if self._pool.decisions.add(entry):
+            log.info("job %s %s: %s: %s", job_id, role, entry.action.value, entry.reason)
+
+    def _scale_out(self, job_id: str, role: str, count: int, records: list[ExecutorRecord]) -> None:
+        if count <= 0:
+            return
+        job = self._pool.job(job_id)
+        live = sorted((r for r in records if r.role == role and r.state.live), key=_index)
+        if job is None or not live:
+            raise ConflictError(f"job {job_id} has no live {role} to take the size from")
+        size = live[-1]  # the newest: it carries the latest resize
+        self._pool.launch(LaunchRequest(job_id, role, count, size.cpu, size.memory_mib, job.run_dir, job.planner_address, job.master_address))
+
+    def _scale_in(self, role: str, count: int, records: list[ExecutorRecord]) -> None:
+        """Drain the newest ready executors first: the oldest hold the warmest state and the lowest slots."""
+        ready = sorted((r for r in records if r.role == role and r.state is ExecutorState.READY), key=_index, reverse=True)
+        for record in ready[:count]:
+            self._pool.drain(record.executor_id)
+
+    # --- manual changes and replacements ----------------------------------------------------------
+
+    def scale_role(self, job_id: str, role: str, replicas: int, reason: str) -> None:
+        """An operator sets the count: the same path as the autoscaler's decisions, logged as manual."""
+        if replicas < 1:
+            raise InvalidRequestError(f"replicas must be at least 1, not {replicas}")
+        with self._lock:
+            records = self._pool.records(job_id)
+            current = sum(1 for r in records if r.role == role and r.state in (ExecutorState.STARTING, ExecutorState.READY, ExecutorState.PENDING))
+            if not any(r.state.live for r in records):
+                raise NotFoundError(f"job {job_id} has no live executors")
+            if replicas == current:
+                return
+            action = Action.SCALE_OUT if replicas > current else Action.SCALE_IN
+            decision = Decision(action, f"set to {replicas} by request: {reason or 'no reason given'}", current, replicas)
+            now = self._clock()
+            samples, _ = throughput([r for r in records if r.role == "trainer"], now)
+            self._apply(job_id, role, decision, records, samples, automatic=False, now=now)
+
+    def resize(self, job_id: str, executor_id: str, cpu: float, memory_mib: int, reason: str) -> None:
+        if cpu <= 0 or memory_mib < 64:
+            raise InvalidRequestError(f"a size needs cpu > 0 and memory_mib >= 64, not cpu={cpu} memory_mib={memory_mib}")
+        with self._lock:
+            record = self._pool.record(executor_id)
+            if record.job_id != job_id:
+                raise NotFoundError(f"executor {executor_id} is not one of job {job_id}'s")
+            records = self._pool.records(job_id)
+            replicas = sum(1 for r in records if r.role == record.role and r.state is ExecutorState.READY)
+            decision = Decision(
+                Action.RESIZE,
+                f"resized by request: {reason or 'no reason given'}",
+                replicas,
+                replicas,
+                executor_id=executor_id,
+                cpu_before=record.cpu,
+                cpu_after=cpu,
+                memory_mib_before=record.memory_mib,
+                memory_mib_after=memory_mib,
+            )
+            now = self._clock()
+            samples, _ = throughput([r for r in records if r.role == "trainer"], now)
+            self._apply(job_id, record.role, decision, records, samples, automatic=False, now=now)
+
+    def oom_memory(self, replaced: ExecutorRecord) -> int | None:
+        """An OOM-killed executor's replacement gets more memory (bounded by the role's vertical limits), when the
+        role has vertical autoscaling; the increase is logged as a resize."""
+        spec = self.spec(replaced.job_id)
+        config = self._config(spec, replaced.role) if spec is not None else None
+        if config is None or not config.enabled or config.vertical is None:
+            return None
+        vertical = config.vertical
+        memory = min(vertical.max_memory_mib, math.ceil(replaced.memory_mib * vertical.memory_factor))
+        if memory <= replaced.memory_mib:
+            return None
+        self._pool.decisions.add(
+            LoggedDecision(
+                unix_time=time.time(),
+                job_id=replaced.job_id,
+                role=replaced.role,
+                action=LoggedAction.RESIZE,
+                reason=(
+                    f"{replaced.executor_id} was OOM-killed at {replaced.memory_mib} MiB: its replacement gets {memory} MiB "
+                    f"(x{vertical.memory_factor:g}, at most {vertical.max_memory_mib})"
+                ),
+                executor_id=replaced.executor_id,
+                cpu_before=replaced.cpu,
+                cpu_after=replaced.cpu,
+                memory_mib_before=replaced.memory_mib,
+                memory_mib_after=memory,
+                at=self._clock(),
+            )
+        )
+        return memory

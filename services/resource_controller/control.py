@@ -1,0 +1,48 @@
+"""ExecutorControl: the controller's calls to a data executor's own contract (take a new size, drain)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import grpc
+
+from primus import rpc
+from primus.v1 import data_executor_pb2, data_executor_pb2_grpc
+
+log = logging.getLogger(__name__)
+CALL_TIMEOUT_SECONDS = 10.0
+
+
+class ExecutorControl:
+    """One channel per executor address, made on first use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stubs: dict[str, data_executor_pb2_grpc.DataExecutorServiceStub] = {}
+
+    def _stub(self, address: str) -> data_executor_pb2_grpc.DataExecutorServiceStub:
+        with self._lock:
+            stub = self._stubs.get(address)
+            if stub is None:
+                stub = self._stubs[address] = data_executor_pb2_grpc.DataExecutorServiceStub(rpc.connect(address))
+            return stub
+
+    def set_resources(self, address: str, cpu: float, memory_mib: int) -> data_executor_pb2.SetExecutorResourcesResponse:
+        """Raises grpc.RpcError when the executor cannot be told."""
+        request = data_executor_pb2.SetExecutorResourcesRequest(cpu=cpu, memory_mib=memory_mib)
+        reply: data_executor_pb2.SetExecutorResourcesResponse = self._stub(address).SetExecutorResources(request, timeout=CALL_TIMEOUT_SECONDS)
+        return reply
+
+    def drain(self, address: str) -> int | None:
+        """Ask the executor to drain; the streams it still has open, or None when it could not be reached."""
+        try:
+            reply = self._stub(address).DrainExecutor(data_executor_pb2.DrainExecutorRequest(), timeout=CALL_TIMEOUT_SECONDS)
+        except grpc.RpcError as exc:
+            log.warning("could not ask the executor at %s to drain: %s", address, exc.details())
+            return None
+        return int(reply.streams_active)
+
+    def forget(self, address: str) -> None:
+        with self._lock:
+            self._stubs.pop(address, None)

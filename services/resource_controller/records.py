@@ -1,0 +1,162 @@
+"""What the controller knows of each executor: its typed state, size, exit reason and recent heartbeats."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from primus.v1 import resource_controller_pb2 as rc_pb2
+from services.resource_controller.backend import ExecutorHandle, ExitReason, LimitMechanism
+
+BEATS_KEPT = 64  # about a minute of heartbeats: enough for every window the autoscaler looks at
+
+
+class ExecutorState(Enum):
+    PENDING = "PENDING"  # asked for, not started (its slot is blacklisted for a while)
+    STARTING = "STARTING"  # launched, not registered yet
+    READY = "READY"  # registered: serving
+    DRAINING = "DRAINING"  # leases no more tasks; released once its streams have ended
+    EXITED = "EXITED"  # exited with code 0
+    FAILED = "FAILED"  # exited with an error or was OOM-killed
+    LOST = "LOST"  # missed its heartbeats, or vanished while the controller was away
+    RELEASED = "RELEASED"  # stopped by the controller: the job ended, a scale-in, a migration
+
+    @property
+    def live(self) -> bool:
+        return self in (ExecutorState.STARTING, ExecutorState.READY, ExecutorState.DRAINING)
+
+
+def state_after_exit(reason: ExitReason) -> ExecutorState:
+    """The state an exit leaves an executor in: the master relaunches FAILED and LOST ones, never RELEASED ones."""
+    if reason is ExitReason.COMPLETED:
+        return ExecutorState.EXITED
+    if reason in (ExitReason.ERROR, ExitReason.OOM_KILLED):
+        return ExecutorState.FAILED
+    if reason in (ExitReason.HEARTBEAT_LOST, ExitReason.VANISHED):
+        return ExecutorState.LOST
+    return ExecutorState.RELEASED
+
+
+@dataclass(frozen=True)
+class Beat:
+    """One heartbeat, as the autoscaler reads it (counters are totals since the process started)."""
+
+    at: float  # the controller's monotonic clock when it arrived
+    cpu_seconds: float
+    cpu_limit: float
+    rss_bytes: int
+    memory_limit_bytes: int
+    queue_depth: int
+    arena_misses: int
+    streams_active: int
+    draining: bool
+    stall_seconds: float
+    steps: int
+    samples: int
+    rows_served: int
+
+    @staticmethod
+    def from_proto(at: float, telemetry: rc_pb2.ExecutorTelemetry) -> Beat:
+        t = telemetry
+        return Beat(
+            at,
+            t.cpu_seconds,
+            t.cpu_limit,
+            t.rss_bytes,
+            t.memory_limit_bytes,
+            t.queue_depth,
+            t.arena_misses,
+            t.streams_active,
+            t.draining,
+            t.stall_seconds,
+            t.steps,
+            t.samples,
+            t.rows_served,
+        )
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """Where a job's executors find their peers and write their logs; given by the master at launch."""
+
+    job_id: str
+    run_dir: Path
+    planner_address: str
+    master_address: str
+
+
+@dataclass
+class ExecutorRecord:
+    executor_id: str
+    job_id: str
+    role: str
+    slot: int
+    state: ExecutorState
+    cpu: float
+    memory_mib: int
+    log_path: str
+    handle: ExecutorHandle | None = None
+    pid: int = 0
+    address: str = ""
+    data_address: str = ""
+    exit_code: int = 0
+    exit_reason: ExitReason | None = None
+    message: str = ""
+    limits: LimitMechanism | None = None
+    launched_at: float = 0.0  # monotonic
+    heartbeat_at: float = 0.0  # monotonic; 0 until registered
+    heartbeat_unix: float = 0.0
+    telemetry: rc_pb2.ExecutorTelemetry = field(default_factory=rc_pb2.ExecutorTelemetry)
+    beats: deque[Beat] = field(default_factory=lambda: deque(maxlen=BEATS_KEPT))
+    replaces: str = ""  # the executor whose slot this one took
+    drain_started: float = 0.0
+
+    def view(self) -> ExecutorRecord:
+        """A copy for readers outside the pool's lock (the beats are copied too)."""
+        return replace(self, beats=deque(self.beats, maxlen=BEATS_KEPT))
+
+    def to_state(self) -> dict[str, Any]:
+        """What a restarted controller needs to re-adopt or account for this executor."""
+        return {
+            "executor_id": self.executor_id,
+            "job_id": self.job_id,
+            "role": self.role,
+            "slot": self.slot,
+            "state": self.state.value,
+            "cpu": self.cpu,
+            "memory_mib": self.memory_mib,
+            "log_path": self.log_path,
+            "handle": self.handle.to_state() if self.handle is not None else None,
+            "pid": self.pid,
+            "address": self.address,
+            "data_address": self.data_address,
+            "exit_code": self.exit_code,
+            "exit_reason": self.exit_reason.value if self.exit_reason else None,
+            "message": self.message,
+            "limits": self.limits.value if self.limits else None,
+            "replaces": self.replaces,
+        }
+
+    @staticmethod
+    def from_state(data: dict[str, Any]) -> ExecutorRecord:
+        return ExecutorRecord(
+            executor_id=data["executor_id"],
+            job_id=data["job_id"],
+            role=data["role"],
+            slot=int(data["slot"]),
+            state=ExecutorState(data["state"]),
+            cpu=float(data["cpu"]),
+            memory_mib=int(data["memory_mib"]),
+            log_path=data["log_path"],
+            pid=int(data["pid"]),
+            address=data["address"],
+            data_address=data["data_address"],
+            exit_code=int(data["exit_code"]),
+            exit_reason=ExitReason(data["exit_reason"]) if data.get("exit_reason") else None,
+            message=data.get("message", ""),
+            limits=LimitMechanism(data["limits"]) if data.get("limits") else None,
+            replaces=data.get("replaces", ""),
+        )

@@ -1,0 +1,106 @@
+"""From heartbeats to the policy's inputs: windowed CPU, memory, arena misses, trainer stall and samples/s (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from primus.spec import TrainingJob
+from services.resource_controller.backend import ExitReason
+from services.resource_controller.policy import ExecutorSignals, QuotaView, RoleSignals
+from services.resource_controller.records import Beat, ExecutorRecord, ExecutorState
+
+WINDOW_SECONDS = 5.0  # heartbeats arrive about once a second: a few beats smooth the noise without lagging much
+MIB = 1 << 20
+QueueQuota = tuple[float | None, int | None]  # cores, MiB
+
+
+def _window(beats: Sequence[Beat], now: float, window: float) -> list[Beat]:
+    return [b for b in beats if now - b.at <= window]
+
+
+def _rate(beats: Sequence[Beat], value: str) -> float | None:
+    """Per second over the beats, or None with fewer than two of them."""
+    if len(beats) < 2 or beats[-1].at <= beats[0].at:
+        return None
+    return max(0.0, (float(getattr(beats[-1], value)) - float(getattr(beats[0], value))) / (beats[-1].at - beats[0].at))
+
+
+def throughput(trainers: Iterable[ExecutorRecord], now: float, window: float = WINDOW_SECONDS) -> tuple[float, float]:
+    """The job's (samples per second, stall fraction) over the window, from its live trainers' heartbeats."""
+    samples, stall, counted = 0.0, 0.0, 0
+    for trainer in trainers:
+        if not trainer.state.live:
+            continue
+        beats = _window(trainer.beats, now, window)
+        rate, stalled = _rate(beats, "samples"), _rate(beats, "stall_seconds")
+        if rate is None or stalled is None:
+            continue
+        samples += rate
+        stall += min(1.0, stalled)
+        counted += 1
+    return samples, (stall / counted if counted else 0.0)
+
+
+def _executor(record: ExecutorRecord, beats: list[Beat], oom_slots: dict[int, int]) -> ExecutorSignals | None:
+    cpu = _rate(beats, "cpu_seconds")
+    if cpu is None:
+        return None
+    last = beats[-1]
+    return ExecutorSignals(
+        executor_id=record.executor_id,
+        cpu_used=cpu,
+        cpu_limit=record.cpu,
+        memory_limit_mib=record.memory_mib,
+        rss_mib=last.rss_bytes / MIB,
+        arena_misses_per_second=_rate(beats, "arena_misses") or 0.0,
+        oom_killed=record.replaces != "" and record.memory_mib <= oom_slots.get(record.slot, -1),  # not once it got more than the OOM-killed one
+        queue_depth=round(sum(b.queue_depth for b in beats) / len(beats)),
+        draining=record.state is ExecutorState.DRAINING,
+    )
+
+
+def role_signals(records: Sequence[ExecutorRecord], role: str, now: float, free_cores: float, window: float = WINDOW_SECONDS) -> RoleSignals:
+    """One job's signals for a role. An executor too new to have two heartbeats in the window counts as capacity at
+    the others' mean use, so a fresh scale-out neither looks idle nor asks for another step."""
+    trainers = [r for r in records if r.role == "trainer"]
+    samples, stall = throughput(trainers, now, window)
+    oom_slots: dict[int, int] = {}  # slot -> the most memory an executor of it was OOM-killed at
+    for r in records:
+        if r.role == role and r.exit_reason is ExitReason.OOM_KILLED:
+            oom_slots[r.slot] = max(oom_slots.get(r.slot, 0), r.memory_mib)
+    measured: list[ExecutorSignals] = []
+    fresh: list[ExecutorRecord] = []
+    for record in records:
+        if record.role != role or record.state not in (ExecutorState.STARTING, ExecutorState.READY, ExecutorState.DRAINING):
+            continue
+        signals = _executor(record, _window(record.beats, now, window), oom_slots)
+        if signals is None:
+            fresh.append(record)
+        else:
+            measured.append(signals)
+    usage = sum(s.cpu_used / s.cpu_limit for s in measured if not s.draining) / max(1, sum(1 for s in measured if not s.draining))
+    for record in fresh:
+        measured.append(ExecutorSignals(record.executor_id, usage * record.cpu, record.cpu, record.memory_mib, 0.0, 0.0, draining=record.state is ExecutorState.DRAINING))
+    return RoleSignals(now=now, role=role, executors=tuple(measured), stall_fraction=stall, samples_per_second=samples, free_cores=free_cores)
+
+
+def held(records: Iterable[ExecutorRecord]) -> tuple[float, int]:
+    """Cores and MiB held by the executors that are running or waiting to."""
+    live = [r for r in records if r.state.live or r.state is ExecutorState.PENDING]
+    return sum(r.cpu for r in live), sum(r.memory_mib for r in live)
+
+
+def quota_view(job: TrainingJob, job_records: Sequence[ExecutorRecord], queue_records: Sequence[ExecutorRecord], queue_quota: QueueQuota) -> QuotaView:
+    job_cores, job_memory = held(job_records)
+    queue_cores, queue_memory = held(queue_records)
+    quota = job.spec.resources.quota
+    return QuotaView(
+        job_cores_used=job_cores,
+        job_memory_mib_used=job_memory,
+        job_cores_limit=quota.cores,
+        job_memory_mib_limit=quota.memory_mib,
+        queue_cores_used=queue_cores,
+        queue_memory_mib_used=queue_memory,
+        queue_cores_limit=queue_quota[0],
+        queue_memory_mib_limit=queue_quota[1],
+    )

@@ -1,0 +1,61 @@
+"""SlotHealth: a slot whose executors keep failing is blacklisted for a while instead of relaunched in a tight loop."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+FAILURES_TO_BLACKLIST = 3  # failures of one slot within the window
+FAILURE_WINDOW_SECONDS = 60.0
+BLACKLIST_SECONDS = 15.0  # the first time; doubled on each blacklisting of the same slot, up to the cap
+BLACKLIST_CAP_SECONDS = 240.0
+
+SlotKey = tuple[str, str, int]  # job, role, slot
+
+
+@dataclass
+class _Slot:
+    failures: deque[float] = field(default_factory=deque)
+    until: float = 0.0
+    times_blacklisted: int = 0
+    reason: str = ""
+
+
+class SlotHealth:
+    """Pure bookkeeping on a clock the caller passes in, so the rule is unit-tested without waiting."""
+
+    def __init__(
+        self,
+        failures: int = FAILURES_TO_BLACKLIST,
+        window_seconds: float = FAILURE_WINDOW_SECONDS,
+        blacklist_seconds: float = BLACKLIST_SECONDS,
+        cap_seconds: float = BLACKLIST_CAP_SECONDS,
+    ) -> None:
+        self._failures, self._window, self._first, self._cap = failures, window_seconds, blacklist_seconds, cap_seconds
+        self._slots: dict[SlotKey, _Slot] = {}
+
+    def failed(self, key: SlotKey, now: float, reason: str) -> float | None:
+        """Count a failure of the slot; the blacklist's end when this one blacklists it, else None."""
+        slot = self._slots.setdefault(key, _Slot())
+        slot.failures.append(now)
+        while slot.failures and now - slot.failures[0] > self._window:
+            slot.failures.popleft()
+        if len(slot.failures) < self._failures:
+            return None
+        slot.failures.clear()
+        slot.until = now + min(self._cap, self._first * 2**slot.times_blacklisted)
+        slot.times_blacklisted += 1
+        slot.reason = reason
+        return slot.until
+
+    def blacklisted_until(self, key: SlotKey, now: float) -> float | None:
+        slot = self._slots.get(key)
+        return slot.until if slot is not None and slot.until > now else None
+
+    def reason(self, key: SlotKey) -> str:
+        slot = self._slots.get(key)
+        return slot.reason if slot is not None else ""
+
+    def forget_job(self, job_id: str) -> None:
+        for key in [k for k in self._slots if k[0] == job_id]:
+            del self._slots[key]
