@@ -1,15 +1,21 @@
-"""Shared fixtures: a small generated CTR source on disk and job specs that point at it."""
+"""Shared fixtures: a small generated CTR source on disk, job specs that point at it, and the services as local processes."""
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from primus.cluster import ClusterState, start_cluster, stop_services
 from primus.demo import demo_job
 from primus.demo_data import generate_dataset
+from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 DAYS = 3
@@ -38,3 +44,23 @@ def job_file(dataset: Path, tmp_path: Path) -> Path:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job_document(dataset)))
     return path
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[ClusterState]:
+    """Planner, resource controller and master as local processes, state under tmp_path."""
+    state = start_cluster(tmp_path / "runs", tmp_path / "state")
+    yield state
+    stop_services(state.services)
+
+
+def finish_job(master: master_pb2_grpc.MasterServiceStub, job_id: str, timeout: float = 240.0) -> dict[str, Any]:
+    """Wait for the job to end and return its report."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job
+        if job.state >= common_pb2.JOB_STATE_SUCCEEDED and job.report_path:
+            report: dict[str, Any] = json.loads(Path(job.report_path).read_text())
+            return report
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} did not finish")

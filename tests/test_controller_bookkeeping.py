@@ -10,7 +10,7 @@ from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.resource_controller.backend import ExitReason
 from services.resource_controller.decisions import MEASURE_AFTER_SECONDS, DecisionLog, LoggedAction, LoggedDecision
 from services.resource_controller.records import Beat, ExecutorRecord, ExecutorState, state_after_exit
-from services.resource_controller.signals import role_signals, throughput
+from services.resource_controller.signals import executor_signals, role_signals, throughput
 from services.resource_controller.slots import SlotHealth
 
 KEY = ("job", "data_executor", 0)
@@ -103,6 +103,7 @@ def test_signals_are_rates_over_the_window() -> None:
     trainer.beats.extend([_beat(0.0), _beat(1.0, stall=0.5, samples=1000), _beat(4.0, stall=2.0, samples=4000)])
     executor = _record("e0", "data_executor", cpu=0.5)
     executor.beats.extend([_beat(0.0, cpu=1.0, misses=0, queue=0), _beat(4.0, cpu=2.8, misses=8, queue=0, rss=300 << 20)])
+    executor.signals = executor_signals(executor)  # as the pool does when a heartbeat arrives
     samples, stall = throughput([trainer], now=4.0)
     assert samples == pytest.approx(1000.0) and stall == pytest.approx(0.5)
     signals = role_signals([trainer, executor], "data_executor", now=4.0, free_cores=1.0)
@@ -111,11 +112,17 @@ def test_signals_are_rates_over_the_window() -> None:
     assert e.arena_misses_per_second == pytest.approx(2.0) and e.rss_mib == pytest.approx(300.0) and e.queue_depth == 0
     assert signals.stall_fraction == pytest.approx(0.5) and signals.samples_per_second == pytest.approx(1000.0)
     assert throughput([trainer], now=20.0) == (0.0, 0.0), "beats older than the window are not read"
+    (stale,) = role_signals([trainer, executor], "data_executor", now=20.0, free_cores=1.0).executors
+    assert stale.queue_depth == -1, "an executor silent for the whole window is not judged on old beats"
+    executor.cpu = 1.0  # resized since its last heartbeat: its signals follow the new size
+    (resized,) = role_signals([trainer, executor], "data_executor", now=4.0, free_cores=1.0).executors
+    assert resized.cpu_limit == 1.0 and resized.cpu_used == pytest.approx(0.45)
 
 
 def test_a_fresh_executor_counts_as_capacity_at_the_others_mean_use() -> None:
     old = _record("e0", "data_executor")
     old.beats.extend([_beat(0.0, cpu=0.0, queue=1), _beat(2.0, cpu=1.8, queue=1)])
+    old.signals = executor_signals(old)
     fresh = _record("e1", "data_executor", state=ExecutorState.STARTING, slot=1)
     signals = role_signals([old, fresh], "data_executor", now=2.0, free_cores=0.0)
     by_id = {e.executor_id: e for e in signals.executors}
@@ -128,6 +135,7 @@ def test_the_replacement_of_an_oom_killed_executor_says_so() -> None:
     successor = _record("e1", "data_executor")
     successor.replaces = "e0"
     successor.beats.extend([_beat(0.0), _beat(1.0, cpu=0.5)])
+    successor.signals = executor_signals(successor)
     (signals,) = role_signals([dead, successor], "data_executor", now=1.0, free_cores=0.0).executors
     assert signals.oom_killed
     successor.memory_mib = 2048  # relaunched bigger: no longer memory-bound on that account

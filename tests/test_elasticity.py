@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +16,13 @@ import pytest
 import yaml
 
 from primus import rpc
-from primus.cluster import ClusterState, restart_service, start_cluster, stop_services
+from primus.cluster import ClusterState, restart_service, stop_services
 from primus.demo_data import generate_dataset
 from primus.spec import load_job_file
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
-from tests.conftest import START, job_document
+from tests.conftest import START, finish_job, job_document
 
 DAYS = 6
 ROWS_PER_HOUR = 600
@@ -38,13 +37,6 @@ def long_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("elastic") / "clicks"
     generate_dataset(root, START, DAYS, rows_per_hour=ROWS_PER_HOUR, seed=11)
     return root
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[ClusterState]:
-    state = start_cluster(tmp_path / "runs", tmp_path / "state")
-    yield state
-    stop_services(state.services)
 
 
 def _job(dataset: Path, tmp_path: Path, executors: int, **resources: Any) -> str:
@@ -75,17 +67,6 @@ def _submit(master: master_pb2_grpc.MasterServiceStub, spec_yaml: str, until_ste
             return job_id
         time.sleep(0.05)
     raise AssertionError(f"job {job_id} did not reach step {until_step}")
-
-
-def _finish(master: master_pb2_grpc.MasterServiceStub, job_id: str) -> dict[str, Any]:
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        job = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job
-        if job.state >= common_pb2.JOB_STATE_SUCCEEDED and job.report_path:
-            report: dict[str, Any] = json.loads(Path(job.report_path).read_text())
-            return report
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} did not finish")
 
 
 def _executors(rc: rc_grpc.ResourceControllerServiceStub, job_id: str) -> list[rc_pb2.Executor]:
@@ -125,11 +106,21 @@ def test_scale_out_joins_running_streams(cluster: ClusterState, long_dataset: Pa
         "the new executors to serve rows to the running trainer",
     )
     assert len(joined) >= 1
-    report = _finish(master, job_id)
+    report = finish_job(master, job_id)
     _assert_exact(report)
     assert len(_data_rows(report)) == 3
     (decision,) = [d for d in report["scaling"] if d["action"] == "SCALE_OUT"]
     assert (decision["replicas_before"], decision["replicas_after"], decision["automatic"]) == (1, 3, False)
+    live = _primus(tmp_path, "scaling", job_id, "-o", "json")
+    assert live.returncode == 0, live.stderr
+    assert json.loads(live.stdout) == report["scaling"], "the running controller and the report tell the same log"
+    table = _primus(tmp_path, "scaling", str(Path(report["traces_dir"]).parent))
+    assert table.returncode == 0 and "SCALE_OUT" in table.stdout and "1 -> 3" in table.stdout and "request" in table.stdout, table.stdout
+
+
+def _primus(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "primus.cli", "--state-dir", str(tmp_path / "state"), "--runs-dir", str(tmp_path / "runs"), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.timeout(300)
@@ -144,7 +135,7 @@ def test_scale_in_drains_before_release(cluster: ClusterState, long_dataset: Pat
         "the drained executors to be released",
     )
     assert all(e.exit_reason == rc_pb2.EXIT_REASON_SCALED_IN for e in released)
-    report = _finish(master, job_id)
+    report = finish_job(master, job_id)
     _assert_exact(report)
     assert report["restarts"] == {}, "a drained executor is not a crash: nothing was relaunched"
     (source,) = report["sources"]
@@ -164,7 +155,7 @@ def test_resize_in_place_keeps_the_streams(cluster: ClusterState, long_dataset: 
     _wait_for(lambda: _executors(rc, job_id)[0].telemetry.reader_threads == 3, "the executor to run 3 readers at 1.5 cores")
     after = _executors(rc, job_id)[0]
     assert after.telemetry.memory_limit_bytes == 1024 << 20
-    report = _finish(master, job_id)
+    report = finish_job(master, job_id)
     _assert_exact(report)
     assert report["restarts"] == {}
     (resize,) = report["resizes"]
@@ -186,7 +177,7 @@ def test_silent_executor_is_lost_within_its_heartbeat_timeout(cluster: ClusterSt
     )
     assert time.monotonic() - stopped < 12, "lost within seconds of its timeout, not the five minutes of a lease"
     assert lost.exit_reason == rc_pb2.EXIT_REASON_HEARTBEAT_LOST and "no heartbeat" in lost.message
-    report = _finish(master, job_id)
+    report = finish_job(master, job_id)
     _assert_exact(report)
     assert report["restarts"] == {"data executor": 1}
 
@@ -205,7 +196,7 @@ def test_kill_resource_controller_mid_job(cluster: ClusterState, long_dataset: P
     try:
         adopted = {e.executor_id: e.pid for e in _executors(rc, job_id) if e.state == rc_pb2.EXECUTOR_STATE_READY}
         assert adopted == pids, "the restarted controller re-adopted the same running executors"
-        report = _finish(master, job_id)
+        report = finish_job(master, job_id)
         _assert_exact(report)
         assert report["restarts"] == {}, "nothing was relaunched: the executors were never orphaned"
         assert all(s["exit_reason"] == "RELEASED" for s in _data_rows(report)), "the re-adopted executors were released at the end"
@@ -227,7 +218,7 @@ def test_autoscaler_adds_executors_to_a_cpu_starved_job(cluster: ClusterState, l
     job_id = _submit(master, _job(long_dataset, tmp_path, executors=1, data_executor={"cpu": 0.05, "memoryMiB": 512, "autoscale": autoscale}), until_step=1)
     grown = _wait_for(lambda: len([e for e in _executors(rc, job_id) if e.state == rc_pb2.EXECUTOR_STATE_READY]) > 1, "a scale-out", timeout=90)
     assert grown
-    report = _finish(master, job_id)
+    report = finish_job(master, job_id)
     _assert_exact(report)
     outs = [d for d in report["scaling"] if d["action"] == "SCALE_OUT"]
     assert outs and all(d["automatic"] for d in outs)
@@ -245,7 +236,7 @@ def test_an_oom_killed_executor_is_replaced_with_more_memory(cluster: ClusterSta
     master, _ = _stubs(cluster)
     spec = _job(long_dataset, tmp_path, executors=1, trainer=trainer)
     job_id = str(master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=spec), timeout=30).job_id)
-    report = _finish(master, job_id)
+    report = finish_job(master, job_id)
     _assert_exact(report)
     first, *rest = [s for s in report["services"] if s["role"] == "trainer"]
     assert first["exit_reason"] == "OOM_KILLED" and "128 MiB" in first["message"], first

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 from primus import rpc
-from primus.cluster import ClusterState, restart_service, start_cluster, stop_services
+from primus.cluster import ClusterState, restart_service, stop_services
 from primus.cost import load_cost
 from primus.demo_data import generate_dataset
 from primus.spec import load_job_file
@@ -21,7 +19,7 @@ from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from services.trainer.session import PLAN_LOST_EXIT_CODE
-from tests.conftest import START, job_document
+from tests.conftest import START, finish_job, job_document
 
 DAYS = 8
 ROWS_PER_HOUR = 600
@@ -36,13 +34,6 @@ def long_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("long") / "clicks"
     generate_dataset(root, START, DAYS, rows_per_hour=ROWS_PER_HOUR, seed=5)
     return root
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[ClusterState]:
-    state = start_cluster(tmp_path / "runs", tmp_path / "state")
-    yield state
-    stop_services(state.services)
 
 
 def _slow_job(dataset: Path, tmp_path: Path) -> str:
@@ -72,17 +63,6 @@ def _submit_until_step(cluster: ClusterState, dataset: Path, tmp_path: Path, ste
     job = _wait(master, job_id, until_step=step)
     assert job.state == common_pb2.JOB_STATE_RUNNING, "the crash must land mid-training"
     return master, job_id
-
-
-def _finish(master: master_pb2_grpc.MasterServiceStub, job_id: str) -> dict[str, object]:
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        job = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job
-        if job.state >= common_pb2.JOB_STATE_SUCCEEDED and job.report_path:
-            report: dict[str, object] = json.loads(Path(job.report_path).read_text())
-            return report
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} did not finish")
 
 
 def _kill(cluster: ClusterState, job_id: str, role: int) -> int:
@@ -128,7 +108,7 @@ def _assert_exact(report: dict[str, object]) -> None:
 def test_kill_data_executor_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
     master, job_id = _submit_until_step(cluster, long_dataset, tmp_path, 150)
     _kill(cluster, job_id, rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR)
-    report = _finish(master, job_id)
+    report = finish_job(master, job_id)
     _assert_exact(report)
     assert report["restarts"] == {"data executor": 1}
     (source,) = report["sources"]  # type: ignore[misc]
@@ -139,7 +119,7 @@ def test_kill_data_executor_mid_job(cluster: ClusterState, long_dataset: Path, t
 def test_kill_trainer_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
     master, job_id = _submit_until_step(cluster, long_dataset, tmp_path, 300)
     _kill(cluster, job_id, rc_pb2.EXECUTOR_ROLE_TRAINER)
-    report = _finish(master, job_id)
+    report = finish_job(master, job_id)
     _assert_exact(report)
     assert report["restarts"] == {"trainer": 1}
     trainers = [s for s in report["services"] if s["role"] == "trainer"]  # type: ignore[union-attr]
@@ -156,7 +136,7 @@ def test_kill_master_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path
     time.sleep(1.0)  # the trainer keeps training while the master is away
     restarted = restart_service(cluster, tmp_path / "state", "master")
     try:
-        report = _finish(master_pb2_grpc.MasterServiceStub(rpc.connect(restarted.address("master"))), job_id)
+        report = finish_job(master_pb2_grpc.MasterServiceStub(rpc.connect(restarted.address("master"))), job_id)
         _assert_exact(report)
         assert report["restarts"] == {}, "no executor was relaunched: the job went on undisturbed"
     finally:
@@ -176,7 +156,7 @@ def test_kill_planner_mid_job(cluster: ClusterState, long_dataset: Path, tmp_pat
     assert not [pid for pid in workers if _running(pid)], "a killed planner's worker processes exit instead of leaking"
     restarted = restart_service(cluster, tmp_path / "state", "planner")
     try:
-        report = _finish(master, job_id)
+        report = finish_job(master, job_id)
         _assert_exact(report)
         assert report["restarts"] == {"planner": 1}, "a lost plan restarts the job's executors once, outside their crash budgets"
         trainers = [s for s in report["services"] if s["role"] == "trainer"]  # type: ignore[union-attr]

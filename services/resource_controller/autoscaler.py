@@ -75,40 +75,43 @@ class Autoscaler:
         return self._specs.get(job_id, job.master_address) if job is not None else None
 
     def tick(self) -> None:
+        """One pass over every job. Holdings per job and per queue are summed once per tick, so a tick stays linear in
+        the executors however many jobs share them."""
         now = self._clock()
-        everything = self._pool.records()
-        for job_id in self._pool.job_ids():
-            records = [r for r in everything if r.job_id == job_id]
+        by_job: dict[str, list[ExecutorRecord]] = {}
+        for record in self._pool.records():
+            by_job.setdefault(record.job_id, []).append(record)
+        specs = {job_id: spec for job_id in by_job if (spec := self.spec(job_id)) is not None}
+        holdings = {job_id: held(records) for job_id, records in by_job.items()}
+        queues: dict[str, tuple[float, int]] = {}
+        for job_id, spec in specs.items():
+            cores, memory = queues.get(spec.spec.resources.queue, (0.0, 0))
+            queues[spec.spec.resources.queue] = (cores + holdings[job_id][0], memory + holdings[job_id][1])
+        free = max(0.0, self._cores - sum(cores for cores, _ in holdings.values()))
+        for job_id, spec in specs.items():
+            records = by_job[job_id]
             if not any(r.state.live for r in records):
-                continue
-            spec = self.spec(job_id)
-            if spec is None:
                 continue
             self._pool.set_heartbeat_timeout(job_id, spec.spec.resources.heartbeat_timeout_seconds)
             samples, _ = throughput([r for r in records if r.role == "trainer"], now)
             self._pool.decisions.measure(job_id, now, samples)
+            queue = spec.spec.resources.queue
+            quota = quota_view(spec, holdings[job_id], queues[queue], self._queue_quotas.get(queue, (None, None)))
             for role in ROLES:
                 config = self._config(spec, role)
                 if config is None or not config.enabled:
                     continue
                 with self._lock:
-                    self._decide(job_id, role, spec, config, records, everything, now)
+                    signals = role_signals(records, role, now, free_cores=free)
+                    state = self._states.setdefault((job_id, role), PolicyState())
+                    decision = decide(config, signals, quota, state)
+                    if decision is not None:
+                        self._apply(job_id, role, decision, records, signals.samples_per_second, automatic=True, now=now)
 
     @staticmethod
     def _config(spec: TrainingJob, role: str) -> Autoscale | None:
         resources = spec.spec.resources
         return (resources.data_executor if role == "data_executor" else resources.trainer).autoscale
-
-    def _decide(self, job_id: str, role: str, spec: TrainingJob, config: Autoscale, records: list[ExecutorRecord], everything: list[ExecutorRecord], now: float) -> None:
-        held_cores, _ = held(everything)
-        signals = role_signals(records, role, now, free_cores=max(0.0, self._cores - held_cores))
-        queue = spec.spec.resources.queue
-        in_queue = [r for r in everything if (s := self._specs.get(r.job_id, "")) is not None and s.spec.resources.queue == queue]
-        quota = quota_view(spec, records, in_queue, self._queue_quotas.get(queue, (None, None)))
-        state = self._states.setdefault((job_id, role), PolicyState())
-        decision = decide(config, signals, quota, state)
-        if decision is not None:
-            self._apply(job_id, role, decision, records, signals.samples_per_second, automatic=True, now=now)
 
     def _apply(self, job_id: str, role: str, decision: Decision, records: list[ExecutorRecord], samples_per_second: float, automatic: bool, now: float) -> None:
         note = ""

@@ -169,6 +169,7 @@ class _Reading:
             "replicas": float(n),
             "free_cores": s.free_cores,
             "extra_cores": self.extra_cores,
+            "arena_misses_per_second": sum(e.arena_misses_per_second for e in self.live),
         }
         if resized is None:
             return Decision(action, reason, n, n if after is None else after, signals=signals, guard=guard, cpu_after=cpu_after, memory_mib_after=memory_mib_after)

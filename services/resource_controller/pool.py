@@ -23,6 +23,7 @@ from services.resource_controller.backend import EventKind, ExecutorEvent, ExitR
 from services.resource_controller.control import ExecutorControl
 from services.resource_controller.decisions import DecisionLog, LoggedAction, LoggedDecision
 from services.resource_controller.records import Beat, ExecutorRecord, ExecutorState, JobContext, state_after_exit
+from services.resource_controller.signals import executor_signals
 from services.resource_controller.slots import SlotHealth
 
 log = logging.getLogger(__name__)
@@ -186,6 +187,8 @@ class ExecutorPool:
             record.heartbeat_at, record.heartbeat_unix = now, time.time()
             record.telemetry = telemetry
             record.beats.append(Beat.from_proto(now, telemetry))
+            if record.role == "data_executor":
+                record.signals = executor_signals(record)
             return True
 
     # --- reading --------------------------------------------------------------------------------

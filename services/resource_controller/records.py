@@ -10,6 +10,7 @@ from typing import Any
 
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.resource_controller.backend import ExecutorHandle, ExitReason, LimitMechanism
+from services.resource_controller.policy import ExecutorSignals
 
 BEATS_KEPT = 64  # about a minute of heartbeats: enough for every window the autoscaler looks at
 
@@ -113,6 +114,7 @@ class ExecutorRecord:
     beats: deque[Beat] = field(default_factory=lambda: deque(maxlen=BEATS_KEPT))
     replaces: str = ""  # the executor whose slot this one took
     drain_started: float = 0.0
+    signals: ExecutorSignals | None = None  # windowed, as of the latest heartbeat (services.resource_controller.signals)
 
     def view(self) -> ExecutorRecord:
         """A copy for readers outside the pool's lock (the beats are copied too)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from primus.spec import TrainingJob
 from services.resource_controller.backend import ExitReason
@@ -41,22 +42,38 @@ def throughput(trainers: Iterable[ExecutorRecord], now: float, window: float = W
     return samples, (stall / counted if counted else 0.0)
 
 
-def _executor(record: ExecutorRecord, beats: list[Beat], oom_slots: dict[int, int]) -> ExecutorSignals | None:
+def executor_signals(record: ExecutorRecord, window: float = WINDOW_SECONDS) -> ExecutorSignals | None:
+    """An executor's windowed signals as of its latest heartbeat, or None with fewer than two beats in the window.
+    The pool computes them as each heartbeat arrives, so a tick over thousands of executors only collects them."""
+    if not record.beats:
+        return None
+    beats = _window(record.beats, record.beats[-1].at, window)
     cpu = _rate(beats, "cpu_seconds")
     if cpu is None:
         return None
-    last = beats[-1]
     return ExecutorSignals(
         executor_id=record.executor_id,
         cpu_used=cpu,
         cpu_limit=record.cpu,
         memory_limit_mib=record.memory_mib,
-        rss_mib=last.rss_bytes / MIB,
+        rss_mib=beats[-1].rss_bytes / MIB,
         arena_misses_per_second=_rate(beats, "arena_misses") or 0.0,
-        oom_killed=record.replaces != "" and record.memory_mib <= oom_slots.get(record.slot, -1),  # not once it got more than the OOM-killed one
         queue_depth=round(sum(b.queue_depth for b in beats) / len(beats)),
         draining=record.state is ExecutorState.DRAINING,
     )
+
+
+def _current(record: ExecutorRecord, now: float, window: float, oom_at: int) -> ExecutorSignals | None:
+    """The cached signals, still fresh and true to the record's size and state now (else recomputed), with the
+    OOM flag, which depends on other records: not once it got more memory than the one OOM-killed in its slot."""
+    signals = record.signals
+    if signals is None or not record.beats or now - record.beats[-1].at > window:
+        return None
+    draining = record.state is ExecutorState.DRAINING
+    if signals.cpu_limit != record.cpu or signals.memory_limit_mib != record.memory_mib or signals.draining != draining:
+        signals = executor_signals(record, window)
+    oom = record.replaces != "" and record.memory_mib <= oom_at
+    return replace(signals, oom_killed=True) if oom and signals is not None else signals
 
 
 def role_signals(records: Sequence[ExecutorRecord], role: str, now: float, free_cores: float, window: float = WINDOW_SECONDS) -> RoleSignals:
@@ -73,7 +90,7 @@ def role_signals(records: Sequence[ExecutorRecord], role: str, now: float, free_
     for record in records:
         if record.role != role or record.state not in (ExecutorState.STARTING, ExecutorState.READY, ExecutorState.DRAINING):
             continue
-        signals = _executor(record, _window(record.beats, now, window), oom_slots)
+        signals = _current(record, now, window, oom_slots.get(record.slot, -1))
         if signals is None:
             fresh.append(record)
         else:
@@ -90,17 +107,16 @@ def held(records: Iterable[ExecutorRecord]) -> tuple[float, int]:
     return sum(r.cpu for r in live), sum(r.memory_mib for r in live)
 
 
-def quota_view(job: TrainingJob, job_records: Sequence[ExecutorRecord], queue_records: Sequence[ExecutorRecord], queue_quota: QueueQuota) -> QuotaView:
-    job_cores, job_memory = held(job_records)
-    queue_cores, queue_memory = held(queue_records)
+def quota_view(job: TrainingJob, job_held: tuple[float, int], queue_held: tuple[float, int], queue_quota: QueueQuota) -> QuotaView:
+    """The job's and its queue's holdings (cores, MiB; see held()) against their limits."""
     quota = job.spec.resources.quota
     return QuotaView(
-        job_cores_used=job_cores,
-        job_memory_mib_used=job_memory,
+        job_cores_used=job_held[0],
+        job_memory_mib_used=job_held[1],
         job_cores_limit=quota.cores,
         job_memory_mib_limit=quota.memory_mib,
-        queue_cores_used=queue_cores,
-        queue_memory_mib_used=queue_memory,
+        queue_cores_used=queue_held[0],
+        queue_memory_mib_used=queue_held[1],
         queue_cores_limit=queue_quota[0],
         queue_memory_mib_limit=queue_quota[1],
     )
