@@ -63,48 +63,64 @@ def executor_signals(record: ExecutorRecord, window: float = WINDOW_SECONDS) -> 
     )
 
 
-def _current(record: ExecutorRecord, now: float, window: float, oom_at: int) -> ExecutorSignals | None:
-    """The cached signals, still fresh and true to the record's size and state now (else recomputed), with the
-    OOM flag, which depends on other records: not once it got more memory than the one OOM-killed in its slot."""
-    signals = record.signals
-    if signals is None or not record.beats or now - record.beats[-1].at > window:
-        return None
-    draining = record.state is ExecutorState.DRAINING
-    if signals.cpu_limit != record.cpu or signals.memory_limit_mib != record.memory_mib or signals.draining != draining:
-        signals = executor_signals(record, window)
-    oom = record.replaces != "" and record.memory_mib <= oom_at
-    return replace(signals, oom_killed=True) if oom and signals is not None else signals
-
-
 def role_signals(records: Sequence[ExecutorRecord], role: str, now: float, free_cores: float, window: float = WINDOW_SECONDS) -> RoleSignals:
-    """One job's signals for a role. An executor too new to have two heartbeats in the window counts as capacity at
-    the others' mean use, so a fresh scale-out neither looks idle nor asks for another step."""
-    trainers = [r for r in records if r.role == "trainer"]
-    samples, stall = throughput(trainers, now, window)
+    """One job's signals for a role: each executor's cached ones (fresh, true to its size and state now, else
+    recomputed), with the OOM flag, which depends on other records (set while it has no more memory than the one
+    OOM-killed in its slot). An executor too new to have two heartbeats in the window counts as capacity at the
+    others' mean use, so a fresh scale-out neither looks idle nor asks for another step. This runs every tick for
+    every executor: it is written for speed."""
+    samples, stall = throughput([r for r in records if r.role == "trainer"], now, window)
     oom_slots: dict[int, int] = {}  # slot -> the most memory an executor of it was OOM-killed at
-    for r in records:
-        if r.role == role and r.exit_reason is ExitReason.OOM_KILLED:
-            oom_slots[r.slot] = max(oom_slots.get(r.slot, 0), r.memory_mib)
     measured: list[ExecutorSignals] = []
     fresh: list[ExecutorRecord] = []
+    used, counted = 0.0, 0
     for record in records:
-        if record.role != role or record.state not in (ExecutorState.STARTING, ExecutorState.READY, ExecutorState.DRAINING):
+        if record.role != role:
             continue
-        signals = _current(record, now, window, oom_slots.get(record.slot, -1))
-        if signals is None:
+        state = record.state
+        if state not in _COUNTED:
+            if record.exit_reason is ExitReason.OOM_KILLED:
+                oom_slots[record.slot] = max(oom_slots.get(record.slot, 0), record.memory_mib)
+            continue
+        signals = record.signals
+        if signals is None or now - record.beats[-1].at > window:
             fresh.append(record)
-        else:
-            measured.append(signals)
-    usage = sum(s.cpu_used / s.cpu_limit for s in measured if not s.draining) / max(1, sum(1 for s in measured if not s.draining))
+            continue
+        draining = state is ExecutorState.DRAINING
+        if signals.cpu_limit != record.cpu or signals.memory_limit_mib != record.memory_mib or signals.draining != draining:
+            signals = executor_signals(record, window)
+            if signals is None:
+                fresh.append(record)
+                continue
+        measured.append(signals)
+        if not draining:
+            used += signals.cpu_used / signals.cpu_limit
+            counted += 1
+    if oom_slots:
+        measured = [replace(e, oom_killed=True) if _oom(e, records, oom_slots) else e for e in measured]
+    usage = used / max(1, counted)
     for record in fresh:
         measured.append(ExecutorSignals(record.executor_id, usage * record.cpu, record.cpu, record.memory_mib, 0.0, 0.0, draining=record.state is ExecutorState.DRAINING))
     return RoleSignals(now=now, role=role, executors=tuple(measured), stall_fraction=stall, samples_per_second=samples, free_cores=free_cores)
 
 
+_COUNTED = frozenset((ExecutorState.STARTING, ExecutorState.READY, ExecutorState.DRAINING))
+_HELD = frozenset((*_COUNTED, ExecutorState.PENDING))
+
+
+def _oom(signals: ExecutorSignals, records: Sequence[ExecutorRecord], oom_slots: dict[int, int]) -> bool:
+    record = next(r for r in records if r.executor_id == signals.executor_id)
+    return record.replaces != "" and record.memory_mib <= oom_slots.get(record.slot, -1)
+
+
 def held(records: Iterable[ExecutorRecord]) -> tuple[float, int]:
     """Cores and MiB held by the executors that are running or waiting to."""
-    live = [r for r in records if r.state.live or r.state is ExecutorState.PENDING]
-    return sum(r.cpu for r in live), sum(r.memory_mib for r in live)
+    cores, memory = 0.0, 0
+    for r in records:
+        if r.state in _HELD:
+            cores += r.cpu
+            memory += r.memory_mib
+    return cores, memory
 
 
 def quota_view(job: TrainingJob, job_held: tuple[float, int], queue_held: tuple[float, int], queue_quota: QueueQuota) -> QuotaView:

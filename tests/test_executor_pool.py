@@ -1,0 +1,95 @@
+"""The executor pool with real processes: a slot that keeps failing is blacklisted, then relaunched once it lapses;
+a controller that restarts from its state file takes back a running executor and knows one that exited."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.resource_controller.backend import ExitReason, LimitMechanism, LocalProcessBackend
+from services.resource_controller.decisions import LoggedAction
+from services.resource_controller.pool import ExecutorPool, LaunchRequest
+from services.resource_controller.records import ExecutorRecord, ExecutorState
+from services.resource_controller.slots import SlotHealth
+
+CRASH = "import sys; sys.exit(3)"
+SLEEP = "import time; time.sleep(60)"
+
+
+def _backend(code: str) -> LocalProcessBackend:
+    """A data executor whose process is a one-line Python program (the pool's arguments follow it, unused)."""
+    return LocalProcessBackend(LimitMechanism.AFFINITY_WATCHDOG, watchdog_seconds=0.1, commands={"data_executor": (sys.executable, "-c", code)})
+
+
+def _request(tmp_path: Path, replaces: str = "") -> LaunchRequest:
+    return LaunchRequest("job", "data_executor", 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2", replaces=replaces)
+
+
+def _until(pool: ExecutorPool, executor_id: str, states: tuple[ExecutorState, ...], seconds: float = 10.0) -> ExecutorRecord:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pool.watch_once()
+        record = pool.record(executor_id)
+        if record.state in states:
+            return record
+        time.sleep(0.05)
+    raise AssertionError(f"{executor_id} never reached {states}: {pool.record(executor_id).state}")
+
+
+@pytest.fixture
+def crashing(tmp_path: Path) -> Iterator[ExecutorPool]:
+    pool = ExecutorPool(_backend(CRASH), own_address="127.0.0.1:3", slots=SlotHealth(failures=3, window_seconds=60, blacklist_seconds=1.5))
+    yield pool
+    pool.release("job", grace_seconds=1)
+    pool.close()
+
+
+def test_a_slot_that_keeps_failing_waits_blacklisted_then_relaunches(crashing: ExecutorPool, tmp_path: Path) -> None:
+    (first,) = crashing.launch(_request(tmp_path))
+    failed = _until(crashing, first.executor_id, (ExecutorState.FAILED,))
+    assert failed.exit_reason is ExitReason.ERROR and failed.exit_code == 3
+    previous = failed
+    for _ in range(2):  # the master's relaunches, each replacing the last
+        (replacement,) = crashing.launch(_request(tmp_path, replaces=previous.executor_id))
+        assert replacement.slot == first.slot
+        previous = _until(crashing, replacement.executor_id, (ExecutorState.FAILED,))
+    (blacklisted,) = [d for d in crashing.decisions.entries("job") if d.action is LoggedAction.BLACKLIST]
+    assert "slot 0 failed repeatedly" in blacklisted.reason and "exited with code 3" in blacklisted.reason
+    (waiting,) = crashing.launch(_request(tmp_path, replaces=previous.executor_id))
+    assert waiting.state is ExecutorState.PENDING and "blacklisted" in waiting.message and waiting.pid == 0, "no relaunch in a tight loop"
+    started = time.monotonic()
+    relaunched = _until(crashing, waiting.executor_id, (ExecutorState.STARTING, ExecutorState.FAILED))
+    assert relaunched.pid > 0 and time.monotonic() - started >= 1.0, "it started once the blacklist lapsed"
+
+
+def test_a_restarted_pool_takes_back_what_runs_and_marks_what_exited(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    first = ExecutorPool(_backend(SLEEP), own_address="127.0.0.1:3", state_path=state)
+    kept, gone = first.launch(LaunchRequest("job", "data_executor", 2, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
+    first.register(kept.executor_id, "127.0.0.1:4", "127.0.0.1:5", kept.pid)
+    first.close()  # as after kill -9: no release; the processes run on
+    try:
+        os.kill(gone.pid, signal.SIGKILL)
+        time.sleep(0.2)
+        second = ExecutorPool(_backend(SLEEP), own_address="127.0.0.1:3", state_path=state)
+        try:
+            adopted, lost = second.record(kept.executor_id), second.record(gone.executor_id)
+            assert adopted.state is ExecutorState.READY and adopted.pid == kept.pid and adopted.address == "127.0.0.1:4"
+            assert lost.state is ExecutorState.LOST and lost.exit_reason is ExitReason.VANISHED
+            (after,) = second.launch(LaunchRequest("job", "data_executor", 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
+            assert after.executor_id.endswith("-2"), "executor ids are never reused across a restart"
+            released = {r.executor_id: r for r in second.release("job", grace_seconds=1)}
+            assert released[kept.executor_id].state is ExecutorState.RELEASED
+        finally:
+            second.close()
+    finally:
+        for pid in (kept.pid, gone.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
