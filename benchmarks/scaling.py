@@ -20,6 +20,7 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 
-START = "2026-11-01T00:00"
+START = datetime(2026, 11, 1, tzinfo=UTC)
 LATENCY_SITE = Path(__file__).resolve().parent / "scaling_support" / "latency_site"
 ROOT = Path(__file__).resolve().parent.parent
 LIVE = (rc_pb2.EXECUTOR_STATE_STARTING, rc_pb2.EXECUTOR_STATE_READY, rc_pb2.EXECUTOR_STATE_DRAINING)
@@ -166,7 +167,7 @@ def _run_arms(work: Path, data: Path, arms: dict[str, dict[str, Any]], training:
 
 def live_horizontal(work: Path, latency: float, rows_per_hour: int, days: int, max_executors: int, only: str = "") -> dict[str, Any]:
     data = work / "clicks"
-    generate_dataset(data, _start(), days, rows_per_hour=rows_per_hour, seed=7)
+    generate_dataset(data, START, days, rows_per_hour=rows_per_hour, seed=7)
     training = {"batchSize": 128, "checkpointEverySteps": 200, "reportEverySteps": 20}  # about 31,000 samples/s on one core here
     size = {"cpu": 0.25, "memoryMiB": 768}  # one reader per stream; four of them and the trainer fill the 2 cores here
     autoscale = {
@@ -218,7 +219,7 @@ def live_vertical(work: Path, rows_per_hour: int, days: int, memory_mib: int) ->
     miss the arena and are copied. A static run at that size, then the same job with vertical autoscaling, which
     doubles the memory in place; samples/s of the static run against the autoscaled one after its resize."""
     data = work / "vertical-clicks"
-    generate_dataset(data, _start(), days, rows_per_hour=rows_per_hour, seed=8)
+    generate_dataset(data, START, days, rows_per_hour=rows_per_hour, seed=8)
     vertical = {"minMemoryMiB": memory_mib, "maxMemoryMiB": memory_mib * 8, "cooldownSeconds": 10}
     arms = {
         "vertical_static": {"replicas": 1, "cpu": 1, "memoryMiB": memory_mib},
@@ -297,12 +298,6 @@ def controller_tick(jobs: int = 200, per_job: int = 50, ticks: int = 30) -> dict
         f"a heartbeat's signals, computed as it arrives: median {ingest:.1f} µs ({ingest * executors / 1e3:.0f} ms of CPU a second at one beat per executor per second)"
     )
     return {"live_tick_ms_p99_10k": round(p99, 2), "live_tick_executors": executors, "heartbeat_signals_us": round(ingest, 2)}
-
-
-def _start() -> Any:
-    from datetime import UTC, datetime
-
-    return datetime.fromisoformat(START).replace(tzinfo=UTC)
 
 
 def main() -> None:

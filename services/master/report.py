@@ -8,7 +8,7 @@ from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 
-from primus.scaling_log import decision_row
+from primus.scaling_log import ROLE_NAMES, decision_row
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master.store import JobRecord
@@ -16,7 +16,6 @@ from services.master.store import JobRecord
 # Ledger counters that measure work done; after a planner restart the old ledger's are added to the new one's.
 # Samples and tasks done are not among them: the new ledger learns those from the trainer's checkpoint.
 COST_FIELDS = ("bytes_read", "cpu_seconds", "retries", "wasted_samples", "wasted_cpu_seconds", "wasted_bytes", "records_quarantined", "speculative_attempts")
-ROLE_NAMES = {rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR: "data_executor", rc_pb2.EXECUTOR_ROLE_TRAINER: "trainer"}
 
 
 def _plain(message: Any) -> dict[str, Any]:

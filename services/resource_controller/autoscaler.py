@@ -113,18 +113,22 @@ class Autoscaler:
         resources = spec.spec.resources
         return (resources.data_executor if role == "data_executor" else resources.trainer).autoscale
 
-    def _apply(self, job_id: str, role: str, decision: Decision, records: list[ExecutorRecord], samples_per_second: float, automatic: bool, now: float) -> None:
-        note = ""
+    def _apply(
+        self, job_id: str, role: str, decision: Decision, records: list[ExecutorRecord], samples_per_second: float, automatic: bool, now: float
+    ) -> tuple[ExecutorRecord, bool] | None:
+        """Carry the decision out and log it; for a resize, the executor that now has the size and whether that was in
+        place. A decision that cannot be carried out is logged as such; a manual one then also raises."""
+        note, refused, resized = "", None, None
         try:
             if decision.action is Action.SCALE_OUT:
                 self._scale_out(job_id, role, decision.replicas_after - decision.replicas_before, records)
             elif decision.action is Action.SCALE_IN:
                 self._scale_in(role, decision.replicas_before - decision.replicas_after, records)
             elif decision.action is Action.RESIZE:
-                _, in_place = self._pool.resize(decision.executor_id, decision.cpu_after, decision.memory_mib_after)
-                note = "" if in_place else " (by migration: the backend cannot resize in place)"
+                resized = self._pool.resize(decision.executor_id, decision.cpu_after, decision.memory_mib_after)
+                note = "" if resized[1] else " (by migration: the backend cannot resize in place)"
         except (ConflictError, NotFoundError) as exc:
-            note = f" (not applied: {exc})"
+            note, refused = f" (not applied: {exc})", exc
         entry = LoggedDecision(
             unix_time=time.time(),
             job_id=job_id,
@@ -146,6 +150,9 @@ class Autoscaler:
         )
         if self._pool.decisions.add(entry):
             log.info("job %s %s: %s: %s", job_id, role, entry.action.value, entry.reason)
+        if refused is not None and not automatic:
+            raise refused
+        return resized
 
     def _scale_out(self, job_id: str, role: str, count: int, records: list[ExecutorRecord]) -> None:
         if count <= 0:
@@ -182,7 +189,9 @@ class Autoscaler:
             samples, _ = throughput([r for r in records if r.role == "trainer"], now)
             self._apply(job_id, role, decision, records, samples, automatic=False, now=now)
 
-    def resize(self, job_id: str, executor_id: str, cpu: float, memory_mib: int, reason: str) -> None:
+    def resize(self, job_id: str, executor_id: str, cpu: float, memory_mib: int, reason: str) -> tuple[ExecutorRecord, bool]:
+        """An operator resizes one executor: the executor that now has the size (its replacement after a migration),
+        and whether it was in place."""
         if cpu <= 0 or memory_mib < 64:
             raise InvalidRequestError(f"a size needs cpu > 0 and memory_mib >= 64, not cpu={cpu} memory_mib={memory_mib}")
         with self._lock:
@@ -204,7 +213,9 @@ class Autoscaler:
             )
             now = self._clock()
             samples, _ = throughput([r for r in records if r.role == "trainer"], now)
-            self._apply(job_id, record.role, decision, records, samples, automatic=False, now=now)
+            resized = self._apply(job_id, record.role, decision, records, samples, automatic=False, now=now)
+        assert resized is not None  # a resize that was not carried out raised
+        return resized
 
     def oom_memory(self, replaced: ExecutorRecord) -> int | None:
         """An OOM-killed executor's replacement gets more memory (bounded by the role's vertical limits), when the

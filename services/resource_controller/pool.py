@@ -260,12 +260,12 @@ class ExecutorPool:
                 if record.state is ExecutorState.PENDING:
                     record.state, record.exit_reason = ExecutorState.RELEASED, ExitReason.RELEASED
         for record in records:
-            self._release_one(record.executor_id, ExitReason.RELEASED, grace_seconds)
+            self._release_one(record.executor_id, ExitReason.RELEASED, grace_seconds, save=False)
         self._slots.forget_job(job_id)
         self._save()
         return [r.view() for r in records]
 
-    def _release_one(self, executor_id: str, reason: ExitReason, grace_seconds: float = RELEASE_GRACE_SECONDS) -> None:
+    def _release_one(self, executor_id: str, reason: ExitReason, grace_seconds: float = RELEASE_GRACE_SECONDS, save: bool = True) -> None:
         with self._lock:
             record = self._records[executor_id]
             if record.handle is None or not record.state.live:
@@ -278,7 +278,8 @@ class ExecutorPool:
                 record.message = record.message or _release_message(reason)
         remove_shared_memory(executor_id)
         self._control.forget(record.address)
-        self._save()
+        if save:
+            self._save()
 
     def close(self) -> None:
         """Stop watching; executors keep running (a restarted controller re-adopts them)."""

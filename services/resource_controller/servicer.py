@@ -90,14 +90,9 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
         return rc_pb2.HeartbeatResponse(known=self._pool.heartbeat(request.executor_id, request.telemetry))
 
     def ResizeExecutor(self, request: rc_pb2.ResizeExecutorRequest, context: grpc.ServicerContext) -> rc_pb2.ResizeExecutorResponse:
-        before = self._pool.record(request.executor_id)
-        self._autoscaler.resize(request.job_id, request.executor_id, request.resources.cpu, request.resources.memory_mib, request.reason)
-        after = self._pool.record(request.executor_id)
-        in_place = after.cpu == request.resources.cpu and after.memory_mib == request.resources.memory_mib and after.state.live
-        if not in_place:  # migrated: the newest executor of the slot holds the new size
-            same_slot = [r for r in self._pool.records(request.job_id, before.role) if r.slot == before.slot and r.state.live and r.executor_id != before.executor_id]
-            after = same_slot[-1] if same_slot else after
-        return rc_pb2.ResizeExecutorResponse(executor=executor_proto(after, self._pool.backend.name), in_place=in_place)
+        resources = request.resources
+        executor, in_place = self._autoscaler.resize(request.job_id, request.executor_id, resources.cpu, resources.memory_mib, request.reason)
+        return rc_pb2.ResizeExecutorResponse(executor=executor_proto(executor, self._pool.backend.name), in_place=in_place)
 
     def ScaleRole(self, request: rc_pb2.ScaleRoleRequest, context: grpc.ServicerContext) -> rc_pb2.ScaleRoleResponse:
         role = _role(request.role)

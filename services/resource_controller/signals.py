@@ -96,8 +96,9 @@ def role_signals(records: Sequence[ExecutorRecord], role: str, now: float, free_
         if not draining:
             used += signals.cpu_used / signals.cpu_limit
             counted += 1
-    if oom_slots:
-        measured = [replace(e, oom_killed=True) if _oom(e, records, oom_slots) else e for e in measured]
+    if oom_slots:  # rare: a slot of this role had an executor OOM-killed
+        by_id = {r.executor_id: r for r in records}
+        measured = [replace(e, oom_killed=True) if _oom(by_id[e.executor_id], oom_slots) else e for e in measured]
     usage = used / max(1, counted)
     for record in fresh:
         measured.append(ExecutorSignals(record.executor_id, usage * record.cpu, record.cpu, record.memory_mib, 0.0, 0.0, draining=record.state is ExecutorState.DRAINING))
@@ -108,8 +109,7 @@ _COUNTED = frozenset((ExecutorState.STARTING, ExecutorState.READY, ExecutorState
 _HELD = frozenset((*_COUNTED, ExecutorState.PENDING))
 
 
-def _oom(signals: ExecutorSignals, records: Sequence[ExecutorRecord], oom_slots: dict[int, int]) -> bool:
-    record = next(r for r in records if r.executor_id == signals.executor_id)
+def _oom(record: ExecutorRecord, oom_slots: dict[int, int]) -> bool:
     return record.replaces != "" and record.memory_mib <= oom_slots.get(record.slot, -1)
 
 
