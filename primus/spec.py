@@ -225,6 +225,21 @@ _REQUIRED_BY_ADAPTER: dict[str, tuple[str, ...]] = {
 }
 
 
+class LabelJoin(_Model):
+    """Delayed labels: a source of label events (one row per positive, keyed by an id) joined onto this source's
+    samples at read time. A sample of hour h is labelled positive when its id appears in the label source's hours
+    h .. h+windowHours-1; its partition waits until those hours are ready. A label past the window arrives as a
+    sample of the label source itself (a late positive), and the trainer's correction keeps the model calibrated."""
+
+    source: str = Field(pattern=_NAME, description="the label source: its rows carry `key`, `impressionTimeColumn` and the features")
+    key: str = Field(min_length=1, description="the id column, in both sources")
+    window_hours: int = Field(1, ge=1, le=168)
+    impression_time_column: str = Field("impression_time", min_length=1, description="label rows: when the labelled sample was served (UTC)")
+    correction: Literal["fake_negative", "none"] = Field(
+        "fake_negative", description="fake_negative: importance weights for samples trained negative whose label came late; none: train as joined"
+    )
+
+
 class Source(_Model):
     """A logical source: where its partitions live, how to read them, and how they map onto training columns."""
 
@@ -238,7 +253,9 @@ class Source(_Model):
     transformations: list[Transformation] = Field(default_factory=list)
     time_range: TimeRange | None = None
     readiness: str = Field("_SUCCESS", description="marker file that says a partition is complete; empty for none")
-    priority: int = Field(0, ge=0, le=100)
+    priority: int = Field(0, ge=0, le=100, description="who fills a minibatch first, and who catches up first when lagging")
+    weight: float = Field(1.0, gt=0, le=1000, description="this source's share of each minibatch, against the other sample sources' weights")
+    max_lag_rows: int = Field(0, ge=0, description="more rows than this waiting makes the source lagging: it catches up ahead of its share (0: never)")
     quota: Quota = Quota()
     table: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")
     time_column: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -249,7 +266,8 @@ class Source(_Model):
     join_to: list[str] = Field(default_factory=list, description="feature stores: the sources whose samples are joined")
     key_prefix: str = ""
     fields: list[str] = Field(default_factory=list, description="feature stores: hash fields joined as float32 columns")
-    after: list[str] = Field(default_factory=list, description="sources whose tasks of the same slot are served first (label joins)")
+    after: list[str] = Field(default_factory=list, description="sources whose tasks of the same slot are served first (ordering only)")
+    labels: LabelJoin | None = None
 
     @field_validator("uri")
     @classmethod
@@ -323,6 +341,12 @@ class Data(_Model):
             for target in source.join_to:
                 if target not in by_name or by_name[target].kind == "feature_store":
                     raise ValueError(f"source {source.name!r} joins to {target!r}, which is not a sample source")
+            if source.labels is not None:
+                label = by_name.get(source.labels.source)
+                if label is None or label.name == source.name or label.kind == "feature_store":
+                    raise ValueError(f"source {source.name!r} takes labels from {source.labels.source!r}, which is not another sample source")
+                if label.labels is not None:
+                    raise ValueError(f"source {source.name!r} takes labels from {label.name!r}, which takes labels itself")
         if all(s.kind == "feature_store" for s in self.sources):
             raise ValueError("at least one source must provide samples (feature stores only join)")
         if self.eval is not None:
@@ -355,6 +379,34 @@ class Features(_Model):
     embedding_dim: int = Field(16, ge=1, le=1024)
 
 
+class SourceTraining(_Model):
+    """How one source's samples update the model."""
+
+    loss_weight: float = Field(1.0, ge=0, le=1000, description="multiplies the loss of this source's rows")
+    learning_rate_scale: float = Field(1.0, ge=0, le=1000, description="multiplies the learning rate of the steps on this source's rows")
+    update: Literal["all", "embeddings", "dense"] = Field("all", description="the parameters this source's rows update: all, only the embeddings, only the dense layers")
+
+
+class WarmStart(_Model):
+    """Start from a batch-trained checkpoint, then train on (the Monolith recipe: batch first, then continuously)."""
+
+    checkpoint: str = Field(min_length=1, description="a checkpoint file (ckpt-*.pt) or a folder holding them (the newest is taken)")
+    optimizer: Literal["reset", "keep"] = Field("reset", description="reset: fresh optimizer state at the switch; keep: continue the batch run's state")
+
+
+class Evaluation(_Model):
+    recent_rows: int = Field(10_000, ge=100, description="the recent window: the last this many evaluation rows")
+    progressive: bool = Field(False, description="score every training sample before training on it (progressive validation)")
+
+
+class Export(_Model):
+    """Model snapshots for serving: a state dict and a TorchScript program every so many steps, and at the end."""
+
+    every_steps: int = Field(500, ge=1)
+    torchscript: bool = True
+    keep: int = Field(3, ge=1, le=100)
+
+
 class Training(_Model):
     features: Features
     batch_size: int = Field(512, ge=1, le=1_000_000)
@@ -363,6 +415,10 @@ class Training(_Model):
     seed: int = 0
     report_every_steps: int = Field(20, ge=1)
     checkpoint_every_steps: int = Field(50, ge=1, description="model and data progress commit together this often")
+    sources: dict[str, SourceTraining] = Field(default_factory=dict, description="per-source loss weight, learning-rate scale and parameters updated")
+    warm_start: WarmStart | None = None
+    evaluation: Evaluation = Evaluation()
+    export: Export | None = None
 
 
 class Metadata(_Model):
@@ -373,6 +429,14 @@ class JobSpec(_Model):
     resources: Resources = Resources()
     data: Data
     training: Training
+
+    @model_validator(mode="after")
+    def _training_sources_exist(self) -> JobSpec:
+        names = [s.name for s in self.data.sample_sources]
+        unknown = [n for n in self.training.sources if n not in names]
+        if unknown:
+            raise ValueError(f"training.sources names {unknown[0]!r}, which is not a sample source ({', '.join(names)})")
+        return self
 
 
 class TrainingJob(_Model):

@@ -130,7 +130,7 @@ class ReportTrainingProgressResponse(_message.Message):
     def __init__(self, stop: _Optional[bool] = ...) -> None: ...
 
 class ReportTrainingResultRequest(_message.Message):
-    __slots__ = ("job_id", "trainer_id", "steps", "train_samples", "eval_samples", "auc", "logloss", "train_seconds", "final_loss", "checkpoint_path", "error")
+    __slots__ = ("job_id", "trainer_id", "steps", "train_samples", "eval_samples", "auc", "logloss", "train_seconds", "final_loss", "checkpoint_path", "error", "eval", "eval_recent", "progressive", "sources", "joined_label_fraction", "snapshot_path", "minibatches", "mixed_minibatches")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TRAINER_ID_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -142,6 +142,14 @@ class ReportTrainingResultRequest(_message.Message):
     FINAL_LOSS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_PATH_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    EVAL_FIELD_NUMBER: _ClassVar[int]
+    EVAL_RECENT_FIELD_NUMBER: _ClassVar[int]
+    PROGRESSIVE_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
+    JOINED_LABEL_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_PATH_FIELD_NUMBER: _ClassVar[int]
+    MINIBATCHES_FIELD_NUMBER: _ClassVar[int]
+    MIXED_MINIBATCHES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     trainer_id: str
     steps: int
@@ -153,7 +161,53 @@ class ReportTrainingResultRequest(_message.Message):
     final_loss: float
     checkpoint_path: str
     error: str
-    def __init__(self, job_id: _Optional[str] = ..., trainer_id: _Optional[str] = ..., steps: _Optional[int] = ..., train_samples: _Optional[int] = ..., eval_samples: _Optional[int] = ..., auc: _Optional[float] = ..., logloss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., final_loss: _Optional[float] = ..., checkpoint_path: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    eval: EvalMetrics
+    eval_recent: EvalMetrics
+    progressive: EvalMetrics
+    sources: _containers.RepeatedCompositeFieldContainer[SourceTrainingResult]
+    joined_label_fraction: float
+    snapshot_path: str
+    minibatches: int
+    mixed_minibatches: int
+    def __init__(self, job_id: _Optional[str] = ..., trainer_id: _Optional[str] = ..., steps: _Optional[int] = ..., train_samples: _Optional[int] = ..., eval_samples: _Optional[int] = ..., auc: _Optional[float] = ..., logloss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., final_loss: _Optional[float] = ..., checkpoint_path: _Optional[str] = ..., error: _Optional[str] = ..., eval: _Optional[_Union[EvalMetrics, _Mapping]] = ..., eval_recent: _Optional[_Union[EvalMetrics, _Mapping]] = ..., progressive: _Optional[_Union[EvalMetrics, _Mapping]] = ..., sources: _Optional[_Iterable[_Union[SourceTrainingResult, _Mapping]]] = ..., joined_label_fraction: _Optional[float] = ..., snapshot_path: _Optional[str] = ..., minibatches: _Optional[int] = ..., mixed_minibatches: _Optional[int] = ...) -> None: ...
+
+class EvalMetrics(_message.Message):
+    __slots__ = ("rows", "positives", "auc", "logloss", "normalized_entropy", "calibration")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    POSITIVES_FIELD_NUMBER: _ClassVar[int]
+    AUC_FIELD_NUMBER: _ClassVar[int]
+    LOGLOSS_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZED_ENTROPY_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATION_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    positives: int
+    auc: float
+    logloss: float
+    normalized_entropy: float
+    calibration: float
+    def __init__(self, rows: _Optional[int] = ..., positives: _Optional[int] = ..., auc: _Optional[float] = ..., logloss: _Optional[float] = ..., normalized_entropy: _Optional[float] = ..., calibration: _Optional[float] = ...) -> None: ...
+
+class SourceTrainingResult(_message.Message):
+    __slots__ = ("source", "rows_trained", "target_share", "short_seconds", "catch_up_minibatches", "mean_loss", "progressive", "eval", "mixed_share")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ROWS_TRAINED_FIELD_NUMBER: _ClassVar[int]
+    TARGET_SHARE_FIELD_NUMBER: _ClassVar[int]
+    SHORT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CATCH_UP_MINIBATCHES_FIELD_NUMBER: _ClassVar[int]
+    MEAN_LOSS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESSIVE_FIELD_NUMBER: _ClassVar[int]
+    EVAL_FIELD_NUMBER: _ClassVar[int]
+    MIXED_SHARE_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    rows_trained: int
+    target_share: float
+    short_seconds: float
+    catch_up_minibatches: int
+    mean_loss: float
+    progressive: EvalMetrics
+    eval: EvalMetrics
+    mixed_share: float
+    def __init__(self, source: _Optional[str] = ..., rows_trained: _Optional[int] = ..., target_share: _Optional[float] = ..., short_seconds: _Optional[float] = ..., catch_up_minibatches: _Optional[int] = ..., mean_loss: _Optional[float] = ..., progressive: _Optional[_Union[EvalMetrics, _Mapping]] = ..., eval: _Optional[_Union[EvalMetrics, _Mapping]] = ..., mixed_share: _Optional[float] = ...) -> None: ...
 
 class ReportTrainingResultResponse(_message.Message):
     __slots__ = ()

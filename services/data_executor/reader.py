@@ -24,6 +24,7 @@ from primus.sources.wire import piece_from_split
 from primus.spec import Source, TrainingJob
 from primus.transform import Conformed, conform_table
 from primus.v1 import planner_pb2
+from services.data_executor.labels import label_columns, label_step
 
 TARGET_BATCH_BYTES = 4 * 1024 * 1024
 UNIT_BYTES = 1024 * 1024  # encoded bytes a unit aims at: smaller row groups are read together, larger ones alone
@@ -41,6 +42,7 @@ class TaskRead:
     read_seconds: float
     transform_seconds: float
     records_quarantined: int
+    labels_joined: int = 0  # label rows left out because the join had labelled their impression already
 
 
 @dataclass(frozen=True)
@@ -52,13 +54,16 @@ class UnitRead:
     cpu_seconds: float
     read_seconds: float
     transform_seconds: float
+    labels_joined: int = 0
 
 
 def physical_columns(source: Source, version: int, schema: pa.Schema, job: TrainingJob) -> list[str]:
-    """The stored columns a task must read: training columns under their physical names, plus join keys."""
+    """The stored columns a task must read: training columns under their physical names, plus join keys and the
+    columns of delayed labels (a label join's key, a label source's impression time)."""
     mapping = source.schema_for(version)
     physical_of = {target: name for name, target in mapping.rename.items()}
     wanted = list(schema.names) + [t.column for t in mapping.transformations] + [s.key for s in job.spec.data.joins_for(source.name) if s.key]
+    wanted += label_columns(job, source)
     return list(dict.fromkeys(physical_of.get(c, c) for c in wanted))
 
 
@@ -103,6 +108,7 @@ class TaskReader:
         self._adapter = get_adapter(task.adapter or source.resolved_adapter)
         self._columns = physical_columns(source, task.schema_version, schema, job)
         self._mapping = source.schema_for(task.schema_version)
+        self._labels = label_step(job, source, task.partition)
         self._tracer = telemetry.tracer("primus.data_executor")
 
     def units(self, shared: bool = False) -> list[Piece]:
@@ -128,19 +134,29 @@ class TaskReader:
             "primus.attempt": task.attempt,
             "primus.schema_version": task.schema_version,
         }
+        origin = f"source {task.source!r} ({piece.location})"
+        labels_joined = 0
+
+        def joins(table: pa.Table) -> pa.Table:
+            """Delayed labels, then feature-store joins: on the renamed rows, before they are narrowed to the schema."""
+            nonlocal labels_joined
+            if self._labels is not None:
+                table, labels_joined = self._labels.apply(table, origin)
+            return _apply_joins(self._job, self._source, table)
+
         with self._tracer.start_as_current_span("data_task.transform", attributes=attributes) as span:
-            origin = f"source {task.source!r} ({piece.location})"
-            conformed = conform_table(raw, self._mapping, self._schema, origin, joins=lambda t: _apply_joins(self._job, self._source, t))
+            conformed = conform_table(raw, self._mapping, self._schema, origin, joins=joins)
             if span.is_recording():
                 span.set_attributes(
                     {
                         "primus.bytes": raw.nbytes,
                         "primus.rows": conformed.table.num_rows,
                         "primus.records_quarantined": conformed.quarantined_rows,
+                        "primus.labels_joined": labels_joined,
                         "primus.cpu_seconds": time.thread_time() - read_cpu,
                     }
                 )
-        return UnitRead(conformed, raw.nbytes, time.thread_time() - started_cpu, read_done - started, time.perf_counter() - read_done)
+        return UnitRead(conformed, raw.nbytes, time.thread_time() - started_cpu, read_done - started, time.perf_counter() - read_done, labels_joined)
 
     def assemble(self, parts: list[UnitRead], quarantine_dir: Path | None = None) -> TaskRead:
         """The task's batches from its units' rows, in unit order; rejected records go to quarantine once per task."""
@@ -162,6 +178,7 @@ class TaskReader:
             read_seconds=sum(p.read_seconds for p in parts),
             transform_seconds=sum(p.transform_seconds for p in parts),
             records_quarantined=rejected if task.start_offset == 0 else 0,
+            labels_joined=sum(p.labels_joined for p in parts) if task.start_offset == 0 else 0,
         )
 
 

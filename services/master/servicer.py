@@ -109,8 +109,41 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             "final_loss": round(request.final_loss, 6),
             "train_seconds": round(request.train_seconds, 3),
             "checkpoint": request.checkpoint_path,
+            "eval": _metrics(request.eval) if request.HasField("eval") else None,
+            "eval_recent": _metrics(request.eval_recent) if request.HasField("eval_recent") else None,
+            "progressive": _metrics(request.progressive) if request.HasField("progressive") else None,
+            "sources": [_source_result(s) for s in request.sources],
+            "joined_label_fraction": round(request.joined_label_fraction, 6),
+            "snapshot": request.snapshot_path,
+            "minibatches": request.minibatches,
+            "mixed_minibatches": request.mixed_minibatches,
         }
         if request.error:
             result = {"trainer_id": request.trainer_id, "error": request.error}
         self._store.update(request.job_id, result=result)
         return master_pb2.ReportTrainingResultResponse()
+
+
+def _metrics(metrics: master_pb2.EvalMetrics) -> dict[str, float | int]:
+    return {
+        "rows": metrics.rows,
+        "positives": metrics.positives,
+        "auc": round(metrics.auc, 6),
+        "logloss": round(metrics.logloss, 6),
+        "normalized_entropy": round(metrics.normalized_entropy, 6),
+        "calibration": round(metrics.calibration, 6),
+    }
+
+
+def _source_result(source: master_pb2.SourceTrainingResult) -> dict[str, object]:
+    return {
+        "source": source.source,
+        "rows_trained": source.rows_trained,
+        "target_share": round(source.target_share, 6),
+        "short_seconds": round(source.short_seconds, 3),
+        "catch_up_minibatches": source.catch_up_minibatches,
+        "mean_loss": round(source.mean_loss, 6),
+        "progressive": _metrics(source.progressive) if source.HasField("progressive") else None,
+        "eval": _metrics(source.eval) if source.HasField("eval") else None,
+        "mixed_share": round(source.mixed_share, 6) if source.mixed_share == source.mixed_share else None,
+    }

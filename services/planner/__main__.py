@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from primus import rpc, telemetry
 from primus.sources.files import set_metadata_latency
 from services.planner.distributed import DistributedResolver
 from services.planner.plan import PartitionResolver, Resolve
-from services.planner.registry import PlanRegistry
+from services.planner.registry import REPLAN_SECONDS, PlanRegistry
 from services.planner.server import create_server
 
 
@@ -33,6 +34,12 @@ def main() -> None:
     parser.add_argument("--resolve-threads", type=int, default=16, help="threads resolving partitions in each resolving process")
     parser.add_argument("--resolve-processes", type=int, default=2, help="worker processes resolving partitions, sharded by day, for sources longer than a day")
     parser.add_argument("--replicas", type=_addresses, default=[], metavar="ADDR,ADDR", help="planner replicas that resolve partitions for CreatePlan")
+    parser.add_argument(
+        "--replan-seconds",
+        type=float,
+        default=float(os.environ.get("PRIMUS_REPLAN_SECONDS", REPLAN_SECONDS)),
+        help="how often a plan whose data still arrives (streams) looks for newly ready slots (env PRIMUS_REPLAN_SECONDS)",
+    )
     parser.add_argument("--metadata-latency-ms", type=float, default=0.0, help="benchmarks only: sleep this long before each file list, stat and footer open")
     args = parser.parse_args()
     latency = args.metadata_latency_ms / 1000.0
@@ -40,7 +47,7 @@ def main() -> None:
     resolve: Resolve = DistributedResolver(args.replicas) if args.replicas else PartitionResolver(args.resolve_threads, args.resolve_processes, latency)
     rpc.configure_logging("planner")
     telemetry.setup_tracing("planner", args.runs_dir)
-    running = create_server(args.bind, PlanRegistry(resolve, lease_seconds=args.lease_seconds, max_attempts=args.max_attempts))
+    running = create_server(args.bind, PlanRegistry(resolve, lease_seconds=args.lease_seconds, max_attempts=args.max_attempts, replan_seconds=args.replan_seconds))
     rpc.run_until_signalled(running, on_stop=_closer(resolve), ready_file=args.ready_file)
 
 

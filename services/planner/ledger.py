@@ -18,6 +18,7 @@ from enum import Enum
 
 from primus.errors import ConflictError, NotFoundError
 from primus.v1 import common_pb2
+from services.planner.shares import SourceCandidate, SourceShare, catch_up, choose_source
 from services.planner.tasks import TaskSpec
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,27 @@ class Progress:
     finished: bool
 
 
+@dataclass
+class SourceQueue:
+    """One source's pending tasks of one purpose, and where the source stands in the mixture."""
+
+    share: SourceShare
+    # (time order, task id) of the pending tasks; rows of tasks leased or finished since are dropped when they come
+    # up, so a lease costs a few heap operations, not a pass over every task
+    heap: list[tuple[int, str]] = field(default_factory=list)
+    pending_rows: int = 0  # estimated rows of its pending tasks: kept up on every change, never recounted
+    leased_rows: float = 0.0  # virtual work done: see shares.catch_up and choose_source
+    candidate: bool = False  # it had a runnable task at the purpose's last choice
+
+
+@dataclass
+class PurposeQueues:
+    """The pending tasks of one purpose, per source, and the least progress among the last choice's candidates."""
+
+    sources: dict[str, SourceQueue] = field(default_factory=dict)
+    virtual_time: float = 0.0
+
+
 class TaskLedger:
     """Thread-safe state of one plan's tasks."""
 
@@ -117,15 +139,17 @@ class TaskLedger:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         quotas: dict[str, tuple[int, int]] | None = None,
+        shares: dict[str, SourceShare] | None = None,
     ) -> None:
-        """quotas: per source, at most this many tasks and bytes leased at once (a single task may exceed the bytes)."""
+        """quotas: per source, at most this many tasks and bytes leased at once (a single task may exceed the bytes).
+        shares: per source, its weight, priority and lag limit in the lease mixture; a source not named gets weight 1,
+        never lags, and has its tasks' priority."""
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._quotas = quotas or {}
+        self._shares = dict(shares or {})
         self._entries: dict[str, TaskEntry] = {}
-        # per purpose, a heap of (lease order, task id) over the pending tasks; rows of tasks leased or finished since
-        # are dropped when they come up, so a lease costs a few heap operations, not a pass over every task
-        self._pending: dict[int, list[tuple[tuple[int, int, str, str], str]]] = {}
+        self._pending: dict[int, PurposeQueues] = {}
         self._next_expiry = math.inf  # no lease runs out before this
         self._lease_seconds = lease_seconds
         self._max_attempts = max_attempts
@@ -151,12 +175,15 @@ class TaskLedger:
     # --- leasing -----------------------------------------------------------------------------
 
     def lease(self, purpose: int, executor: str, now: float | None = None) -> Lease | None:
-        """The next runnable task of a purpose (priority, then time order), a speculative copy of a straggler, or None."""
+        """The next runnable task of a purpose (a source chosen by shares.choose_source, then its first in time order),
+        a speculative copy of a straggler, or None."""
         now = time.time() if now is None else now
         with self._lock:
             self._expire(now)
             entry = self._next_ready(purpose)
             if entry is not None:
+                self._leave_pending(entry)
+                self._queue(entry.spec).leased_rows += max(1, entry.spec.rows - entry.committed)
                 entry.status, entry.executor = TaskStatus.LEASED, executor
                 entry.lease_deadline, entry.leased_at, entry.claimed_by = now + self._lease_seconds, now, -1
                 self._next_expiry = min(self._next_expiry, entry.lease_deadline)
@@ -167,33 +194,81 @@ class TaskLedger:
         """About how many tasks of the purpose wait to be leased: an upper bound (a task queued twice, or gone from
         the queue other than by a lease, counts until a lease comes across its row)."""
         with self._lock:
-            return len(self._pending.get(purpose, ()))
+            queues = self._pending.get(purpose)
+            return sum(len(q.heap) for q in queues.sources.values()) if queues else 0
+
+    def _queue(self, spec: TaskSpec) -> SourceQueue:
+        queues = self._pending.setdefault(spec.purpose, PurposeQueues())
+        queue = queues.sources.get(spec.source)
+        if queue is None:
+            queue = queues.sources[spec.source] = SourceQueue(self._shares.get(spec.source) or SourceShare(priority=spec.priority))
+        return queue
 
     def _make_pending(self, entry: TaskEntry) -> None:
-        """The entry waits to be leased (again): pending, and in its purpose's heap. The one way to make it so."""
+        """The entry, new or not pending, waits to be leased (again): pending, in its source's heap, and its rows in
+        the source's pending rows. The one way to make it so."""
         entry.status = TaskStatus.PENDING
         spec = entry.spec
-        heapq.heappush(self._pending.setdefault(spec.purpose, []), ((-spec.priority, spec.order, spec.source, spec.task_id), spec.task_id))
+        queue = self._queue(spec)
+        heapq.heappush(queue.heap, (spec.order, spec.task_id))
+        queue.pending_rows += spec.rows
+
+    def _leave_pending(self, entry: TaskEntry) -> None:
+        """Before a pending entry is leased or finished: its rows leave its source's pending rows (its heap row is
+        dropped when it comes up)."""
+        if entry.status is TaskStatus.PENDING:
+            self._queue(entry.spec).pending_rows -= entry.spec.rows
 
     def _next_ready(self, purpose: int) -> TaskEntry | None:
-        """The first pending task of the purpose in lease order (priority, then time) whose dependencies were served
-        and whose source is under its quota."""
-        heap = self._pending.get(purpose, [])
+        """The task to lease next, taken off its heap: among the sources with a runnable task (its dependencies
+        served, its source under quota), the one shares.choose_source picks after shares.catch_up has levelled those
+        that rejoined; then that source's first runnable task in time order."""
+        queues = self._pending.get(purpose)
+        if queues is None:
+            return None
         in_flight = self._in_flight() if self._quotas else {}
-        waiting: dict[str, tuple[tuple[int, int, str, str], str]] = {}  # pending, but not runnable yet
+        ready: dict[str, TaskEntry] = {}
+        waiting: list[tuple[SourceQueue, tuple[int, str]]] = []  # pending but not runnable: back in their heaps below
+        for name, queue in queues.sources.items():
+            entry = self._first_runnable(name, queue, in_flight, waiting)
+            if entry is not None:
+                ready[name] = entry
+        candidates = [SourceCandidate(name, q.share, q.leased_rows, q.pending_rows, rejoined=not q.candidate) for name, q in queues.sources.items() if name in ready]
+        for name, queue in queues.sources.items():
+            queue.candidate = name in ready
         found = None
-        while heap and found is None:
-            row = heapq.heappop(heap)
-            entry = self._entries[row[1]]
-            if entry.status is not TaskStatus.PENDING or row[1] in waiting:
-                continue  # leased or finished since it was queued, or queued twice
-            if self._deps_met(entry) and self._under_quota(entry, in_flight):
-                found = entry
-            else:
-                waiting[row[1]] = row
-        for row in waiting.values():
-            heapq.heappush(heap, row)
+        if candidates:
+            candidates = catch_up(candidates, queues.virtual_time)
+            for candidate in candidates:
+                queues.sources[candidate.name].leased_rows = candidate.leased_rows
+            queues.virtual_time = max(queues.virtual_time, min(c.progress for c in candidates))
+            chosen = choose_source(candidates)
+            heapq.heappop(queues.sources[chosen].heap)
+            found = ready[chosen]
+        for queue, row in waiting:
+            heapq.heappush(queue.heap, row)
         return found
+
+    def _first_runnable(
+        self, source: str, queue: SourceQueue, in_flight: dict[str, tuple[int, int]], waiting: list[tuple[SourceQueue, tuple[int, str]]]
+    ) -> TaskEntry | None:
+        """The source's first pending task in time order that can run now, left on top of its heap: the rows of tasks
+        no longer pending before it are dropped, and those of tasks not runnable yet are moved to waiting."""
+        quota = self._quotas.get(source)
+        if quota is not None and in_flight.get(source, (0, 0))[0] >= quota[0]:
+            return None  # no task of the source can run: spare popping them all
+        held: set[str] = set()
+        while queue.heap:
+            row = queue.heap[0]
+            entry = self._entries[row[1]]
+            if entry.status is not TaskStatus.PENDING or row[1] in held:
+                heapq.heappop(queue.heap)  # leased or finished since it was queued, or queued twice
+            elif self._deps_met(entry) and self._under_quota(entry, in_flight):
+                return entry
+            else:
+                held.add(row[1])
+                waiting.append((queue, heapq.heappop(queue.heap)))
+        return None
 
     def _deps_met(self, entry: TaskEntry) -> bool:
         """Dependencies count as met once served: ordering is about serving, and commits wait for checkpoints."""
@@ -322,6 +397,7 @@ class TaskLedger:
                 entry = self._entry(item.task_id)
                 entry.committed = max(entry.committed, item.rows_consumed)
                 if item.finished and entry.status not in FINISHED:
+                    self._leave_pending(entry)
                     entry.status = TaskStatus.DONE
                     self.accounts[entry.spec.source].tasks_done += 1
                     done += 1
@@ -365,6 +441,7 @@ class TaskLedger:
                 if item is not None and item.finished:
                     entry.committed = target
                     if not was_done:
+                        self._leave_pending(entry)
                         entry.status = TaskStatus.DONE
                         account.tasks_done += 1
                     continue
@@ -374,7 +451,8 @@ class TaskLedger:
                 account.tasks_done -= was_done
                 entry.committed = target
                 entry.executor, entry.claimed_by, entry.speculative = "", -1, None
-                self._make_pending(entry)
+                if entry.status is not TaskStatus.PENDING:
+                    self._make_pending(entry)
                 entry.attempt += 1
                 account.retries += 1
                 reset += 1

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from primus.samples import row_bytes, training_schema
 from primus.sources import Partition, get_adapter
@@ -23,11 +23,14 @@ Resolve = Callable[[TrainingJob, Source, Sequence[datetime]], list[Partition]]
 
 
 def required_columns(job: TrainingJob, source: Source) -> list[str]:
-    """Training columns a source itself must provide (feature-store joins bring the rest)."""
+    """Training columns a source itself must provide (feature-store joins bring the rest), plus the columns of
+    delayed labels: a label join's key, and a label source's impression time."""
     stores = job.spec.data.joins_for(source.name)
     joined = {f for store in stores for f in store.fields}
     needed = [c for c in training_schema(job.spec.training.features).names if c not in joined]
-    return list(dict.fromkeys(needed + [s.key for s in stores if s.key]))
+    labels = [source.labels.key] if source.labels is not None else []
+    labels += [s.labels.impression_time_column for s in job.spec.data.sources if s.labels is not None and s.labels.source == source.name]
+    return list(dict.fromkeys(needed + [s.key for s in stores if s.key] + labels))
 
 
 def _resolve_slots(job: TrainingJob, source: Source, slots: Sequence[datetime], threads: int) -> list[Partition]:
@@ -118,7 +121,7 @@ class Plan:
     decisions: list[Decision]
     tasks: list[TaskSpec]
     planning_seconds: float
-    open_ended: bool = False
+    open_ended: bool = False  # more training data can still be planned (see still_arriving)
     planned_keys: set[tuple[int, str]] = field(default_factory=set)
 
     @property
@@ -156,6 +159,53 @@ def work_items(job: TrainingJob) -> list[tuple[int, Source, TimeRange]]:
     return items
 
 
+def label_slots(job: TrainingJob, source: Source, slot: datetime) -> list[datetime]:
+    """The label source's slots a partition of `source` waits for: hours slot .. slot+windowHours-1 that lie inside
+    the label source's time range (the data executor joins the same hours)."""
+    if source.labels is None:
+        return []
+    label_source = next(s for s in job.spec.data.sources if s.name == source.labels.source)
+    span = label_source.range
+    hours = [slot + timedelta(hours=i) for i in range(source.labels.window_hours)]
+    inside = [h for h in hours if span.start <= h and (span.end is None or h < span.end)]
+    return get_adapter(label_source.resolved_adapter).slots(label_source, inside)
+
+
+def _resolve_requests(job: TrainingJob, resolve: Resolve, requests: list[tuple[Source, list[datetime]]]) -> list[list[Partition]]:
+    """Several sources' slots, all in one call where the resolver takes several at once."""
+    many = getattr(resolve, "resolve_many", None)
+    if many is not None:
+        resolved: list[list[Partition]] = many(job, requests)
+        return resolved
+    return [resolve(job, source, slots) for source, slots in requests]
+
+
+def _wait_for_labels(job: TrainingJob, items: list[tuple[int, Source, TimeRange]], resolved: list[list[Partition]], resolve: Resolve) -> list[list[Partition]]:
+    """Partitions of a source with labels stay not ready until the label slots of their window are. Label slots the
+    items resolved already are reused; the others are resolved here (metadata only, like every slot)."""
+    by_name = {s.name: s for s in job.spec.data.sources}
+    known = {(p.source, p.slot): p for partitions in resolved for p in partitions}
+    windows = [[label_slots(job, source, p.slot) if p.ready else [] for p in partitions] for (_, source, _), partitions in zip(items, resolved, strict=True)]
+    missing: dict[str, set[datetime]] = {}
+    for (_, source, _), slot_lists in zip(items, windows, strict=True):
+        if source.labels is not None:
+            name = source.labels.source
+            missing.setdefault(name, set()).update(s for slots in slot_lists for s in slots if (name, s) not in known)
+    requests = [(by_name[name], sorted(slots)) for name, slots in missing.items() if slots]
+    if requests:
+        known.update(((p.source, p.slot), p) for partitions in _resolve_requests(job, resolve, requests) for p in partitions)
+    return [
+        [_await_labels(p, [known[(source.labels.source, s)] for s in slots]) if source.labels else p for p, slots in zip(partitions, slot_lists, strict=True)]
+        for (_, source, _), partitions, slot_lists in zip(items, resolved, windows, strict=True)
+    ]
+
+
+def _await_labels(partition: Partition, labels: list[Partition]) -> Partition:
+    """The partition, or, while one of its label partitions is not ready, the same not ready, saying which."""
+    pending = next((p for p in labels if not p.ready), None)
+    return partition if pending is None else replace(partition, ready=False, reason=f"waiting for labels: {pending.key} {pending.reason}")
+
+
 def _decide(partition: Partition, tasks: int) -> str:
     if not partition.ready:
         return "waiting"
@@ -180,11 +230,7 @@ def expand(
     for purpose, source, time_range in items:
         adapter = get_adapter(source.resolved_adapter)
         wanted.append([s for s in adapter.slots(source, time_range.hours(until)) if (purpose, f"{source.name}/{s:%Y-%m-%dT%H}") not in skip])
-    many = getattr(resolve, "resolve_many", None)
-    if many is not None:
-        resolved = many(job, [(item[1], slots) for item, slots in zip(items, wanted, strict=True)])
-    else:
-        resolved = [resolve(job, item[1], slots) for item, slots in zip(items, wanted, strict=True)]
+    resolved = _wait_for_labels(job, items, _resolve_requests(job, resolve, [(item[1], slots) for item, slots in zip(items, wanted, strict=True)]), resolve)
     last = dict(chain or {})
     width = decoded_row_bytes(job)
     for (purpose, source, _range), partitions in zip(items, resolved, strict=True):
@@ -228,11 +274,22 @@ def _chained(tasks: list[TaskSpec], last: dict[tuple[str, int], str], key: tuple
     return out
 
 
+def still_arriving(job: TrainingJob, decisions: Sequence[Decision]) -> bool:
+    """Whether more training data can still be planned: a source's range is open-ended, or a stream (or a source
+    waiting for its labels) has a slot of its range that is not ready yet. Such a plan is extended as slots become
+    ready, and its training does not end before they are. A batch source's missing partition is not waited for."""
+    data = job.spec.data
+    if any(s.range.open_ended for s in data.sample_sources):
+        return True
+    waits = {s.name for s in data.sample_sources if s.kind == "stream" or s.labels is not None}
+    return any(d.purpose == common_pb2.TASK_PURPOSE_TRAIN and d.decision == "waiting" and d.partition.source in waits for d in decisions)
+
+
 def build_plan(job_id: str, job: TrainingJob, resolve: Resolve, plan_version: int = 1, until: datetime | None = None) -> Plan:
     """Plan every source of a job. Reads metadata (listings, markers, footers, catalogs), never samples."""
     started = time.perf_counter()
     decisions, tasks = expand(job, resolve, plan_version, until=until)
-    open_ended = any(s.range.open_ended for s in job.spec.data.sample_sources)
+    open_ended = still_arriving(job, decisions)
     planned = {(d.purpose, d.partition.key) for d in decisions if d.partition.ready}
     return Plan(
         job_id=job_id,
@@ -255,4 +312,5 @@ def extend_plan(plan: Plan, job: TrainingJob, resolve: Resolve, until: datetime 
     plan.planned_keys |= {(d.purpose, d.partition.key) for d in decisions if d.partition.ready}
     plan.tasks.extend(tasks)
     plan.fingerprint = fingerprint(job, plan.plan_version, plan.decisions)
+    plan.open_ended = still_arriving(job, plan.decisions)
     return tasks

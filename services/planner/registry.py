@@ -10,6 +10,7 @@ from primus.errors import NotFoundError
 from primus.spec import TrainingJob, load_job_text
 from services.planner.ledger import TaskLedger
 from services.planner.plan import PartitionResolver, Plan, Resolve, build_plan, extend_plan
+from services.planner.shares import SourceShare
 
 log = logging.getLogger(__name__)
 REPLAN_SECONDS = 30.0
@@ -48,7 +49,8 @@ class PlanRegistry:
         job = load_job_text(spec_yaml, f"job {job_id}")
         plan = build_plan(job_id, job, self.resolve)
         quotas = {s.name: (s.quota.max_concurrent_tasks, s.quota.max_bytes_in_flight) for s in job.spec.data.sources}
-        ledger = TaskLedger(plan.tasks, self._lease_seconds, self._max_attempts or job.spec.data.max_attempts, quotas)
+        shares = {s.name: SourceShare(s.weight, s.priority, s.max_lag_rows) for s in job.spec.data.sources}
+        ledger = TaskLedger(plan.tasks, self._lease_seconds, self._max_attempts or job.spec.data.max_attempts, quotas, shares)
         ledger.open_ended = plan.open_ended
         created = JobPlan(job, plan, ledger)
         with self._lock:
@@ -62,12 +64,16 @@ class PlanRegistry:
         job_plan = self.get(job_id)
         with job_plan.lock:
             new = extend_plan(job_plan.plan, job_plan.job, self.resolve)
-        return job_plan.ledger.add_tasks(new)
+        added = job_plan.ledger.add_tasks(new)
+        job_plan.ledger.open_ended = job_plan.plan.open_ended  # after the tasks are in: training must not end first
+        return added
 
     def _keep_planning(self, job_id: str) -> None:
+        """Extend the plan until nothing more can arrive (a closed range whose slots are all ready)."""
         while not self._stop.wait(self._replan_seconds):
             try:
                 added = self.extend(job_id)
+                done = not self.get(job_id).plan.open_ended
             except NotFoundError:
                 return
             except Exception:
@@ -75,6 +81,9 @@ class PlanRegistry:
                 continue
             if added:
                 log.info("job %s: planned %d new tasks", job_id, added)
+            if done:
+                log.info("job %s: every slot of the time range is planned", job_id)
+                return
 
     def get(self, job_id: str) -> JobPlan:
         with self._lock:

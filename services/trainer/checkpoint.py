@@ -1,8 +1,8 @@
-"""Checkpoints that hold the model, the optimizer and the data progress together, written atomically."""
+"""Checkpoints that hold the model, the optimizer, the data progress and the mixer's state together, written atomically."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ class Checkpoint:
     steps: int
     train_samples: int
     phase: str
+    extra: dict[str, Any] = field(default_factory=dict)  # the mixer, the label correction, progressive metrics
 
 
 def _path(folder: Path, seq: int) -> Path:
@@ -42,6 +43,7 @@ def save(folder: Path, checkpoint: Checkpoint) -> Path:
             "steps": checkpoint.steps,
             "train_samples": checkpoint.train_samples,
             "phase": checkpoint.phase,
+            "extra": checkpoint.extra,
         },
         tmp,
     )
@@ -51,11 +53,18 @@ def save(folder: Path, checkpoint: Checkpoint) -> Path:
     return path
 
 
-def load_latest(folder: Path) -> Checkpoint | None:
+def newest(folder: Path) -> Path | None:
     paths = sorted(folder.glob("ckpt-*.pt"))
-    if not paths:
-        return None
-    state = torch.load(paths[-1], weights_only=False)
+    return paths[-1] if paths else None
+
+
+def load_latest(folder: Path) -> Checkpoint | None:
+    path = newest(folder)
+    return None if path is None else load(path)
+
+
+def load(path: Path) -> Checkpoint:
+    state = torch.load(path, weights_only=False)
     return Checkpoint(
         seq=int(state["seq"]),
         model=state["model"],
@@ -64,4 +73,5 @@ def load_latest(folder: Path) -> Checkpoint | None:
         steps=int(state["steps"]),
         train_samples=int(state["train_samples"]),
         phase=str(state["phase"]),
+        extra=dict(state.get("extra") or {}),
     )

@@ -88,8 +88,12 @@ class BatchFeed:
         window: int = CREDIT_WINDOW,
         shared_memory: bool = True,
         stalls: StallClock = STALLS,
+        held: int = 0,
     ) -> None:
+        """held: how many served batches the consumer may keep past the next one (a mixer holds some per source);
+        each stream's shared memory gets room for them."""
         self._window = window
+        self._held = held
         self._shared_memory = shared_memory
         self._discover = discover
         self._ticket = data_executor_pb2.DataTicket(job_id=job_id, consumer_id=consumer_id, purpose=purpose)  # type: ignore[arg-type]
@@ -113,6 +117,11 @@ class BatchFeed:
     def stall_seconds(self) -> float:
         """How long the consumer of this feed waited for a batch while streams were running."""
         return self._stall_seconds
+
+    @property
+    def has_more(self) -> bool:
+        """Whether a batch (or an event) is queued right now: the consumer would not wait for the next one."""
+        return not self._queue.empty()
 
     @property
     def states(self) -> dict[str, str]:
@@ -199,7 +208,7 @@ class BatchFeed:
         ticket.shared_memory = self._shared_memory and _same_host(address)
         maps = SharedMemoryMaps()
         if ticket.shared_memory:  # room for the batches in flight, queued, and in the trainer's hands
-            ticket.shared_memory_slots = self._window + self._queue.maxsize + 4
+            ticket.shared_memory_slots = self._window + self._queue.maxsize + self._held + 4
         ended = False  # the executor sent END_OF_STREAM: every batch has arrived
         try:
             client = flight.connect(f"grpc://{address}")

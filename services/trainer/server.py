@@ -9,6 +9,7 @@ from collections.abc import Callable
 import grpc
 
 from primus import heartbeat, rpc
+from primus.metrics import Metrics
 from primus.spec import TrainingJob
 from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2_grpc, trainer_pb2, trainer_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
@@ -107,24 +108,61 @@ def run_trainer(args: WorkerArgs, job: TrainingJob, status: TrainerStatus) -> Tr
     )
     session.resume()
     session.train()
-    result = session.evaluate() if job.spec.data.eval is not None else session.trainer.finish_evaluation()
+    result = session.evaluate() if job.spec.data.eval is not None else session.finish()
     status.update(DONE_PHASE, result.steps, result.train_samples, result.final_loss)  # from here on a release is expected
-    deliver_result(
-        master,
-        master_pb2.ReportTrainingResultRequest(
-            job_id=args.job_id,
-            trainer_id=args.executor_id,
-            steps=result.steps,
-            train_samples=result.train_samples,
-            eval_samples=result.eval_samples,
-            auc=finite(result.auc),
-            logloss=finite(result.logloss),
-            train_seconds=result.train_seconds,
-            final_loss=finite(result.final_loss),
-            checkpoint_path=str(args.run_dir / "checkpoints"),
-        ),
-    )
+    deliver_result(master, result_request(args, result))
     return result
+
+
+def _metrics(metrics: Metrics | None) -> master_pb2.EvalMetrics | None:
+    if metrics is None:
+        return None
+    return master_pb2.EvalMetrics(
+        rows=metrics.rows,
+        positives=metrics.positives,
+        auc=finite(metrics.auc),
+        logloss=finite(metrics.logloss),
+        normalized_entropy=finite(metrics.ne),
+        calibration=finite(metrics.calibration),
+    )
+
+
+def result_request(args: WorkerArgs, result: TrainingResult) -> master_pb2.ReportTrainingResultRequest:
+    """The trainer's result for the master: totals, evaluation, and per source what was trained against the mix."""
+    sources = [
+        master_pb2.SourceTrainingResult(
+            source=s.source,
+            rows_trained=s.rows_trained,
+            target_share=s.target_share,
+            short_seconds=s.short_seconds,
+            catch_up_minibatches=s.catch_up_minibatches,
+            mean_loss=finite(s.mean_loss),
+            progressive=_metrics(s.progressive),
+            eval=_metrics(s.eval),
+            mixed_share=s.mixed_share,
+        )
+        for s in result.sources
+    ]
+    return master_pb2.ReportTrainingResultRequest(
+        job_id=args.job_id,
+        trainer_id=args.executor_id,
+        steps=result.steps,
+        train_samples=result.train_samples,
+        eval_samples=result.eval_samples,
+        auc=finite(result.auc),
+        logloss=finite(result.logloss),
+        train_seconds=result.train_seconds,
+        final_loss=finite(result.final_loss),
+        checkpoint_path=str(args.run_dir / "checkpoints"),
+        eval=_metrics(result.eval_metrics),
+        eval_recent=_metrics(result.eval_recent),
+        progressive=_metrics(result.progressive),
+        sources=sources,
+        joined_label_fraction=result.joined_label_fraction,
+        snapshot_path=result.snapshot,
+        minibatches=result.minibatches,
+        mixed_minibatches=result.mixed_minibatches,
+    )
 
 
 def deliver_result(master: master_pb2_grpc.MasterServiceStub, request: master_pb2.ReportTrainingResultRequest) -> None:

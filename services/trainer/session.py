@@ -1,4 +1,4 @@
-"""TrainingSession: resume from the last checkpoint, train over the feed, checkpoint and commit progress, evaluate."""
+"""TrainingSession: resume from the last checkpoint (or warm-start), train mixed minibatches, checkpoint and commit progress, evaluate."""
 
 from __future__ import annotations
 
@@ -11,12 +11,17 @@ from typing import Any
 import grpc
 
 from primus import telemetry
-from primus.errors import ConflictError
-from primus.spec import TrainingJob
+from primus.errors import ConflictError, DataError
+from primus.metrics import EvalAccumulator
+from primus.spec import TrainingJob, WarmStart
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.trainer import checkpoint as ckpt
 from services.trainer.consumed import ConsumedTasks
+from services.trainer.delayed_labels import JoinedFraction
+from services.trainer.export import export_snapshot
 from services.trainer.feed import BatchFeed, Discover, Lost
+from services.trainer.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
+from services.trainer.model import batch_to_tensors
 from services.trainer.training import CtrTrainer, ProgressFn, TrainingResult, finite
 
 log = logging.getLogger(__name__)
@@ -58,31 +63,81 @@ class TrainingSession:
         self.checkpoint_dir = checkpoint_dir
         self.discover = discover
         self.progress = progress
-        self.trainer = CtrTrainer(job.spec.training)
+        self.trainer = CtrTrainer(job.spec.training, job.spec.data)
+        self.mixer = mixer_for(job)
         self.consumed = ConsumedTasks()
         self.seq = 0
+        self.snapshots = checkpoint_dir.parent / "snapshots"
         self._committed: dict[str, tuple[int, bool]] = {}
         self._tracer = telemetry.tracer("primus.trainer")
+        self._last = {"checkpoint": 0, "report": 0, "export": 0}
+        self._example: Minibatch | None = None
 
     def resume(self) -> bool:
-        """Load the newest checkpoint, if any, and have the planner serve everything after it again."""
+        """Load the newest checkpoint, if any, and have the planner serve everything after it again; with none, a
+        warm start loads the model (and, if asked, the optimizer state) of a batch run, but none of its progress."""
         saved = ckpt.load_latest(self.checkpoint_dir)
         if saved is not None:
             self.trainer.model.load_state_dict(saved.model)
             self.trainer.optimizer.load_state_dict(saved.optimizer)
             self.trainer.result.steps, self.trainer.result.train_samples = saved.steps, saved.train_samples
             self.consumed, self.seq = saved.consumed, saved.seq
+            self._load_extra(saved.extra)
+        elif self.job.spec.training.warm_start is not None:
+            self._warm_start(self.job.spec.training.warm_start)
+        steps = self.trainer.result.steps
+        self._last = {"checkpoint": steps, "report": steps, "export": steps}
         request = planner_pb2.ResumeTrainingRequest(job_id=self.job_id, trainer_id=self.trainer_id, checkpoint_seq=self.seq, progress=self.consumed.progress())
         reset = _to_planner(self.planner.ResumeTraining, request).tasks_reset
         if saved is not None:
             log.info("resumed from checkpoint %d at step %d; %d tasks will be served again", saved.seq, saved.steps, reset)
         return saved is not None
 
+    def _warm_start(self, warm: WarmStart) -> None:
+        where = Path(warm.checkpoint)
+        path = ckpt.newest(where) if where.is_dir() else where
+        if path is None or not path.is_file():
+            raise DataError(f"training.warmStart.checkpoint: no checkpoint at {where} (a ckpt-*.pt file, or a folder holding them)")
+        try:
+            saved = ckpt.load(path)
+            self.trainer.model.load_state_dict(saved.model)
+            if warm.optimizer == "keep":
+                self.trainer.optimizer.load_state_dict(saved.optimizer)
+        except (RuntimeError, KeyError, ValueError, OSError) as exc:
+            raise DataError(f"training.warmStart.checkpoint: {path} does not fit this model: {str(exc).splitlines()[0]}") from None
+        log.info("warm start from %s (step %d of that run), optimizer state %s", path, saved.steps, "kept" if warm.optimizer == "keep" else "reset")
+
+    def _extra(self) -> dict[str, Any]:
+        trainer = self.trainer
+        extra: dict[str, Any] = {"mixer": self.mixer.to_state(), "joined": trainer.joined.to_state(), "loss_by_source": trainer.loss_by_source}
+        if trainer.progressive is not None:
+            labels, probs, sources = trainer.progressive.arrays()
+            extra["progressive"] = (labels.astype("float32"), probs.astype("float32"), list(sources))
+        return extra
+
+    def _load_extra(self, extra: dict[str, Any]) -> None:
+        self.mixer.load_state(extra.get("mixer", {}))
+        if "joined" in extra:
+            self.trainer.joined = JoinedFraction.from_state(extra["joined"])
+        self.trainer.loss_by_source = {k: list(v) for k, v in extra.get("loss_by_source", {}).items()}
+        if self.trainer.progressive is not None and "progressive" in extra:
+            labels, probs, sources = extra["progressive"]
+            self.trainer.progressive = EvalAccumulator(self.job.spec.training.evaluation.recent_rows)
+            if len(labels):
+                self.trainer.progressive.add(labels, probs, [str(name) for name in sources])
+
     def checkpoint(self, lost: list[str] | None = None) -> None:
         self.seq += 1
         result = self.trainer.result
         state = ckpt.Checkpoint(
-            self.seq, self.trainer.model.state_dict(), self.trainer.optimizer.state_dict(), self.consumed, result.steps, result.train_samples, "train"
+            self.seq,
+            self.trainer.model.state_dict(),
+            self.trainer.optimizer.state_dict(),
+            self.consumed,
+            result.steps,
+            result.train_samples,
+            "train",
+            self._extra(),
         )
         with self._tracer.start_as_current_span("checkpoint", attributes={"primus.checkpoint_seq": self.seq, "primus.steps": result.steps}):
             ckpt.save(self.checkpoint_dir, state)
@@ -94,36 +149,67 @@ class TrainingSession:
             self._committed.update({p.task_id: (p.rows_consumed, p.finished) for p in changed})
 
     def train(self) -> TrainingResult:
-        every = self.job.spec.training.checkpoint_every_steps
-        report_every = self.job.spec.training.report_every_steps
-        last_checkpoint, last_report = self.trainer.result.steps, self.trainer.result.steps
+        """Feed, mix, train. A lost executor commits what was trained and has its tasks served again; rows the mixer
+        still holds from it train in their turn, and the re-served copies of them are dropped on arrival."""
         started = time.perf_counter()
-        feed = BatchFeed(self.discover, self.job_id, self.trainer_id, common_pb2.TASK_PURPOSE_TRAIN)
+        feed = BatchFeed(self.discover, self.job_id, self.trainer_id, common_pb2.TASK_PURPOSE_TRAIN, held=MAX_HELD_BATCHES)
+        stopped = False
         with self._tracer.start_as_current_span("train") as span:
             for event in feed:
                 if isinstance(event, Lost):
-                    log.warning("lost %s; committing what was consumed and serving its tasks elsewhere", event.error)
+                    log.warning("lost %s; committing what was trained and serving its tasks elsewhere", event.error)
                     span.add_event("executor_lost", {"primus.executor_id": event.executor_id})
                     self.checkpoint(lost=[event.executor_id])
                     feed.reopen()
                     continue
-                fresh = self.consumed.accept(event.batch, event.origin)
+                origin = event.origin
+                fresh = self.consumed.receive(event.batch, origin)
                 if fresh is not None:
-                    self.trainer.train_batch(fresh)
-                steps = self.trainer.result.steps
-                if steps - last_checkpoint >= every:
-                    self.checkpoint()
-                    last_checkpoint = steps
-                if steps - last_report >= report_every:
-                    last_report = steps
-                    if self.progress("train", steps, self.trainer.result.train_samples, self.trainer.recent_loss()):
-                        break
+                    self.mixer.add(origin.source, fresh, origin.task_id, origin.attempt, origin.last_of_task)
+                while not stopped and self.mixer.ready(feed.has_more):
+                    stopped = self._train(self.mixer.take())
+                if stopped:
+                    break
+            if not stopped:
+                for minibatch in self.mixer.drain():
+                    self._train(minibatch)
+            self.mixer.finish()
             self.checkpoint()
+            self._export()
             result = self.trainer.result
             result.train_seconds = time.perf_counter() - started
             span.set_attributes({"primus.steps": result.steps, "primus.rows": result.train_samples})
         self.progress("train", result.steps, result.train_samples, self.trainer.recent_loss())
         return result
+
+    def _train(self, minibatch: Minibatch) -> bool:
+        """Train one minibatch and commit its rows to the cursors; checkpoint, report and export on their schedule.
+        True when the master asks training to stop."""
+        self.trainer.train_minibatch(minibatch.table, minibatch.source_index, self.mixer.names)
+        for taken in minibatch.taken:
+            self.consumed.trained(taken.task_id, taken.rows, taken.last_of_task)
+        if minibatch.rows:
+            self._example = minibatch
+        training, steps = self.job.spec.training, self.trainer.result.steps
+        if steps - self._last["checkpoint"] >= training.checkpoint_every_steps:
+            self.checkpoint()
+            self._last["checkpoint"] = steps
+        if training.export is not None and steps - self._last["export"] >= training.export.every_steps:
+            self._export()
+            self._last["export"] = steps
+        if steps - self._last["report"] >= training.report_every_steps:
+            self._last["report"] = steps
+            return self.progress("train", steps, self.trainer.result.train_samples, self.trainer.recent_loss())
+        return False
+
+    def _export(self) -> None:
+        """A model snapshot for serving (state dict and TorchScript), when the spec asks for them."""
+        export = self.job.spec.training.export
+        if export is None or self._example is None:
+            return
+        dense, sparse, _ = batch_to_tensors(self._example.table.slice(0, 2), self.trainer.features)
+        snapshot = export_snapshot(self.trainer.model, self.snapshots, self.trainer.result.steps, (dense, sparse), export.torchscript, export.keep)
+        self.trainer.result.snapshot = str(snapshot.torchscript_path or snapshot.state_dict_path)
 
     def evaluate(self) -> TrainingResult:
         seen = ConsumedTasks()
@@ -137,9 +223,24 @@ class TrainingSession:
                     continue
                 fresh = seen.accept(event.batch, event.origin)
                 if fresh is not None:
-                    self.trainer.evaluate_batch(fresh)
-            result = self.trainer.finish_evaluation()
+                    self.trainer.evaluate_batch(fresh, event.origin.source)
+            result = self.finish()
             span.set_attributes({"primus.rows": result.eval_samples, "primus.auc": finite(result.auc)})
-        result.samples_by_source = self.consumed.rows_by_source()
         self.progress("eval", result.steps, result.eval_samples, finite(result.final_loss))
         return result
+
+    def finish(self) -> TrainingResult:
+        """The result: evaluation metrics, and per source what was trained, against the share asked."""
+        result = self.trainer.finish_evaluation()
+        result.samples_by_source = self.consumed.rows_by_source()
+        weights = {p.name: p.weight for p in self.mixer.policies}
+        total = sum(weights.values()) or 1.0
+        result.sources = self.trainer.source_results(self.mixer.to_state(), {name: w / total for name, w in weights.items()})
+        result.minibatches, result.mixed_minibatches = self.mixer.minibatches, self.mixer.mixed_minibatches
+        return result
+
+
+def mixer_for(job: TrainingJob) -> Mixer:
+    """The mix the spec asks for: every sample source with its priority, weight and lag bound."""
+    policies = [SourcePolicy(s.name, s.priority, s.weight, s.max_lag_rows) for s in job.spec.data.sample_sources]
+    return Mixer(policies, job.spec.training.batch_size)

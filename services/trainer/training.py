@@ -1,19 +1,40 @@
-"""CtrTrainer: the model, its optimizer and the update loop over minibatches; evaluation metrics."""
+"""CtrTrainer: the model, its optimizer and the update step over mixed minibatches, per-source controls, evaluation."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import torch
+from torch.nn import functional
 
-from primus.spec import Training
-from services.trainer.model import CtrModel, FeatureSpec, SparseFeature, batch_to_tensors, log_loss, predict, roc_auc, train_step
+from primus.metrics import EvalAccumulator, Metrics
+from primus.spec import Data, SourceTraining, Training
+from services.trainer.delayed_labels import JoinedFraction, fake_negative_weights
+from services.trainer.model import CtrModel, FeatureSpec, SparseFeature, batch_to_tensors, predict
 
 ProgressFn = Callable[[str, int, int, float], bool]
+DEFAULT_CONTROL = SourceTraining()
+EMBEDDINGS, DENSE = 0, 1  # the optimizer's parameter groups
+
+
+@dataclass
+class SourceResult:
+    """What training did with one source's rows."""
+
+    source: str
+    rows_trained: int = 0
+    target_share: float = 0.0
+    short_seconds: float = 0.0
+    catch_up_minibatches: int = 0
+    mean_loss: float = float("nan")
+    progressive: Metrics | None = None
+    eval: Metrics | None = None
+    mixed_share: float = float("nan")  # its share of the rows cut while every source had rows waiting
 
 
 @dataclass
@@ -27,6 +48,14 @@ class TrainingResult:
     train_seconds: float = 0.0
     restarts: int = 0
     samples_by_source: dict[str, int] = field(default_factory=dict)
+    eval_metrics: Metrics | None = None
+    eval_recent: Metrics | None = None
+    progressive: Metrics | None = None
+    sources: list[SourceResult] = field(default_factory=list)
+    joined_label_fraction: float = 1.0
+    snapshot: str = ""
+    minibatches: int = 0
+    mixed_minibatches: int = 0
 
 
 def feature_spec(training: Training) -> FeatureSpec:
@@ -38,56 +67,192 @@ def feature_spec(training: Training) -> FeatureSpec:
     )
 
 
-def _optimizer(name: str, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
+def _optimizer(name: str, model: CtrModel, lr: float) -> torch.optim.Optimizer:
+    """Two parameter groups, the embeddings and the dense layers, so that a source can update only one of them."""
+    embedding_ids = {id(p) for p in model.embeddings.parameters()}
+    groups = [
+        {"params": list(model.embeddings.parameters())},
+        {"params": [p for p in model.parameters() if id(p) not in embedding_ids]},
+    ]
     if name == "adagrad":
-        return torch.optim.Adagrad(model.parameters(), lr=lr)
+        return torch.optim.Adagrad(groups, lr=lr)
     if name == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=lr)
-    return torch.optim.Adam(model.parameters(), lr=lr)
+        return torch.optim.SGD(groups, lr=lr)
+    return torch.optim.Adam(groups, lr=lr)
+
+
+@dataclass(frozen=True)
+class LabelRoles:
+    """Which sources the delayed-label correction applies to: impressions joined with their labels, and the label
+    sources whose rows are late positives."""
+
+    impressions: frozenset[str] = frozenset()
+    late: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, data: Data) -> LabelRoles:
+        corrected = [s for s in data.sample_sources if s.labels is not None and s.labels.correction == "fake_negative"]
+        return cls(frozenset(s.name for s in corrected), frozenset(s.labels.source for s in corrected if s.labels is not None))
 
 
 class CtrTrainer:
-    """Owns the model and optimizer. Served batches are cut into minibatches of the spec's batch size."""
+    """Owns the model and optimizer; trains minibatches whose rows are tagged with their source.
 
-    def __init__(self, training: Training) -> None:
+    Per source: the loss of its rows is multiplied by lossWeight, its rows update the parameters with the learning
+    rate times learningRateScale, and only the embeddings or only the dense layers if `update` says so. Rows of
+    sources with the same learning-rate scale and update take one step together; a minibatch mixing sources with
+    different ones takes one step per group, in priority order of the mix (the order of `sources`).
+    """
+
+    def __init__(self, training: Training, data: Data | None = None) -> None:
         torch.manual_seed(training.seed)
         self.training = training
         self.features = feature_spec(training)
         self.model = CtrModel(self.features)
         self.optimizer = _optimizer(training.optimizer, self.model, training.learning_rate)
         self.result = TrainingResult()
+        self.labels = LabelRoles.of(data) if data is not None else LabelRoles()
+        self.joined = JoinedFraction()
+        recent = training.evaluation.recent_rows
+        self.progressive = EvalAccumulator(recent) if training.evaluation.progressive else None
+        self.evaluation = EvalAccumulator(recent)
+        self.loss_by_source: dict[str, list[float]] = {}  # [weighted loss sum, rows]
         self._losses: list[float] = []
-        self._labels: list[np.ndarray] = []
-        self._scores: list[np.ndarray] = []
 
-    def train_batch(self, batch: pa.RecordBatch) -> int:
-        """Train on every row of a served batch; returns the steps taken."""
-        size, steps = self.training.batch_size, 0
-        for start in range(0, batch.num_rows, size):
-            dense, sparse, labels = batch_to_tensors(batch.slice(start, size), self.features)
-            self._losses.append(train_step(self.model, self.optimizer, dense, sparse, labels))
-            self.result.train_samples += int(labels.shape[0])
-            steps += 1
-        self.result.steps += steps
-        return steps
+    def control(self, source: str) -> SourceTraining:
+        return self.training.sources.get(source, DEFAULT_CONTROL)
+
+    def train_minibatch(self, table: pa.Table | pa.RecordBatch, source_index: npt.NDArray[np.int32], names: Sequence[str]) -> None:
+        """One minibatch: score it first when progressive validation is on, then update (see the class docstring)."""
+        if table.num_rows == 0:
+            return
+        dense, sparse, labels = batch_to_tensors(table, self.features)
+        tags = np.asarray(source_index)
+        if self.progressive is not None:
+            self.progressive.add(labels.numpy(), predict(self.model, dense, sparse), [names[i] for i in tags])
+        self._count_labels(labels.numpy(), tags, names)
+        groups: dict[tuple[float, str], list[int]] = {}
+        for i in sorted(set(tags.tolist())):
+            control = self.control(names[i])
+            groups.setdefault((control.learning_rate_scale, control.update), []).append(i)
+        total = 0.0
+        for (scale, update), members in groups.items():
+            rows = torch.from_numpy(np.flatnonzero(np.isin(tags, members)))
+            whole = len(groups) == 1
+            total += self._step(
+                dense if whole else dense[rows],
+                sparse if whole else sparse[rows],
+                labels if whole else labels[rows],
+                tags if whole else tags[rows.numpy()],
+                names,
+                scale,
+                update,
+            )
+        self._losses.append(total / table.num_rows)
+        self.result.steps += 1
+        self.result.train_samples += table.num_rows
+
+    def _count_labels(self, labels: npt.NDArray[np.float32], tags: npt.NDArray[np.int32], names: Sequence[str]) -> None:
+        """The joined fraction of positives: positives among impression rows (joined in the window) against the rows
+        of label sources (positives whose label came late)."""
+        if not self.labels.impressions:
+            return
+        impression = np.isin(tags, [i for i, n in enumerate(names) if n in self.labels.impressions])
+        late = np.isin(tags, [i for i, n in enumerate(names) if n in self.labels.late])
+        self.joined.add(int(labels[impression].sum()), int(late.sum()))
+
+    def _step(
+        self,
+        dense: torch.Tensor,
+        sparse: torch.Tensor,
+        labels: torch.Tensor,
+        tags: npt.NDArray[np.int32],
+        names: Sequence[str],
+        scale: float,
+        update: str,
+    ) -> float:
+        """One optimizer step on rows sharing a learning-rate scale and update set; returns the summed row loss."""
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        logits = self.model(dense, sparse)
+        weights = self._row_weights(labels.numpy(), torch.sigmoid(logits.detach()).numpy(), tags, names)
+        losses = functional.binary_cross_entropy_with_logits(logits, labels, reduction="none")
+        loss = (losses * torch.from_numpy(weights)).mean()
+        torch.autograd.backward(loss)
+        frozen = {"embeddings": DENSE, "dense": EMBEDDINGS}.get(update)
+        if frozen is not None:
+            for p in self.optimizer.param_groups[frozen]["params"]:
+                p.grad = None  # the optimizer skips a parameter without a gradient: no update, no state change
+        base = [group["lr"] for group in self.optimizer.param_groups]
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["lr"] * scale
+        self.optimizer.step()
+        for group, lr in zip(self.optimizer.param_groups, base, strict=True):
+            group["lr"] = lr
+        row_losses = losses.detach().numpy()
+        for i in set(tags.tolist()):
+            mine = tags == i
+            entry = self.loss_by_source.setdefault(names[i], [0.0, 0.0])
+            entry[0] += float(row_losses[mine].sum())
+            entry[1] += float(mine.sum())
+        return float(row_losses.sum())
+
+    def _row_weights(self, labels: npt.NDArray[np.float32], probs: npt.NDArray[np.float32], tags: npt.NDArray[np.int32], names: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Per row: the source's loss weight, times the delayed-label correction for corrected sources."""
+        by_source = np.array([self.control(n).loss_weight for n in names], dtype=np.float64)
+        weights = by_source[tags]
+        corrected = np.isin(tags, [i for i, n in enumerate(names) if n in self.labels.impressions or n in self.labels.late])
+        if corrected.any():
+            late = np.isin(tags, [i for i, n in enumerate(names) if n in self.labels.late])
+            fixed = fake_negative_weights(labels[corrected], probs[corrected].astype(np.float64), late[corrected], self.joined.value)
+            weights[corrected] *= fixed
+        return weights.astype(np.float32)
 
     def recent_loss(self) -> float:
         window = self._losses[-self.training.report_every_steps :]
         return float(np.mean(window)) if window else float("nan")
 
-    def evaluate_batch(self, batch: pa.RecordBatch) -> None:
+    def evaluate_batch(self, batch: pa.RecordBatch, source: str) -> None:
         dense, sparse, labels = batch_to_tensors(batch, self.features)
-        self._labels.append(labels.numpy())
-        self._scores.append(predict(self.model, dense, sparse))
+        self.evaluation.add(labels.numpy(), predict(self.model, dense, sparse), source)
 
     def finish_evaluation(self) -> TrainingResult:
-        if self._labels:
-            y, p = np.concatenate(self._labels), np.concatenate(self._scores)
-            self.result.eval_samples = int(y.shape[0])
-            self.result.logloss = log_loss(y, p)
-            self.result.auc = roc_auc(y, p) if 0 < y.sum() < y.shape[0] else float("nan")
-        self.result.final_loss = self.recent_loss()
-        return self.result
+        result = self.result
+        if self.evaluation.rows:
+            overall = self.evaluation.overall()
+            result.eval_metrics, result.eval_recent = overall, self.evaluation.recent()
+            result.eval_samples, result.logloss, result.auc = overall.rows, overall.logloss, overall.auc
+        if self.progressive is not None and self.progressive.rows:
+            result.progressive = self.progressive.overall()
+        result.final_loss = self.recent_loss()
+        result.joined_label_fraction = self.joined.value
+        return result
+
+    def source_results(self, mix: dict[str, list[float]], shares: dict[str, float]) -> list[SourceResult]:
+        """Per source: rows, share asked and realised, time short of its share, catch-up minibatches, mean loss,
+        metrics (mix is Mixer.to_state())."""
+        progressive = self.progressive.by_source() if self.progressive is not None else {}
+        evaluated = self.evaluation.by_source() if self.evaluation.rows else {}
+        per_source = {name: values for name, values in mix.items() if name}
+        mixed_total = sum(values[4] for values in per_source.values())
+        out = []
+        for name in dict.fromkeys([*shares, *per_source]):
+            rows, short, catch_up, _, mixed = per_source.get(name, [0.0] * 5)
+            loss_sum, loss_rows = self.loss_by_source.get(name, [0.0, 0.0])
+            out.append(
+                SourceResult(
+                    name,
+                    int(rows),
+                    shares.get(name, 0.0),
+                    short,
+                    int(catch_up),
+                    loss_sum / loss_rows if loss_rows else float("nan"),
+                    progressive.get(name),
+                    evaluated.get(name),
+                    mixed / mixed_total if mixed_total else float("nan"),
+                )
+            )
+        return out
 
 
 def finite(value: float) -> float:
