@@ -172,3 +172,41 @@ def test_unreachable_server_names_the_address(published: Published) -> None:
     with pytest.raises(UnavailableError, match=r"127\.0\.0\.1:1"):
         NatsStreamAdapter().resolve(source, hour_of(published.starts[0]), [])
     assert time.monotonic() - started < 10
+
+
+async def publish_sealed(stream: str, before: int, after: int) -> datetime:
+    """Events, the seal of the current hour, more events; returns the hour (waiting out an hour's last seconds)."""
+    now = datetime.now(UTC)
+    if now.minute == 59 and now.second > 50:
+        await asyncio.sleep(61 - now.second)
+    hour = hour_of(datetime.now(UTC))
+    nc = await nats.connect(URI)
+    try:
+        js = nc.jetstream()
+        await nc.jsm().add_stream(name=stream, subjects=[f"{stream}.>"])
+        for index in range(before):
+            await js.publish(f"{stream}.events", json.dumps(sample(index)).encode())
+        await js.publish(f"{stream}.events._SUCCESS.{hour:%Y%m%dT%H}", b"")
+        for index in range(before, before + after):
+            await js.publish(f"{stream}.events", json.dumps(sample(index)).encode())
+    finally:
+        await nc.close()
+    return hour
+
+
+def test_a_seal_message_makes_the_running_hour_ready_and_later_messages_roll_over() -> None:
+    require_port(*NATS)
+    stream = f"PRIMUS_TEST_{uuid.uuid4().hex[:12].upper()}"
+    hour = run_async(lambda: publish_sealed(stream, before=10, after=5))
+    try:
+        source = nats_job(stream, hour).spec.data.sources[0]
+        sealed = NatsStreamAdapter().resolve(source, hour, [])
+        assert sealed.ready and "sealed early" in sealed.reason
+        assert sum(p.rows for p in sealed.pieces) == 10, "the hour ends at its seal"
+        later = NatsStreamAdapter(now=lambda: datetime.now(UTC) + 3 * HOUR).resolve(source, hour + HOUR, [])
+        assert later.ready and sum(p.rows for p in later.pieces) == 5, "what came after the seal is the next hour's"
+        assert later.pieces[0].offset_start == sealed.pieces[-1].offset_end + 1, "nothing between them but the seal"
+        ids = [i for p in (*sealed.pieces, *later.pieces) for i in NatsStreamAdapter().read(source, p, COLUMNS).column("id").to_pylist()]
+        assert ids == list(range(15))
+    finally:
+        run_async(lambda: delete(stream))

@@ -233,6 +233,24 @@ async def count_between(jsm: JetStreamManager, source: Source, first: int, end: 
     return max(0, total - after)
 
 
+def seal_subject(source: Source, slot: datetime) -> str:
+    """The subject of the message that seals an hour early: `{subject}.{readiness}.{YYYYMMDDTHH}`."""
+    return f"{source.subject}.{source.readiness}.{slot:%Y%m%dT%H}"
+
+
+async def last_sequence_of(nc: Client, source: Source, subject: str) -> int | None:
+    """The stream sequence of the last message stored on a subject, or None when there is none."""
+    request = json.dumps({"last_by_subj": subject}).encode()
+    reply = await nc.request(f"$JS.API.STREAM.MSG.GET.{source.stream}", request, timeout=API_SECONDS)
+    body = json.loads(reply.data)
+    error = body.get("error")
+    if error:
+        if error.get("code") == 404:
+            return None
+        raise DataError(f"source {source.name!r}: reading {subject!r} of stream {source.stream!r} failed: {error.get('description')}")
+    return int(body["message"]["seq"])
+
+
 # --- the adapter ----------------------------------------------------------------------------------
 
 
@@ -256,6 +274,10 @@ class NatsStreamAdapter:
       not skew them.
     * A slot is ready when its hour plus a grace period (clock skew between planner and server) is over on the
       planner's clock, or as soon as the stream's last message was stored at/after the hour's end (server clock).
+    * A producer can seal an hour early, like the landing directory's marker: a message (any payload) on the subject
+      ``{subject}.{readiness}.{YYYYMMDDTHH}`` (e.g. ``events._SUCCESS.20261201T10``; the stream's subjects must take
+      it) stored before the hour ends makes the hour ready at once. The hour then ends at the seal's sequence: the
+      messages stored after the seal but within the hour belong to the next slot, so none is lost.
     * Pieces: [offset_start, offset_end) ranges of stream sequences holding about ``target_messages`` messages of the
       subject each; a piece's rows spread the hour's exact count evenly over its sequences (exact when every sequence
       of the range matches the subject). Manifest: one entry per hour, ("{stream}:{subject}@{hour}", messages, last
@@ -314,16 +336,38 @@ class NatsStreamAdapter:
     async def _resolve(self, nc: Client, source: Source, slot: datetime) -> Partition:
         location = f"{source.uri.rstrip('/')}/{source.stream}/{source.subject}"
         state = await stream_state(nc, source)
+        jsm = nc.jsm(timeout=API_SECONDS)
         end = slot + HOUR
-        if not (hour_over(slot, self.now(), self.grace) or state.last_time >= end):
+        sealed = await self._seal(nc, jsm, source, slot)
+        if sealed is None and not (hour_over(slot, self.now(), self.grace) or state.last_time >= end):
             ready_at = end + self.grace
-            return Partition(source.name, slot, location, False, f"hour not over yet (ready at {ready_at:%Y-%m-%dT%H:%M:%S}Z or once a message is stored after it)")
-        window = await self._window(nc.jsm(timeout=API_SECONDS), source, slot, end)
+            seal = f", or sealed by a message on {seal_subject(source, slot)}" if source.readiness else ""
+            return Partition(source.name, slot, location, False, f"hour not over yet (ready at {ready_at:%Y-%m-%dT%H:%M:%S}Z, once a message is stored after it{seal})")
+        window = await self._slot_window(nc, jsm, source, slot, sealed)
         ranges = split_range(window.first, window.end, window.messages, self.target_messages)
         pieces = tuple(Piece(piece_location(source), offset_start=a, offset_end=b, rows=n, bytes=n * state.average_bytes) for a, b, n in ranges)
         manifest = (ManifestEntry(f"{piece_location(source)}@{slot:%Y-%m-%dT%H}", window.messages, window.end - 1),)
         reason = f"ready: {window.messages} messages, sequences {window.first}-{window.end - 1}" if window.messages else "ready but no messages in this hour"
-        return Partition(source.name, slot, location, True, reason, pieces, manifest, source.schema_version)
+        return Partition(source.name, slot, location, True, reason + (" (sealed early)" if sealed is not None else ""), pieces, manifest, source.schema_version)
+
+    async def _seal(self, nc: Client, jsm: JetStreamManager, source: Source, slot: datetime) -> int | None:
+        """The sequence of the hour's seal, when one was stored before the hour ended (a later one changes nothing)."""
+        if not source.readiness:
+            return None
+        seq = await last_sequence_of(nc, source, seal_subject(source, slot))
+        if seq is None or seq >= await sequence_at(jsm, str(source.stream), slot + HOUR):
+            return None
+        return seq
+
+    async def _slot_window(self, nc: Client, jsm: JetStreamManager, source: Source, slot: datetime, sealed: int | None) -> Window:
+        """The hour's sequences: from the previous hour's seal (or the hour's start) to its own seal (or its end)."""
+        stream = str(source.stream)
+        previous = await self._seal(nc, jsm, source, slot - HOUR)
+        first = previous + 1 if previous is not None else await sequence_at(jsm, stream, slot)
+        stop = sealed if sealed is not None else await sequence_at(jsm, stream, slot + HOUR)
+        if stop <= first:
+            return Window(first, first, 0)
+        return Window(first, stop, await count_between(jsm, source, first, stop))
 
     async def _window(self, jsm: JetStreamManager, source: Source, start: datetime, end: datetime) -> Window:
         stream = str(source.stream)

@@ -84,7 +84,7 @@ class TrainingSession:
             self.consumed, self.seq = saved.consumed, saved.seq
             self._load_extra(saved.extra)
         elif self.job.spec.training.warm_start is not None:
-            self._warm_start(self.job.spec.training.warm_start)
+            self.warm_start(self.job.spec.training.warm_start)
         steps = self.trainer.result.steps
         self._last = {"checkpoint": steps, "report": steps, "export": steps}
         request = planner_pb2.ResumeTrainingRequest(job_id=self.job_id, trainer_id=self.trainer_id, checkpoint_seq=self.seq, progress=self.consumed.progress())
@@ -93,7 +93,8 @@ class TrainingSession:
             log.info("resumed from checkpoint %d at step %d; %d tasks will be served again", saved.seq, saved.steps, reset)
         return saved is not None
 
-    def _warm_start(self, warm: WarmStart) -> None:
+    def warm_start(self, warm: WarmStart) -> None:
+        """Load a batch run's model, and its optimizer state when warm.optimizer is keep (reset: fresh state)."""
         where = Path(warm.checkpoint)
         path = ckpt.newest(where) if where.is_dir() else where
         if path is None or not path.is_file():
