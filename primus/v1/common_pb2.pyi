@@ -47,7 +47,7 @@ class ServiceInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
 
 class SourceStats(_message.Message):
-    __slots__ = ("source", "samples", "bytes_read", "cpu_seconds", "retries", "tasks_done", "tasks_quarantined", "wasted_samples", "wasted_cpu_seconds", "records_quarantined", "wasted_bytes", "speculative_attempts")
+    __slots__ = ("source", "samples", "bytes_read", "cpu_seconds", "retries", "tasks_done", "tasks_quarantined", "wasted_samples", "wasted_cpu_seconds", "records_quarantined", "wasted_bytes", "speculative_attempts", "labels_joined")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     BYTES_READ_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,7 @@ class SourceStats(_message.Message):
     RECORDS_QUARANTINED_FIELD_NUMBER: _ClassVar[int]
     WASTED_BYTES_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_JOINED_FIELD_NUMBER: _ClassVar[int]
     source: str
     samples: int
     bytes_read: int
@@ -72,7 +73,8 @@ class SourceStats(_message.Message):
     records_quarantined: int
     wasted_bytes: int
     speculative_attempts: int
-    def __init__(self, source: _Optional[str] = ..., samples: _Optional[int] = ..., bytes_read: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., retries: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_quarantined: _Optional[int] = ..., wasted_samples: _Optional[int] = ..., wasted_cpu_seconds: _Optional[float] = ..., records_quarantined: _Optional[int] = ..., wasted_bytes: _Optional[int] = ..., speculative_attempts: _Optional[int] = ...) -> None: ...
+    labels_joined: int
+    def __init__(self, source: _Optional[str] = ..., samples: _Optional[int] = ..., bytes_read: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., retries: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_quarantined: _Optional[int] = ..., wasted_samples: _Optional[int] = ..., wasted_cpu_seconds: _Optional[float] = ..., records_quarantined: _Optional[int] = ..., wasted_bytes: _Optional[int] = ..., speculative_attempts: _Optional[int] = ..., labels_joined: _Optional[int] = ...) -> None: ...
 
 class GetServiceInfoRequest(_message.Message):
     __slots__ = ()

@@ -178,7 +178,7 @@ class LeaseTaskResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[DataTask, _Mapping]] = ..., exhausted: _Optional[bool] = ..., retry_after_seconds: _Optional[float] = ..., pending: _Optional[int] = ...) -> None: ...
 
 class TaskStats(_message.Message):
-    __slots__ = ("rows", "bytes_read", "cpu_seconds", "batches", "records_quarantined", "read_seconds", "transform_seconds")
+    __slots__ = ("rows", "bytes_read", "cpu_seconds", "batches", "records_quarantined", "read_seconds", "transform_seconds", "labels_joined")
     ROWS_FIELD_NUMBER: _ClassVar[int]
     BYTES_READ_FIELD_NUMBER: _ClassVar[int]
     CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -186,6 +186,7 @@ class TaskStats(_message.Message):
     RECORDS_QUARANTINED_FIELD_NUMBER: _ClassVar[int]
     READ_SECONDS_FIELD_NUMBER: _ClassVar[int]
     TRANSFORM_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_JOINED_FIELD_NUMBER: _ClassVar[int]
     rows: int
     bytes_read: int
     cpu_seconds: float
@@ -193,7 +194,8 @@ class TaskStats(_message.Message):
     records_quarantined: int
     read_seconds: float
     transform_seconds: float
-    def __init__(self, rows: _Optional[int] = ..., bytes_read: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., batches: _Optional[int] = ..., records_quarantined: _Optional[int] = ..., read_seconds: _Optional[float] = ..., transform_seconds: _Optional[float] = ...) -> None: ...
+    labels_joined: int
+    def __init__(self, rows: _Optional[int] = ..., bytes_read: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., batches: _Optional[int] = ..., records_quarantined: _Optional[int] = ..., read_seconds: _Optional[float] = ..., transform_seconds: _Optional[float] = ..., labels_joined: _Optional[int] = ...) -> None: ...
 
 class CompleteTaskRequest(_message.Message):
     __slots__ = ("job_id", "task_id", "attempt", "executor_id", "stats")

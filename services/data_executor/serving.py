@@ -496,6 +496,7 @@ class TaskStreamer:
             cpu_seconds=read.cpu_seconds,
             batches=len(read.batches),
             records_quarantined=read.records_quarantined,
+            labels_joined=read.labels_joined,
             read_seconds=read.read_seconds,
             transform_seconds=read.transform_seconds,
         )

@@ -15,7 +15,17 @@ from services.master.store import JobRecord
 
 # Ledger counters that measure work done; after a planner restart the old ledger's are added to the new one's.
 # Samples and tasks done are not among them: the new ledger learns those from the trainer's checkpoint.
-COST_FIELDS = ("bytes_read", "cpu_seconds", "retries", "wasted_samples", "wasted_cpu_seconds", "wasted_bytes", "records_quarantined", "speculative_attempts")
+COST_FIELDS = (
+    "bytes_read",
+    "cpu_seconds",
+    "retries",
+    "wasted_samples",
+    "wasted_cpu_seconds",
+    "wasted_bytes",
+    "records_quarantined",
+    "speculative_attempts",
+    "labels_joined",
+)
 
 
 def _plain(message: Any) -> dict[str, Any]:

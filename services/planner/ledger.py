@@ -56,6 +56,7 @@ class SourceAccount:
     records_quarantined: int = 0
     wasted_bytes: int = 0
     speculative_attempts: int = 0
+    labels_joined: int = 0
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class WorkDone:
     bytes_read: int = 0
     cpu_seconds: float = 0.0
     records_quarantined: int = 0
+    labels_joined: int = 0
 
 
 def _charge(account: SourceAccount, work: WorkDone, wasted: bool) -> None:
@@ -356,10 +358,10 @@ class TaskLedger:
             _charge(account, work, wasted)
             if wasted:
                 return False
-            if entry.status is TaskStatus.DONE:  # the trainer committed it before this report arrived
-                account.records_quarantined += work.records_quarantined
-                return True
             account.records_quarantined += work.records_quarantined
+            account.labels_joined += work.labels_joined
+            if entry.status is TaskStatus.DONE:  # the trainer committed it before this report arrived
+                return True
             self._durations.append(max(0.0, now - entry.leased_at))
             entry.served_rows = work.rows
             if entry.spec.purpose == TRAIN:

@@ -74,7 +74,9 @@ def task_proto(job_id: str, spec: TaskSpec, attempt: int, deadline: float, start
 
 
 def _work(stats: planner_pb2.TaskStats) -> WorkDone:
-    return WorkDone(rows=stats.rows, bytes_read=stats.bytes_read, cpu_seconds=stats.cpu_seconds, records_quarantined=stats.records_quarantined)
+    return WorkDone(
+        rows=stats.rows, bytes_read=stats.bytes_read, cpu_seconds=stats.cpu_seconds, records_quarantined=stats.records_quarantined, labels_joined=stats.labels_joined
+    )
 
 
 def _progress(items: list[planner_pb2.TaskProgress]) -> list[Progress]:
