@@ -110,8 +110,38 @@ def print_report(report: dict[str, Any]) -> None:
                 [[trainer["steps"], trainer["train_samples"], trainer["eval_samples"], trainer["auc"], trainer["logloss"], trainer["train_seconds"]]],
             )
         )
+        _print_evaluation(trainer)
     elif trainer:
         console.print(f"[red]trainer error[/red] {trainer['error']}")
+
+
+def _metric_row(name: str, m: dict[str, Any] | None) -> list[Any]:
+    return [name, m["rows"], m["auc"], m["logloss"], m["normalized_entropy"], m["calibration"]] if m else [name, "-", "-", "-", "-", "-"]
+
+
+def _print_evaluation(trainer: dict[str, Any]) -> None:
+    """The mix per source (asked, realised, time short of its share, catch-ups) and the metrics users trust."""
+    sources = trainer.get("sources") or []
+    if sources:
+        columns = ["source", "rows trained", "share asked", "share mixed", "short s", "catch-up minibatches", "mean loss"]
+        rows = [
+            [
+                s["source"],
+                s["rows_trained"],
+                s["target_share"],
+                "-" if s.get("mixed_share") is None else s["mixed_share"],
+                s["short_seconds"],
+                s["catch_up_minibatches"],
+                s["mean_loss"],
+            ]
+            for s in sources
+        ]
+        console.print(_table("mix", columns, rows))
+    named = [("eval", trainer.get("eval")), ("eval, recent", trainer.get("eval_recent")), ("progressive", trainer.get("progressive"))]
+    named += [(f"progressive {s['source']}", s.get("progressive")) for s in sources if s.get("progressive")]
+    shown = [_metric_row(name, m) for name, m in named if m]
+    if shown:
+        console.print(_table("metrics", ["over", "rows", "auc", "logloss", "normalised entropy", "calibration"], shown))
 
 
 def print_plan(preview: planner_pb2.PreviewPlanResponse, explain: bool = False) -> None:
