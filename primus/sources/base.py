@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 import pyarrow as pa
@@ -125,6 +125,15 @@ def hourly_or_daily(source: Source, hours: list[datetime]) -> list[datetime]:
     for hour in hours:
         days.setdefault(f"{hour:%Y-%m-%d}", hour.replace(hour=0))
     return list(days.values())
+
+
+def label_window(label_source: Source, slot: datetime, window_hours: int) -> list[datetime]:
+    """Delayed labels: the label source's slots that label the samples of `slot`, hours slot .. slot+W-1 inside its
+    time range. The planner waits for them before planning `slot`, and the executor joins them."""
+    span = label_source.range
+    hours = [slot + timedelta(hours=i) for i in range(window_hours)]
+    inside = [h for h in hours if span.start <= h and (span.end is None or h < span.end)]
+    return get_adapter(label_source.resolved_adapter).slots(label_source, inside)
 
 
 def render_uri(template: str, slot: datetime) -> str:

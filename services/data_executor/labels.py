@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from primus.errors import DataError, UnavailableError
 from primus.sources import get_adapter
+from primus.sources.base import label_window
 from primus.spec import LabelJoin, Source, TrainingJob
 
 SLOT_FORMAT = "%Y-%m-%dT%H"
@@ -45,14 +46,6 @@ def late_rows(table: pa.Table, impression_time: str, slot: datetime, window_hour
     times = table.column(impression_time)
     cutoff = pa.scalar(slot - timedelta(hours=window_hours - 1), type=times.type)
     return table.filter(pc.fill_null(pc.less(times, cutoff), True))
-
-
-def window_slots(label_source: Source, slot: datetime, window_hours: int) -> list[datetime]:
-    """The label source's slots that label a sample of `slot`: hours slot .. slot+W-1 inside its time range."""
-    span = label_source.range
-    hours = [slot + timedelta(hours=i) for i in range(window_hours)]
-    inside = [h for h in hours if span.start <= h and (span.end is None or h < span.end)]
-    return get_adapter(label_source.resolved_adapter).slots(label_source, inside)
 
 
 class _IdCache:
@@ -154,7 +147,7 @@ class JoinStep:
     def apply(self, table: pa.Table, origin: str) -> tuple[pa.Table, int]:
         _column(table, self.join.key, origin)
         _column(table, self.label, origin)
-        ids = positive_ids(self.label_source, self.join.key, window_slots(self.label_source, self.slot, self.join.window_hours))
+        ids = positive_ids(self.label_source, self.join.key, label_window(self.label_source, self.slot, self.join.window_hours))
         try:
             return join_labels(table, self.join.key, self.label, ids), 0
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:

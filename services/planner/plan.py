@@ -11,10 +11,11 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from primus.samples import row_bytes, training_schema
 from primus.sources import Partition, get_adapter
+from primus.sources.base import label_window
 from primus.spec import Source, TimeRange, TrainingJob
 from primus.v1 import common_pb2
 from services.planner.tasks import TARGET_TASK_BYTES, TaskSpec, split_partition
@@ -165,10 +166,7 @@ def label_slots(job: TrainingJob, source: Source, slot: datetime) -> list[dateti
     if source.labels is None:
         return []
     label_source = next(s for s in job.spec.data.sources if s.name == source.labels.source)
-    span = label_source.range
-    hours = [slot + timedelta(hours=i) for i in range(source.labels.window_hours)]
-    inside = [h for h in hours if span.start <= h and (span.end is None or h < span.end)]
-    return get_adapter(label_source.resolved_adapter).slots(label_source, inside)
+    return label_window(label_source, slot, source.labels.window_hours)
 
 
 def _resolve_requests(job: TrainingJob, resolve: Resolve, requests: list[tuple[Source, list[datetime]]]) -> list[list[Partition]]:
