@@ -26,8 +26,8 @@ from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from tests.conftest import START, finish_job, job_document
 from tests.stores import NATS, require_port
-from tests.test_adapter_nats import sample
-from tests.test_faults import _kill
+from tests.test_adapter_nats import delete, sample
+from tests.test_faults import _kill, _wait
 
 NATS_URI = "nats://127.0.0.1:4222"
 
@@ -80,16 +80,6 @@ def _by_source(report: dict[str, Any]) -> tuple[dict[str, int], dict[str, dict[s
     return served, trained
 
 
-def _wait_for_step(master: master_pb2_grpc.MasterServiceStub, job_id: str, step: int, timeout: float = 180.0) -> master_pb2.Job:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job
-        if job.progress.step >= step or job.state >= common_pb2.JOB_STATE_SUCCEEDED:
-            return job
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} did not reach step {step}")
-
-
 @pytest.mark.timeout(300)
 def test_weights_give_the_shares_asked_for_and_every_row_trains_once(cluster: ClusterState, two_sources: tuple[Path, Path], tmp_path: Path) -> None:
     master, job_id = _submit(cluster, _mixed_job(*two_sources, tmp_path))
@@ -110,7 +100,7 @@ def test_weights_give_the_shares_asked_for_and_every_row_trains_once(cluster: Cl
 def test_kill_trainer_mid_mix_resumes_from_its_checkpoint_with_exact_per_source_counts(cluster: ClusterState, two_sources: tuple[Path, Path], tmp_path: Path) -> None:
     spec = _mixed_job(*two_sources, tmp_path, checkpointEverySteps=25, reportEverySteps=10)
     master, job_id = _submit(cluster, spec)
-    job = _wait_for_step(master, job_id, 200)
+    job = _wait(master, job_id, until_step=200)
     assert job.state == common_pb2.JOB_STATE_RUNNING, "the kill must land mid-training"
     _kill(cluster, job_id, rc_pb2.EXECUTOR_ROLE_TRAINER)
     report = finish_job(master, job_id)
@@ -164,7 +154,7 @@ def test_a_stalled_stream_lets_history_train_and_catches_up_when_it_flows(fast_r
     document["spec"]["data"]["sources"] = [stream, _source("old", old, START, 3, weight=1)]
     master, job_id = _submit(fast_replan_cluster, yaml.safe_dump(document))
     # The stream's hour is not sealed: nothing of it can be planned, and training goes on from history.
-    job = _wait_for_step(master, job_id, 150)
+    job = _wait(master, job_id, until_step=150)
     assert job.state == common_pb2.JOB_STATE_RUNNING
     stalled_for = 1.0
     time.sleep(stalled_for)
@@ -217,7 +207,7 @@ def test_nats_and_landing_streams_train_with_parquet_history_in_one_job(cluster:
         master, job_id = _submit(cluster, yaml.safe_dump(document))
         report = finish_job(master, job_id)
     finally:
-        run_async(lambda: _delete_stream(stream))
+        run_async(lambda: delete(stream))
     assert report["state"] == "SUCCEEDED", report["message"]
     served, trained = _by_source(report)
     assert served == {"bus": events, "drop": landed, "old": OLD_ROWS}
@@ -229,11 +219,3 @@ def test_nats_and_landing_streams_train_with_parquet_history_in_one_job(cluster:
     model = torch.jit.load(str(snapshot))  # type: ignore[no-untyped-call]
     probabilities = model(torch.zeros(3, 4), torch.zeros(3, 5, dtype=torch.int64))
     assert probabilities.shape == (3,) and bool(((probabilities > 0) & (probabilities < 1)).all())
-
-
-async def _delete_stream(stream: str) -> None:
-    nc = await nats.connect(NATS_URI)
-    try:
-        await nc.jsm().delete_stream(stream)
-    finally:
-        await nc.close()

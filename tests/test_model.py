@@ -13,14 +13,13 @@ import pytest
 import torch
 
 from primus.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES, generate_dataset
+from primus.metrics import log_loss, roc_auc
 from services.trainer.model import (
     CtrModel,
     FeatureSpec,
     SparseFeature,
     batch_to_tensors,
-    log_loss,
     predict,
-    roc_auc,
     train_step,
 )
 
