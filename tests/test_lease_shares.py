@@ -182,3 +182,18 @@ def test_quota_still_bounds_a_heavy_source() -> None:
     _finish(ledger, first)
     after = ledger.lease(TRAIN, "e1", now=0)
     assert after is not None and after.spec.source == "a" and after.spec.order == 1, "served, its next task goes out"
+
+
+def test_shares_count_the_rows_served_not_the_estimate() -> None:
+    """A label source serves only its late rows (a quarter of its estimate here): it gets leases for the rows it
+    really gives, so equal weights mean equal rows served, not equal estimates."""
+    ledger = TaskLedger([*(_task("clicks", i) for i in range(200)), *(_task("views", i) for i in range(200))])
+    served: Counter[str] = Counter()
+    for _ in range(150):
+        lease = ledger.lease(TRAIN, "e1")
+        assert lease is not None
+        rows = lease.spec.rows // 4 if lease.spec.source == "clicks" else lease.spec.rows
+        assert ledger.claim(lease.spec.task_id, lease.attempt)
+        assert ledger.served(lease.spec.task_id, lease.attempt, WorkDone(rows=rows))
+        served[lease.spec.source] += rows
+    assert served["clicks"] / served["views"] == pytest.approx(1.0, rel=0.05)

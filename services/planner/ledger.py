@@ -88,6 +88,7 @@ class TaskEntry:
     leased_at: float = 0.0
     committed: int = 0
     served_rows: int = 0
+    charged_rows: int = 0  # rows its last lease charged to its source's share: an estimate until it is served
     claimed_by: int = -1
     speculative: tuple[int, str] | None = None
     errors: list[str] = field(default_factory=list)
@@ -185,7 +186,8 @@ class TaskLedger:
             entry = self._next_ready(purpose)
             if entry is not None:
                 self._leave_pending(entry)
-                self._queue(entry.spec).leased_rows += max(1, entry.spec.rows - entry.committed)
+                entry.charged_rows = max(1, entry.spec.rows - entry.committed)
+                self._queue(entry.spec).leased_rows += entry.charged_rows
                 entry.status, entry.executor = TaskStatus.LEASED, executor
                 entry.lease_deadline, entry.leased_at, entry.claimed_by = now + self._lease_seconds, now, -1
                 self._next_expiry = min(self._next_expiry, entry.lease_deadline)
@@ -364,6 +366,10 @@ class TaskLedger:
                 return True
             self._durations.append(max(0.0, now - entry.leased_at))
             entry.served_rows = work.rows
+            # The share counts the rows served, not the estimate: a label source serves only its late rows, and
+            # transformations may reject some. Counted once per lease: a speculative copy's report charges nothing.
+            self._queue(entry.spec).leased_rows += work.rows - entry.charged_rows
+            entry.charged_rows = work.rows
             if entry.spec.purpose == TRAIN:
                 entry.status = TaskStatus.SERVED
             else:
