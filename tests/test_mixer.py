@@ -124,3 +124,19 @@ def test_shares_over_a_long_run_match_the_weights_within_two_percent() -> None:
             mixer.take()
     trained = {p.name: s.rows_trained for p, s in zip(mixer.policies, mixer.states, strict=True)}
     assert trained["fresh"] / sum(trained.values()) == pytest.approx(0.25, abs=0.02)
+
+
+def test_a_minibatch_mixes_the_tasks_held_of_a_source_each_front_to_back() -> None:
+    mixer = Mixer([SourcePolicy("history")], batch_size=10)
+    mixer.add("history", _batch(0, 100), "hour-1", 1, last_of_task=True)
+    mixer.add("history", _batch(1000, 50), "hour-2", 1, last_of_task=False)
+    mixer.add("history", _batch(1050, 50), "hour-2", 1, last_of_task=True)
+    first = mixer.take()
+    assert first.table.column("row").to_pylist() == [0, 1, 2, 3, 4, 5, 6, 1000, 1001, 1002]  # 100 : 50 left
+    rows: dict[str, list[int]] = {"hour-1": [], "hour-2": []}
+    for minibatch in [first, *mixer.drain()]:
+        values = minibatch.table.column("row").to_pylist()
+        for t in minibatch.taken:
+            rows[t.task_id] += values[: t.rows]
+            values = values[t.rows :]
+    assert rows == {"hour-1": list(range(100)), "hour-2": list(range(1000, 1100))}, "each task in order, every row once"

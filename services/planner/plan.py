@@ -131,7 +131,8 @@ class Plan:
 
 
 def _source_identity(source: Source) -> dict[str, object]:
-    identity = source.model_dump(mode="json", exclude={"priority", "quota"})
+    """What of a source decides its samples; how they are leased and mixed (priority, quota, weight, lag, shuffle) does not."""
+    identity = source.model_dump(mode="json", exclude={"priority", "quota", "weight", "max_lag_rows", "shuffle"})
     identity["schemas"] = [s.model_dump(mode="json") for s in source.known_versions()]
     return identity
 
@@ -236,9 +237,17 @@ def expand(
             new = split_partition(partition, plan_version, purpose, source.priority, order, source.resolved_adapter, target_bytes, width) if partition.ready else []
             if source.kind == "stream":
                 new = _chained(new, last, (source.name, purpose))
+            elif source.shuffle:
+                new = [replace(t, order=shuffled_order(t.task_id)) for t in new]
             decisions.append(Decision(purpose, partition, _decide(partition, len(new)), len(new)))
             tasks.extend(new)
     return decisions, _order_joins(job, tasks)
+
+
+def shuffled_order(task_id: str) -> int:
+    """A task's lease position in a shuffled source: a hash of its id, so the order is random across the time range
+    and the same on every planning of the plan (ids are stable)."""
+    return int(hashlib.sha256(task_id.encode()).hexdigest()[:12], 16)
 
 
 def decoded_row_bytes(job: TrainingJob) -> int:

@@ -12,8 +12,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-# A minibatch waits for every source's share only while the mixer holds fewer served batches than this (and the
-# feed has more queued): past it, the mixer cuts what it has, so a source that is done or slow never blocks training.
+# The mixer's window: while the feed has more queued, it takes batches until it holds this many, so that minibatches
+# mix this many tasks; it then cuts what it has, so a source that is done or slow never blocks training.
 MAX_HELD_BATCHES = 8
 
 
@@ -77,6 +77,29 @@ class SourceMixState:
     short_since: float | None = field(default=None, compare=False)
 
 
+def _task_heads(queue: deque[_Waiting]) -> list[_Waiting]:
+    """The first waiting batch of each task, in arrival order: the only batch of its task that may give rows now."""
+    seen: set[str] = set()
+    heads = []
+    for waiting in queue:
+        if waiting.task_id not in seen:
+            seen.add(waiting.task_id)
+            heads.append(waiting)
+    return heads
+
+
+def _spread(rows: int, left: Sequence[int]) -> list[int]:
+    """rows split over batches in proportion to the rows each has left (largest remainder), none past its rows."""
+    total = sum(left)
+    if rows >= total:
+        return list(left)
+    exact = [rows * n / total for n in left]
+    out = [math.floor(x) for x in exact]
+    for j in sorted(range(len(left)), key=lambda j: out[j] - exact[j])[: rows - sum(out)]:
+        out[j] += 1
+    return out
+
+
 def allocate(policies: Sequence[SourcePolicy], buffered: Sequence[int], batch_size: int, carry: Sequence[float]) -> tuple[list[int], list[float], list[bool]]:
     """How many rows each source gives to the next minibatch: (rows, new carry, lagging).
 
@@ -120,10 +143,11 @@ def allocate(policies: Sequence[SourcePolicy], buffered: Sequence[int], batch_si
 class Mixer:
     """Holds served rows per source and cuts minibatches from them (see allocate).
 
-    A minibatch is cut once the rows for it are there and every source can give its share; or, without waiting for a
-    short source, when the feed has nothing more queued right now or the mixer holds MAX_HELD_BATCHES batches: an
-    empty or stalled stream is skipped, never waited on, and never taken for finished (its rows train when they come).
-    Rows leave a source in the order they arrived, so each task is trained front to back.
+    While the feed has more batches queued, the mixer takes them until it holds MAX_HELD_BATCHES: a window over
+    several tasks of every source. It cuts from that window, or from what it has as soon as the feed has nothing
+    queued right now, so an empty or stalled stream is skipped, never waited on, and never taken for finished (its
+    rows train when they come). A minibatch takes a source's rows from every task of it the mixer holds, each task
+    front to back, so the cursor of each task stays contiguous.
     """
 
     def __init__(self, policies: Sequence[SourcePolicy], batch_size: int, clock: Callable[[], float] = time.monotonic) -> None:
@@ -172,11 +196,7 @@ class Mixer:
         """Whether to cut a minibatch now (see the class docstring)."""
         if sum(self._buffered) < self.batch_size:
             return False
-        if not feed_has_more or self.held_batches >= MAX_HELD_BATCHES:
-            return True
-        take, _, _ = allocate(self.policies, self._buffered, self.batch_size, [s.carry for s in self.states])
-        total_weight = sum(p.weight for p in self.policies)
-        return all(t >= math.floor(self.batch_size * p.weight / total_weight) for t, p in zip(take, self.policies, strict=True))
+        return not feed_has_more or self.held_batches >= MAX_HELD_BATCHES
 
     def take(self) -> Minibatch:
         """Cut one minibatch of up to batch_size rows."""
@@ -213,20 +233,23 @@ class Mixer:
         )
 
     def _pop(self, i: int, rows: int, parts: list[pa.RecordBatch], taken: list[Taken]) -> int:
-        """Take rows from the front of source i's queue; an emptied batch that ends its task says so."""
+        """Take rows of source i from the first waiting batch of each of its tasks, in proportion to what each has
+        left (so a minibatch mixes the tasks the mixer holds, and they run out together); within a task, front to
+        back. An emptied batch that ends its task says so."""
         queue, got, source = self._queues[i], 0, self.policies[i].name
-        while queue and (got < rows or queue[0].left == 0):
-            head = queue[0]
-            n = min(head.left, rows - got)
-            if n:
-                parts.append(head.batch.slice(head.start, n))
-                head.start += n
-                got += n
-            done = head.left == 0
-            if done:
-                queue.popleft()
-            if n or (done and head.last_of_task):
-                taken.append(Taken(head.task_id, source, head.attempt, n, done and head.last_of_task))
+        while queue and (got < rows or any(w.left == 0 for w in queue)):
+            heads = _task_heads(queue)
+            for head, n in zip(heads, _spread(rows - got, [h.left for h in heads]), strict=True):
+                if n:
+                    parts.append(head.batch.slice(head.start, n))
+                    head.start += n
+                    got += n
+                if n or (head.left == 0 and head.last_of_task):
+                    taken.append(Taken(head.task_id, source, head.attempt, n, head.left == 0 and head.last_of_task))
+            emptied = {id(w) for w in heads if w.left == 0}
+            if not emptied and got >= rows:
+                break
+            self._queues[i] = queue = deque(w for w in queue if id(w) not in emptied)
         self._buffered[i] -= got
         return got
 
