@@ -14,7 +14,7 @@ from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2
 from services.planner.ledger import Progress, TaskLedger, TaskStatus, WorkDone
 from services.planner.plan import PartitionResolver, build_plan, decoded_row_bytes
-from services.planner.tasks import TARGET_DECODED_BYTES, split_partition
+from services.planner.tasks import TARGET_DECODED_BYTES, TaskSpec, split_partition
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 
 TRAIN = common_pb2.TASK_PURPOSE_TRAIN
@@ -228,3 +228,27 @@ def test_label_join_source_waits_for_the_tasks_it_joins(dataset: Path, tmp_path:
     leased = [ledger.lease(TRAIN, "e", now=0) for _ in range(len(clicks) + 1)]
     assert all(lease is not None and lease.spec.source == "clicks" for lease in leased[:-1])
     assert leased[-1] is None, "no label task before the click task of its hour is served"
+
+
+def test_a_shuffled_source_is_leased_in_a_stable_random_order_of_its_hours(dataset: Path, tmp_path: Path) -> None:
+    job = _job(dataset, tmp_path)
+    source = job.spec.data.sources[0]
+    shuffled = job.model_copy(
+        update={"spec": job.spec.model_copy(update={"data": job.spec.data.model_copy(update={"sources": [source.model_copy(update={"shuffle": True})]})})}
+    )
+    plain, mixed, again = (build_plan("j", j, PartitionResolver()) for j in (job, shuffled, shuffled))
+    assert plain.fingerprint == mixed.fingerprint, "the same samples: shuffling changes the order, not the plan"
+
+    def hours(plan_tasks: list[TaskSpec]) -> list[str]:
+        ledger = TaskLedger(plan_tasks)
+        out = []
+        while (lease := ledger.lease(TRAIN, "e1")) is not None:
+            out.append(lease.spec.partition)
+        return out
+
+    in_time, shuffled_hours = hours(plain.tasks), hours(mixed.tasks)
+    assert in_time == sorted(in_time)
+    assert sorted(shuffled_hours) == in_time and shuffled_hours != in_time
+    assert shuffled_hours == hours(again.tasks), "the same order on every planning"
+    first_day = {h for h in in_time if h < in_time[24]}
+    assert 0 < len(first_day & set(shuffled_hours[:24])) < 24, "the first leases come from across the range"

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from primus.errors import SpecError
-from primus.spec import load_job_file, load_job_text
+from primus.spec import load_job_file, load_job_text, parse_job
 from tests.conftest import job_document
 
 
@@ -151,3 +151,11 @@ def test_the_trainer_scales_only_vertically(dataset: Path, tmp_path: Path) -> No
 def test_autoscale_is_off_by_default(dataset: Path, tmp_path: Path) -> None:
     job = load_job_file(_write(tmp_path, job_document(dataset)))
     assert job.spec.resources.data_executor.autoscale is None and job.spec.resources.trainer.autoscale is None
+
+
+def test_a_stream_cannot_be_shuffled() -> None:
+    document = job_document(Path("/unused"))
+    source = document["spec"]["data"]["sources"][0]  # type: ignore[index]
+    source.update({"kind": "stream", "adapter": "landing", "shuffle": True})
+    with pytest.raises(SpecError, match=r"spec\.data\.sources\[0\].*shuffle is for batch sources"):
+        parse_job(document)
