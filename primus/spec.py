@@ -256,7 +256,9 @@ class Source(_Model):
     priority: int = Field(0, ge=0, le=100, description="who fills a minibatch first, and who catches up first when lagging")
     weight: float = Field(1.0, gt=0, le=1000, description="this source's share of each minibatch, against the other sample sources' weights")
     max_lag_rows: int = Field(0, ge=0, description="more rows than this waiting makes the source lagging: it catches up ahead of its share (0: never)")
-    shuffle: bool = Field(False, description="lease the tasks in a seeded random order, not time order (batch sources; streams keep time order)")
+    shuffle: Literal["none", "day", "all"] = Field(
+        "none", description="batch sources: lease the hours in a stable random order within each day (day: days stay in time order) or over the whole range (all)"
+    )
     quota: Quota = Quota()
     table: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")
     time_column: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -288,7 +290,7 @@ class Source(_Model):
             raise ValueError(f"adapter {adapter!r} needs {', '.join(missing)}")
         if self.kind != "feature_store" and self.time_range is None:
             raise ValueError("timeRange is required (leave out its end for an open-ended source)")
-        if self.shuffle and self.kind == "stream":
+        if self.shuffle != "none" and self.kind == "stream":
             raise ValueError("shuffle is for batch sources: a stream is always served in time order")
         versions = [s.version for s in self.schemas]
         if len(set(versions)) != len(versions):

@@ -230,25 +230,35 @@ def test_label_join_source_waits_for_the_tasks_it_joins(dataset: Path, tmp_path:
     assert leased[-1] is None, "no label task before the click task of its hour is served"
 
 
+def _with_shuffle(job: TrainingJob, mode: str) -> TrainingJob:
+    source = job.spec.data.sources[0].model_copy(update={"shuffle": mode})
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"data": job.spec.data.model_copy(update={"sources": [source]})})})
+
+
+def _lease_order(tasks: list[TaskSpec]) -> list[str]:
+    ledger = TaskLedger(tasks)
+    out = []
+    while (lease := ledger.lease(TRAIN, "e1")) is not None:
+        out.append(lease.spec.partition)
+    return out
+
+
 def test_a_shuffled_source_is_leased_in_a_stable_random_order_of_its_hours(dataset: Path, tmp_path: Path) -> None:
     job = _job(dataset, tmp_path)
-    source = job.spec.data.sources[0]
-    shuffled = job.model_copy(
-        update={"spec": job.spec.model_copy(update={"data": job.spec.data.model_copy(update={"sources": [source.model_copy(update={"shuffle": True})]})})}
-    )
-    plain, mixed, again = (build_plan("j", j, PartitionResolver()) for j in (job, shuffled, shuffled))
-    assert plain.fingerprint == mixed.fingerprint, "the same samples: shuffling changes the order, not the plan"
-
-    def hours(plan_tasks: list[TaskSpec]) -> list[str]:
-        ledger = TaskLedger(plan_tasks)
-        out = []
-        while (lease := ledger.lease(TRAIN, "e1")) is not None:
-            out.append(lease.spec.partition)
-        return out
-
-    in_time, shuffled_hours = hours(plain.tasks), hours(mixed.tasks)
+    plain, shuffled, again = (build_plan("j", j, PartitionResolver()) for j in (job, _with_shuffle(job, "all"), _with_shuffle(job, "all")))
+    assert plain.fingerprint == shuffled.fingerprint, "the same samples: shuffling changes the order, not the plan"
+    in_time, mixed = _lease_order(plain.tasks), _lease_order(shuffled.tasks)
     assert in_time == sorted(in_time)
-    assert sorted(shuffled_hours) == in_time and shuffled_hours != in_time
-    assert shuffled_hours == hours(again.tasks), "the same order on every planning"
-    first_day = {h for h in in_time if h < in_time[24]}
-    assert 0 < len(first_day & set(shuffled_hours[:24])) < 24, "the first leases come from across the range"
+    assert sorted(mixed) == in_time and mixed != in_time
+    assert mixed == _lease_order(again.tasks), "the same order on every planning"
+    first_day = set(in_time[:24])
+    assert 0 < len(first_day & set(mixed[:24])) < 24, "the first leases come from across the range"
+
+
+def test_shuffling_within_days_keeps_the_days_in_time_order(dataset: Path, tmp_path: Path) -> None:
+    job = _job(dataset, tmp_path)
+    in_time = _lease_order(build_plan("j", job, PartitionResolver()).tasks)
+    by_day = _lease_order(build_plan("j", _with_shuffle(job, "day"), PartitionResolver()).tasks)
+    days = [in_time[i : i + 24] for i in range(0, len(in_time), 24)]
+    assert [sorted(by_day[i : i + 24]) for i in range(0, len(by_day), 24)] == days, "each day's hours before the next day's"
+    assert by_day != in_time

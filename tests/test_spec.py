@@ -156,6 +156,6 @@ def test_autoscale_is_off_by_default(dataset: Path, tmp_path: Path) -> None:
 def test_a_stream_cannot_be_shuffled() -> None:
     document = job_document(Path("/unused"))
     source = document["spec"]["data"]["sources"][0]  # type: ignore[index]
-    source.update({"kind": "stream", "adapter": "landing", "shuffle": True})
+    source.update({"kind": "stream", "adapter": "landing", "shuffle": "day"})
     with pytest.raises(SpecError, match=r"spec\.data\.sources\[0\].*shuffle is for batch sources"):
         parse_job(document)

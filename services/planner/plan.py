@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 from primus.samples import row_bytes, training_schema
 from primus.sources import Partition, get_adapter
@@ -21,6 +21,7 @@ from primus.v1 import common_pb2
 from services.planner.tasks import TARGET_TASK_BYTES, TaskSpec, split_partition
 
 Resolve = Callable[[TrainingJob, Source, Sequence[datetime]], list[Partition]]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def required_columns(job: TrainingJob, source: Source) -> list[str]:
@@ -237,17 +238,21 @@ def expand(
             new = split_partition(partition, plan_version, purpose, source.priority, order, source.resolved_adapter, target_bytes, width) if partition.ready else []
             if source.kind == "stream":
                 new = _chained(new, last, (source.name, purpose))
-            elif source.shuffle:
-                new = [replace(t, order=shuffled_order(t.task_id)) for t in new]
+            elif source.shuffle != "none":
+                new = [replace(t, order=shuffled_order(t.task_id, partition.slot if source.shuffle == "day" else None)) for t in new]
             decisions.append(Decision(purpose, partition, _decide(partition, len(new)), len(new)))
             tasks.extend(new)
     return decisions, _order_joins(job, tasks)
 
 
-def shuffled_order(task_id: str) -> int:
-    """A task's lease position in a shuffled source: a hash of its id, so the order is random across the time range
-    and the same on every planning of the plan (ids are stable)."""
-    return int(hashlib.sha256(task_id.encode()).hexdigest()[:12], 16)
+def shuffled_order(task_id: str, day_of: datetime | None = None) -> int:
+    """A task's lease position in a shuffled source: a hash of its id, so the order is random and the same on every
+    planning of the plan (ids are stable); given a slot, within its day only, the days in time order (a model that
+    follows drift still ends on the newest day)."""
+    position = int(hashlib.sha256(task_id.encode()).hexdigest()[:12], 16)
+    if day_of is None:
+        return position
+    return (day_of - _EPOCH).days * (1 << 48) + position
 
 
 def decoded_row_bytes(job: TrainingJob) -> int:
