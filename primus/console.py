@@ -57,6 +57,8 @@ def _table(title: str, columns: list[str], rows: Iterable[Iterable[Any]]) -> Tab
 
 
 def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
     if isinstance(value, float):
         return f"{value:.4f}"
     return str(value)

@@ -104,8 +104,8 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             "steps": request.steps,
             "train_samples": request.train_samples,
             "eval_samples": request.eval_samples,
-            "auc": round(request.auc, 6),
-            "logloss": round(request.logloss, 6),
+            "auc": round(request.auc, 6) if request.eval_samples else None,  # no held-out slice: no AUC, not 0
+            "logloss": round(request.logloss, 6) if request.eval_samples else None,
             "final_loss": round(request.final_loss, 6),
             "train_seconds": round(request.train_seconds, 3),
             "checkpoint": request.checkpoint_path,
