@@ -95,6 +95,7 @@ class Settings:
     history_lr_scale: float = 1.0  # mixed arms: learningRateScale of the history source
     history_loss_weight: float = 0.0  # mixed arms: lossWeight of the history source; 0: stream rows / history rows (equal loss mass)
     history_update: str = "all"  # mixed arms: the parameters the history's rows update (all, embeddings, dense)
+    replay_days: int = 0  # mixed arms: replay the newest this many history days (0: all of them)
 
     def describe(self) -> str:
         history = "history rows / stream rows (history and stream end together)" if not self.history_weight else f"{self.history_weight:g}"
@@ -108,7 +109,8 @@ class Settings:
             f"(the batch run's last checkpoint, optimizer reset); stream priority {STREAM_PRIORITY} over history {HISTORY_PRIORITY}; "
             f"weights: impressions 1, clicks = its late rows / impressions rows (both at the pace of the stream's hours), "
             f"history (mixed) {history}; impressions maxLagRows = {self.max_lag_hours:g} hours of its rows; "
-            f"history (mixed) lossWeight {loss}, learningRateScale {self.history_lr_scale:g}, update {self.history_update}"
+            f"history (mixed) lossWeight {loss}, learningRateScale {self.history_lr_scale:g}, update {self.history_update}, "
+            f"replaying {'all' if not self.replay_days else f'the newest {self.replay_days}'} history days"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -122,6 +124,7 @@ class Settings:
             "history_loss_weight": self.history_loss_weight or "stream rows / history rows",
             "history_lr_scale": self.history_lr_scale,
             "history_update": self.history_update,
+            "replay_days": self.replay_days or "all",
         }
 
 
@@ -270,9 +273,13 @@ def job_yaml(ds: HybridDataset, arm: str, seed: int, settings: Settings, batch_u
         data["sources"] = _stream_sources(ds, "none" if arm == "mixed_nc" else "fake_negative", settings, clicks_weight)
     if arm in ("mixed", "mixed_nc"):
         # history and stream end together: each minibatch takes the sources in proportion to their rows
-        history["weight"] = settings.history_weight or round(ds.history_rows / max(1, ds.stream_rows), 4)
+        days = (ds.history_end - ds.history_start) / DAY
+        replay = min(days, settings.replay_days or days)
+        replay_rows = ds.history_rows * replay / days
+        history["timeRange"] = _hours(ds.history_end - replay * DAY, ds.history_end)
+        history["weight"] = settings.history_weight or round(replay_rows / max(1, ds.stream_rows), 4)
         data["sources"].append(history)
-        loss_weight = settings.history_loss_weight or round(ds.stream_rows / max(1, ds.history_rows), 4)
+        loss_weight = settings.history_loss_weight or round(ds.stream_rows / max(1, replay_rows), 4)
         control = {"learningRateScale": settings.history_lr_scale, "lossWeight": loss_weight, "update": settings.history_update}
         if control != {"learningRateScale": 1.0, "lossWeight": 1.0, "update": "all"}:
             training["sources"] = {"history": control}
@@ -447,6 +454,7 @@ def main() -> None:
     parser.add_argument("--history-lr-scale", type=float, default=defaults.history_lr_scale, help="mixed: the history's learningRateScale")
     parser.add_argument("--history-loss-weight", type=float, default=defaults.history_loss_weight, help="mixed: the history's lossWeight (0: stream rows / history rows)")
     parser.add_argument("--history-update", default=defaults.history_update, choices=("all", "embeddings", "dense"), help="mixed: what the history's rows update")
+    parser.add_argument("--replay-days", type=int, default=defaults.replay_days, help="mixed: replay the newest this many history days (0: all)")
     parser.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it (default: a temporary one)")
     args = parser.parse_args()
     if args.quick:
@@ -465,6 +473,7 @@ def main() -> None:
         history_lr_scale=args.history_lr_scale,
         history_loss_weight=args.history_loss_weight,
         history_update=args.history_update,
+        replay_days=args.replay_days,
     )
     started = time.monotonic()
     print(f"settings: {settings.describe()}", flush=True)
