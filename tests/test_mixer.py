@@ -140,12 +140,3 @@ def test_a_minibatch_mixes_the_tasks_held_of_a_source_each_front_to_back() -> No
             rows[t.task_id] += values[: t.rows]
             values = values[t.rows :]
     assert rows == {"hour-1": list(range(100)), "hour-2": list(range(1000, 1100))}, "each task in order, every row once"
-
-
-def test_a_label_source_never_runs_ahead_of_its_share_unless_it_lags() -> None:
-    policies = [SourcePolicy("impressions", priority=10, weight=1), SourcePolicy("clicks", priority=10, weight=0.1, fills_rest=False)]
-    take, _, _ = allocate(policies, [50, 1_000], 110, [0.0, 0.0])
-    assert take == [50, 10], "the impressions are short, and the clicks do not fill in for them"
-    lagging = [policies[0], SourcePolicy("clicks", priority=10, weight=0.1, max_lag_rows=500, fills_rest=False)]
-    take, _, _ = allocate(lagging, [50, 1_000], 110, [0.0, 0.0])
-    assert take == [0, 110], "lagging, it catches up"

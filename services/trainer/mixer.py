@@ -25,7 +25,6 @@ class SourcePolicy:
     priority: int = 0
     weight: float = 1.0
     max_lag_rows: int = 0  # 0: never lagging
-    fills_rest: bool = True  # False: never more than its share unless lagging (a label source keeps its impressions' pace)
 
 
 @dataclass(frozen=True)
@@ -107,9 +106,7 @@ def allocate(policies: Sequence[SourcePolicy], buffered: Sequence[int], batch_si
     1. A lagging source (more than max_lag_rows waiting) catches up first, by priority: it takes as much as fits.
     2. Every source then takes its share (weight over all weights, rounded down, the fraction carried to the next
        cut), in priority order, as far as it has rows; the rows the rounding left go to the sources owed most.
-    3. What is left is filled by priority from the rows still waiting: history fills in for an empty stream. A
-       source that does not fill the rest (a label source) is left out: its late positives must train at the pace
-       of their impressions, not ahead of them.
+    3. What is left is filled by priority from the rows still waiting: history fills in for an empty stream.
     """
     count = len(policies)
     take = [0] * count
@@ -136,7 +133,7 @@ def allocate(policies: Sequence[SourcePolicy], buffered: Sequence[int], batch_si
             new_carry[i] -= 1
             room -= 1
     for i in order:
-        if room and policies[i].fills_rest:
+        if room:
             extra = min(buffered[i] - take[i], room)
             take[i] += extra
             room -= extra

@@ -243,6 +243,5 @@ class TrainingSession:
 
 def mixer_for(job: TrainingJob) -> Mixer:
     """The mix the spec asks for: every sample source with its priority, weight and lag bound."""
-    label_sources = {s.labels.source for s in job.spec.data.sources if s.labels is not None}
-    policies = [SourcePolicy(s.name, s.priority, s.weight, s.max_lag_rows, fills_rest=s.name not in label_sources) for s in job.spec.data.sample_sources]
+    policies = [SourcePolicy(s.name, s.priority, s.weight, s.max_lag_rows) for s in job.spec.data.sample_sources]
     return Mixer(policies, job.spec.training.batch_size)
