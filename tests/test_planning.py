@@ -262,3 +262,33 @@ def test_shuffling_within_days_keeps_the_days_in_time_order(dataset: Path, tmp_p
     days = [in_time[i : i + 24] for i in range(0, len(in_time), 24)]
     assert [sorted(by_day[i : i + 24]) for i in range(0, len(by_day), 24)] == days, "each day's hours before the next day's"
     assert by_day != in_time
+
+
+def test_in_flight_counts_follow_every_change_of_status(dataset: Path, tmp_path: Path) -> None:
+    """The quota check reads running counts; they must equal a count over the tasks after leases, reports, failures,
+    expiries, releases and commits."""
+    ledger = TaskLedger(build_plan("j", _job(dataset, tmp_path), PartitionResolver()).tasks, lease_seconds=5.0, max_attempts=2)
+
+    def counted() -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for entry in ledger._entries.values():
+            if entry.status is TaskStatus.LEASED:
+                tasks, size = out.get(entry.spec.source, (0, 0))
+                out[entry.spec.source] = (tasks + 1, size + entry.spec.bytes)
+        return out
+
+    def running() -> dict[str, tuple[int, int]]:
+        return {source: value for source, value in ledger._in_flight().items() if value != (0, 0)}
+
+    leases = [ledger.lease(TRAIN, f"e{i % 3}", now=0.0) for i in range(12)]
+    assert running() == counted() and counted()
+    for i, lease in enumerate(lease for lease in leases if lease is not None):
+        task_id = lease.spec.task_id
+        if i % 3 == 0:
+            assert ledger.claim(task_id, lease.attempt)
+            ledger.served(task_id, lease.attempt, WorkDone(rows=lease.spec.rows))
+        elif i % 3 == 1:
+            ledger.fail(task_id, lease.attempt, "boom", WorkDone())
+        assert running() == counted()
+    ledger.lease(TRAIN, "e9", now=100.0)  # expires the rest
+    assert running() == counted()

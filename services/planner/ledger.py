@@ -78,6 +78,22 @@ def _charge(account: SourceAccount, work: WorkDone, wasted: bool) -> None:
         account.wasted_bytes += work.bytes_read
 
 
+class InFlight:
+    """Tasks and bytes leased and not yet served, per source, kept up as entries change status: a quota check reads
+    it instead of passing over every task."""
+
+    def __init__(self) -> None:
+        self.by_source: dict[str, list[int]] = {}
+
+    def moved(self, spec: TaskSpec, old: TaskStatus, new: TaskStatus) -> None:
+        if (old is TaskStatus.LEASED) == (new is TaskStatus.LEASED):
+            return
+        row = self.by_source.setdefault(spec.source, [0, 0])
+        sign = 1 if new is TaskStatus.LEASED else -1
+        row[0] += sign
+        row[1] += sign * spec.bytes
+
+
 @dataclass
 class TaskEntry:
     spec: TaskSpec
@@ -92,6 +108,15 @@ class TaskEntry:
     claimed_by: int = -1
     speculative: tuple[int, str] | None = None
     errors: list[str] = field(default_factory=list)
+    flight: InFlight | None = field(default=None, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        """Every change of status goes through here, so the ledger's in-flight counts follow it."""
+        if name == "status":
+            flight, old = self.__dict__.get("flight"), self.__dict__.get("status")
+            if flight is not None and isinstance(old, TaskStatus) and isinstance(value, TaskStatus):
+                flight.moved(self.spec, old, value)
+        object.__setattr__(self, name, value)
 
 
 @dataclass(frozen=True)
@@ -152,6 +177,7 @@ class TaskLedger:
         self._quotas = quotas or {}
         self._shares = dict(shares or {})
         self._entries: dict[str, TaskEntry] = {}
+        self._flight = InFlight()
         self._pending: dict[int, PurposeQueues] = {}
         self._next_expiry = math.inf  # no lease runs out before this
         self._lease_seconds = lease_seconds
@@ -169,7 +195,7 @@ class TaskLedger:
             added = 0
             for task in tasks:
                 if task.task_id not in self._entries:
-                    self._entries[task.task_id] = entry = TaskEntry(task)
+                    self._entries[task.task_id] = entry = TaskEntry(task, flight=self._flight)
                     self._make_pending(entry)
                     self.accounts.setdefault(task.source, SourceAccount())
                     added += 1
@@ -286,12 +312,8 @@ class TaskLedger:
         return tasks < quota[0] and (tasks == 0 or size + entry.spec.bytes <= quota[1])
 
     def _in_flight(self) -> dict[str, tuple[int, int]]:
-        out: dict[str, tuple[int, int]] = {}
-        for entry in self._entries.values():
-            if entry.status is TaskStatus.LEASED:
-                tasks, size = out.get(entry.spec.source, (0, 0))
-                out[entry.spec.source] = (tasks + 1, size + entry.spec.bytes)
-        return out
+        """Per source, the tasks and bytes leased now (kept up by InFlight, not counted here)."""
+        return {source: (row[0], row[1]) for source, row in self._flight.by_source.items()}
 
     def _speculate(self, purpose: int, executor: str, now: float) -> Lease | None:
         if len(self._durations) < 3:
