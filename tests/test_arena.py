@@ -239,3 +239,29 @@ def test_the_arena_size_comes_from_the_environment(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv(arena.CAPACITY_ENV, "0")
     assert arena.activate(shm / "off.arena") is None and arena.active() is None, "0 turns the arena off"
     assert not (shm / "off.arena").exists()
+
+
+def test_a_small_budget_makes_the_arena_miss_and_a_raised_one_stops_the_misses(shm: Path) -> None:
+    shared = arena.Arena(shm / "budget.arena", 64 * MIB)
+    assert shared.budget == shared.capacity == 64 * MIB, "the budget starts at the capacity"
+    assert shared.set_budget(1 << 40) == 64 * MIB and shared.set_budget(-5) == 0, "the budget is clamped to [0, capacity]"
+    shared.set_budget(64 * 1024)
+    kept = pa.allocate_buffer(32 * 1024, memory_pool=shared.pool)
+    assert shared.pool.offset_of(kept.address) >= 0 and shared.misses == 0, "under the budget: in the arena"
+    missed = pa.allocate_buffer(MIB, memory_pool=shared.pool)
+    assert shared.pool.offset_of(missed.address) < 0 and shared.misses == 1, "past the budget: the default pool, counted as a miss"
+    growing = pa.allocate_buffer(1024, memory_pool=shared.pool, resizable=True)
+    assert shared.pool.offset_of(growing.address) >= 0
+    growing.resize(MIB)
+    assert shared.pool.offset_of(growing.address) < 0 and shared.misses == 2, "growing past the budget moves the buffer out"
+
+    shared.set_budget(8 * MIB)
+    again = pa.allocate_buffer(MIB, memory_pool=shared.pool)
+    assert shared.pool.offset_of(again.address) >= 0 and shared.misses == 2, "a raised budget stops the misses"
+    held = shared.pool.arena_bytes
+    shared.set_budget(0)
+    assert shared.pool.arena_bytes == held, "lowering the budget frees nothing..."
+    assert shared.pool.offset_of(pa.allocate_buffer(64, memory_pool=shared.pool).address) < 0 and shared.misses == 3, "...it refuses new blocks"
+    del kept, missed, growing, again
+    gc.collect()
+    assert shared.pool.arena_bytes == 0

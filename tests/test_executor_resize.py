@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import copy
-import gc
-import os
 import threading
 import time
 from collections import Counter
@@ -12,11 +10,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
-import pyarrow as pa
 import pytest
 import yaml
 
-from primus import arena, rpc
+from primus import rpc
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2, data_executor_pb2, data_executor_pb2_grpc, planner_pb2, planner_pb2_grpc
 from services.data_executor import sizing
@@ -167,44 +164,6 @@ def test_an_executor_starts_at_its_launch_size(planner: rpc.RunningServer, datas
 
 
 # --- the arena's budget -----------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def shm(tmp_path: Path) -> Iterator[Path]:
-    if arena.native is None:
-        pytest.skip("primus._arena is not built: `make native` builds it")
-    folder = Path("/dev/shm") / f"primus-test-{os.getpid()}-{tmp_path.name}"
-    folder.mkdir()
-    yield folder
-    for path in folder.iterdir():
-        path.unlink()
-    folder.rmdir()
-
-
-def test_a_small_budget_makes_the_arena_miss_and_a_raised_one_stops_the_misses(shm: Path) -> None:
-    shared = arena.Arena(shm / "budget.arena", 64 * MIB)
-    assert shared.budget == shared.capacity == 64 * MIB, "the budget starts at the capacity"
-    assert shared.set_budget(1 << 40) == 64 * MIB and shared.set_budget(-5) == 0, "the budget is clamped to [0, capacity]"
-    shared.set_budget(64 * 1024)
-    kept = pa.allocate_buffer(32 * 1024, memory_pool=shared.pool)
-    assert shared.pool.offset_of(kept.address) >= 0 and shared.misses == 0, "under the budget: in the arena"
-    missed = pa.allocate_buffer(MIB, memory_pool=shared.pool)
-    assert shared.pool.offset_of(missed.address) < 0 and shared.misses == 1, "past the budget: the default pool, counted as a miss"
-    growing = pa.allocate_buffer(1024, memory_pool=shared.pool, resizable=True)
-    assert shared.pool.offset_of(growing.address) >= 0
-    growing.resize(MIB)
-    assert shared.pool.offset_of(growing.address) < 0 and shared.misses == 2, "growing past the budget moves the buffer out"
-
-    shared.set_budget(8 * MIB)
-    again = pa.allocate_buffer(MIB, memory_pool=shared.pool)
-    assert shared.pool.offset_of(again.address) >= 0 and shared.misses == 2, "a raised budget stops the misses"
-    held = shared.pool.arena_bytes
-    shared.set_budget(0)
-    assert shared.pool.arena_bytes == held, "lowering the budget frees nothing..."
-    assert shared.pool.offset_of(pa.allocate_buffer(64, memory_pool=shared.pool).address) < 0 and shared.misses == 3, "...it refuses new blocks"
-    del kept, missed, growing, again
-    gc.collect()
-    assert shared.pool.arena_bytes == 0
 
 
 # --- resize -----------------------------------------------------------------------------------------------------
