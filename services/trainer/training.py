@@ -95,6 +95,15 @@ class LabelRoles:
         return cls(frozenset(s.name for s in corrected), frozenset(s.labels.source for s in corrected if s.labels is not None))
 
 
+@dataclass(frozen=True)
+class SourceArrays:
+    """Per source index of a minibatch's tags: its loss weight, and its part in the delayed-label correction."""
+
+    loss_weight: npt.NDArray[np.float64]
+    impressions: npt.NDArray[np.bool_]
+    late: npt.NDArray[np.bool_]
+
+
 class CtrTrainer:
     """Owns the model and optimizer; trains minibatches whose rows are tagged with their source.
 
@@ -118,6 +127,19 @@ class CtrTrainer:
         self.evaluation = EvalAccumulator(recent)
         self.loss_by_source: dict[str, list[float]] = {}  # [weighted loss sum, rows]
         self._losses: list[float] = []
+        self._arrays: tuple[tuple[str, ...], SourceArrays] | None = None
+
+    def _per_source(self, names: Sequence[str]) -> SourceArrays:
+        """The per-source arrays for these names, worked out again only when a source joins the mix."""
+        key = tuple(names)
+        if self._arrays is None or self._arrays[0] != key:
+            arrays = SourceArrays(
+                np.array([self.control(n).loss_weight for n in key], dtype=np.float64),
+                np.array([n in self.labels.impressions for n in key], dtype=np.bool_),
+                np.array([n in self.labels.late for n in key], dtype=np.bool_),
+            )
+            self._arrays = (key, arrays)
+        return self._arrays[1]
 
     def control(self, source: str) -> SourceTraining:
         return self.training.sources.get(source, DEFAULT_CONTROL)
@@ -157,9 +179,8 @@ class CtrTrainer:
         of label sources (positives whose label came late)."""
         if not self.labels.impressions:
             return
-        impression = np.isin(tags, [i for i, n in enumerate(names) if n in self.labels.impressions])
-        late = np.isin(tags, [i for i, n in enumerate(names) if n in self.labels.late])
-        self.joined.add(int(labels[impression].sum()), int(late.sum()))
+        arrays = self._per_source(names)
+        self.joined.add(int(labels[arrays.impressions[tags]].sum()), int(arrays.late[tags].sum()))
 
     def _step(
         self,
@@ -199,11 +220,11 @@ class CtrTrainer:
 
     def _row_weights(self, labels: npt.NDArray[np.float32], probs: npt.NDArray[np.float32], tags: npt.NDArray[np.int32], names: Sequence[str]) -> npt.NDArray[np.float32]:
         """Per row: the source's loss weight, times the delayed-label correction for corrected sources."""
-        by_source = np.array([self.control(n).loss_weight for n in names], dtype=np.float64)
-        weights = by_source[tags]
-        corrected = np.isin(tags, [i for i, n in enumerate(names) if n in self.labels.impressions or n in self.labels.late])
+        arrays = self._per_source(names)
+        weights = arrays.loss_weight[tags]
+        late = arrays.late[tags]
+        corrected = arrays.impressions[tags] | late
         if corrected.any():
-            late = np.isin(tags, [i for i, n in enumerate(names) if n in self.labels.late])
             fixed = fake_negative_weights(labels[corrected], probs[corrected].astype(np.float64), late[corrected], self.joined.value)
             weights[corrected] *= fixed
         return weights.astype(np.float32)
