@@ -39,12 +39,12 @@ def long_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _job(dataset: Path, tmp_path: Path, executors: int, **resources: Any) -> str:
+def _job(dataset: Path, tmp_path: Path, executors: int, batch_size: int = 64, **resources: Any) -> str:
     """Small minibatches, so the job runs long enough for a change to land in the middle of it."""
     document = job_document(dataset, days=DAYS)
     spec = document["spec"]
     assert isinstance(spec, dict)
-    spec["training"].update({"batchSize": 64, "checkpointEverySteps": 25, "reportEverySteps": 10})
+    spec["training"].update({"batchSize": batch_size, "checkpointEverySteps": 25, "reportEverySteps": 10})
     spec["resources"]["dataExecutor"].update({"replicas": executors, **resources.pop("data_executor", {})})
     spec["resources"].update(resources)
     path = tmp_path / "job.yaml"
@@ -166,7 +166,9 @@ def test_resize_in_place_keeps_the_streams(cluster: ClusterState, long_dataset: 
 def test_silent_executor_is_lost_within_its_heartbeat_timeout(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
     """SIGSTOP: the process lives but says nothing. Its heartbeats stop, so it is ended and its leases go back."""
     master, rc = _stubs(cluster)
-    job_id = _submit(master, _job(long_dataset, tmp_path, executors=2, heartbeatTimeoutSeconds=3), until_step=60)
+    # minibatches of 16: the job must still be running when the controller gives up on the silent executor (about 3 s
+    # after the stop), or there is nothing left to relaunch it for
+    job_id = _submit(master, _job(long_dataset, tmp_path, executors=2, batch_size=16, heartbeatTimeoutSeconds=3), until_step=60)
     victim = next(e for e in _executors(rc, job_id) if e.state == rc_pb2.EXECUTOR_STATE_READY)
     stopped = time.monotonic()
     os.kill(victim.pid, signal.SIGSTOP)
