@@ -16,7 +16,8 @@ from typing import Any
 import grpc
 
 from primus import rpc
-from primus.cluster import RESTARTABLE, ClusterState, ServiceProcess, restart_service, running_cluster, start_cluster, start_planner, stop_services
+from primus.backend_flags import add_backend_arguments, controller_argv
+from primus.cluster import RESTARTABLE, ClusterState, ServiceProcess, StartError, restart_service, running_cluster, start_cluster, start_planner, stop_services
 from primus.console import console, err_console, follow, print_plan, print_report, state_name
 from primus.cost import load_cost, print_cost
 from primus.errors import PrimusError, SpecError
@@ -27,6 +28,12 @@ from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 
 EXIT_USER_ERROR = 2
+
+
+class UserError(PrimusError):
+    """Something the user must fix (exit code 2): a backend that is not there, a wrong address."""
+
+
 DEFAULT_STATE_DIR = Path(".primus")
 DEFAULT_RUNS_DIR = Path("runs")
 PREVIEW_TIMEOUT_SECONDS = 600.0
@@ -43,8 +50,10 @@ def _require_cluster(args: argparse.Namespace) -> ClusterState:
     return state
 
 
-def _submit(state: ClusterState, job_file: Path) -> str:
+def _submit(state: ClusterState, job_file: Path, backend: str | None = None) -> str:
     job = load_job_file(job_file)
+    if backend:
+        job = job.with_backend(backend)
     reply = _master(state).SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=job.to_yaml()), timeout=30)
     return str(reply.job_id)
 
@@ -66,13 +75,23 @@ def _cluster_for_run(args: argparse.Namespace) -> Iterator[ClusterState]:
         yield existing
         return
     err_console.print("starting planner, resource_controller and master ...")
-    state = start_cluster(args.runs_dir, args.state_dir)
+    state = _start_cluster(args)
     try:
         yield state
     finally:
         stop_services(state.services)
         (args.state_dir / "cluster.json").unlink(missing_ok=True)
         err_console.print("services stopped")
+
+
+def _start_cluster(args: argparse.Namespace) -> ClusterState:
+    """The services, with the backend flags given; beyond this machine they listen where its executors can reach them."""
+    controller = controller_argv(args)
+    remote = getattr(args, "backend", None) not in (None, "local")
+    try:
+        return start_cluster(args.runs_dir, args.state_dir, controller, bind_host="0.0.0.0" if remote else "127.0.0.1")
+    except StartError as exc:
+        raise UserError(str(exc)) from None
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -123,7 +142,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     if running_cluster(args.state_dir) is not None:
         raise PrimusError(f"services for {args.state_dir} are already running; `primus down` stops them")
-    state = start_cluster(args.runs_dir, args.state_dir)
+    state = _start_cluster(args)
     for service in state.services:
         console.print(f"{service.name:<20} pid {service.pid:<8} {service.address}  log {service.log}")
     return 0
@@ -175,7 +194,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     load_job_file(args.job)
     with _cluster_for_run(args) as state:
-        job_id = _submit(state, args.job)
+        job_id = _submit(state, args.job, args.backend)
         err_console.print(f"submitted {job_id}")
         return _follow_and_report(state, job_id)
 
@@ -254,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("job", type=Path)
     plan.add_argument("--explain", action="store_true", help="one line per partition: included, waiting or skipped, and why")
     plan.add_argument("--replicas", type=int, default=0, help="spread partition discovery over this many extra planner processes")
-    add("up", cmd_up, "start master, planner and resource_controller as local processes")
+    add_backend_arguments(add("up", cmd_up, "start master, planner and resource_controller as local processes"), many=True)
     add("down", cmd_down, "stop the services `primus up` started")
     restart = add("restart", cmd_restart, "stop one service `primus up` started and start it again at its address; running jobs carry on")
     restart.add_argument(
@@ -273,12 +292,15 @@ def build_parser() -> argparse.ArgumentParser:
     scaling.add_argument("run", type=Path, help="a job id (asked of the running resource controller), a run folder or its report.json")
     scaling.add_argument("-o", "--output", choices=("table", "json"), default="table")
     add("cancel", cmd_cancel, "cancel a job").add_argument("job_id")
-    add("run", cmd_run, "run a job end to end: start services if needed, submit, follow, report, tear down").add_argument("job", type=Path)
+    run = add("run", cmd_run, "run a job end to end: start services if needed, submit, follow, report, tear down")
+    run.add_argument("job", type=Path)
+    add_backend_arguments(run, many=False)
     demo = add("demo", cmd_demo, "generate a synthetic CTR dataset with drift and train on it")
     demo.add_argument("--data-dir", type=Path, default=Path("runs/demo-data"))
     demo.add_argument("--days", type=int, default=4, help="days of data; the last one is held out for evaluation")
     demo.add_argument("--rows-per-hour", type=int, default=600)
     demo.add_argument("--seed", type=int, default=7)
+    add_backend_arguments(demo, many=False)
     add("report", cmd_report, "print a run's report").add_argument("run", type=Path, help="a run folder, its report.json, or a job id")
     add("cost", cmd_cost, "per source: bytes read, CPU, retries, useful samples and waste, checked against the traces").add_argument(
         "run", type=Path, help="a run folder, its report.json, or a job id"
@@ -304,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as exc:
         for problem in exc.problems:
             err_console.print(f"[red]error[/red]: {problem}", highlight=False)
+        return EXIT_USER_ERROR
+    except UserError as exc:
+        err_console.print(f"[red]error[/red]: {exc}", highlight=False)
         return EXIT_USER_ERROR
     except PrimusError as exc:
         err_console.print(f"[red]error[/red]: {exc}", highlight=False)

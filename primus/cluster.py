@@ -30,20 +30,22 @@ class ServiceProcess:
 class ClusterState:
     runs_dir: str
     services: tuple[ServiceProcess, ...]
+    controller_args: tuple[str, ...] = ()  # the resource controller's backend flags, kept for a restart
 
     def address(self, name: str) -> str:
         return next(s.address for s in self.services if s.name == name)
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"runs_dir": self.runs_dir, "services": [asdict(s) for s in self.services]}, indent=2))
+        data = {"runs_dir": self.runs_dir, "services": [asdict(s) for s in self.services], "controller_args": list(self.controller_args)}
+        path.write_text(json.dumps(data, indent=2))
 
     @staticmethod
     def load(path: Path) -> ClusterState | None:
         if not path.exists():
             return None
         data = json.loads(path.read_text())
-        return ClusterState(data["runs_dir"], tuple(ServiceProcess(**s) for s in data["services"]))
+        return ClusterState(data["runs_dir"], tuple(ServiceProcess(**s) for s in data["services"]), tuple(data.get("controller_args", ())))
 
 
 def _alive(pid: int) -> bool:
@@ -69,6 +71,9 @@ def _start(name: str, extra: list[str], runs_dir: Path, state_dir: Path, label: 
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while not ready.exists():
         if process.poll() is not None:
+            said = _last_error(log_path)
+            if said:  # a one-line error of the service's own (a backend it cannot reach, a port it cannot bind)
+                raise StartError(said)
             raise UnavailableError(f"{name} exited with code {process.returncode} while starting; see {log_path}")
         if time.monotonic() > deadline:
             process.kill()
@@ -79,24 +84,41 @@ def _start(name: str, extra: list[str], runs_dir: Path, state_dir: Path, label: 
     return ServiceProcess(name=name, pid=process.pid, address=address, log=str(log_path))
 
 
+class StartError(UnavailableError):
+    """A service refused to start and said why in one line (a user error: a backend that is not there)."""
+
+
+def _last_error(log_path: Path) -> str:
+    """The last `error: ...` line a service wrote before exiting, without the prefix."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    said = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
+    return said[-1] if said else ""
+
+
 def start_planner(runs_dir: Path, state_dir: Path, label: str, extra: list[str] | None = None) -> ServiceProcess:
     """One more planner process (a throwaway for previews, or a replica); stop it with stop_services."""
     return _start("planner", list(extra or []), runs_dir.resolve(), state_dir, label)
 
 
-def start_cluster(runs_dir: Path, state_dir: Path) -> ClusterState:
-    """Start planner and resource controller, then the master pointed at both; stop all on failure."""
+def start_cluster(runs_dir: Path, state_dir: Path, controller_args: list[str] | None = None, bind_host: str = "127.0.0.1") -> ClusterState:
+    """Start planner and resource controller, then the master pointed at both; stop all on failure. controller_args
+    configure the resource controller's backends; bind_host is where the services listen (an address executors on other
+    machines can reach, when the backend places them there)."""
     runs_dir = runs_dir.resolve()
     started: list[ServiceProcess] = []
+    bind = ["--bind", f"{bind_host}:0"]
     try:
-        started.append(_start("planner", [], runs_dir, state_dir))
-        started.append(_start("resource_controller", [], runs_dir, state_dir))
-        master_args = ["--planner", started[0].address, "--resource-controller", started[1].address]
+        started.append(_start("planner", bind, runs_dir, state_dir))
+        started.append(_start("resource_controller", [*bind, *(controller_args or [])], runs_dir, state_dir))
+        master_args = [*bind, "--planner", started[0].address, "--resource-controller", started[1].address]
         started.append(_start("master", master_args, runs_dir, state_dir))
     except BaseException:
         stop_services(started)
         raise
-    state = ClusterState(str(runs_dir), tuple(started))
+    state = ClusterState(str(runs_dir), tuple(started), tuple(controller_args or ()))
     state.save(state_dir / "cluster.json")
     return state
 
@@ -119,8 +141,10 @@ def restart_service(state: ClusterState, state_dir: Path, name: str) -> ClusterS
     args = ["--bind", old.address]
     if name == "master":
         args += ["--planner", state.address("planner"), "--resource-controller", state.address("resource_controller")]
+    if name == "resource_controller":
+        args += list(state.controller_args)
     started = _start(name, args, Path(state.runs_dir), state_dir)
-    restarted = ClusterState(state.runs_dir, tuple(started if s.name == name else s for s in state.services))
+    restarted = ClusterState(state.runs_dir, tuple(started if s.name == name else s for s in state.services), state.controller_args)
     restarted.save(state_dir / "cluster.json")
     return restarted
 

@@ -18,7 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry import context, trace
 
-from primus import telemetry
+from primus import hosts, telemetry
 from primus.errors import PrimusError
 from primus.v1 import common_pb2, common_pb2_grpc
 
@@ -176,7 +176,7 @@ def start_server(
     port = server.add_insecure_port(bind)
     if port == 0:
         raise OSError(f"{name}: cannot bind {bind}")
-    address = f"{host}:{port}"
+    address = hosts.advertised(f"{host}:{port}")
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     info = common_pb2.ServiceInfo(name=name, pid=os.getpid(), address=address, version=VERSION)

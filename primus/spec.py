@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -101,7 +102,47 @@ class JobQuota(_Model):
     memory_mib: int | None = Field(None, ge=64, alias="memoryMiB")
 
 
+class BackendKind(StrEnum):
+    """The scheduler that runs a job's executors; the resource controller must have been started with it."""
+
+    LOCAL = "local"
+    KUBERNETES = "kubernetes"
+    YARN = "yarn"
+    RAY = "ray"
+
+
+class KubernetesPlacement(_Model):
+    """Overrides of the pod template for this job's executors (resources.backend: kubernetes)."""
+
+    image: str | None = Field(None, description="the container image; default: the controller's --kubernetes-image")
+    node_selector: dict[str, str] = {}
+    tolerations: list[dict[str, Any]] = []
+    service_account_name: str | None = None
+    env: dict[str, str] = {}
+    volumes: list[dict[str, Any]] = Field([], description="pod volumes; the runs folder must be on one that every pod and the control plane share")
+    volume_mounts: list[dict[str, Any]] = []
+    pending_timeout_seconds: float = Field(120.0, ge=5, le=3600, description="a pod unscheduled this long is deleted, reported with the scheduler's reason")
+    resize_timeout_seconds: float = Field(60.0, ge=5, le=3600, description="an in-place resize not done after this long is carried out by migration")
+
+
+class YarnPlacement(_Model):
+    """Where on YARN this job's executors run (resources.backend: yarn)."""
+
+    queue: str = "default"
+    node_label: str | None = None
+
+
+class RayPlacement(_Model):
+    """Extra Ray resources each executor actor asks for (resources.backend: ray), e.g. {"data_node": 1}."""
+
+    resources: dict[str, float] = {}
+
+
 class Resources(_Model):
+    backend: BackendKind = Field(BackendKind.LOCAL, description="where the executors run: local processes, Kubernetes pods, YARN containers or Ray actors")
+    kubernetes: KubernetesPlacement = KubernetesPlacement()
+    yarn: YarnPlacement = YarnPlacement()
+    ray: RayPlacement = RayPlacement()
     data_executor: RoleResources = RoleResources(replicas=2)
     trainer: RoleResources = RoleResources(replicas=1, memory_mib=2048)
     quota: JobQuota = JobQuota()
@@ -127,6 +168,11 @@ class Resources(_Model):
         if self.quota.memory_mib is not None and memory > self.quota.memory_mib:
             raise ValueError(f"the executors at submit need {memory} MiB, above quota.memoryMiB {self.quota.memory_mib}")
         return self
+
+    def placement(self) -> dict[str, Any]:
+        """The backend's own block (camelCase, as written in a spec), for the resource controller."""
+        block = {BackendKind.KUBERNETES: self.kubernetes, BackendKind.YARN: self.yarn, BackendKind.RAY: self.ray}.get(self.backend)
+        return block.model_dump(mode="json", by_alias=True) if block is not None else {}
 
 
 class TimeRange(_Model):
@@ -454,6 +500,11 @@ class TrainingJob(_Model):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)
+
+    def with_backend(self, backend: str) -> TrainingJob:
+        """The same job with its executors on another backend (`primus run --backend`)."""
+        resources = self.spec.resources.model_copy(update={"backend": BackendKind(backend)})
+        return self.model_copy(update={"spec": self.spec.model_copy(update={"resources": resources})})
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from primus import rpc
+from primus import hosts, rpc
 from primus.spec import TrainingJob, load_job_text
 from primus.v1 import master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
@@ -48,6 +48,8 @@ def register(args: WorkerArgs, address: str, data_address: str = "") -> None:
     """Tell the resource controller that this executor is up and where it listens."""
     stub = rc_grpc.ResourceControllerServiceStub(rpc.connect(args.resource_controller))
     stub.RegisterExecutor(
-        rc_pb2.RegisterExecutorRequest(job_id=args.job_id, executor_id=args.executor_id, address=address, data_address=data_address, pid=os.getpid()),
+        rc_pb2.RegisterExecutorRequest(
+            job_id=args.job_id, executor_id=args.executor_id, address=address, data_address=data_address, pid=os.getpid(), host_id=hosts.host_id()
+        ),
         timeout=30,
     )

@@ -95,7 +95,7 @@ class ExecutorResources(_message.Message):
     def __init__(self, cpu: _Optional[float] = ..., memory_mib: _Optional[int] = ...) -> None: ...
 
 class Executor(_message.Message):
-    __slots__ = ("executor_id", "job_id", "role", "state", "pid", "address", "data_address", "exit_code", "resources", "backend", "log_path", "exit_reason", "message", "limits", "telemetry", "slot", "heartbeat_unix")
+    __slots__ = ("executor_id", "job_id", "role", "state", "pid", "address", "data_address", "exit_code", "resources", "backend", "log_path", "exit_reason", "message", "limits", "telemetry", "slot", "heartbeat_unix", "host_id")
     EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -113,6 +113,7 @@ class Executor(_message.Message):
     TELEMETRY_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_UNIX_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
     executor_id: str
     job_id: str
     role: ExecutorRole
@@ -130,7 +131,8 @@ class Executor(_message.Message):
     telemetry: ExecutorTelemetry
     slot: int
     heartbeat_unix: float
-    def __init__(self, executor_id: _Optional[str] = ..., job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., exit_code: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., backend: _Optional[str] = ..., log_path: _Optional[str] = ..., exit_reason: _Optional[_Union[ExitReason, str]] = ..., message: _Optional[str] = ..., limits: _Optional[_Union[LimitMechanism, str]] = ..., telemetry: _Optional[_Union[ExecutorTelemetry, _Mapping]] = ..., slot: _Optional[int] = ..., heartbeat_unix: _Optional[float] = ...) -> None: ...
+    host_id: str
+    def __init__(self, executor_id: _Optional[str] = ..., job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., exit_code: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., backend: _Optional[str] = ..., log_path: _Optional[str] = ..., exit_reason: _Optional[_Union[ExitReason, str]] = ..., message: _Optional[str] = ..., limits: _Optional[_Union[LimitMechanism, str]] = ..., telemetry: _Optional[_Union[ExecutorTelemetry, _Mapping]] = ..., slot: _Optional[int] = ..., heartbeat_unix: _Optional[float] = ..., host_id: _Optional[str] = ...) -> None: ...
 
 class ExecutorTelemetry(_message.Message):
     __slots__ = ("unix_time", "cpu_seconds", "cpu_limit", "rss_bytes", "memory_limit_bytes", "bytes_read", "rows_served", "queue_depth", "arena_misses", "streams_active", "reader_threads", "memory_budget_bytes", "draining", "stall_seconds", "steps", "samples")
@@ -169,7 +171,7 @@ class ExecutorTelemetry(_message.Message):
     def __init__(self, unix_time: _Optional[float] = ..., cpu_seconds: _Optional[float] = ..., cpu_limit: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., memory_limit_bytes: _Optional[int] = ..., bytes_read: _Optional[int] = ..., rows_served: _Optional[int] = ..., queue_depth: _Optional[int] = ..., arena_misses: _Optional[int] = ..., streams_active: _Optional[int] = ..., reader_threads: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., draining: _Optional[bool] = ..., stall_seconds: _Optional[float] = ..., steps: _Optional[int] = ..., samples: _Optional[int] = ...) -> None: ...
 
 class LaunchExecutorsRequest(_message.Message):
-    __slots__ = ("job_id", "role", "count", "resources", "run_dir", "planner_address", "master_address", "replaces_executor_id")
+    __slots__ = ("job_id", "role", "count", "resources", "run_dir", "planner_address", "master_address", "replaces_executor_id", "backend", "placement_json")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -178,6 +180,8 @@ class LaunchExecutorsRequest(_message.Message):
     PLANNER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     REPLACES_EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_JSON_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     role: ExecutorRole
     count: int
@@ -186,7 +190,9 @@ class LaunchExecutorsRequest(_message.Message):
     planner_address: str
     master_address: str
     replaces_executor_id: str
-    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., count: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., run_dir: _Optional[str] = ..., planner_address: _Optional[str] = ..., master_address: _Optional[str] = ..., replaces_executor_id: _Optional[str] = ...) -> None: ...
+    backend: str
+    placement_json: str
+    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., count: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., run_dir: _Optional[str] = ..., planner_address: _Optional[str] = ..., master_address: _Optional[str] = ..., replaces_executor_id: _Optional[str] = ..., backend: _Optional[str] = ..., placement_json: _Optional[str] = ...) -> None: ...
 
 class LaunchExecutorsResponse(_message.Message):
     __slots__ = ("executors",)
@@ -195,18 +201,20 @@ class LaunchExecutorsResponse(_message.Message):
     def __init__(self, executors: _Optional[_Iterable[_Union[Executor, _Mapping]]] = ...) -> None: ...
 
 class RegisterExecutorRequest(_message.Message):
-    __slots__ = ("job_id", "executor_id", "address", "data_address", "pid")
+    __slots__ = ("job_id", "executor_id", "address", "data_address", "pid", "host_id")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     executor_id: str
     address: str
     data_address: str
     pid: int
-    def __init__(self, job_id: _Optional[str] = ..., executor_id: _Optional[str] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
+    host_id: str
+    def __init__(self, job_id: _Optional[str] = ..., executor_id: _Optional[str] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., pid: _Optional[int] = ..., host_id: _Optional[str] = ...) -> None: ...
 
 class RegisterExecutorResponse(_message.Message):
     __slots__ = ()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from primus import arena, rpc
+from primus import arena, hosts, rpc
 from primus.samples import training_schema
 from primus.spec import TrainingJob
 from primus.v1 import data_executor_pb2, data_executor_pb2_grpc, planner_pb2_grpc
@@ -37,11 +37,12 @@ def create_executor(
     planner_address: str,
     job: TrainingJob,
     quarantine_dir: Path | None = None,
-    host: str = "127.0.0.1",
+    host: str | None = None,
     decode_into_shared_memory: bool = False,
 ) -> DataExecutor:
     """decode_into_shared_memory makes this process's default pyarrow pool a shared-memory arena (process-wide, so
     only for a process that is an executor): co-located consumers then get batches without a copy."""
+    host = host or hosts.bind_host()  # PRIMUS_BIND_HOST: 0.0.0.0 where the trainer may be on another machine
     counters = ExecutorCounters()
     drop = SharedMemoryDrop.available(executor_id)
     shared_arena = arena.activate(arena_path(executor_id)) if decode_into_shared_memory and drop is not None else None
@@ -53,4 +54,4 @@ def create_executor(
     controls = ExecutorControls(executor_id, job_id, streamer, counters, shared_arena)
     servicer = DataExecutorServicer(controls)
     control = rpc.start_server("data_executor", f"{host}:0", [lambda s: data_executor_pb2_grpc.add_DataExecutorServiceServicer_to_server(servicer, s)], [SERVICE_NAME])
-    return DataExecutor(control=control, flight=flight, data_address=f"{host}:{flight.port}", controls=controls)
+    return DataExecutor(control=control, flight=flight, data_address=hosts.advertised(f"{host}:{flight.port}"), controls=controls)

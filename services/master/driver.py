@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -123,6 +124,8 @@ class JobDriver:
                 planner_address=self._peers.planner_address,
                 master_address=self._own_info().address,
                 replaces_executor_id=replaces,
+                backend=spec.resources.backend.value,
+                placement_json=json.dumps(spec.resources.placement()),
             ),
             timeout=60,
         )

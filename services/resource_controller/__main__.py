@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from primus import rpc, telemetry
+from services.resource_controller.backends import BackendUnavailableError, add_arguments, build_backends, config_from
 from services.resource_controller.server import create_server
 from services.resource_controller.signals import QueueQuota
 
@@ -33,11 +34,17 @@ def main() -> None:
     )
     parser.add_argument("--cores", type=float, default=None, help="cores the controller may hand out (default: this machine's)")
     parser.add_argument("--ready-file", default=None, help="write the bound address here once serving")
+    add_arguments(parser)
     args = parser.parse_args()
     rpc.configure_logging("resource_controller")
     telemetry.setup_tracing("resource_controller", args.runs_dir)
     try:
-        controller = create_server(args.bind, state_dir=args.state_dir or args.runs_dir, queue_quotas=dict(args.queue), cores=args.cores)
+        backends = build_backends(config_from(args))
+    except BackendUnavailableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    try:
+        controller = create_server(args.bind, backends, state_dir=args.state_dir or args.runs_dir, queue_quotas=dict(args.queue), cores=args.cores)
     except OSError as exc:
         print(f"error: resource controller: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from primus import telemetry
 from services.resource_controller import limits
@@ -64,6 +64,7 @@ class EventKind(Enum):
     RUNNING = "running"
     EXITED = "exited"
     LOST = "lost"
+    RESIZE_FAILED = "resize_failed"  # an accepted in-place resize the scheduler could not carry out: the pool migrates
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class LaunchSpec:
     memory_mib: int
     log_path: Path
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment for the process
+    placement: Mapping[str, Any] = field(default_factory=dict)  # the job's block for this backend (camelCase keys, as in the spec)
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ class ExecutorEvent:
 
 class ExecutorHandle(Protocol):
     executor_id: str
-    pid: int
+    pid: int  # 0 where the backend cannot see the process (a pod, a container, an actor on another node)
 
     def to_state(self) -> dict[str, object]: ...
 

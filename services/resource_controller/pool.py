@@ -11,13 +11,13 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from primus.dataplane import remove_shared_memory
-from primus.errors import ConflictError, NotFoundError
+from primus.errors import ConflictError, InvalidRequestError, NotFoundError
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.resource_controller.backend import EventKind, ExecutorEvent, ExitReason, LaunchSpec, SchedulerBackend
 from services.resource_controller.control import ExecutorControl
@@ -46,6 +46,8 @@ class LaunchRequest:
     planner_address: str
     master_address: str
     replaces: str = ""  # a replacement takes the slot (and the current size) of the executor it replaces
+    backend: str = "local"  # resources.backend of the job
+    placement: Mapping[str, Any] | None = None  # the job's block for that backend
 
 
 class ExecutorPool:
@@ -53,7 +55,7 @@ class ExecutorPool:
 
     def __init__(
         self,
-        backend: SchedulerBackend,
+        backend: SchedulerBackend | Mapping[str, SchedulerBackend],
         own_address: str = "",
         state_path: Path | None = None,
         poll_seconds: float = 0.25,
@@ -61,7 +63,8 @@ class ExecutorPool:
         slots: SlotHealth | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.backend = backend
+        self.backends: dict[str, SchedulerBackend] = dict(backend) if isinstance(backend, Mapping) else {backend.name: backend}
+        self.backend = self.backends.get("local") or next(iter(self.backends.values()))  # the default, for jobs that name none
         self.own_address = own_address
         self.decisions = DecisionLog()
         self.oom_memory: OomMemory = lambda record: None
@@ -101,8 +104,14 @@ class ExecutorPool:
 
     def launch(self, request: LaunchRequest) -> list[ExecutorRecord]:
         """Launch `count` executors (or one replacement); a replacement of a blacklisted slot waits, PENDING."""
+        if request.backend not in self.backends:
+            raise InvalidRequestError(
+                f"job {request.job_id} asks for resources.backend {request.backend!r}, but this resource controller runs only "
+                f"{', '.join(sorted(self.backends))}: start it with --backend {request.backend} (see docs/backends.md)"
+            )
         with self._lock:
-            self._jobs.setdefault(request.job_id, JobContext(request.job_id, request.run_dir, request.planner_address, request.master_address))
+            context = JobContext(request.job_id, request.run_dir, request.planner_address, request.master_address, request.backend, dict(request.placement or {}))
+            self._jobs.setdefault(request.job_id, context)
             records = [self._new_record(request) for _ in range(request.count)]
         for record in records:
             if record.state is ExecutorState.STARTING:
@@ -122,7 +131,10 @@ class ExecutorPool:
             if replaced.exit_reason is ExitReason.OOM_KILLED:
                 memory = self.oom_memory(replaced) or memory
         log_path = self._jobs[request.job_id].run_dir / "logs" / f"{executor_id}.log"
-        record = ExecutorRecord(executor_id, request.job_id, request.role, slot, ExecutorState.STARTING, cpu, memory, str(log_path), replaces=request.replaces)
+        backend = self._jobs[request.job_id].backend
+        record = ExecutorRecord(
+            executor_id, request.job_id, request.role, slot, ExecutorState.STARTING, cpu, memory, str(log_path), replaces=request.replaces, backend=backend
+        )
         until = self._slots.blacklisted_until((request.job_id, request.role, slot), self._clock())
         if until is not None:
             record.state = ExecutorState.PENDING
@@ -144,33 +156,40 @@ class ExecutorPool:
             "--resource-controller", self.own_address,
             "--runs-dir", str(job.run_dir.parent),
         )  # fmt: skip
-        spec = LaunchSpec(record.executor_id, record.job_id, record.role, args, record.cpu, record.memory_mib, Path(record.log_path))
+        backend = self._backend(record)
+        spec = LaunchSpec(record.executor_id, record.job_id, record.role, args, record.cpu, record.memory_mib, Path(record.log_path), placement=job.placement)
         try:
-            handle = self.backend.launch(spec)
+            handle = backend.launch(spec)
         except Exception as exc:
             log.exception("could not launch %s", record.executor_id)
             with self._lock:
-                record.state, record.exit_reason, record.message = ExecutorState.FAILED, ExitReason.ERROR, f"the {self.backend.name} backend could not launch it: {exc}"
+                record.state, record.exit_reason, record.message = ExecutorState.FAILED, ExitReason.ERROR, f"the {backend.name} backend could not launch it: {exc}"
             return
         with self._lock:
-            record.handle, record.pid, record.limits = handle, handle.pid, self.backend.capabilities.limits
+            record.handle, record.pid, record.limits = handle, handle.pid, backend.capabilities.limits
             record.state, record.launched_at = ExecutorState.STARTING, self._clock()
         log.info(
             "launched %s pid %d (%s backend, %g cores, %d MiB, limits %s)",
             record.executor_id,
             handle.pid,
-            self.backend.name,
+            backend.name,
             record.cpu,
             record.memory_mib,
             record.limits.value,
         )
 
-    def register(self, executor_id: str, address: str, data_address: str, pid: int) -> None:
+    def _backend(self, record: ExecutorRecord) -> SchedulerBackend:
+        backend = self.backends.get(record.backend)
+        if backend is None:  # a state file from a controller started with another backend
+            raise ConflictError(f"{record.executor_id} runs on the {record.backend} backend, which this resource controller was not started with")
+        return backend
+
+    def register(self, executor_id: str, address: str, data_address: str, pid: int, host_id: str = "") -> None:
         with self._lock:
             record = self._records.get(executor_id)
             if record is None:
                 raise NotFoundError(f"unknown executor {executor_id!r}: it was not launched by this controller")
-            record.address, record.data_address = address, data_address
+            record.address, record.data_address, record.host_id = address, data_address, host_id
             record.pid = pid or record.pid
             if record.state is ExecutorState.STARTING:
                 record.state = ExecutorState.READY
@@ -230,13 +249,15 @@ class ExecutorPool:
                 raise ConflictError(f"{executor_id} is {record.state.value}: only a READY executor can be resized")
             handle, address, role = record.handle, record.address, record.role
             growing = memory_mib >= record.memory_mib
-        if not self.backend.capabilities.resize_in_place:
+            backend = self._backend(record)
+            record.resize_from = (record.cpu, record.memory_mib)
+        if not backend.capabilities.resize_in_place:
             return self._migrate(executor_id, cpu, memory_mib), False
-        if growing and not self.backend.resize(handle, cpu, memory_mib):
+        if growing and not backend.resize(handle, cpu, memory_mib):
             return self._migrate(executor_id, cpu, memory_mib), False
         if role == "data_executor":
             self._control.set_resources(address, cpu, memory_mib)
-        if not growing and not self.backend.resize(handle, cpu, memory_mib):
+        if not growing and not backend.resize(handle, cpu, memory_mib):
             log.warning("%s: the backend could not lower its limits in place; its own budget is lowered", executor_id)
         with self._lock:
             record.cpu, record.memory_mib = cpu, memory_mib
@@ -270,8 +291,8 @@ class ExecutorPool:
             record = self._records[executor_id]
             if record.handle is None or not record.state.live:
                 return
-            handle, record.exit_reason = record.handle, reason
-        code = self.backend.release(handle, grace_seconds)
+            handle, record.exit_reason, backend = record.handle, reason, self._backend(record)
+        code = backend.release(handle, grace_seconds)
         with self._lock:
             if record.state.live:
                 record.state, record.exit_code = ExecutorState.RELEASED, code or 0
@@ -286,14 +307,21 @@ class ExecutorPool:
         self._stop.set()
         if self._watcher.is_alive():
             self._watcher.join(timeout=5)
-        self.backend.close()
+        self._close_backends()
 
     def release_all(self) -> None:
         """On SIGTERM: release every job's executors."""
         self._stop.set()
         for job_id in {r.job_id for r in self.records()}:
             self.release(job_id, grace_seconds=5.0)
-        self.backend.close()
+        self._close_backends()
+
+    def _close_backends(self) -> None:
+        for backend in self.backends.values():
+            try:
+                backend.close()
+            except Exception:
+                log.exception("closing the %s backend failed", backend.name)
 
     def _live(self, executor_id: str) -> ExecutorRecord:
         record = self._records.get(executor_id)
@@ -315,8 +343,9 @@ class ExecutorPool:
     def watch_once(self) -> None:
         """One level-triggered pass: apply the backend's events, then judge heartbeats, drains and pending launches."""
         changed = False
-        for event in self.backend.poll():
-            changed |= self._apply(event)
+        for backend in self.backends.values():
+            for event in backend.poll():
+                changed |= self._apply(event)
         now = self._clock()
         with self._lock:
             records = list(self._records.values())
@@ -326,6 +355,8 @@ class ExecutorPool:
             self._save()
 
     def _apply(self, event: ExecutorEvent) -> bool:
+        if event.kind is EventKind.RESIZE_FAILED:
+            return self._resize_failed(event)
         if event.kind is not EventKind.EXITED:
             return False
         with self._lock:
@@ -347,6 +378,27 @@ class ExecutorPool:
             until = self._slots.failed(key, self._clock(), record.message)
             if until is not None:
                 self._log_blacklist(record, until)
+        return True
+
+    def _resize_failed(self, event: ExecutorEvent) -> bool:
+        """An in-place resize the scheduler accepted but could not carry out (infeasible, or too slow): migrate instead."""
+        with self._lock:
+            record = self._records.get(event.executor_id)
+            if record is None or record.state is not ExecutorState.READY:
+                return False
+            target = (record.cpu, record.memory_mib)
+            record.cpu, record.memory_mib = record.resize_from or target
+        log.warning("%s: in-place resize to %g cores, %d MiB failed (%s); migrating", event.executor_id, target[0], target[1], event.message)
+        self.decisions.add(
+            LoggedDecision(
+                time.time(), record.job_id, record.role, LoggedAction.RESIZE,
+                f"in-place resize failed ({event.message}): migrating to {target[0]:g} cores, {target[1]} MiB", executor_id=record.executor_id, at=self._clock(),
+            )
+        )  # fmt: skip
+        try:
+            self._migrate(event.executor_id, *target)
+        except (ConflictError, NotFoundError) as exc:
+            log.warning("%s: could not migrate: %s", event.executor_id, exc)
         return True
 
     def _log_blacklist(self, record: ExecutorRecord, until: float) -> None:
@@ -378,12 +430,12 @@ class ExecutorPool:
         if handle is None or not state.live:
             return False
         if state is ExecutorState.STARTING and now - record.launched_at > REGISTER_TIMEOUT_SECONDS:
-            self.backend.kill(handle, ExitReason.ERROR, f"did not register within {REGISTER_TIMEOUT_SECONDS:.0f}s")
+            self._backend(record).kill(handle, ExitReason.ERROR, f"did not register within {REGISTER_TIMEOUT_SECONDS:.0f}s")
             return False
         if state in (ExecutorState.READY, ExecutorState.DRAINING) and now - record.heartbeat_at > timeout:
             silent = now - record.heartbeat_at
             log.warning("%s: no heartbeat for %.1fs (timeout %.0fs): ending it so its leases go back", record.executor_id, silent, timeout)
-            self.backend.kill(handle, ExitReason.HEARTBEAT_LOST, f"no heartbeat for {silent:.1f}s (timeout {timeout:.0f}s)")
+            self._backend(record).kill(handle, ExitReason.HEARTBEAT_LOST, f"no heartbeat for {silent:.1f}s (timeout {timeout:.0f}s)")
             with self._lock:
                 record.heartbeat_at = now  # one kill per silence; the exit event follows
             return False
@@ -405,7 +457,10 @@ class ExecutorPool:
             return
         with self._lock:
             data: dict[str, Any] = {
-                "jobs": {j.job_id: {"run_dir": str(j.run_dir), "planner": j.planner_address, "master": j.master_address} for j in self._jobs.values()},
+                "jobs": {
+                    j.job_id: {"run_dir": str(j.run_dir), "planner": j.planner_address, "master": j.master_address, "backend": j.backend, "placement": j.placement}
+                    for j in self._jobs.values()
+                },
                 "next_index": self._next_index,
                 "timeouts": self._timeouts,
                 "executors": [r.to_state() for r in self._records.values()],
@@ -422,7 +477,10 @@ class ExecutorPool:
             return
         data = json.loads(self._state_path.read_text())
         now = self._clock()
-        self._jobs = {job_id: JobContext(job_id, Path(j["run_dir"]), j["planner"], j["master"]) for job_id, j in data["jobs"].items()}
+        self._jobs = {
+            job_id: JobContext(job_id, Path(j["run_dir"]), j["planner"], j["master"], j.get("backend", "local"), j.get("placement", {}))
+            for job_id, j in data["jobs"].items()
+        }
         self._next_index = {k: int(v) for k, v in data["next_index"].items()}
         self._timeouts = {k: float(v) for k, v in data.get("timeouts", {}).items()}
         self.decisions.load(data.get("decisions", {}))
@@ -432,7 +490,8 @@ class ExecutorPool:
             self._records[record.executor_id] = record
             if not record.state.live:
                 continue
-            handle = self.backend.adopt(item["handle"]) if item.get("handle") else None
+            backend = self.backends.get(record.backend)
+            handle = backend.adopt(item["handle"]) if backend is not None and item.get("handle") else None
             if handle is None:
                 record.state, record.exit_reason = ExecutorState.LOST, ExitReason.VANISHED
                 record.message = "exited while the controller was away (its exit code is unknown)"

@@ -87,6 +87,8 @@ class JobContext:
     run_dir: Path
     planner_address: str
     master_address: str
+    backend: str = "local"  # the backend that runs its executors
+    placement: dict[str, Any] = field(default_factory=dict)  # the spec's block for that backend (pod template overrides, queue, Ray resources)
 
 
 @dataclass
@@ -103,6 +105,8 @@ class ExecutorRecord:
     pid: int = 0
     address: str = ""
     data_address: str = ""
+    host_id: str = ""
+    backend: str = "local"
     exit_code: int = 0
     exit_reason: ExitReason | None = None
     message: str = ""
@@ -114,6 +118,7 @@ class ExecutorRecord:
     beats: deque[Beat] = field(default_factory=lambda: deque(maxlen=BEATS_KEPT))
     replaces: str = ""  # the executor whose slot this one took
     drain_started: float = 0.0
+    resize_from: tuple[float, int] | None = None  # the size before the last in-place resize, restored if the scheduler cannot carry it out
     signals: ExecutorSignals | None = None  # windowed, as of the latest heartbeat (services.resource_controller.signals)
 
     def view(self) -> ExecutorRecord:
@@ -135,6 +140,8 @@ class ExecutorRecord:
             "pid": self.pid,
             "address": self.address,
             "data_address": self.data_address,
+            "host_id": self.host_id,
+            "backend": self.backend,
             "exit_code": self.exit_code,
             "exit_reason": self.exit_reason.value if self.exit_reason else None,
             "message": self.message,
@@ -156,6 +163,8 @@ class ExecutorRecord:
             pid=int(data["pid"]),
             address=data["address"],
             data_address=data["data_address"],
+            host_id=data.get("host_id", ""),
+            backend=data.get("backend", "local"),
             exit_code=int(data["exit_code"]),
             exit_reason=ExitReason(data["exit_reason"]) if data.get("exit_reason") else None,
             message=data.get("message", ""),

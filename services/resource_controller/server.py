@@ -48,13 +48,13 @@ class ResourceController:
 
 def create_server(
     bind: str = "127.0.0.1:0",
-    backend: SchedulerBackend | None = None,
+    backend: SchedulerBackend | dict[str, SchedulerBackend] | None = None,
     state_dir: Path | None = None,
     queue_quotas: dict[str, QueueQuota] | None = None,
     cores: float | None = None,
 ) -> ResourceController:
-    """state_dir keeps the controller's state file: a controller started again with the same one re-adopts the
-    executors that still run."""
+    """backend: one backend, or several by name (jobs pick one with resources.backend; default local). state_dir keeps
+    the controller's state file: a controller started again with the same one re-adopts the executors that still run."""
     pool = ExecutorPool(backend or LocalProcessBackend(), state_path=state_dir / STATE_FILE if state_dir else None)
     autoscaler = Autoscaler(pool, JobSpecs(), queue_quotas, cores)
     servicer = ResourceControllerServicer(pool, autoscaler)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ EXIT_REASONS: dict[ExitReason, Any] = {reason: rc_pb2.ExitReason.Value(f"EXIT_RE
 LIMITS: dict[LimitMechanism, Any] = {mechanism: rc_pb2.LimitMechanism.Value(f"LIMIT_MECHANISM_{mechanism.name}") for mechanism in LimitMechanism}
 
 
-def executor_proto(record: ExecutorRecord, backend: str) -> rc_pb2.Executor:
+def executor_proto(record: ExecutorRecord) -> rc_pb2.Executor:
     return rc_pb2.Executor(
         executor_id=record.executor_id,
         job_id=record.job_id,
@@ -32,7 +33,8 @@ def executor_proto(record: ExecutorRecord, backend: str) -> rc_pb2.Executor:
         data_address=record.data_address,
         exit_code=record.exit_code,
         resources=rc_pb2.ExecutorResources(cpu=record.cpu, memory_mib=record.memory_mib),
-        backend=backend,
+        backend=record.backend,
+        host_id=record.host_id,
         log_path=record.log_path,
         exit_reason=EXIT_REASONS[record.exit_reason] if record.exit_reason else rc_pb2.EXIT_REASON_UNSPECIFIED,
         message=record.message,
@@ -41,6 +43,18 @@ def executor_proto(record: ExecutorRecord, backend: str) -> rc_pb2.Executor:
         slot=record.slot,
         heartbeat_unix=record.heartbeat_unix,
     )
+
+
+def _placement(text: str) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise InvalidRequestError(f"placement_json is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidRequestError(f"placement_json must be a JSON object, not {type(value).__name__}")
+    return value
 
 
 def _role(value: int) -> str:
@@ -56,7 +70,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
         self._autoscaler = autoscaler
 
     def _protos(self, records: list[ExecutorRecord]) -> list[rc_pb2.Executor]:
-        return [executor_proto(r, self._pool.backend.name) for r in records]
+        return [executor_proto(r) for r in records]
 
     def LaunchExecutors(self, request: rc_pb2.LaunchExecutorsRequest, context: grpc.ServicerContext) -> rc_pb2.LaunchExecutorsResponse:
         role = _role(request.role)
@@ -72,11 +86,13 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
             planner_address=request.planner_address,
             master_address=request.master_address,
             replaces=request.replaces_executor_id,
+            backend=request.backend or "local",
+            placement=_placement(request.placement_json),
         )
         return rc_pb2.LaunchExecutorsResponse(executors=self._protos(self._pool.launch(launch)))
 
     def RegisterExecutor(self, request: rc_pb2.RegisterExecutorRequest, context: grpc.ServicerContext) -> rc_pb2.RegisterExecutorResponse:
-        self._pool.register(request.executor_id, request.address, request.data_address, request.pid)
+        self._pool.register(request.executor_id, request.address, request.data_address, request.pid, request.host_id)
         return rc_pb2.RegisterExecutorResponse()
 
     def ListExecutors(self, request: rc_pb2.ListExecutorsRequest, context: grpc.ServicerContext) -> rc_pb2.ListExecutorsResponse:
@@ -92,7 +108,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
     def ResizeExecutor(self, request: rc_pb2.ResizeExecutorRequest, context: grpc.ServicerContext) -> rc_pb2.ResizeExecutorResponse:
         resources = request.resources
         executor, in_place = self._autoscaler.resize(request.job_id, request.executor_id, resources.cpu, resources.memory_mib, request.reason)
-        return rc_pb2.ResizeExecutorResponse(executor=executor_proto(executor, self._pool.backend.name), in_place=in_place)
+        return rc_pb2.ResizeExecutorResponse(executor=executor_proto(executor), in_place=in_place)
 
     def ScaleRole(self, request: rc_pb2.ScaleRoleRequest, context: grpc.ServicerContext) -> rc_pb2.ScaleRoleResponse:
         role = _role(request.role)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import queue
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,12 +12,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from primus import telemetry
+from primus import hosts, telemetry
 from primus.dataplane import END_OF_STREAM, SharedMemoryMaps
 from primus.errors import UnavailableError
 from primus.v1 import data_executor_pb2
 
-Discover = Callable[[], dict[str, str]]
+Discover = Callable[[], dict[str, "DataEndpoint"]]
 CREDIT_WINDOW = 8  # batches in flight per stream (a task of 4 MiB batches fits); credits go back in halves of it
 HOLD_WAIT_SECONDS = 5.0  # at the end of a stream, how long to wait for the trainer to release its arena batches
 # Discovery is an RPC to the controller: at most this often (it once ran before every batch), which still lets an
@@ -27,8 +26,15 @@ DISCOVER_EVERY_SECONDS = 0.5
 LOCAL_HOSTS = ("127.", "localhost", "[::1]")
 
 
-def _same_host(address: str) -> bool:
-    return address.startswith(LOCAL_HOSTS) or address.rsplit(":", 1)[0] == socket.gethostname()
+@dataclass(frozen=True)
+class DataEndpoint:
+    """Where an executor serves batches, and its host id (primus.hosts): shared memory only between equal ids."""
+
+    address: str
+    host_id: str = ""
+
+    def shares_memory_with(self, host_id: str) -> bool:
+        return self.host_id == host_id if self.host_id else self.address.startswith(LOCAL_HOSTS)
 
 
 @dataclass(frozen=True)
@@ -45,8 +51,9 @@ class Lost:
 
 
 def fixed(addresses: dict[str, str]) -> Discover:
-    """Discovery over a fixed set of executors (tests, benchmarks)."""
-    return lambda: dict(addresses)
+    """Discovery over a fixed set of executors on this host (tests, benchmarks)."""
+    endpoints = {executor_id: DataEndpoint(address, hosts.host_id()) for executor_id, address in addresses.items()}
+    return lambda: dict(endpoints)
 
 
 class StallClock:
@@ -96,6 +103,7 @@ class BatchFeed:
         self._held = held
         self._shared_memory = shared_memory
         self._discover = discover
+        self._host_id = hosts.host_id()
         self._ticket = data_executor_pb2.DataTicket(job_id=job_id, consumer_id=consumer_id, purpose=purpose)  # type: ignore[arg-type]
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
         self._stop = threading.Event()
@@ -187,15 +195,15 @@ class BatchFeed:
             return
         self._next_discovery = now + DISCOVER_EVERY_SECONDS
         live = self._discover()
-        for executor_id, address in live.items():
+        for executor_id, endpoint in live.items():
             state = self._states.get(executor_id)
             stale = state == "finished" and self._started_epoch.get(executor_id, 0) < self._loss_epoch
             if state is None or stale:
                 self._states[executor_id] = "running"
                 self._started_epoch[executor_id] = self._loss_epoch
-                threading.Thread(target=self._pull, args=(executor_id, address), name=f"feed-{executor_id}", daemon=True).start()
+                threading.Thread(target=self._pull, args=(executor_id, endpoint), name=f"feed-{executor_id}", daemon=True).start()
 
-    def _pull(self, executor_id: str, address: str) -> None:
+    def _pull(self, executor_id: str, endpoint: DataEndpoint) -> None:
         """DoExchange with credits: a window up front, then one credit for every batch handed to the queue.
 
         Over shared memory, each credit message also gives back the ring slots and arena holds whose batches were
@@ -205,7 +213,8 @@ class BatchFeed:
         """
         ticket = data_executor_pb2.DataTicket()
         ticket.CopyFrom(self._ticket)
-        ticket.shared_memory = self._shared_memory and _same_host(address)
+        address = endpoint.address
+        ticket.shared_memory = self._shared_memory and endpoint.shares_memory_with(self._host_id)
         maps = SharedMemoryMaps()
         if ticket.shared_memory:  # room for the batches in flight, queued, and in the trainer's hands
             ticket.shared_memory_slots = self._window + self._queue.maxsize + self._held + 4

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 
 import grpc
 
-from primus import heartbeat, rpc
+from primus import heartbeat, hosts, rpc
 from primus.metrics import Metrics
 from primus.spec import TrainingJob
 from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2_grpc, trainer_pb2, trainer_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from primus.worker import WorkerArgs
-from services.trainer.feed import STALLS
+from services.trainer.feed import STALLS, DataEndpoint, Discover
 from services.trainer.servicer import TrainerServicer, TrainerStatus
 from services.trainer.session import TrainingSession
 from services.trainer.training import TrainingResult, finite
@@ -30,7 +29,7 @@ SERVICE_NAME = trainer_pb2.DESCRIPTOR.services_by_name["TrainerService"].full_na
 
 def start_status_server(status: TrainerStatus) -> rpc.RunningServer:
     servicer = TrainerServicer(status)
-    return rpc.start_server("trainer", "127.0.0.1:0", [lambda s: trainer_pb2_grpc.add_TrainerServiceServicer_to_server(servicer, s)], [SERVICE_NAME])
+    return rpc.start_server("trainer", f"{hosts.bind_host()}:0", [lambda s: trainer_pb2_grpc.add_TrainerServiceServicer_to_server(servicer, s)], [SERVICE_NAME])
 
 
 class ExecutorDiscovery:
@@ -43,10 +42,10 @@ class ExecutorDiscovery:
         self._stub = rc_grpc.ResourceControllerServiceStub(heartbeat.controller_channel(rc_address))  # fails fast while it is away
         self._request = rc_pb2.ListExecutorsRequest(job_id=job_id, role=rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR)
         self._asking: grpc.Future[rc_pb2.ListExecutorsResponse] | None = None
-        self._known: dict[str, str] = {}
+        self._known: dict[str, DataEndpoint] = {}
         self._away = False
 
-    def __call__(self) -> dict[str, str]:
+    def __call__(self) -> dict[str, DataEndpoint]:
         wait = 0.0  # a question still open from an earlier call: the controller is slow, and is not waited for again
         if self._asking is None:
             self._asking, wait = self._stub.ListExecutors.future(self._request, timeout=DISCOVERY_TIMEOUT_SECONDS), ANSWER_WAIT_SECONDS
@@ -66,11 +65,11 @@ class ExecutorDiscovery:
         if self._away:
             log.info("the resource controller answers again")
             self._away = False
-        self._known = {e.executor_id: e.data_address for e in reply.executors if e.state == rc_pb2.EXECUTOR_STATE_READY and e.data_address}
+        self._known = {e.executor_id: DataEndpoint(e.data_address, e.host_id) for e in reply.executors if e.state == rc_pb2.EXECUTOR_STATE_READY and e.data_address}
         return dict(self._known)
 
 
-def executor_discovery(rc_address: str, job_id: str) -> Callable[[], dict[str, str]]:
+def executor_discovery(rc_address: str, job_id: str) -> Discover:
     """The job's data executors that are up (see ExecutorDiscovery)."""
     return ExecutorDiscovery(rc_address, job_id)
 

@@ -1,0 +1,76 @@
+"""Which scheduler backends a resource controller runs, from its flags: each is connected and checked at start-up."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from primus.backend_flags import add_backend_arguments
+from primus.errors import PrimusError
+from services.resource_controller.backend import LocalProcessBackend, SchedulerBackend
+
+
+class BackendUnavailableError(PrimusError):
+    """A backend that cannot be used: one line naming the backend, the address and what to check."""
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """The deployment's side of each backend; a job's own side (pod template, queue, Ray resources) is in its spec."""
+
+    kinds: tuple[str, ...] = ("local",)
+    kubernetes_api: str = ""  # the API server's URL; empty: the kubeconfig's current context, or the in-cluster config
+    kubernetes_config: str = ""  # a kubeconfig file
+    kubernetes_namespace: str = "default"
+    kubernetes_image: str = "primus:latest"
+    kubernetes_owner_pod: str = ""  # the controller's own pod: executors' pods are owned by it (and go when it goes)
+    yarn_address: str = ""  # host:port of the skein application master that hosts the executors
+    ray_address: str = ""  # a Ray cluster's address (ray://..., host:port, or auto)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_backend_arguments(parser, many=True)
+
+
+def config_from(args: argparse.Namespace) -> BackendConfig:
+    kinds = tuple(dict.fromkeys(["local", *args.backend]))
+    return BackendConfig(
+        kinds, args.kubernetes_api, args.kubernetes_config, args.kubernetes_namespace or "default", args.kubernetes_image or "primus:latest",
+        args.kubernetes_owner_pod, args.yarn_address, args.ray_address,
+    )  # fmt: skip
+
+
+def _kubernetes(config: BackendConfig) -> SchedulerBackend:
+    from services.resource_controller.kubernetes_backend import KubernetesBackend
+
+    return KubernetesBackend.connect(config)
+
+
+def _yarn(config: BackendConfig) -> SchedulerBackend:
+    from services.resource_controller.yarn_backend import YarnBackend
+
+    return YarnBackend.connect(config)
+
+
+def _ray(config: BackendConfig) -> SchedulerBackend:
+    from services.resource_controller.ray_backend import RayBackend
+
+    return RayBackend.connect(config)
+
+
+BUILDERS: dict[str, Callable[[BackendConfig], SchedulerBackend]] = {"kubernetes": _kubernetes, "yarn": _yarn, "ray": _ray}
+
+
+def build_backends(config: BackendConfig, local: SchedulerBackend | None = None) -> dict[str, SchedulerBackend]:
+    """Every configured backend, connected; raises BackendUnavailableError (closing what was built) if one cannot be used."""
+    built: dict[str, SchedulerBackend] = {"local": local or LocalProcessBackend()}
+    try:
+        for kind in config.kinds:
+            if kind != "local":
+                built[kind] = BUILDERS[kind](config)
+    except BaseException:
+        for backend in built.values():
+            backend.close()
+        raise
+    return built
