@@ -17,19 +17,19 @@ def bind_host() -> str:
     return os.environ.get(BIND_ENV, "127.0.0.1")
 
 
-def advertise_host() -> str:
-    """The host part of the addresses this process hands out."""
+def advertise_host(bound: str = "") -> str:
+    """The host part of the addresses this process hands out for a server bound to `bound` (default: bind_host())."""
     explicit = os.environ.get(ADVERTISE_ENV, "")
     if explicit:
         return explicit
-    bound = bind_host()
+    bound = bound or bind_host()
     return bound if bound not in WILDCARDS else routable_ip()
 
 
 def advertised(address: str) -> str:
     """A bound address as peers must dial it: a wildcard host becomes the advertised one."""
     host, _, port = address.rpartition(":")
-    return f"{advertise_host()}:{port}" if host in WILDCARDS else address
+    return f"{advertise_host(host)}:{port}" if host in WILDCARDS else address
 
 
 def routable_ip(towards: str = "192.0.2.1") -> str:

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from opentelemetry import baggage, context
 
-from primus import rpc, telemetry
+from primus import hosts, rpc, telemetry
 from primus.errors import DataError, UnavailableError
 from primus.samples import training_schema
 from primus.sources.base import Piece
@@ -34,7 +34,7 @@ from services.data_executor.serving import ExecutorCounters, TaskStreamer
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server as create_planner
 from services.trainer.consumed import ConsumedTasks
-from services.trainer.feed import BatchFeed, Lost, Served, fixed
+from services.trainer.feed import BatchFeed, DataEndpoint, Lost, Served, fixed
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 
 TRAIN = common_pb2.TASK_PURPOSE_TRAIN
@@ -220,6 +220,22 @@ def test_a_colocated_consumer_maps_batches_from_shared_memory(planner: rpc.Runni
         wire = [e for e in BatchFeed(fixed({"e0": executor.data_address}), "job-shm", "t", common_pb2.TASK_PURPOSE_EVAL, shared_memory=False)]
         assert wire and not any(e.origin.shared_memory_path for e in wire if isinstance(e, Served))
     assert not list(Path("/dev/shm").glob("primus-e0-*")), "the executor removes its shared-memory folder"
+
+
+def test_an_executor_on_another_host_serves_over_the_network_not_shared_memory(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
+    job = _job(dataset, tmp_path)
+    _plan(planner, "job-remote", job)
+    executor = create_executor("e-remote", "job-remote", planner.address, job, host="0.0.0.0")
+    try:
+        host = executor.data_address.rsplit(":", 1)[0]
+        assert host == hosts.routable_ip() and host not in hosts.WILDCARDS, f"a wildcard bind advertises a routable address: {executor.data_address}"
+        other = DataEndpoint(executor.data_address, host_id="another-host/1/2")
+        events = [e for e in BatchFeed(lambda: {"e-remote": other}, "job-remote", "t", TRAIN) if isinstance(e, Served)]
+    finally:
+        executor.stop()
+    assert sum(e.batch.num_rows for e in events) == (DAYS - 1) * 24 * ROWS_PER_HOUR
+    assert not any(e.origin.shared_memory_path for e in events), "another host id: every batch comes over Flight"
+    assert DataEndpoint(executor.data_address, hosts.host_id()).shares_memory_with(hosts.host_id())
 
 
 def test_served_tasks_are_reported_several_per_call(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:

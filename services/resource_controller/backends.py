@@ -44,19 +44,22 @@ def config_from(args: argparse.Namespace) -> BackendConfig:
 def _kubernetes(config: BackendConfig) -> SchedulerBackend:
     from services.resource_controller.kubernetes_backend import KubernetesBackend
 
-    return KubernetesBackend.connect(config)
+    backend: SchedulerBackend = KubernetesBackend.connect(config)
+    return backend
 
 
 def _yarn(config: BackendConfig) -> SchedulerBackend:
     from services.resource_controller.yarn_backend import YarnBackend
 
-    return YarnBackend.connect(config)
+    backend: SchedulerBackend = YarnBackend.connect(config)
+    return backend
 
 
 def _ray(config: BackendConfig) -> SchedulerBackend:
     from services.resource_controller.ray_backend import RayBackend
 
-    return RayBackend.connect(config)
+    backend: SchedulerBackend = RayBackend.connect(config)
+    return backend
 
 
 BUILDERS: dict[str, Callable[[BackendConfig], SchedulerBackend]] = {"kubernetes": _kubernetes, "yarn": _yarn, "ray": _ray}
@@ -64,11 +67,12 @@ BUILDERS: dict[str, Callable[[BackendConfig], SchedulerBackend]] = {"kubernetes"
 
 def build_backends(config: BackendConfig, local: SchedulerBackend | None = None) -> dict[str, SchedulerBackend]:
     """Every configured backend, connected; raises BackendUnavailableError (closing what was built) if one cannot be used."""
-    built: dict[str, SchedulerBackend] = {"local": local or LocalProcessBackend()}
+    built: dict[str, SchedulerBackend] = {}
     try:
-        for kind in config.kinds:
+        for kind in config.kinds:  # the remote ones first: one that cannot be reached is the only thing said
             if kind != "local":
                 built[kind] = BUILDERS[kind](config)
+        built["local"] = local or LocalProcessBackend()
     except BaseException:
         for backend in built.values():
             backend.close()

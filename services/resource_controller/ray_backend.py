@@ -1,0 +1,324 @@
+"""The Ray backend: each executor (or trainer) is a Ray actor holding its cores and memory, running the executor process on its node."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from primus import telemetry
+from services.resource_controller.backend import ROLE_MODULES, Capabilities, EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism
+from services.resource_controller.backends import BackendConfig, BackendUnavailableError
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "primus"
+MIB = 1024 * 1024
+CONNECT_TIMEOUT_SECONDS = 5.0
+PLACEMENT_TIMEOUT_SECONDS = 120.0  # an actor the cluster cannot place for this long is reported, never waited on forever
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the executor process, before exec: SIGKILL it when the actor's launcher thread (and so the actor) dies."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class ExecutorActor:
+    """Runs inside the Ray worker: starts the executor process from a thread that lives as long as the actor, so
+    killing the actor (ray.kill, a node lost) kills the executor too."""
+
+    def __init__(self, command: list[str], env: dict[str, str], log_path: str) -> None:
+        import ray
+
+        self._node_ip = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        self._node_id = ray.get_runtime_context().get_node_id()
+        child_env = {**os.environ, **env, "PRIMUS_BIND_HOST": "0.0.0.0", "PRIMUS_ADVERTISE_HOST": self._node_ip}
+        self._process: subprocess.Popen[bytes] | None = None
+        self._error = ""
+        started = threading.Event()
+        threading.Thread(target=self._launch, args=(command, child_env, log_path, started), name="launcher", daemon=True).start()
+        started.wait()
+
+    def _launch(self, command: list[str], env: dict[str, str], log_path: str, started: threading.Event) -> None:
+        try:
+            Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+            with open(log_path, "ab") as out:
+                self._process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent)
+        except OSError as exc:
+            self._error = f"could not start {command[0]}: {exc}"
+        finally:
+            started.set()
+        threading.Event().wait()  # PR_SET_PDEATHSIG follows this thread: it must outlive the process
+
+    def where(self) -> tuple[int, str, str, str]:
+        """(pid, node IP, node id, start error)."""
+        return (self._process.pid if self._process else 0), self._node_ip, self._node_id, self._error
+
+    def wait_exit(self) -> int:
+        """Block until the executor process exits; its exit code (negative: killed by that signal)."""
+        if self._process is None:
+            return 127
+        return self._process.wait()
+
+    def terminate(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+
+
+@dataclass
+class RayHandle:
+    executor_id: str
+    pid: int
+    actor_name: str
+    node_ip: str
+    node_id: str
+    cpu: float
+    memory_mib: int
+
+    def to_state(self) -> dict[str, object]:
+        return {
+            "executor_id": self.executor_id, "pid": self.pid, "actor_name": self.actor_name, "node_ip": self.node_ip, "node_id": self.node_id,
+            "cpu": self.cpu, "memory_mib": self.memory_mib,
+        }  # fmt: skip
+
+
+@dataclass
+class _Tracked:
+    handle: RayHandle
+    actor: Any
+    exit_ref: Any  # wait_exit(): resolves when the executor process exits, raises when the actor dies
+    where_ref: Any  # where(): resolves once the actor is placed and has started the process
+    launched_at: float
+    ready: bool = False
+    reason: ExitReason | None = None  # set by kill() or release()
+    message: str = ""
+    finished: bool = False
+    exit_code: int | None = None
+
+
+def _probe(address: str) -> None:
+    """Fail fast (ray.init would retry for minutes) when nothing listens at a host:port address."""
+    if address in ("", "auto") or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_SECONDS):
+            pass
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise BackendUnavailableError(f"ray: no Ray cluster answers at {address} ({reason}): check --ray-address, or start one with `ray start --head`") from None
+
+
+class RayBackend:
+    """Executors as detached, named Ray actors in the "primus" namespace: a restarted controller finds them by name."""
+
+    name = "ray"
+    capabilities = Capabilities(resize_in_place=False, resize_by_migration=True, limits=LimitMechanism.SCHEDULER)
+
+    def __init__(self, address: str, commands: Mapping[str, list[str]] | None = None, placement_timeout: float = PLACEMENT_TIMEOUT_SECONDS) -> None:
+        import ray
+
+        self._ray = ray
+        self.address = address
+        self._actor_class = ray.remote(max_concurrency=4)(ExecutorActor)  # type: ignore[call-overload]
+        self._commands = {role: [sys.executable, "-m", module] for role, module in ROLE_MODULES.items()}
+        self._commands.update({role: list(prefix) for role, prefix in (commands or {}).items()})
+        self._placement_timeout = placement_timeout
+        self._lock = threading.RLock()
+        self._tracked: dict[str, _Tracked] = {}
+
+    @classmethod
+    def connect(cls, config: BackendConfig) -> RayBackend:
+        address = config.ray_address or "auto"
+        _probe(address)
+        try:
+            import ray
+        except ImportError:
+            raise BackendUnavailableError("ray: the ray package is not installed: pip install 'primus[ray]'") from None
+        try:
+            ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False, ignore_reinit_error=True)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise BackendUnavailableError(f"ray: cannot join the Ray cluster at {address} ({first}): check --ray-address, or start one with `ray start --head`") from None
+        nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+        log.info("joined the Ray cluster at %s: %d node(s), %g CPUs", address, len(nodes), sum(n["Resources"].get("CPU", 0) for n in nodes))
+        return cls(address)
+
+    # --- launch -----------------------------------------------------------------------------------
+
+    def launch(self, spec: LaunchSpec) -> RayHandle:
+        if spec.role not in self._commands:
+            raise ValueError(f"no command for role {spec.role!r} (known: {', '.join(sorted(self._commands))})")
+        actor_name = f"executor:{spec.executor_id}"
+        env = {"PRIMUS_CPU_LIMIT": str(spec.cpu), "PRIMUS_MEMORY_MIB": str(spec.memory_mib), "PYTHONUNBUFFERED": "1", **telemetry.context_env(), **spec.env}
+        resources = {str(k): float(v) for k, v in dict(spec.placement.get("resources", {})).items()}
+        actor = self._actor_class.options(
+            name=actor_name, namespace=NAMESPACE, lifetime="detached", num_cpus=spec.cpu, memory=spec.memory_mib * MIB, resources=resources, max_restarts=0
+        ).remote([*self._commands[spec.role], *spec.args], env, str(spec.log_path))
+        handle = RayHandle(spec.executor_id, 0, actor_name, "", "", spec.cpu, spec.memory_mib)
+        with self._lock:
+            self._tracked[spec.executor_id] = _Tracked(handle, actor, actor.wait_exit.remote(), actor.where.remote(), time.monotonic())
+        log.info("asked Ray for actor %s: %g CPUs, %d MiB%s", actor_name, spec.cpu, spec.memory_mib, f", {resources}" if resources else "")
+        return handle
+
+    # --- stop -------------------------------------------------------------------------------------
+
+    def release(self, handle: Any, grace_seconds: float) -> int | None:
+        """SIGTERM the executor (it drains), up to grace_seconds, then kill the actor."""
+        tracked = self._find(handle)
+        if tracked is None:
+            return None
+        with self._lock:
+            if tracked.reason is None:
+                tracked.reason, tracked.message = ExitReason.RELEASED, "released (SIGTERM)"
+        with contextlib.suppress(Exception):
+            self._ray.get(tracked.actor.terminate.remote(), timeout=grace_seconds)
+        code = self._wait(tracked, grace_seconds)
+        self._kill_actor(tracked)
+        return code
+
+    def kill(self, handle: Any, reason: ExitReason, message: str) -> None:
+        tracked = self._find(handle)
+        if tracked is None:
+            return
+        with self._lock:
+            if tracked.finished:
+                return
+            tracked.reason, tracked.message = reason, message
+        self._kill_actor(tracked)
+        log.info("killed actor %s (%s): %s", tracked.handle.actor_name, reason.value, message)
+
+    def _kill_actor(self, tracked: _Tracked) -> None:
+        with contextlib.suppress(Exception):
+            self._ray.kill(tracked.actor, no_restart=True)
+
+    def _wait(self, tracked: _Tracked, timeout: float) -> int | None:
+        ready, _ = self._ray.wait([tracked.exit_ref], timeout=max(0.0, timeout))
+        if not ready:
+            return None
+        try:
+            return int(self._ray.get(tracked.exit_ref))
+        except self._ray.exceptions.RayError:
+            return None
+
+    def resize(self, handle: Any, cpu: float, memory_mib: int) -> bool:
+        """Ray fixes an actor's resources when it is created: the pool migrates instead."""
+        return False
+
+    def usage(self, handle: Any) -> tuple[float, int]:
+        return 0.0, 0  # the executor's own heartbeats carry its CPU and memory
+
+    # --- watch ------------------------------------------------------------------------------------
+
+    def poll(self) -> list[ExecutorEvent]:
+        with self._lock:
+            tracked = [t for t in self._tracked.values() if not t.finished]
+        events: list[ExecutorEvent] = []
+        for t in tracked:
+            if not t.ready:
+                events += self._check_placed(t)
+            if t.ready and not t.finished:
+                events += self._check_exit(t)
+        return events
+
+    def _check_placed(self, t: _Tracked) -> list[ExecutorEvent]:
+        ready, _ = self._ray.wait([t.where_ref], timeout=0)
+        if ready:
+            try:
+                pid, node_ip, node_id, error = self._ray.get(t.where_ref)
+            except self._ray.exceptions.RayError as exc:
+                return self._finish(t, None, ExitReason.ERROR, f"its Ray actor could not start: {_first_line(exc)}")
+            if error:
+                return self._finish(t, None, ExitReason.ERROR, error)
+            t.ready = True
+            t.handle.pid, t.handle.node_ip, t.handle.node_id = pid, node_ip, node_id
+            log.info("actor %s runs on node %s (%s), executor pid %d", t.handle.actor_name, node_ip, node_id[:8], pid)
+            return [ExecutorEvent(t.handle.executor_id, EventKind.RUNNING)]
+        if time.monotonic() - t.launched_at > self._placement_timeout:
+            self._kill_actor(t)
+            message = (
+                f"Ray could not place it within {self._placement_timeout:.0f}s: no node has {t.handle.cpu:g} CPUs and {t.handle.memory_mib} MiB free (see `ray status`)"
+            )
+            return self._finish(t, None, ExitReason.ERROR, message)
+        return []
+
+    def _check_exit(self, t: _Tracked) -> list[ExecutorEvent]:
+        ready, _ = self._ray.wait([t.exit_ref], timeout=0)
+        if not ready:
+            return []
+        try:
+            code: int | None = int(self._ray.get(t.exit_ref))
+        except self._ray.exceptions.RayError as exc:  # the actor died: killed, its node lost, or out of memory
+            code = None
+            if t.reason is None:
+                return self._finish(t, code, ExitReason.ERROR, f"its Ray actor died: {_first_line(exc)}")
+        self._kill_actor(t)  # the process is gone: free the actor's resources
+        if t.reason is not None:
+            return self._finish(t, code, t.reason, t.message)
+        if code == 0:
+            return self._finish(t, code, ExitReason.COMPLETED, "exited with code 0")
+        if code is not None and code < 0:
+            return self._finish(t, code, ExitReason.ERROR, f"killed by signal {signal.Signals(-code).name}")
+        return self._finish(t, code, ExitReason.ERROR, f"exited with code {code}")
+
+    def _finish(self, t: _Tracked, code: int | None, reason: ExitReason, message: str) -> list[ExecutorEvent]:
+        with self._lock:
+            if t.finished:
+                return []
+            t.finished, t.exit_code = True, code
+        log.info("%s exited: %s, code %s: %s", t.handle.executor_id, reason.value, code, message)
+        return [ExecutorEvent(t.handle.executor_id, EventKind.EXITED, code, reason, message)]
+
+    # --- restart ----------------------------------------------------------------------------------
+
+    def adopt(self, state: Mapping[str, object]) -> RayHandle | None:
+        """Find the named actor a previous controller launched; None when it is gone."""
+        try:
+            handle = RayHandle(
+                str(state["executor_id"]), int(str(state["pid"])), str(state["actor_name"]), str(state["node_ip"]), str(state["node_id"]),
+                float(str(state["cpu"])), int(str(state["memory_mib"])),
+            )  # fmt: skip
+        except (KeyError, ValueError) as exc:
+            log.warning("not adopting: the state is not a Ray executor's (%s)", exc)
+            return None
+        try:
+            actor = self._ray.get_actor(handle.actor_name, namespace=NAMESPACE)
+        except ValueError:
+            log.info("not adopting %s: its actor is gone", handle.executor_id)
+            return None
+        with self._lock:
+            self._tracked[handle.executor_id] = _Tracked(handle, actor, actor.wait_exit.remote(), actor.where.remote(), time.monotonic(), ready=True)
+        log.info("adopted actor %s", handle.actor_name)
+        return handle
+
+    def close(self) -> None:
+        """Leave the actors running (detached) for the next controller; disconnect from the cluster."""
+        with self._lock:
+            running = sum(1 for t in self._tracked.values() if not t.finished)
+        log.info("ray backend closed; %d executor actor(s) left running", running)
+        with contextlib.suppress(Exception):
+            self._ray.shutdown()
+
+    def _find(self, handle: Any) -> _Tracked | None:
+        with self._lock:
+            tracked = self._tracked.get(handle.executor_id)
+        if tracked is None:
+            log.warning("%s is not an executor of this backend", handle.executor_id)
+        return tracked
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__

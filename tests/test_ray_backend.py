@@ -1,0 +1,170 @@
+"""The Ray backend, live: a real Ray cluster of two raylets on this machine runs a job's executors and trainer as actors."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray  # in the dev extra: `make test` installs it, so a missing ray fails here rather than skipping
+import yaml
+from ray.cluster_utils import Cluster
+
+from primus import rpc
+from primus.cluster import ClusterState, start_cluster, stop_services
+from primus.demo_data import generate_dataset
+from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+from primus.v1 import resource_controller_pb2 as rc_pb2
+from primus.v1 import resource_controller_pb2_grpc as rc_grpc
+from tests.conftest import DAYS, ROWS_PER_HOUR, START, finish_job, job_document
+
+LONG_DAYS = 8  # the scaling test's job: long enough that three executors, a kill and a scale-in land mid-training
+GIB = 1024**3
+NAMESPACE = "primus"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[str]:
+    """A head and a second raylet, 2 CPUs and 6 GiB (logical) each; the test process joins it to kill actors."""
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 2, "memory": 6 * GIB, "object_store_memory": 128 * 1024**2, "include_dashboard": False},
+    )
+    cluster.add_node(num_cpus=2, memory=6 * GIB, object_store_memory=128 * 1024**2)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, namespace=NAMESPACE, logging_level="WARNING", log_to_driver=False)
+    try:
+        yield str(cluster.address)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def long_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("long") / "clicks"
+    generate_dataset(root, START, LONG_DAYS, rows_per_hour=ROWS_PER_HOUR, seed=5)
+    return root
+
+
+def _job_file(dataset: Path, tmp_path: Path, slow: bool = False, days: int = DAYS) -> Path:
+    document = job_document(dataset, days=days)
+    spec: Any = document["spec"]
+    spec["resources"]["backend"] = "ray"
+    if slow:  # small minibatches and frequent checkpoints, so that the test acts mid-training
+        spec["training"].update({"batchSize": 32, "checkpointEverySteps": 50, "reportEverySteps": 10})
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def _assert_exact(report: dict[str, Any], days: int = DAYS) -> None:
+    train_rows, eval_rows = (days - 1) * 24 * ROWS_PER_HOUR, 24 * ROWS_PER_HOUR
+    assert report["state"] == "SUCCEEDED", report["message"]
+    (source,) = report["sources"]
+    assert source["samples"] == train_rows + eval_rows, "every row trained or evaluated exactly once"
+    assert report["trainer"]["train_samples"] == train_rows
+    assert report["trainer"]["eval_samples"] == eval_rows
+
+
+def _executor_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in report["services"] if s["role"] in ("data_executor", "trainer")]
+
+
+def _actors(prefix: str) -> set[str]:
+    """Names of the live executor actors in the primus namespace whose executor id starts with prefix."""
+    return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == NAMESPACE and a["name"].startswith(f"executor:{prefix}")}
+
+
+def _wait(condition: Any, timeout: float = 90.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(300)
+def test_primus_run_with_backend_ray_runs_the_demo_job_on_two_raylets(ray_cluster: str, dataset: Path, tmp_path: Path) -> None:
+    job = _job_file(dataset, tmp_path)
+    command = [sys.executable, "-m", "primus.cli", "--state-dir", str(tmp_path / "state"), "--runs-dir", str(tmp_path / "runs"), "run", str(job)]
+    done = subprocess.run([*command, "--backend", "ray", "--ray-address", ray_cluster], capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (report_path,) = (tmp_path / "runs").glob("*/report.json")
+    report = json.loads(report_path.read_text())
+    _assert_exact(report)
+    rows = _executor_rows(report)
+    assert {r["backend"] for r in rows} == {"ray"} and {r["limits"] for r in rows} == {"SCHEDULER"}
+    node_ip = ray.util.get_node_ip_address()
+    data_addresses = [r["data_address"] for r in rows if r["role"] == "data_executor"]
+    assert data_addresses and all(a.startswith(f"{node_ip}:") for a in data_addresses), f"executors advertise their Ray node's address, not loopback: {data_addresses}"
+    assert not _actors(report["job_id"]), "the job's actors are gone once it ends"
+    services = [s["address"] for s in report["services"] if s["role"] in ("master", "planner", "resource_controller")]
+    assert all(a.startswith(f"{node_ip}:") for a in services), f"the control plane listens where other nodes reach it: {services}"
+
+
+@pytest.fixture
+def ray_mesh(ray_cluster: str, tmp_path: Path) -> Iterator[ClusterState]:
+    state = start_cluster(tmp_path / "runs", tmp_path / "state", ["--backend", "ray", "--ray-address", ray_cluster], bind_host="0.0.0.0")
+    yield state
+    stop_services(state.services)
+
+
+@pytest.mark.timeout(300)
+def test_scale_out_kill_an_actor_and_scale_in_keep_exact_counts(ray_mesh: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+    master = master_pb2_grpc.MasterServiceStub(rpc.connect(ray_mesh.address("master")))
+    rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(ray_mesh.address("resource_controller")))
+    spec_yaml = _job_file(long_dataset, tmp_path, slow=True, days=LONG_DAYS).read_text()
+    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=spec_yaml), timeout=30).job_id
+    data = rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR
+
+    def ready() -> list[rc_pb2.Executor]:
+        listed = rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=data), timeout=10).executors
+        return [e for e in listed if e.state == rc_pb2.EXECUTOR_STATE_READY]
+
+    _wait(lambda: master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job.progress.step >= 20, what="training to start")
+    rc.ScaleRole(rc_pb2.ScaleRoleRequest(job_id=job_id, role=data, replicas=3), timeout=30)
+    _wait(lambda: len(ready()) == 3, what="three ready data executors")
+    assert len(_actors(f"{job_id}-data-executor")) == 3, "each executor is an actor"
+
+    victim = ready()[0]
+    ray.kill(ray.get_actor(f"executor:{victim.executor_id}", namespace=NAMESPACE), no_restart=True)
+    _wait(lambda: victim.executor_id not in {e.executor_id for e in ready()} and len(ready()) == 3, what="the killed actor's replacement")
+
+    rc.ScaleRole(rc_pb2.ScaleRoleRequest(job_id=job_id, role=data, replicas=1), timeout=30)
+    assert master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job.state == common_pb2.JOB_STATE_RUNNING, "the scale-in lands mid-training"
+    report = finish_job(master, job_id, timeout=240)
+    _assert_exact(report, LONG_DAYS)
+    assert report["restarts"] == {"data executor": 1}
+    rows = {r["name"]: r for r in _executor_rows(report)}
+    assert rows[victim.executor_id]["message"].startswith("its Ray actor died"), rows[victim.executor_id]
+    assert sum(1 for r in rows.values() if r["exit_reason"] == "SCALED_IN") >= 2, "the scale-in drained two executors"
+    job = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job
+    assert job.state == common_pb2.JOB_STATE_SUCCEEDED
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_ray_address_with_no_cluster_is_a_one_line_error_with_exit_code_2(dataset: Path, tmp_path: Path) -> None:
+    address = f"127.0.0.1:{_closed_port()}"
+    controller = subprocess.run(
+        [sys.executable, "-m", "services.resource_controller", "--backend", "ray", "--ray-address", address], capture_output=True, text=True, timeout=60
+    )
+    assert controller.returncode == 2
+    (line,) = controller.stderr.strip().splitlines()
+    assert line.startswith(f"error: ray: no Ray cluster answers at {address}") and "--ray-address" in line, line
+    job = _job_file(dataset, tmp_path)
+    command = [sys.executable, "-m", "primus.cli", "--state-dir", str(tmp_path / "state"), "--runs-dir", str(tmp_path / "runs"), "run", str(job)]
+    run = subprocess.run([*command, "--backend", "ray", "--ray-address", address], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert f"error: ray: no Ray cluster answers at {address}" in run.stderr and "Traceback" not in run.stderr
