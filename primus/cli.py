@@ -87,7 +87,8 @@ def _cluster_for_run(args: argparse.Namespace) -> Iterator[ClusterState]:
 def _start_cluster(args: argparse.Namespace) -> ClusterState:
     """The services, with the backend flags given; beyond this machine they listen where its executors can reach them."""
     controller = controller_argv(args)
-    remote = getattr(args, "backend", None) not in (None, "local")
+    chosen = getattr(args, "backend", None) or []
+    remote = any(kind != "local" for kind in ([chosen] if isinstance(chosen, str) else chosen))
     try:
         return start_cluster(args.runs_dir, args.state_dir, controller, bind_host="0.0.0.0" if remote else "127.0.0.1")
     except StartError as exc:

@@ -17,7 +17,7 @@ import yaml
 from ray.cluster_utils import Cluster
 
 from primus import rpc
-from primus.cluster import ClusterState, start_cluster, stop_services
+from primus.cluster import ClusterState, restart_service, start_cluster, stop_services
 from primus.demo_data import generate_dataset
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
@@ -147,6 +147,26 @@ def test_scale_out_kill_an_actor_and_scale_in_keep_exact_counts(ray_mesh: Cluste
     assert sum(1 for r in rows.values() if r["exit_reason"] == "SCALED_IN") >= 2, "the scale-in drained two executors"
     job = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job
     assert job.state == common_pb2.JOB_STATE_SUCCEEDED
+
+
+@pytest.mark.timeout(300)
+def test_a_restarted_controller_adopts_the_running_actors(ray_mesh: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+    master = master_pb2_grpc.MasterServiceStub(rpc.connect(ray_mesh.address("master")))
+    spec_yaml = _job_file(long_dataset, tmp_path, slow=True, days=LONG_DAYS).read_text()
+    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=spec_yaml), timeout=30).job_id
+    _wait(lambda: master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job.progress.step >= 50, what="training to start")
+    before = _actors(job_id)
+    restarted = restart_service(ray_mesh, tmp_path / "state", "resource_controller")
+    try:
+        rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(restarted.address("resource_controller")))
+        listed = rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id), timeout=10).executors
+        assert {e.state for e in listed} == {rc_pb2.EXECUTOR_STATE_READY} and len(listed) == 3, [(e.executor_id, e.state, e.message) for e in listed]
+        assert _actors(job_id) == before, "the same actors, adopted by name"
+        report = finish_job(master, job_id, timeout=240)
+    finally:
+        stop_services([s for s in restarted.services if s.name == "resource_controller"])
+    _assert_exact(report, LONG_DAYS)
+    assert report["restarts"] == {}, "nothing was relaunched"
 
 
 def _closed_port() -> int:
