@@ -335,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         err_console.print(f"[red]error[/red]: {exc}", highlight=False)
         return 1
     except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:  # the service refused what the user gave it
+            err_console.print(f"[red]error[/red]: {exc.details()}", highlight=False)
+            return EXIT_USER_ERROR
         err_console.print(f"[red]error[/red]: {exc.code().name}: {exc.details()}", highlight=False)
         return 1
     except KeyboardInterrupt:

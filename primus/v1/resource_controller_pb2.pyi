@@ -354,3 +354,25 @@ class GetScalingLogResponse(_message.Message):
     DECISIONS_FIELD_NUMBER: _ClassVar[int]
     decisions: _containers.RepeatedCompositeFieldContainer[ScalingDecision]
     def __init__(self, decisions: _Optional[_Iterable[_Union[ScalingDecision, _Mapping]]] = ...) -> None: ...
+
+class ListBackendsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Backend(_message.Message):
+    __slots__ = ("name", "resize_in_place", "resize_by_migration", "limits")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_IN_PLACE_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_BY_MIGRATION_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    resize_in_place: bool
+    resize_by_migration: bool
+    limits: LimitMechanism
+    def __init__(self, name: _Optional[str] = ..., resize_in_place: _Optional[bool] = ..., resize_by_migration: _Optional[bool] = ..., limits: _Optional[_Union[LimitMechanism, str]] = ...) -> None: ...
+
+class ListBackendsResponse(_message.Message):
+    __slots__ = ("backends",)
+    BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    backends: _containers.RepeatedCompositeFieldContainer[Backend]
+    def __init__(self, backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ...) -> None: ...

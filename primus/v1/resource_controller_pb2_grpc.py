@@ -74,6 +74,11 @@ class ResourceControllerServiceStub:
                 request_serializer=primus_dot_v1_dot_resource__controller__pb2.GetScalingLogRequest.SerializeToString,
                 response_deserializer=primus_dot_v1_dot_resource__controller__pb2.GetScalingLogResponse.FromString,
                 _registered_method=True)
+        self.ListBackends = channel.unary_unary(
+                '/primus.v1.ResourceControllerService/ListBackends',
+                request_serializer=primus_dot_v1_dot_resource__controller__pb2.ListBackendsRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_resource__controller__pb2.ListBackendsResponse.FromString,
+                _registered_method=True)
 
 
 class ResourceControllerServiceServicer:
@@ -133,6 +138,13 @@ class ResourceControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListBackends(self, request, context):
+        """The scheduler backends this controller runs (resources.backend of a job must be one of them), with their capabilities.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ResourceControllerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -175,6 +187,11 @@ def add_ResourceControllerServiceServicer_to_server(servicer, server):
                     servicer.GetScalingLog,
                     request_deserializer=primus_dot_v1_dot_resource__controller__pb2.GetScalingLogRequest.FromString,
                     response_serializer=primus_dot_v1_dot_resource__controller__pb2.GetScalingLogResponse.SerializeToString,
+            ),
+            'ListBackends': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBackends,
+                    request_deserializer=primus_dot_v1_dot_resource__controller__pb2.ListBackendsRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_resource__controller__pb2.ListBackendsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -393,6 +410,33 @@ class ResourceControllerService:
             '/primus.v1.ResourceControllerService/GetScalingLog',
             primus_dot_v1_dot_resource__controller__pb2.GetScalingLogRequest.SerializeToString,
             primus_dot_v1_dot_resource__controller__pb2.GetScalingLogResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBackends(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.ResourceControllerService/ListBackends',
+            primus_dot_v1_dot_resource__controller__pb2.ListBackendsRequest.SerializeToString,
+            primus_dot_v1_dot_resource__controller__pb2.ListBackendsResponse.FromString,
             options,
             channel_credentials,
             insecure,

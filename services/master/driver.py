@@ -13,7 +13,8 @@ from pathlib import Path
 import grpc
 
 from primus import telemetry
-from primus.spec import load_job_text
+from primus.errors import InvalidRequestError
+from primus.spec import TrainingJob, load_job_text
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master.peers import Peers
@@ -49,6 +50,21 @@ class JobDriver:
         self._peers = peers
         self._own_info = own_info
         self._threads: dict[str, threading.Thread] = {}
+
+    def admit(self, job: TrainingJob) -> None:
+        """Refuse a job at submit whose backend the resource controller does not run (it would only fail at launch)."""
+        wanted = job.spec.resources.backend.value
+        try:
+            running = [b.name for b in self._peers.rc.ListBackends(rc_pb2.ListBackendsRequest(), timeout=10).backends]
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return  # an older controller: the launch says so instead
+            raise
+        if wanted not in running:
+            raise InvalidRequestError(
+                f"spec.resources.backend: {wanted!r}, but the resource controller at {self._peers.rc_address} runs only {', '.join(running)}: "
+                f"start it with --backend {wanted} (see docs/backends.md)"
+            )
 
     def start(self, job_id: str, resume: bool = False) -> None:
         thread = threading.Thread(target=self._drive, args=(job_id, resume), name=f"job-{job_id}", daemon=True)

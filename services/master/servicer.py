@@ -54,6 +54,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         job = load_job_text(request.spec_yaml, "submitted spec")
         if request.spec_dir:
             job = resolve_paths(job, Path(request.spec_dir))
+        self._driver.admit(job)
         job_id = new_job_id(job.metadata.name)
         now = time.time()
         record = JobRecord(

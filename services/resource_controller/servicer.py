@@ -91,6 +91,19 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
         )
         return rc_pb2.LaunchExecutorsResponse(executors=self._protos(self._pool.launch(launch)))
 
+    def ListBackends(self, request: rc_pb2.ListBackendsRequest, context: grpc.ServicerContext) -> rc_pb2.ListBackendsResponse:
+        return rc_pb2.ListBackendsResponse(
+            backends=[
+                rc_pb2.Backend(
+                    name=name,
+                    resize_in_place=b.capabilities.resize_in_place,
+                    resize_by_migration=b.capabilities.resize_by_migration,
+                    limits=LIMITS[b.capabilities.limits],
+                )
+                for name, b in sorted(self._pool.backends.items())
+            ]
+        )
+
     def RegisterExecutor(self, request: rc_pb2.RegisterExecutorRequest, context: grpc.ServicerContext) -> rc_pb2.RegisterExecutorResponse:
         self._pool.register(request.executor_id, request.address, request.data_address, request.pid, request.host_id)
         return rc_pb2.RegisterExecutorResponse()
