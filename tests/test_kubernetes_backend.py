@@ -1,0 +1,420 @@
+"""The Kubernetes backend against a wire-level double of the API server (tests/kube_api_double.py), through the official
+client: pod shape, the exits it reports, a watch that expires mid-stream, pending and resize timeouts, retried creates,
+start-up errors, and whole Primus jobs whose executors are pods: one deleted mid-job, a role scaled out and in."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from primus import rpc
+from primus.cluster import ClusterState, start_cluster, stop_services
+from primus.spec import load_job_file
+from primus.telemetry import TRACE_ENV
+from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+from primus.v1 import resource_controller_pb2 as rc_pb2
+from primus.v1 import resource_controller_pb2_grpc as rc_grpc
+from services.resource_controller.backend import EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism
+from services.resource_controller.backends import BackendConfig, BackendUnavailableError
+from services.resource_controller.kubernetes_backend import KubernetesBackend, KubernetesHandle
+from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
+from tests.kube_api_double import REPO_ROOT, KubeApiDouble
+
+NS = "primus"
+RUN = "import sys; exec(sys.argv[1])"  # the test role's command: python -c RUN CODE, CODE being the launch's one argument
+SLEEP = "import time; print('up', flush=True); time.sleep(60)"
+EXIT_3_ON_SIGTERM = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(3))\nprint('up', flush=True)\ntime.sleep(60)"
+GROW = """
+import os, time
+print("env", os.environ["PRIMUS_BIND_HOST"], os.environ["PRIMUS_ADVERTISE_HOST"], os.environ["PRIMUS_MEMORY_MIB"], flush=True)
+held = []
+while True:
+    held.append(b"x" * (16 << 20))
+    time.sleep(0.02)
+"""
+TRAIN_ROWS = (DAYS - 1) * 24 * ROWS_PER_HOUR  # job_document trains on every day but the last
+EVAL_ROWS = 24 * ROWS_PER_HOUR
+DATA = rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR
+BATCH_SIZE = 8  # 3600 training steps: the job is still running when a test acts on it (at 64 it ends in about 3 s here)
+
+
+@pytest.fixture
+def double() -> Iterator[KubeApiDouble]:
+    with KubeApiDouble(namespaces=(NS,), node_memory_mib=4096, node_cpu=8.0) as d:
+        yield d
+
+
+@pytest.fixture
+def connect(double: KubeApiDouble) -> Iterator[Callable[..., KubernetesBackend]]:
+    """Connect a backend to the double (closed at the end); options go to KubernetesBackend."""
+    made: list[KubernetesBackend] = []
+
+    def make(owner: str = "", **options: Any) -> KubernetesBackend:
+        options.setdefault("commands", {"data_executor": ("python", "-c", RUN)})
+        options.setdefault("backoff_seconds", 0.05)
+        config = BackendConfig(
+            kinds=("local", "kubernetes"), kubernetes_api=double.url, kubernetes_namespace=NS, kubernetes_owner_pod=owner, kubernetes_image="primus:test"
+        )
+        backend = KubernetesBackend.connect(config, **options)
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend.close()
+
+
+def _spec(tmp_path: Path, code: str, name: str = "job-1-data-executor-0", memory_mib: int = 256, cpu: float = 0.5, **placement: Any) -> LaunchSpec:
+    return LaunchSpec(name, "job-1", "data_executor", (code,), cpu, memory_mib, tmp_path / "logs" / f"{name}.log", env={"EXTRA": "yes"}, placement=placement)
+
+
+def _events(backend: KubernetesBackend, until: Callable[[list[ExecutorEvent]], bool], timeout: float = 20.0) -> list[ExecutorEvent]:
+    seen: list[ExecutorEvent] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen += backend.poll()
+        if until(seen):
+            return seen
+        time.sleep(0.05)
+    raise AssertionError(f"timed out; events so far: {seen}")
+
+
+def _has(kind: EventKind) -> Callable[[list[ExecutorEvent]], bool]:
+    return lambda events: any(e.kind is kind for e in events)
+
+
+def _exit(events: list[ExecutorEvent]) -> ExecutorEvent:
+    (exited,) = [e for e in events if e.kind is EventKind.EXITED]
+    return exited
+
+
+def _api(double: KubeApiDouble) -> k8s.CoreV1Api:
+    configuration = k8s.Configuration()
+    configuration.host = double.url
+    return k8s.CoreV1Api(k8s.ApiClient(configuration))
+
+
+# --- unit level: the backend against the double -----------------------------------------------------
+
+
+def test_pod_shape(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:
+    owner = double.add_pod(NS, {"metadata": {"name": "primus-resource-controller-abc"}, "spec": {"containers": [{"name": "rc", "image": "primus"}]}})
+    double.unschedulable = "0/1 nodes are available: 1 node(s) were unschedulable."  # the pod is only looked at here
+    backend = connect(owner="primus-resource-controller-abc")
+    assert (backend.name, backend.capabilities.limits, backend.capabilities.resize_in_place, backend.capabilities.resize_by_migration) == (
+        "kubernetes", LimitMechanism.SCHEDULER, True, True,
+    )  # fmt: skip
+    placement: dict[str, Any] = {
+        "image": "registry.example/primus:1", "nodeSelector": {"pool": "data"}, "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+        "serviceAccountName": "primus-executor", "env": {"FROM_PLACEMENT": "1"}, "volumes": [{"name": "runs", "persistentVolumeClaim": {"claimName": "primus-runs"}}],
+        "volumeMounts": [{"name": "runs", "mountPath": "/var/lib/primus/runs"}],
+    }  # fmt: skip
+    spec = _spec(tmp_path, SLEEP, cpu=1.5, memory_mib=1024, **placement)
+    handle = backend.launch(spec)
+    assert isinstance(handle, KubernetesHandle) and handle.pid == 0 and handle.executor_id == spec.executor_id
+
+    pod = double.pod(NS, spec.executor_id)
+    assert pod is not None
+    metadata, pod_spec = pod["metadata"], pod["spec"]
+    assert metadata["labels"] == {
+        "app.kubernetes.io/managed-by": "primus", "primus.io/job": "job-1", "primus.io/role": "data_executor", "primus.io/executor": spec.executor_id,
+    }  # fmt: skip
+    assert metadata["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"]}]
+    assert metadata["annotations"]["primus.io/log-path"] == str(spec.log_path)
+    assert handle.uid == metadata["uid"]
+    (container,) = pod_spec["containers"]
+    assert container["command"] == ["python", "-c", RUN, SLEEP]
+    assert container["image"] == "registry.example/primus:1"
+    assert container["resources"] == {"requests": {"cpu": "1500m", "memory": "1024Mi"}, "limits": {"cpu": "1500m", "memory": "1024Mi"}}
+    assert container["resizePolicy"] == [{"resourceName": "cpu", "restartPolicy": "NotRequired"}, {"resourceName": "memory", "restartPolicy": "NotRequired"}]
+    assert container["volumeMounts"] == placement["volumeMounts"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env["PRIMUS_ADVERTISE_HOST"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert (env["PRIMUS_BIND_HOST"], env["PRIMUS_CPU_LIMIT"], env["PRIMUS_MEMORY_MIB"], env["PYTHONUNBUFFERED"]) == ("0.0.0.0", "1.5", "1024", "1")
+    assert (env["EXTRA"], env["FROM_PLACEMENT"]) == ("yes", "1") and TRACE_ENV in env
+    assert pod_spec["restartPolicy"] == "Never"
+    assert (pod_spec["nodeSelector"], pod_spec["tolerations"], pod_spec["serviceAccountName"], pod_spec["volumes"]) == (
+        placement["nodeSelector"], placement["tolerations"], "primus-executor", placement["volumes"],
+    )  # fmt: skip
+
+    default = connect(commands={})  # no override: the role's module, in the controller's image
+    double.unschedulable = "held"
+    other = default.launch(LaunchSpec("job-1-trainer-0", "job-1", "trainer", ("--job-id", "job-1"), 1.0, 2048, tmp_path / "t.log"))
+    trainer = double.pod(NS, other.executor_id)
+    assert trainer is not None
+    assert trainer["spec"]["containers"][0]["command"] == ["python", "-m", "services.trainer", "--job-id", "job-1"]
+    assert trainer["spec"]["containers"][0]["image"] == "primus:test"
+    assert "ownerReferences" not in trainer["metadata"]
+
+
+def test_pending_then_running_then_oom_killed(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:
+    double.unschedulable = "0/1 nodes are available: 1 node(s) had untolerated taint {maintenance: }."
+    backend = connect()
+    spec = _spec(tmp_path, GROW, memory_mib=256)
+    handle = backend.launch(spec)
+    pending = _events(backend, _has(EventKind.PENDING))
+    assert pending[-1].message == double.unschedulable
+    double.unschedulable = ""
+    events = _events(backend, _has(EventKind.EXITED))
+    assert [e.kind for e in events] == [EventKind.RUNNING, EventKind.EXITED]
+    exited = events[-1]
+    assert (exited.exit_code, exited.reason) == (137, ExitReason.OOM_KILLED)
+    assert exited.message == "OOM-killed at its 256 MiB pod memory limit (exit code 137)"
+    assert "env 0.0.0.0 127.0.0.1 256" in spec.log_path.read_text(), "the pod's env: bind on all interfaces, advertise the pod IP (downward API)"
+    double.wait_for(lambda: double.pod(NS, spec.executor_id) is None, "the ended pod to be deleted")
+    assert backend.usage(handle) == (0.5, 256)
+
+
+def test_container_log_is_saved_when_nothing_wrote_it(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:
+    double.write_log_path = False  # as on a real node without a shared volume: the output is only in the container log
+    backend = connect()
+    spec = _spec(tmp_path, "print('said in the pod')")
+    backend.launch(spec)
+    exited = _exit(_events(backend, _has(EventKind.EXITED)))
+    assert (exited.exit_code, exited.reason) == (0, ExitReason.COMPLETED)
+    double.wait_for(lambda: double.pod(NS, spec.executor_id) is None, "the ended pod to be deleted")
+    assert spec.log_path.read_text() == "said in the pod\n", "copied from GET .../log before the pod was deleted"
+
+
+def test_watch_recovers_from_410_gone(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:
+    backend = connect()
+    spec = _spec(tmp_path, SLEEP)
+    backend.launch(spec)
+    _events(backend, _has(EventKind.RUNNING))
+    lists = backend.lists
+    gone_at = time.monotonic()
+    double.gone()  # an ERROR 410 event in the open watch; older resourceVersions expire
+    double.wait_for(lambda: backend.lists > lists, "the backend to list again after the 410")
+    double.wait_for(lambda: double.calls("GET", f"/namespaces/{NS}/pods", since=gone_at, watch="true"), "a new watch from the new list")
+    # events still arrive: the pod is deleted by someone else (kubectl delete), which the backend did not ask for
+    _api(double).delete_namespaced_pod(spec.executor_id, NS, grace_period_seconds=1)
+    exited = _exit(_events(backend, _has(EventKind.EXITED)))
+    assert exited.reason is ExitReason.ERROR and exited.message.startswith("its pod was deleted"), exited
+
+
+def test_pending_timeout_names_the_scheduler_reason(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:
+    backend = connect()
+    spec = _spec(tmp_path, SLEEP, memory_mib=8192, pendingTimeoutSeconds=1)  # the double's node has 4096 MiB
+    backend.launch(spec)
+    exited = _exit(_events(backend, _has(EventKind.EXITED)))
+    assert exited.reason is ExitReason.ERROR and exited.exit_code is None
+    assert exited.message.startswith("unschedulable for 1 s: 0/1 nodes are available: 1 Insufficient memory."), exited.message
+    double.wait_for(lambda: double.pod(NS, spec.executor_id) is None, "the pending pod to be deleted")
+
+
+def test_resize_in_place(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:
+    backend = connect()
+    spec = _spec(tmp_path, SLEEP)
+    handle = backend.launch(spec)
+    _events(backend, _has(EventKind.RUNNING))
+    assert backend.resize(handle, 2.0, 512)
+    applied = {"requests": {"cpu": "2000m", "memory": "512Mi"}, "limits": {"cpu": "2000m", "memory": "512Mi"}}
+    double.wait_for(lambda: (double.pod(NS, spec.executor_id) or {})["status"]["containerStatuses"][0]["resources"] == applied, "the kubelet to apply it")
+    double.wait_for(lambda: backend.usage(handle) == (2.0, 512), "the backend to see it applied")
+    pod = double.pod(NS, spec.executor_id)
+    assert pod is not None and pod["spec"]["containers"][0]["resources"] == applied
+    assert double.calls("PATCH", f"/pods/{spec.executor_id}/resize")[0].content_type == "application/strategic-merge-patch+json"
+    time.sleep(0.3)
+    assert [e for e in backend.poll() if e.kind is not EventKind.RUNNING] == [], "no RESIZE_FAILED: the same pod, the same process"
+
+
+def test_resize_infeasible_deferred_or_unsupported(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:
+    backend = connect()
+    spec = _spec(tmp_path, SLEEP, resizeTimeoutSeconds=1)
+    handle = backend.launch(spec)
+    _events(backend, _has(EventKind.RUNNING))
+
+    assert backend.resize(handle, 1.0, 8192), "the API server takes the request; the kubelet finds it infeasible"
+    failed = [e for e in _events(backend, _has(EventKind.RESIZE_FAILED)) if e.kind is EventKind.RESIZE_FAILED]
+    assert "infeasible" in failed[0].message and "PodResizePending Infeasible: Node didn't have enough capacity: memory" in failed[0].message
+    assert backend.usage(handle) == (0.5, 256)
+    double.wait_for(lambda: (double.pod(NS, spec.executor_id) or {})["spec"]["containers"][0]["resources"]["limits"]["memory"] == "256Mi", "the request withdrawn")
+
+    double.defer_resizes = True
+    assert backend.resize(handle, 1.0, 1024)
+    failed = [e for e in _events(backend, _has(EventKind.RESIZE_FAILED)) if e.kind is EventKind.RESIZE_FAILED]
+    assert "not done after 1 s (PodResizePending Deferred: Node didn't have enough resource" in failed[0].message, failed[0].message
+
+    double.resize_supported = False  # an API server without the resize subresource: 404, and the pool migrates at once
+    assert not backend.resize(handle, 1.0, 512)
+    assert backend.usage(handle) == (0.5, 256)
+
+
+def test_failed_creates_are_retried(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:
+    backend = connect(create_attempts=3)
+    double.fail_creates = 2
+    backend.launch(_spec(tmp_path, SLEEP))
+    assert len(double.calls("POST", f"/namespaces/{NS}/pods", dryRun="All")) == 1, "connect's dry-run probe"
+    assert len([c for c in double.calls("POST", f"/namespaces/{NS}/pods") if "dryRun" not in c.query]) == 3, "two 500s, then created"
+    _events(backend, _has(EventKind.RUNNING))
+
+    double.fail_creates = 5
+    with pytest.raises(RuntimeError, match=r"could not create pod job-1-data-executor-1 at http://127\.0\.0\.1:\d+ after 3 attempts: 500 Internal Server Error"):
+        backend.launch(_spec(tmp_path, SLEEP, name="job-1-data-executor-1"))
+    assert double.pod(NS, "job-1-data-executor-1") is None
+
+
+def test_release_kill_and_adopt(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:
+    first = connect()
+    drained = first.launch(_spec(tmp_path, EXIT_3_ON_SIGTERM, name="job-1-data-executor-0"))
+    killed = first.launch(_spec(tmp_path, SLEEP, name="job-1-data-executor-1"))
+    kept = first.launch(_spec(tmp_path, SLEEP, name="job-1-data-executor-2"))
+    _events(first, lambda events: len([e for e in events if e.kind is EventKind.RUNNING]) == 3)
+    log = Path(drained.log_path)
+    double.wait_for(lambda: log.exists() and "up" in log.read_text(), "its SIGTERM handler to be in place")
+
+    assert first.release(drained, grace_seconds=5) == 3, "SIGTERM, and its exit code"
+    assert double.pod(NS, drained.executor_id) is None
+    first.kill(killed, ExitReason.HEARTBEAT_LOST, "no heartbeat for 12.0s")
+    events = _events(first, lambda events: len([e for e in events if e.kind is EventKind.EXITED]) == 2)
+    reasons = {e.executor_id: (e.reason, e.message) for e in events if e.kind is EventKind.EXITED}
+    assert reasons == {drained.executor_id: (ExitReason.RELEASED, "released (pod deleted with a 5 s grace period)"),
+                       killed.executor_id: (ExitReason.HEARTBEAT_LOST, "no heartbeat for 12.0s")}  # fmt: skip
+
+    first.close()  # a controller restart: pods keep running
+    second = connect()
+    assert second.adopt(killed.to_state()) is None, "its pod is gone"
+    adopted = second.adopt(kept.to_state())
+    assert adopted is not None and adopted.uid == kept.uid
+    assert second.release(adopted, grace_seconds=1) == 143, "SIGTERM ended it: 128 + 15"
+    assert double.pod(NS, kept.executor_id) is None
+
+
+def test_connect_errors_are_one_line(double: KubeApiDouble) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    cases = [
+        (closed, NS, f"kubernetes: cannot reach the API server at {closed} (connection refused): check --kubernetes-api or the kubeconfig"),
+        (double.url, "nope", f'kubernetes: namespace "nope" does not exist at {double.url}: create it or pass --kubernetes-namespace'),
+    ]
+    for url, namespace, expected in cases:
+        with pytest.raises(BackendUnavailableError) as caught:
+            KubernetesBackend.connect(BackendConfig(kubernetes_api=url, kubernetes_namespace=namespace))
+        assert str(caught.value) == expected
+    double.forbidden = True
+    with pytest.raises(BackendUnavailableError) as caught:
+        KubernetesBackend.connect(BackendConfig(kubernetes_api=double.url, kubernetes_namespace=NS))
+    assert str(caught.value) == (
+        f'kubernetes: the service account may not list pods in namespace "{NS}" at {double.url} (403 Forbidden): '
+        "grant the role in deploy/k8s/base/rbac-resource-controller.yaml"
+    )
+
+
+def test_submit_time_error_from_the_controller_command() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "services.resource_controller", "--backend", "kubernetes", "--kubernetes-api", f"http://127.0.0.1:{port}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: kubernetes: cannot reach the API server at http://127.0.0.1:{port} (connection refused): check --kubernetes-api or the kubeconfig"
+    ]
+
+
+# --- end to end: Primus jobs whose executors are pods in the double -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def kube() -> Iterator[KubeApiDouble]:
+    with KubeApiDouble(namespaces=(NS,)) as d:
+        yield d
+
+
+@pytest.fixture(scope="module")
+def kube_cluster(kube: KubeApiDouble, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]:
+    root = tmp_path_factory.mktemp("kube-cluster")
+    args = ["--backend", "kubernetes", "--kubernetes-api", kube.url, "--kubernetes-namespace", NS]
+    state = start_cluster(root / "runs", root / "state", controller_args=args)
+    yield state
+    stop_services(state.services)
+
+
+def _kube_job(dataset: Path, tmp_path: Path, executors: int) -> str:
+    document = job_document(dataset, executors=executors)
+    spec = document["spec"]
+    assert isinstance(spec, dict)
+    spec["resources"]["backend"] = "kubernetes"
+    spec["training"].update({"batchSize": BATCH_SIZE, "checkpointEverySteps": 25, "reportEverySteps": 10})
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return load_job_file(path).to_yaml()
+
+
+def _stubs(cluster: ClusterState) -> tuple[master_pb2_grpc.MasterServiceStub, rc_grpc.ResourceControllerServiceStub]:
+    master = master_pb2_grpc.MasterServiceStub(rpc.connect(cluster.address("master")))
+    return master, rc_grpc.ResourceControllerServiceStub(rpc.connect(cluster.address("resource_controller")))
+
+
+def _submit(master: master_pb2_grpc.MasterServiceStub, spec_yaml: str, until_step: int) -> str:
+    job_id = str(master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=spec_yaml), timeout=30).job_id)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        job = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job
+        assert job.state <= common_pb2.JOB_STATE_RUNNING, f"the change must land mid-training: {job.message}"
+        if job.progress.step >= until_step:
+            return job_id
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} did not reach step {until_step}")
+
+
+def _running_pods(kube: KubeApiDouble, job_id: str, role: str = "data_executor") -> list[str]:
+    pods = kube.pods(NS, f"primus.io/job={job_id},primus.io/role={role}")
+    return [p["metadata"]["name"] for p in pods if p["status"]["phase"] == "Running" and "deletionTimestamp" not in p["metadata"]]
+
+
+def _ready(rc: rc_grpc.ResourceControllerServiceStub, job_id: str) -> list[str]:
+    executors = rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=DATA), timeout=10).executors
+    return [e.executor_id for e in executors if e.state == rc_pb2.EXECUTOR_STATE_READY]
+
+
+def _assert_exact(report: dict[str, Any]) -> None:
+    assert report["state"] == "SUCCEEDED", report["message"]
+    (source,) = report["sources"]
+    assert source["samples"] == TRAIN_ROWS + EVAL_ROWS, "every row of the source trained or evaluated exactly once"
+    assert report["trainer"]["train_samples"] == TRAIN_ROWS
+    assert report["trainer"]["eval_samples"] == EVAL_ROWS
+
+
+@pytest.mark.timeout(300)
+def test_job_survives_a_deleted_data_executor_pod(kube: KubeApiDouble, kube_cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
+    master, rc = _stubs(kube_cluster)
+    job_id = _submit(master, _kube_job(dataset, tmp_path, executors=2), until_step=60)
+    victim = _running_pods(kube, job_id)[0]
+    _api(kube).delete_namespaced_pod(victim, NS, grace_period_seconds=1)  # kubectl delete pod, from outside Primus
+    report = finish_job(master, job_id)
+    _assert_exact(report)
+    assert report["restarts"] == {"data executor": 1}
+    (record,) = [e for e in rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id), timeout=10).executors if e.executor_id == victim]
+    assert (record.state, record.exit_reason, record.backend) == (rc_pb2.EXECUTOR_STATE_FAILED, rc_pb2.EXIT_REASON_ERROR, "kubernetes")
+    assert record.message.startswith("its pod was deleted"), record.message
+    kube.wait_for(lambda: not kube.pods(NS, f"primus.io/job={job_id}"), "the job's pods to be deleted once it ended")
+
+
+@pytest.mark.timeout(300)
+def test_scale_out_and_in_through_pods(kube: KubeApiDouble, kube_cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
+    master, rc = _stubs(kube_cluster)
+    job_id = _submit(master, _kube_job(dataset, tmp_path, executors=1), until_step=40)
+    reply = rc.ScaleRole(rc_pb2.ScaleRoleRequest(job_id=job_id, role=DATA, replicas=3, reason="test"), timeout=30)
+    assert len(reply.launched) == 2
+    ready = kube.wait_for(lambda: len(_ready(rc, job_id)) == 3 and _ready(rc, job_id), "3 data executors registered", timeout=60)
+    assert sorted(_running_pods(kube, job_id)) == sorted(ready), "one running pod per executor"
+    reply = rc.ScaleRole(rc_pb2.ScaleRoleRequest(job_id=job_id, role=DATA, replicas=1, reason="test"), timeout=30)
+    drained = {e.executor_id for e in reply.draining}
+    assert len(drained) == 2
+    kube.wait_for(lambda: not drained & {p["metadata"]["name"] for p in kube.pods(NS)}, "the drained executors' pods to be deleted", timeout=120)
+    records = {e.executor_id: e for e in rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=DATA), timeout=10).executors}
+    assert all(records[name].state == rc_pb2.EXECUTOR_STATE_RELEASED and records[name].exit_reason == rc_pb2.EXIT_REASON_SCALED_IN for name in drained)
+    report = finish_job(master, job_id)
+    _assert_exact(report)
+    assert report["restarts"] == {}, "a drained executor is not a crash"
