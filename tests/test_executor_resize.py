@@ -20,7 +20,7 @@ from services.data_executor import sizing
 from services.data_executor.server import DataExecutor, create_executor
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server as create_planner
-from services.trainer.feed import BatchFeed, Lost, Served
+from services.trainer.feed import BatchFeed, DataEndpoint, Lost, Served, fixed
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 
 pytestmark = pytest.mark.timeout(180)
@@ -104,7 +104,7 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
 
 def _slow_feed(addresses: dict[str, str], job_id: str, consumer_id: str) -> BatchFeed:
     """A feed that pulls little ahead (2 batches in flight, 2 queued), so the executor's pace follows the consumer's."""
-    return BatchFeed(lambda: dict(addresses), job_id, consumer_id, TRAIN, prefetch=2, window=2, replacement_timeout=10)
+    return BatchFeed(fixed(addresses), job_id, consumer_id, TRAIN, prefetch=2, window=2, replacement_timeout=10)
 
 
 class Rows:
@@ -226,10 +226,10 @@ def test_a_feed_picks_up_an_executor_that_appears_after_its_streams_started(plan
     addresses = {"e0": first.data_address}
     calls = 0
 
-    def discover() -> dict[str, str]:
+    def discover() -> dict[str, DataEndpoint]:
         nonlocal calls
         calls += 1
-        return dict(addresses)
+        return fixed(addresses)()
 
     rows = Rows()
     joined_at: float | None = None
