@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import ray  # in the dev extra: `make test` installs it, so a missing ray fails here rather than skipping
 import yaml
@@ -167,6 +168,22 @@ def test_a_restarted_controller_adopts_the_running_actors(ray_mesh: ClusterState
         stop_services([s for s in restarted.services if s.name == "resource_controller"])
     _assert_exact(report, LONG_DAYS)
     assert report["restarts"] == {}, "nothing was relaunched"
+
+
+def test_a_job_no_ray_node_can_hold_is_refused_at_submit(ray_mesh: ClusterState, dataset: Path, tmp_path: Path) -> None:
+    master = master_pb2_grpc.MasterServiceStub(rpc.connect(ray_mesh.address("master")))
+    document = yaml.safe_load(_job_file(dataset, tmp_path).read_text())
+    document["spec"]["resources"]["ray"] = {"resources": {"gpu_node": 1}}
+    with pytest.raises(grpc.RpcError) as refused:
+        master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(document)), timeout=30)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = str(refused.value.details())
+    assert details.startswith("ray: no node of the Ray cluster at ") and "gpu_node 1" in details and "2 live node(s)" in details, details
+    document["spec"]["resources"]["ray"] = {}
+    document["spec"]["resources"]["trainer"]["cpu"] = 3  # each raylet has 2 CPUs
+    with pytest.raises(grpc.RpcError) as too_big:
+        master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(document)), timeout=30)
+    assert "has room for a trainer actor (CPU 3, memory 2048 MiB" in str(too_big.value.details()) and "lower resources.trainer" in str(too_big.value.details())
 
 
 def _closed_port() -> int:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import skein
 import yaml
@@ -593,15 +594,22 @@ def test_resize_migrates_to_a_container_of_the_new_size(yarn: SkeinAppMasterDoub
     assert resize["resources_before"] == {"cpu": 1.0, "memory_mib": 1024} and resize["resources_after"] == {"cpu": 2.0, "memory_mib": 2048}
 
 
-@pytest.mark.timeout(300)
-def test_a_job_for_another_queue_fails_saying_so(yarn_cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
-    """skein's queue is the application's: a job that names another cannot run its executors here."""
+def test_a_job_for_another_queue_or_a_size_no_service_holds_is_refused_at_submit(yarn_cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+    """skein's queue is the application's, and its sizes are its services': a job that cannot run here is refused at
+    submit, with the line the launch would have failed with."""
     master, _ = _stubs(yarn_cluster)
-    job_id = str(master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=_job(long_dataset, tmp_path, executors=1, queue="nope")), timeout=30).job_id)
-    report = finish_job(master, job_id, timeout=60)
-    assert report["state"] == "FAILED"
-    assert f'yarn: job {job_id} asks for queue "nope", but the skein application at ' in report["message"], report["message"]
-    assert 'set resources.yarn.queue to "default"' in report["message"]
+    with pytest.raises(grpc.RpcError) as queue:
+        master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=_job(long_dataset, tmp_path, executors=1, queue="nope")), timeout=30)
+    assert queue.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert 'asks for queue "nope", but the skein application at ' in str(queue.value.details()), queue.value.details()
+    assert 'set resources.yarn.queue to "default"' in str(queue.value.details())
+    huge = yaml.safe_load(_job(long_dataset, tmp_path, executors=1))
+    huge["spec"]["resources"]["dataExecutor"].update({"cpu": 64, "memoryMiB": 512000})
+    with pytest.raises(grpc.RpcError) as size:
+        master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(huge)), timeout=30)
+    assert size.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "yarn: no executor service" in str(size.value.details()) and "holds 64 cores and 512000 MiB" in str(size.value.details()), size.value.details()
+    assert not list(master.ListJobs(master_pb2.ListJobsRequest(), timeout=10).jobs), "nothing was accepted"
 
 
 def test_controller_without_its_application_master_exits_2_in_one_line() -> None:

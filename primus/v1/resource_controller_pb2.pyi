@@ -376,3 +376,29 @@ class ListBackendsResponse(_message.Message):
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
     backends: _containers.RepeatedCompositeFieldContainer[Backend]
     def __init__(self, backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ...) -> None: ...
+
+class RoleSize(_message.Message):
+    __slots__ = ("role", "resources")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    role: ExecutorRole
+    resources: ExecutorResources
+    def __init__(self, role: _Optional[_Union[ExecutorRole, str]] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ...) -> None: ...
+
+class CheckPlacementRequest(_message.Message):
+    __slots__ = ("job_id", "backend", "placement_json", "sizes")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_JSON_FIELD_NUMBER: _ClassVar[int]
+    SIZES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    backend: str
+    placement_json: str
+    sizes: _containers.RepeatedCompositeFieldContainer[RoleSize]
+    def __init__(self, job_id: _Optional[str] = ..., backend: _Optional[str] = ..., placement_json: _Optional[str] = ..., sizes: _Optional[_Iterable[_Union[RoleSize, _Mapping]]] = ...) -> None: ...
+
+class CheckPlacementResponse(_message.Message):
+    __slots__ = ("problem",)
+    PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    problem: str
+    def __init__(self, problem: _Optional[str] = ...) -> None: ...

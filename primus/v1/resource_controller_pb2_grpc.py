@@ -79,6 +79,11 @@ class ResourceControllerServiceStub:
                 request_serializer=primus_dot_v1_dot_resource__controller__pb2.ListBackendsRequest.SerializeToString,
                 response_deserializer=primus_dot_v1_dot_resource__controller__pb2.ListBackendsResponse.FromString,
                 _registered_method=True)
+        self.CheckPlacement = channel.unary_unary(
+                '/primus.v1.ResourceControllerService/CheckPlacement',
+                request_serializer=primus_dot_v1_dot_resource__controller__pb2.CheckPlacementRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_resource__controller__pb2.CheckPlacementResponse.FromString,
+                _registered_method=True)
 
 
 class ResourceControllerServiceServicer:
@@ -145,6 +150,13 @@ class ResourceControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CheckPlacement(self, request, context):
+        """Whether a job's executors could run on its backend as its spec places and sizes them (asked at submit).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ResourceControllerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -192,6 +204,11 @@ def add_ResourceControllerServiceServicer_to_server(servicer, server):
                     servicer.ListBackends,
                     request_deserializer=primus_dot_v1_dot_resource__controller__pb2.ListBackendsRequest.FromString,
                     response_serializer=primus_dot_v1_dot_resource__controller__pb2.ListBackendsResponse.SerializeToString,
+            ),
+            'CheckPlacement': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckPlacement,
+                    request_deserializer=primus_dot_v1_dot_resource__controller__pb2.CheckPlacementRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_resource__controller__pb2.CheckPlacementResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -437,6 +454,33 @@ class ResourceControllerService:
             '/primus.v1.ResourceControllerService/ListBackends',
             primus_dot_v1_dot_resource__controller__pb2.ListBackendsRequest.SerializeToString,
             primus_dot_v1_dot_resource__controller__pb2.ListBackendsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckPlacement(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.ResourceControllerService/CheckPlacement',
+            primus_dot_v1_dot_resource__controller__pb2.CheckPlacementRequest.SerializeToString,
+            primus_dot_v1_dot_resource__controller__pb2.CheckPlacementResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -52,19 +52,22 @@ class JobDriver:
         self._threads: dict[str, threading.Thread] = {}
 
     def admit(self, job: TrainingJob) -> None:
-        """Refuse a job at submit whose backend the resource controller does not run (it would only fail at launch)."""
-        wanted = job.spec.resources.backend.value
+        """Refuse at submit a job that could not run where it asks: a backend the controller does not run, a YARN queue that
+        is not the application's, a size no executor service or Ray node holds (each would only fail at launch)."""
+        resources = job.spec.resources
+        sizes = [
+            rc_pb2.RoleSize(role=role, resources=rc_pb2.ExecutorResources(cpu=r.cpu, memory_mib=r.memory_mib))
+            for role, r in ((rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR, resources.data_executor), (rc_pb2.EXECUTOR_ROLE_TRAINER, resources.trainer))
+        ]
+        request = rc_pb2.CheckPlacementRequest(job_id=job.metadata.name, backend=resources.backend.value, placement_json=json.dumps(resources.placement()), sizes=sizes)
         try:
-            running = [b.name for b in self._peers.rc.ListBackends(rc_pb2.ListBackendsRequest(), timeout=10).backends]
+            problem = self._peers.rc.CheckPlacement(request, timeout=30).problem
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                 return  # an older controller: the launch says so instead
             raise
-        if wanted not in running:
-            raise InvalidRequestError(
-                f"spec.resources.backend: {wanted!r}, but the resource controller at {self._peers.rc_address} runs only {', '.join(running)}: "
-                f"start it with --backend {wanted} (see docs/backends.md)"
-            )
+        if problem:
+            raise InvalidRequestError(f"{problem} (resource controller at {self._peers.rc_address}; see docs/backends.md)")
 
     def start(self, job_id: str, resume: bool = False) -> None:
         thread = threading.Thread(target=self._drive, args=(job_id, resume), name=f"job-{job_id}", daemon=True)

@@ -31,6 +31,7 @@ __all__ = [
     "LimitMechanism",
     "LocalHandle",
     "LocalProcessBackend",
+    "RoleSize",
     "SchedulerBackend",
 ]
 
@@ -90,6 +91,13 @@ class LaunchSpec:
 
 
 @dataclass(frozen=True)
+class RoleSize:
+    role: str
+    cpu: float
+    memory_mib: int
+
+
+@dataclass(frozen=True)
 class ExecutorEvent:
     executor_id: str
     kind: EventKind
@@ -110,6 +118,10 @@ class SchedulerBackend(Protocol):
     capabilities: Capabilities
 
     def launch(self, spec: LaunchSpec) -> ExecutorHandle: ...
+
+    def check_placement(self, job_id: str, placement: Mapping[str, Any], sizes: Sequence[RoleSize]) -> str:
+        """'' when executors of these sizes, placed so, can run here; else one line saying what to change."""
+        ...
 
     def release(self, handle: ExecutorHandle, grace_seconds: float) -> int | None: ...
 
@@ -214,6 +226,9 @@ class LocalProcessBackend:
         self._watchdog.start()
 
     # --- launch -----------------------------------------------------------------------------------
+
+    def check_placement(self, job_id: str, placement: Mapping[str, Any], sizes: Sequence[RoleSize]) -> str:
+        return ""  # the quota and the free cores are the autoscaler's to judge, here as everywhere
 
     def launch(self, spec: LaunchSpec) -> LocalHandle:
         if spec.role not in self._commands:

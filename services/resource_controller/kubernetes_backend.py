@@ -34,6 +34,7 @@ from services.resource_controller.backend import (
     ExitReason,
     LaunchSpec,
     LimitMechanism,
+    RoleSize,
 )
 from services.resource_controller.backends import BackendConfig, BackendUnavailableError
 
@@ -518,6 +519,10 @@ class KubernetesBackend:
         return cls(api, namespace, address, image=config.kubernetes_image or "primus:latest", owner=owner, **options)
 
     # --- launch -----------------------------------------------------------------------------------
+
+    def check_placement(self, job_id: str, placement: Mapping[str, Any], sizes: Sequence[RoleSize]) -> str:
+        """Nothing to ask the API server ahead: the scheduler's answer (a pod that cannot be placed) comes with the pod."""
+        return ""
 
     def launch(self, spec: LaunchSpec) -> KubernetesHandle:
         if spec.role not in self._commands:

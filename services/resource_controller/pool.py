@@ -19,7 +19,7 @@ from typing import Any
 from primus.dataplane import remove_shared_memory
 from primus.errors import ConflictError, InvalidRequestError, NotFoundError
 from primus.v1 import resource_controller_pb2 as rc_pb2
-from services.resource_controller.backend import EventKind, ExecutorEvent, ExitReason, LaunchSpec, SchedulerBackend
+from services.resource_controller.backend import EventKind, ExecutorEvent, ExitReason, LaunchSpec, RoleSize, SchedulerBackend
 from services.resource_controller.control import ExecutorControl
 from services.resource_controller.decisions import DecisionLog, LoggedAction, LoggedDecision
 from services.resource_controller.records import Beat, ExecutorRecord, ExecutorState, JobContext, state_after_exit
@@ -118,6 +118,13 @@ class ExecutorPool:
                 self._start(record)
         self._save()
         return [r.view() for r in records]
+
+    def check_placement(self, job_id: str, backend: str, placement: Mapping[str, Any], sizes: list[RoleSize]) -> str:
+        """At submit: '' when the job's executors can run on its backend, else one line saying why not."""
+        chosen = self.backends.get(backend)
+        if chosen is None:
+            return f"spec.resources.backend: {backend!r}, but this resource controller runs only {', '.join(sorted(self.backends))}: start it with --backend {backend}"
+        return chosen.check_placement(job_id, placement, sizes)
 
     def _new_record(self, request: LaunchRequest) -> ExecutorRecord:
         key = f"{request.job_id}/{request.role}"

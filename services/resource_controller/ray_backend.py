@@ -12,13 +12,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from primus import telemetry
-from services.resource_controller.backend import ROLE_MODULES, Capabilities, EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism
+from services.resource_controller.backend import ROLE_MODULES, Capabilities, EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism, RoleSize
 from services.resource_controller.backends import BackendConfig, BackendUnavailableError
 
 log = logging.getLogger(__name__)
@@ -157,6 +157,20 @@ class RayBackend:
         return cls(address)
 
     # --- launch -----------------------------------------------------------------------------------
+
+    def check_placement(self, job_id: str, placement: Mapping[str, Any], sizes: Sequence[RoleSize]) -> str:
+        """Each role's actor must fit on some live node of the cluster (by total, not free, resources: others may finish)."""
+        nodes = [n["Resources"] for n in self._ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+        extra = {str(k): float(v) for k, v in dict(placement.get("resources", {})).items()}
+        for size in sizes:
+            wanted = {"CPU": size.cpu, "memory": float(size.memory_mib * MIB), **extra}
+            if not any(all(node.get(name, 0.0) >= amount for name, amount in wanted.items()) for node in nodes):
+                asked = ", ".join(f"{name} {amount / MIB:.0f} MiB" if name == "memory" else f"{name} {amount:g}" for name, amount in wanted.items())
+                return (
+                    f"ray: no node of the Ray cluster at {self.address} has room for a {size.role} actor ({asked}; {len(nodes)} live node(s)): "
+                    f"lower resources.{_spec_role(size.role)}, check resources.ray.resources, or add nodes"
+                )
+        return ""
 
     def launch(self, spec: LaunchSpec) -> RayHandle:
         if spec.role not in self._commands:
@@ -317,6 +331,10 @@ class RayBackend:
         if tracked is None:
             log.warning("%s is not an executor of this backend", handle.executor_id)
         return tracked
+
+
+def _spec_role(role: str) -> str:
+    return {"data_executor": "dataExecutor"}.get(role, role)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -12,7 +12,7 @@ from primus.errors import InvalidRequestError
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from services.resource_controller.autoscaler import Autoscaler
-from services.resource_controller.backend import ExitReason, LimitMechanism
+from services.resource_controller.backend import ExitReason, LimitMechanism, RoleSize
 from services.resource_controller.pool import ExecutorPool, LaunchRequest
 from services.resource_controller.records import ExecutorRecord
 
@@ -103,6 +103,11 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
                 for name, b in sorted(self._pool.backends.items())
             ]
         )
+
+    def CheckPlacement(self, request: rc_pb2.CheckPlacementRequest, context: grpc.ServicerContext) -> rc_pb2.CheckPlacementResponse:
+        sizes = [RoleSize(_role(s.role), s.resources.cpu, s.resources.memory_mib) for s in request.sizes]
+        problem = self._pool.check_placement(request.job_id, request.backend or "local", _placement(request.placement_json), sizes)
+        return rc_pb2.CheckPlacementResponse(problem=problem)
 
     def RegisterExecutor(self, request: rc_pb2.RegisterExecutorRequest, context: grpc.ServicerContext) -> rc_pb2.RegisterExecutorResponse:
         self._pool.register(request.executor_id, request.address, request.data_address, request.pid, request.host_id)

@@ -11,7 +11,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,7 +22,7 @@ from skein.exceptions import ConnectionError as SkeinConnectionError
 from skein.exceptions import TimeoutError as SkeinTimeoutError
 
 from primus import telemetry
-from services.resource_controller.backend import ROLE_MODULES, Capabilities, EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism
+from services.resource_controller.backend import ROLE_MODULES, Capabilities, EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism, RoleSize
 from services.resource_controller.backends import BackendConfig, BackendUnavailableError
 from services.resource_controller.yarn_launch import ARGS_ENV, ID_ENV, LOG_ENV, MODULE_ENV
 
@@ -251,6 +251,16 @@ class YarnBackend:
         log.info("launched %s as container %s (%d vcores, %d MiB for cpu %g, memory %d MiB)", spec.executor_id, container.id, service.vcores,
                  service.memory_mib, spec.cpu, spec.memory_mib)  # fmt: skip
         return handle
+
+    def check_placement(self, job_id: str, placement: Mapping[str, Any], sizes: Sequence[RoleSize]) -> str:
+        """The queue and an executor service for every role's size, asked at submit: the same checks as at launch."""
+        for size in sizes:
+            spec = LaunchSpec("", job_id, size.role, (), size.cpu, size.memory_mib, Path(), placement=placement)
+            try:
+                self._service_for(spec)
+            except ValueError as exc:
+                return str(exc)
+        return ""
 
     def _service_for(self, spec: LaunchSpec) -> ExecutorService:
         """The executor service for this size and placement; ValueError (one line) when the application cannot host it."""
