@@ -25,7 +25,7 @@ from services.data_executor.server import create_executor
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server as create_planner
 from services.trainer import feed as feed_module
-from services.trainer.feed import BatchFeed, Served, StallClock, fixed
+from services.trainer.feed import BatchFeed, DataEndpoint, Served, StallClock, fixed
 from services.trainer.server import ExecutorDiscovery, start_heartbeats
 from services.trainer.servicer import TrainerStatus
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
@@ -162,7 +162,7 @@ def test_discovery_keeps_the_last_known_executors_while_the_controller_is_away(c
     controller.servicer.executors = [_executor("e0", "job-d"), _executor("e9", "job-d", rc_pb2.EXECUTOR_STATE_STARTING), _executor("x0", "other")]
     discover = ExecutorDiscovery(controller.address, "job-d")
     first = discover()
-    assert first == {"e0": controller.servicer.executors[0].data_address}, "ready executors of this job only"
+    assert first == {"e0": DataEndpoint(controller.servicer.executors[0].data_address)}, "ready executors of this job only"
     controller.stop()
     for _ in range(5):
         assert discover() == first, "the controller is away: the last known set stands"
