@@ -78,6 +78,12 @@ class Arena:
         return budget
 
     @property
+    def used(self) -> int:
+        """Bytes allocated in the shared file now."""
+        used: int = self.pool.arena_bytes
+        return used
+
+    @property
     def misses(self) -> int:
         """Allocations the arena could not hold (full, or past the budget): their batches are copied, not lent."""
         misses: int = self.pool.fallback_allocations

@@ -24,6 +24,7 @@ class ServiceProcess:
     pid: int
     address: str
     log: str
+    metrics_address: str = ""  # its Prometheus /metrics, "" when it serves none
 
 
 @dataclass(frozen=True)
@@ -79,9 +80,10 @@ def _start(name: str, extra: list[str], runs_dir: Path, state_dir: Path, label: 
             process.kill()
             raise UnavailableError(f"{name} did not start within {START_TIMEOUT_SECONDS:.0f}s; see {log_path}")
         time.sleep(0.05)
-    address = json.loads(ready.read_text())["address"]
+    said = json.loads(ready.read_text())
+    address = said["address"]
     rpc.wait_until_serving(address)
-    return ServiceProcess(name=name, pid=process.pid, address=address, log=str(log_path))
+    return ServiceProcess(name=name, pid=process.pid, address=address, log=str(log_path), metrics_address=said.get("metrics_address", ""))
 
 
 class StartError(UnavailableError):

@@ -20,6 +20,7 @@ from opentelemetry import context, trace
 
 from primus import hosts, telemetry
 from primus.errors import PrimusError
+from primus.metrics_http import MetricsEndpoint
 from primus.v1 import common_pb2, common_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -152,10 +153,18 @@ class RunningServer:
     server: grpc.Server
     address: str
     health: health.HealthServicer
+    metrics: MetricsEndpoint | None = None
+
+    @property
+    def metrics_address(self) -> str:
+        """Where its Prometheus /metrics is served ("" for none)."""
+        return self.metrics.address if self.metrics is not None else ""
 
     def stop(self, grace: float = 5.0) -> None:
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
+        if self.metrics is not None:
+            self.metrics.stop()
 
 
 def start_server(
@@ -164,10 +173,12 @@ def start_server(
     registrations: Sequence[Callable[[grpc.Server], None]],
     service_names: Sequence[str],
     max_workers: int = 32,
+    metrics: MetricsEndpoint | None = None,
 ) -> RunningServer:
     """Assemble and start a server with the given servicers, health, reflection and the info service.
 
-    bind may end in ':0' to take a free port; the returned address names the bound one.
+    bind may end in ':0' to take a free port; the returned address names the bound one. metrics: the process's
+    Prometheus endpoint, whose address the info service names; it stops with the server.
     """
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), interceptors=[_ServerInterceptor()], options=_OPTIONS)
     for register in registrations:
@@ -179,14 +190,14 @@ def start_server(
     address = hosts.advertised(f"{host}:{port}")
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    info = common_pb2.ServiceInfo(name=name, pid=os.getpid(), address=address, version=VERSION)
+    info = common_pb2.ServiceInfo(name=name, pid=os.getpid(), address=address, version=VERSION, metrics_address=metrics.address if metrics is not None else "")
     common_pb2_grpc.add_InfoServiceServicer_to_server(_InfoServicer(info), server)
     names = [*service_names, common_pb2.DESCRIPTOR.services_by_name["InfoService"].full_name, health.SERVICE_NAME, reflection.SERVICE_NAME]
     reflection.enable_server_reflection(names, server)
     server.start()
     for service in ("", *names):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(name=name, server=server, address=address, health=health_servicer)
+    return RunningServer(name=name, server=server, address=address, health=health_servicer, metrics=metrics)
 
 
 HANDOVER_SIGNAL = signal.SIGUSR1  # stop serving but leave what the service launched running: a restart takes it over
@@ -214,7 +225,7 @@ def run_until_signalled(
     if ready_file:
         tmp = f"{ready_file}.tmp"
         with open(tmp, "w") as handle:
-            json.dump({"name": running.name, "address": running.address, "pid": os.getpid()}, handle)
+            json.dump({"name": running.name, "address": running.address, "pid": os.getpid(), "metrics_address": running.metrics_address}, handle)
         os.replace(tmp, ready_file)
     while not stopping.wait(0.5):
         pass
@@ -224,6 +235,8 @@ def run_until_signalled(
     elif on_stop is not None:
         on_stop()
     running.server.stop(5.0).wait()
+    if running.metrics is not None:
+        running.metrics.stop()
     telemetry.shutdown_tracing()
     log.info("%s: stopped", running.name)
 

@@ -35,16 +35,18 @@ TASK_PURPOSE_TRAIN: TaskPurpose
 TASK_PURPOSE_EVAL: TaskPurpose
 
 class ServiceInfo(_message.Message):
-    __slots__ = ("name", "pid", "address", "version")
+    __slots__ = ("name", "pid", "address", "version", "metrics_address")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    METRICS_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     name: str
     pid: int
     address: str
     version: str
-    def __init__(self, name: _Optional[str] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+    metrics_address: str
+    def __init__(self, name: _Optional[str] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., version: _Optional[str] = ..., metrics_address: _Optional[str] = ...) -> None: ...
 
 class SourceStats(_message.Message):
     __slots__ = ("source", "samples", "bytes_read", "cpu_seconds", "retries", "tasks_done", "tasks_quarantined", "wasted_samples", "wasted_cpu_seconds", "records_quarantined", "wasted_bytes", "speculative_attempts", "labels_joined")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from primus import rpc, telemetry
+import logging
+
+from primus import metrics_http, rpc, telemetry
 from primus.heartbeat import HeartbeatSender
 from primus.worker import fetch_job_spec, parse_worker_args, register
 from services.data_executor.server import create_executor
+
+log = logging.getLogger("services.data_executor")
 
 
 def main() -> None:
@@ -14,7 +18,10 @@ def main() -> None:
     telemetry.setup_tracing("data_executor", args.runs_dir, job_id=args.job_id)
     telemetry.join_launch_context(args.job_id)
     job = fetch_job_spec(args.master, args.job_id)
-    executor = create_executor(args.executor_id, args.job_id, args.planner, job, args.run_dir / "quarantine", decode_into_shared_memory=True)
+    executor = create_executor(
+        args.executor_id, args.job_id, args.planner, job, args.run_dir / "quarantine", decode_into_shared_memory=True, metrics_port=metrics_http.port_from_env()
+    )
+    log.info("serving: control %s, data %s, metrics %s", executor.control.address, executor.data_address, executor.control.metrics_address or "off")
     register(args, executor.control.address, executor.data_address)
     heartbeats = HeartbeatSender(args.resource_controller, args.job_id, args.executor_id, executor.controls.telemetry).start()
 

@@ -37,6 +37,10 @@ class ExecutorControls:
         return self._sizing
 
     @property
+    def arena(self) -> Arena | None:
+        return self._arena
+
+    @property
     def _capacity(self) -> int:
         return self._arena.capacity if self._arena is not None else 0
 

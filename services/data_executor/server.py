@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from primus import arena, hosts, rpc
+from primus import arena, hosts, metrics_http, rpc
 from primus.samples import training_schema
 from primus.spec import TrainingJob
 from primus.v1 import data_executor_pb2, data_executor_pb2_grpc, planner_pb2_grpc
 from services.data_executor.controls import ExecutorControls
 from services.data_executor.flight_server import SampleFlightServer
+from services.data_executor.prometheus import executor_metrics
 from services.data_executor.servicer import DataExecutorServicer
 from services.data_executor.serving import ExecutorCounters, TaskStreamer
 from services.data_executor.shared_memory import SharedMemoryDrop, arena_path
@@ -39,9 +40,11 @@ def create_executor(
     quarantine_dir: Path | None = None,
     host: str | None = None,
     decode_into_shared_memory: bool = False,
+    metrics_port: int = metrics_http.OFF,
 ) -> DataExecutor:
     """decode_into_shared_memory makes this process's default pyarrow pool a shared-memory arena (process-wide, so
-    only for a process that is an executor): co-located consumers then get batches without a copy."""
+    only for a process that is an executor): co-located consumers then get batches without a copy. metrics_port:
+    where Prometheus /metrics is served (0: a free port; OFF: not served)."""
     host = host or hosts.bind_host()  # PRIMUS_BIND_HOST: 0.0.0.0 where the trainer may be on another machine
     counters = ExecutorCounters()
     drop = SharedMemoryDrop.available(executor_id)
@@ -53,5 +56,9 @@ def create_executor(
     flight.serve_in_background()
     controls = ExecutorControls(executor_id, job_id, streamer, counters, shared_arena)
     servicer = DataExecutorServicer(controls)
-    control = rpc.start_server("data_executor", f"{host}:0", [lambda s: data_executor_pb2_grpc.add_DataExecutorServiceServicer_to_server(servicer, s)], [SERVICE_NAME])
+    metrics = metrics_http.serve(host, metrics_port)
+    metrics.add(lambda: executor_metrics(counters, controls))
+    control = rpc.start_server(
+        "data_executor", f"{host}:0", [lambda s: data_executor_pb2_grpc.add_DataExecutorServiceServicer_to_server(servicer, s)], [SERVICE_NAME], metrics=metrics
+    )
     return DataExecutor(control=control, flight=flight, data_address=hosts.advertised(f"{host}:{flight.port}"), controls=controls)

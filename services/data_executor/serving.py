@@ -44,20 +44,54 @@ REPORT_AFTER_SECONDS = 0.05  # a served task's report waits at most this long fo
 
 
 @dataclass
+class SourceCounts:
+    """What this executor did for one source (its Prometheus metrics)."""
+
+    rows_served: int = 0
+    bytes_read: int = 0
+    bytes_served: int = 0
+    retries: int = 0  # tasks read again: attempts after the first
+    failures: int = 0  # task reads that failed (the planner retries or quarantines them)
+
+
+@dataclass
 class ExecutorCounters:
-    """What this executor did, for its status RPC."""
+    """What this executor did, for its status RPC, and per source for its metrics."""
 
     tasks_done: int = 0
     rows_served: int = 0
     bytes_served: int = 0
     bytes_read: int = 0  # from storage, by the tasks served
     streams_active: int = 0
+    by_source: dict[str, SourceCounts] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, **deltas: int) -> None:
         with self.lock:
             for name, delta in deltas.items():
                 setattr(self, name, getattr(self, name) + delta)
+
+    def served(self, source: str, rows: int, bytes_served: int, bytes_read: int) -> None:
+        """A task served to the end: the totals and its source's."""
+        with self.lock:
+            self.rows_served += rows
+            self.bytes_served += bytes_served
+            self.bytes_read += bytes_read
+            counts = self.by_source.setdefault(source, SourceCounts())
+            counts.rows_served += rows
+            counts.bytes_served += bytes_served
+            counts.bytes_read += bytes_read
+
+    def count(self, source: str, retries: int = 0, failures: int = 0) -> None:
+        with self.lock:
+            counts = self.by_source.setdefault(source, SourceCounts())
+            counts.retries += retries
+            counts.failures += failures
+
+    def sources(self) -> dict[str, SourceCounts]:
+        """A copy of the per-source counts."""
+        with self.lock:
+            return {name: SourceCounts(**vars(c)) for name, c in self.by_source.items()}
 
 
 Served = list[tuple[pa.RecordBatch, data_executor_pb2.BatchOrigin]]  # a read task's batches, in order
@@ -299,7 +333,7 @@ class TaskStreamer:
                 if span.is_recording():
                     span.set_attributes({"primus.bytes": item.nbytes, "primus.cpu_seconds": time.thread_time() - started_cpu})
                 leases.settle(item.task)  # served to the end (a stream closed in the middle gives the task back)
-                self._counters.add(rows_served=item.report.stats.rows, bytes_served=item.nbytes, bytes_read=item.report.stats.bytes_read)
+                self._counters.served(item.task.source, item.report.stats.rows, item.nbytes, item.report.stats.bytes_read)
                 leases.served(item.report, functools.partial(self._after_served, item.task, item.report.stats, span))
         finally:
             leases.flush()
@@ -373,6 +407,7 @@ class TaskStreamer:
         span = self._tracer.start_span("data_task.read", attributes=_attributes(task))
         if task.attempt > 0:
             span.add_event("retry", {"primus.attempt": task.attempt})
+            self._counters.count(task.source, retries=1)
         try:
             reader = TaskReader(task, self._job, self._schema)
             return TaskAssembly(reader, reader.units(shared), span)
@@ -437,6 +472,7 @@ class TaskStreamer:
         span.add_event("task_failed", {"error": str(exc)})
         span.end()
         log.warning("task %s attempt %d failed: %s", task.task_id, task.attempt, exc)
+        self._counters.count(task.source, failures=1)
         request = planner_pb2.FailTaskRequest(job_id=task.job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id, error=str(exc))
         try:
             self._planner.FailTask(request, timeout=30)

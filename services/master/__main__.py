@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from primus import rpc, telemetry
+from primus import metrics_http, rpc, telemetry
 from services.master.server import create_server
 
 
@@ -16,12 +16,21 @@ def main() -> None:
     parser.add_argument("--resource-controller", required=True, help="resource controller address")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="each job's folder is created here")
     parser.add_argument("--db", type=Path, default=None, help="SQLite job store (default RUNS_DIR/primus.db)")
-    parser.add_argument("--ready-file", default=None, help="write the bound address here once serving")
+    parser.add_argument("--ready-file", default=None, help="write the bound address (and the metrics address) here once serving")
+    metrics_http.add_port_argument(parser)
     parser.add_argument("--advertise-address", default="", help="address launched executors use to reach the master (default: the bound one)")
     args = parser.parse_args()
     rpc.configure_logging("master")
     telemetry.setup_tracing("master", args.runs_dir)
-    master = create_server(args.bind, args.runs_dir, args.db or args.runs_dir / "primus.db", args.planner, args.resource_controller, advertise=args.advertise_address)
+    master = create_server(
+        args.bind,
+        args.runs_dir,
+        args.db or args.runs_dir / "primus.db",
+        args.planner,
+        args.resource_controller,
+        advertise=args.advertise_address,
+        metrics_port=args.metrics_port,
+    )
     rpc.run_until_signalled(master.running, ready_file=args.ready_file)
 
 

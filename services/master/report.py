@@ -63,7 +63,7 @@ def build_report(
     decisions: list[rc_pb2.ScalingDecision] | None = None,
 ) -> dict[str, Any]:
     """Everything a user needs to judge a run, in one document."""
-    service_rows = [{"name": s.name, "pid": s.pid, "address": s.address, "role": s.name} for s in services]
+    service_rows = [{"name": s.name, "pid": s.pid, "address": s.address, "role": s.name, "metrics_address": s.metrics_address} for s in services]
     service_rows += [
         {
             "name": e.executor_id,

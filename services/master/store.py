@@ -77,6 +77,12 @@ class JobStore:
             raise NotFoundError(f"no job {job_id!r}")
         return _record(row)
 
+    def states_and_restarts(self) -> list[tuple[str, dict[str, int]]]:
+        """Each job's state and its restarts by role (what the master's metrics read: no specs, no results)."""
+        with self._lock:
+            rows = self._db.execute("SELECT state, progress FROM jobs").fetchall()
+        return [(state, dict(json.loads(progress).get("restarts", {}))) for state, progress in rows]
+
     def list(self) -> list[JobRecord]:
         with self._lock:
             rows = self._db.execute(f"SELECT {_COLUMNS} FROM jobs ORDER BY created").fetchall()

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from primus import rpc, telemetry
+from primus import metrics_http, rpc, telemetry
 from primus.sources.files import set_metadata_latency
 from services.planner.distributed import DistributedResolver
 from services.planner.plan import PartitionResolver, Resolve
@@ -28,7 +28,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m services.planner", description=__doc__)
     parser.add_argument("--bind", default="127.0.0.1:0")
     parser.add_argument("--runs-dir", type=Path, default=None, help="where traces are written")
-    parser.add_argument("--ready-file", default=None, help="write the bound address here once serving")
+    parser.add_argument("--ready-file", default=None, help="write the bound address (and the metrics address) here once serving")
+    metrics_http.add_port_argument(parser)
     parser.add_argument("--lease-seconds", type=float, default=300.0)
     parser.add_argument("--max-attempts", type=int, default=None, help="attempts before a task is quarantined (default: the job's data.maxAttempts)")
     parser.add_argument("--resolve-threads", type=int, default=16, help="threads resolving partitions in each resolving process")
@@ -47,7 +48,11 @@ def main() -> None:
     resolve: Resolve = DistributedResolver(args.replicas) if args.replicas else PartitionResolver(args.resolve_threads, args.resolve_processes, latency)
     rpc.configure_logging("planner")
     telemetry.setup_tracing("planner", args.runs_dir)
-    running = create_server(args.bind, PlanRegistry(resolve, lease_seconds=args.lease_seconds, max_attempts=args.max_attempts, replan_seconds=args.replan_seconds))
+    running = create_server(
+        args.bind,
+        PlanRegistry(resolve, lease_seconds=args.lease_seconds, max_attempts=args.max_attempts, replan_seconds=args.replan_seconds),
+        metrics_port=args.metrics_port,
+    )
     rpc.run_until_signalled(running, on_stop=_closer(resolve), ready_file=args.ready_file)
 
 

@@ -539,6 +539,15 @@ class TaskLedger:
                 out[entry.status] += 1
             return out
 
+    def counts_by_source(self) -> dict[tuple[str, int, TaskStatus], int]:
+        """Tasks per (source, purpose, status)."""
+        with self._lock:
+            out: dict[tuple[str, int, TaskStatus], int] = {}
+            for entry in self._entries.values():
+                key = (entry.spec.source, entry.spec.purpose, entry.status)
+                out[key] = out.get(key, 0) + 1
+            return out
+
     def quarantined(self) -> list[TaskEntry]:
         with self._lock:
             return [e for e in self._entries.values() if e.status is TaskStatus.QUARANTINED]

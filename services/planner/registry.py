@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from primus.errors import NotFoundError
 from primus.spec import TrainingJob, load_job_text
-from services.planner.ledger import TaskLedger
+from services.planner.ledger import SourceAccount, TaskLedger
 from services.planner.plan import PartitionResolver, Plan, Resolve, build_plan, extend_plan
 from services.planner.shares import SourceShare
 
@@ -37,6 +37,7 @@ class PlanRegistry:
         self._max_attempts = max_attempts
         self._replan_seconds = replan_seconds
         self._plans: dict[str, JobPlan] = {}
+        self._retired: dict[str, SourceAccount] = {}  # per source, what the plans dropped so far had spent
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
@@ -94,7 +95,31 @@ class PlanRegistry:
 
     def drop(self, job_id: str) -> None:
         with self._lock:
-            self._plans.pop(job_id, None)
+            dropped = self._plans.pop(job_id, None)
+        if dropped is not None:
+            spent = dropped.ledger.snapshot()
+            with self._lock:
+                for source, account in spent.items():
+                    _add(self._retired.setdefault(source, SourceAccount()), account)
+
+    def plans(self) -> list[JobPlan]:
+        with self._lock:
+            return list(self._plans.values())
+
+    def accounts(self) -> dict[str, SourceAccount]:
+        """Per source, summed over every plan this planner has held (dropped ones too): its counters only grow."""
+        with self._lock:
+            out = {source: SourceAccount(**vars(account)) for source, account in self._retired.items()}
+            held = list(self._plans.values())
+        for job_plan in held:
+            for source, account in job_plan.ledger.snapshot().items():
+                _add(out.setdefault(source, SourceAccount()), account)
+        return out
 
     def close(self) -> None:
         self._stop.set()
+
+
+def _add(total: SourceAccount, more: SourceAccount) -> None:
+    for name, value in vars(more).items():
+        setattr(total, name, getattr(total, name) + value)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 import grpc
@@ -106,9 +106,22 @@ def _lease(ledger: TaskLedger, job_id: str, executor_id: str, purpose: int) -> p
     return None
 
 
+Timed = Callable[[str, str, float], None]  # (handler, outcome, seconds): how long a LeaseTask or ClaimTask took
+
+
+def _untimed(handler: str, outcome: str, seconds: float) -> None:
+    pass
+
+
+def _lease_outcome(reply: planner_pb2.LeaseTaskResponse) -> str:
+    return "task" if reply.HasField("task") else "exhausted" if reply.exhausted else "wait"
+
+
 class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
-    def __init__(self, registry: PlanRegistry) -> None:
+    def __init__(self, registry: PlanRegistry, timed: Timed = _untimed) -> None:
+        """timed hears how long each LeaseTask and ClaimTask took, and how it ended (the planner's metrics)."""
         self._registry = registry
+        self._timed = timed
 
     def CreatePlan(self, request: planner_pb2.CreatePlanRequest, context: grpc.ServicerContext) -> planner_pb2.CreatePlanResponse:
         return planner_pb2.CreatePlanResponse(summary=summary_proto(self._registry.create(request.job_id, request.spec_yaml).plan))
@@ -145,6 +158,12 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         )
 
     def LeaseTask(self, request: planner_pb2.LeaseTaskRequest, context: grpc.ServicerContext) -> planner_pb2.LeaseTaskResponse:
+        started = time.perf_counter()
+        reply = self._lease_task(request, context)
+        self._timed("lease", _lease_outcome(reply), time.perf_counter() - started)
+        return reply
+
+    def _lease_task(self, request: planner_pb2.LeaseTaskRequest, context: grpc.ServicerContext) -> planner_pb2.LeaseTaskResponse:
         """Long-polls: with nothing runnable yet, waits up to a second for the ledger to change before answering."""
         ledger = self._registry.get(request.job_id).ledger
         deadline = time.monotonic() + LONG_POLL_SECONDS
@@ -159,11 +178,13 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
 
     def ClaimTask(self, request: planner_pb2.ClaimTaskRequest, context: grpc.ServicerContext) -> planner_pb2.ClaimTaskResponse:
         """Claims a read task; with lease_next, also leases the claimant's next task (never waiting for one)."""
+        started = time.perf_counter()
         ledger = self._registry.get(request.job_id).ledger
         completed = _complete(ledger, request.completed)
         reply = planner_pb2.ClaimTaskResponse(granted=ledger.claim(request.task_id, request.attempt), completed=completed)
         if request.lease_next:
             reply.next.CopyFrom(_lease(ledger, request.job_id, request.executor_id, request.purpose) or planner_pb2.LeaseTaskResponse())
+        self._timed("claim", "granted" if reply.granted else "refused", time.perf_counter() - started)
         return reply
 
     def ReleaseTask(self, request: planner_pb2.ReleaseTaskRequest, context: grpc.ServicerContext) -> planner_pb2.ReleaseTaskResponse:

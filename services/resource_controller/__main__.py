@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from primus import rpc, telemetry
+from primus import metrics_http, rpc, telemetry
 from services.resource_controller.backends import BackendUnavailableError, add_arguments, build_backends, config_from
 from services.resource_controller.server import create_server
 from services.resource_controller.signals import QueueQuota
@@ -33,7 +33,8 @@ def main() -> None:
         "--queue", type=_queue, action="append", default=[], help="a queue's quota, NAME=CORES:MEMORY_MIB (repeatable); jobs name their queue in resources.queue"
     )
     parser.add_argument("--cores", type=float, default=None, help="cores the controller may hand out (default: this machine's)")
-    parser.add_argument("--ready-file", default=None, help="write the bound address here once serving")
+    parser.add_argument("--ready-file", default=None, help="write the bound address (and the metrics address) here once serving")
+    metrics_http.add_port_argument(parser)
     add_arguments(parser)
     args = parser.parse_args()
     rpc.configure_logging("resource_controller")
@@ -44,7 +45,9 @@ def main() -> None:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     try:
-        controller = create_server(args.bind, backends, state_dir=args.state_dir or args.runs_dir, queue_quotas=dict(args.queue), cores=args.cores)
+        controller = create_server(
+            args.bind, backends, state_dir=args.state_dir or args.runs_dir, queue_quotas=dict(args.queue), cores=args.cores, metrics_port=args.metrics_port
+        )
     except OSError as exc:
         print(f"error: resource controller: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -99,6 +99,16 @@ class DecisionLog:
                 if not entry.measured and entry.action is not LoggedAction.HOLD and now - entry.at >= MEASURE_AFTER_SECONDS:
                     entry.throughput_after, entry.measured = samples_per_second, True
 
+    def counts(self) -> dict[tuple[str, str, bool], int]:
+        """Decisions logged, over every job, per (role, action, automatic)."""
+        with self._lock:
+            out: dict[tuple[str, str, bool], int] = {}
+            for entries in self._entries.values():
+                for d in entries:
+                    key = (d.role, d.action.value, d.automatic)
+                    out[key] = out.get(key, 0) + 1
+            return out
+
     def entries(self, job_id: str) -> list[LoggedDecision]:
         with self._lock:
             return list(self._entries.get(job_id, []))

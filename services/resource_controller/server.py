@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from primus import rpc
+from primus import metrics_http, rpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from services.resource_controller.autoscaler import Autoscaler
 from services.resource_controller.backend import LocalProcessBackend, SchedulerBackend
 from services.resource_controller.jobs import JobSpecs
 from services.resource_controller.pool import ExecutorPool
+from services.resource_controller.prometheus import controller_metrics
 from services.resource_controller.servicer import ResourceControllerServicer
 from services.resource_controller.signals import QueueQuota
 
@@ -52,13 +53,19 @@ def create_server(
     state_dir: Path | None = None,
     queue_quotas: dict[str, QueueQuota] | None = None,
     cores: float | None = None,
+    metrics_port: int = metrics_http.OFF,
 ) -> ResourceController:
     """backend: one backend, or several by name (jobs pick one with resources.backend; default local). state_dir keeps
-    the controller's state file: a controller started again with the same one re-adopts the executors that still run."""
+    the controller's state file: a controller started again with the same one re-adopts the executors that still run.
+    metrics_port: where Prometheus /metrics is served, on the bind host (0: a free port; OFF: not served)."""
     pool = ExecutorPool(backend or LocalProcessBackend(), state_path=state_dir / STATE_FILE if state_dir else None)
     autoscaler = Autoscaler(pool, JobSpecs(), queue_quotas, cores)
     servicer = ResourceControllerServicer(pool, autoscaler)
-    running = rpc.start_server("resource_controller", bind, [lambda s: rc_grpc.add_ResourceControllerServiceServicer_to_server(servicer, s)], [SERVICE_NAME])
+    metrics = metrics_http.serve(metrics_http.host_of(bind), metrics_port)
+    metrics.add(lambda: controller_metrics(pool))
+    running = rpc.start_server(
+        "resource_controller", bind, [lambda s: rc_grpc.add_ResourceControllerServiceServicer_to_server(servicer, s)], [SERVICE_NAME], metrics=metrics
+    )
     pool.start(running.address)
     autoscaler.start()
     return ResourceController(running, pool, autoscaler)

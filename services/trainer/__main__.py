@@ -10,7 +10,7 @@ from types import FrameType
 
 import torch
 
-from primus import rpc, telemetry
+from primus import metrics_http, rpc, telemetry
 from primus.errors import PrimusError
 from primus.worker import fetch_job_spec, parse_worker_args, register
 from services.trainer.server import DONE_PHASE, report_failure, run_trainer, start_heartbeats, start_status_server
@@ -38,7 +38,8 @@ def main() -> int:
     telemetry.join_launch_context(args.job_id)
     torch.set_num_threads(max(1, round(float(os.environ.get("PRIMUS_CPU_LIMIT", "1")))))
     status = TrainerStatus(trainer_id=args.executor_id, job_id=args.job_id)
-    server = start_status_server(status)
+    server = start_status_server(status, metrics_http.port_from_env())
+    log.info("serving: status %s, metrics %s", server.address, server.metrics_address or "off")
     code = 0
     _exit_on_sigterm(status)
     heartbeats = None

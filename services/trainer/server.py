@@ -7,7 +7,7 @@ import time
 
 import grpc
 
-from primus import heartbeat, hosts, rpc
+from primus import heartbeat, hosts, metrics_http, rpc
 from primus.metrics import Metrics
 from primus.spec import TrainingJob
 from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2_grpc, trainer_pb2, trainer_pb2_grpc
@@ -15,6 +15,7 @@ from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from primus.worker import WorkerArgs
 from services.trainer.feed import STALLS, DataEndpoint, Discover
+from services.trainer.prometheus import trainer_metrics
 from services.trainer.servicer import TrainerServicer, TrainerStatus
 from services.trainer.session import TrainingSession
 from services.trainer.training import TrainingResult, finite
@@ -27,9 +28,14 @@ ANSWER_WAIT_SECONDS = 1.0  # how long discovery holds up the training loop for t
 SERVICE_NAME = trainer_pb2.DESCRIPTOR.services_by_name["TrainerService"].full_name
 
 
-def start_status_server(status: TrainerStatus) -> rpc.RunningServer:
+def start_status_server(status: TrainerStatus, metrics_port: int = metrics_http.OFF) -> rpc.RunningServer:
+    """The trainer's gRPC server, and its Prometheus /metrics on metrics_port (0: a free port; OFF: none)."""
     servicer = TrainerServicer(status)
-    return rpc.start_server("trainer", f"{hosts.bind_host()}:0", [lambda s: trainer_pb2_grpc.add_TrainerServiceServicer_to_server(servicer, s)], [SERVICE_NAME])
+    metrics = metrics_http.serve(hosts.bind_host(), metrics_port)
+    metrics.add(trainer_metrics)
+    return rpc.start_server(
+        "trainer", f"{hosts.bind_host()}:0", [lambda s: trainer_pb2_grpc.add_TrainerServiceServicer_to_server(servicer, s)], [SERVICE_NAME], metrics=metrics
+    )
 
 
 class ExecutorDiscovery:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +21,37 @@ from services.trainer.model import CtrModel, FeatureSpec, SparseFeature, batch_t
 ProgressFn = Callable[[str, int, int, float], bool]
 DEFAULT_CONTROL = SourceTraining()
 EMBEDDINGS, DENSE = 0, 1  # the optimizer's parameter groups
+
+
+class SampleCounts:
+    """What the trainers of this process did so far, for its metrics: rows per (source, purpose), steps, the last
+    minibatch's loss. Kept up per minibatch and per evaluated batch, never per row."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[tuple[str, str], int] = {}
+        self.steps = 0
+        self.last_loss = math.nan
+
+    def trained(self, names: Sequence[str], rows: npt.NDArray[np.int64], loss: float) -> None:
+        with self._lock:
+            for name, count in zip(names, rows.tolist(), strict=False):
+                if count:
+                    self._rows[(name, "train")] = self._rows.get((name, "train"), 0) + int(count)
+            self.steps += 1
+            self.last_loss = loss
+
+    def evaluated(self, source: str, rows: int) -> None:
+        with self._lock:
+            self._rows[(source, "eval")] = self._rows.get((source, "eval"), 0) + rows
+
+    def rows(self) -> dict[tuple[str, str], int]:
+        """Rows per (source, purpose: train or eval)."""
+        with self._lock:
+            return dict(self._rows)
+
+
+SAMPLES = SampleCounts()  # the process's (a trainer process runs one job)
 
 
 @dataclass
@@ -113,8 +145,9 @@ class CtrTrainer:
     different ones takes one step per group, in priority order of the mix (the order of `sources`).
     """
 
-    def __init__(self, training: Training, data: Data | None = None) -> None:
+    def __init__(self, training: Training, data: Data | None = None, counts: SampleCounts = SAMPLES) -> None:
         torch.manual_seed(training.seed)
+        self.counts = counts
         self.training = training
         self.features = feature_spec(training)
         self.model = CtrModel(self.features)
@@ -171,6 +204,7 @@ class CtrTrainer:
                 update,
             )
         self._losses.append(total / table.num_rows)
+        self.counts.trained(names, np.bincount(tags, minlength=len(names)), self._losses[-1])
         self.result.steps += 1
         self.result.train_samples += table.num_rows
 
@@ -236,6 +270,7 @@ class CtrTrainer:
     def evaluate_batch(self, batch: pa.RecordBatch, source: str) -> None:
         dense, sparse, labels = batch_to_tensors(batch, self.features)
         self.evaluation.add(labels.numpy(), predict(self.model, dense, sparse), source)
+        self.counts.evaluated(source, batch.num_rows)
 
     def finish_evaluation(self) -> TrainingResult:
         result = self.result
