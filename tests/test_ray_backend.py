@@ -184,6 +184,11 @@ def test_a_job_no_ray_node_can_hold_is_refused_at_submit(ray_mesh: ClusterState,
     with pytest.raises(grpc.RpcError) as too_big:
         master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(document)), timeout=30)
     assert "has room for a trainer actor (CPU 3, memory 2048 MiB" in str(too_big.value.details()) and "lower resources.trainer" in str(too_big.value.details())
+    document["spec"]["resources"]["trainer"]["cpu"] = 1
+    document["spec"]["resources"]["dataExecutor"]["replicas"] = 4  # 4 + 1 CPUs on a cluster of 4
+    with pytest.raises(grpc.RpcError) as too_many:
+        master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(document)), timeout=30)
+    assert "need 5 CPUs and 6144 MiB at submit, but the Ray cluster at" in str(too_many.value.details()) and "has 4 CPUs" in str(too_many.value.details())
 
 
 def _closed_port() -> int:

@@ -378,12 +378,14 @@ class ListBackendsResponse(_message.Message):
     def __init__(self, backends: _Optional[_Iterable[_Union[Backend, _Mapping]]] = ...) -> None: ...
 
 class RoleSize(_message.Message):
-    __slots__ = ("role", "resources")
+    __slots__ = ("role", "resources", "count")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
     role: ExecutorRole
     resources: ExecutorResources
-    def __init__(self, role: _Optional[_Union[ExecutorRole, str]] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ...) -> None: ...
+    count: int
+    def __init__(self, role: _Optional[_Union[ExecutorRole, str]] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., count: _Optional[int] = ...) -> None: ...
 
 class CheckPlacementRequest(_message.Message):
     __slots__ = ("job_id", "backend", "placement_json", "sizes")

@@ -56,7 +56,7 @@ class JobDriver:
         is not the application's, a size no executor service or Ray node holds (each would only fail at launch)."""
         resources = job.spec.resources
         sizes = [
-            rc_pb2.RoleSize(role=role, resources=rc_pb2.ExecutorResources(cpu=r.cpu, memory_mib=r.memory_mib))
+            rc_pb2.RoleSize(role=role, resources=rc_pb2.ExecutorResources(cpu=r.cpu, memory_mib=r.memory_mib), count=r.replicas)
             for role, r in ((rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR, resources.data_executor), (rc_pb2.EXECUTOR_ROLE_TRAINER, resources.trainer))
         ]
         request = rc_pb2.CheckPlacementRequest(job_id=job.metadata.name, backend=resources.backend.value, placement_json=json.dumps(resources.placement()), sizes=sizes)

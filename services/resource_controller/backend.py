@@ -95,6 +95,7 @@ class RoleSize:
     role: str
     cpu: float
     memory_mib: int
+    count: int = 1  # executors of the role at submit
 
 
 @dataclass(frozen=True)

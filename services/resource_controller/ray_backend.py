@@ -170,6 +170,13 @@ class RayBackend:
                     f"ray: no node of the Ray cluster at {self.address} has room for a {size.role} actor ({asked}; {len(nodes)} live node(s)): "
                     f"lower resources.{_spec_role(size.role)}, check resources.ray.resources, or add nodes"
                 )
+        cpus, memory = sum(s.cpu * s.count for s in sizes), sum(s.memory_mib * s.count for s in sizes)
+        have_cpus, have_memory = sum(n.get("CPU", 0.0) for n in nodes), sum(n.get("memory", 0.0) for n in nodes) / MIB
+        if cpus > have_cpus or memory > have_memory:
+            return (
+                f"ray: the job's executors and trainer need {cpus:g} CPUs and {memory} MiB at submit, but the Ray cluster at {self.address} has "
+                f"{have_cpus:g} CPUs and {have_memory:.0f} MiB in all: lower resources.dataExecutor.replicas or the roles' cpu and memoryMiB, or add nodes"
+            )
         return ""
 
     def launch(self, spec: LaunchSpec) -> RayHandle:

@@ -105,7 +105,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
         )
 
     def CheckPlacement(self, request: rc_pb2.CheckPlacementRequest, context: grpc.ServicerContext) -> rc_pb2.CheckPlacementResponse:
-        sizes = [RoleSize(_role(s.role), s.resources.cpu, s.resources.memory_mib) for s in request.sizes]
+        sizes = [RoleSize(_role(s.role), s.resources.cpu, s.resources.memory_mib, max(1, s.count)) for s in request.sizes]
         problem = self._pool.check_placement(request.job_id, request.backend or "local", _placement(request.placement_json), sizes)
         return rc_pb2.CheckPlacementResponse(problem=problem)
 
