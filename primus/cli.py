@@ -1,9 +1,10 @@
-"""The primus command: validate, plan, up, down, restart, submit, status, cancel, run, demo, report, cost and scaling."""
+"""The primus command: validate, plan, up, down, restart, submit, status, cancel, run, demo, report, cost, scaling and explore."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import signal
@@ -21,6 +22,7 @@ from primus.cluster import RESTARTABLE, ClusterState, ServiceProcess, StartError
 from primus.console import console, err_console, follow, print_plan, print_report, state_name
 from primus.cost import load_cost, print_cost
 from primus.errors import PrimusError, SpecError
+from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
 from primus.scaling_log import decision_row, scaling_table
 from primus.spec import load_job_file
 from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2, planner_pb2_grpc
@@ -197,7 +199,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _cluster_for_run(args) as state:
         job_id = _submit(state, args.job, args.backend)
         err_console.print(f"submitted {job_id}")
-        return _follow_and_report(state, job_id)
+        code = _follow_and_report(state, job_id)
+    console.print(f"explore: {explore_hint(args.runs_dir, job_id)}", highlight=False, soft_wrap=True)
+    return code
+
+
+def explore_hint(runs_dir: Path, job_id: str) -> str:
+    """The command that opens a job in the explorer, and the page to open then."""
+    return f"primus explore --runs-dir {runs_dir} {job_id}, then open http://127.0.0.1:{EXPLORE_PORT}/#/jobs/{job_id}"
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -227,6 +236,35 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_cost(args: argparse.Namespace) -> int:
     print_cost(load_cost(_report_path(args).parent))
+    return 0
+
+
+def cmd_explore(args: argparse.Namespace) -> int:
+    from primus.explorer.server import make_server
+    from primus.explorer.store import RunStore
+
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    store = RunStore(args.runs_dir, args.run)
+    if not args.run and not store.runs_dir.is_dir():
+        err_console.print(f"[yellow]warning[/yellow]: no runs folder {args.runs_dir} yet: the list fills when a job writes there or sends spans to /v1/traces")
+    try:
+        server = make_server(store, args.host, args.port)
+    except OSError as exc:
+        raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; pick another with --port (0: any free port)") from None
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        err_console.print(f"[yellow]warning[/yellow]: listening on {args.host}: anyone who can reach it reads these runs and can send spans")
+    url = server.url
+    console.print(f"explorer: {url}", highlight=False, soft_wrap=True)
+    for job_id in store.pinned or {}:
+        console.print(f"  {job_id}: {url}#/jobs/{job_id}", highlight=False, soft_wrap=True)
+    console.print(f"OTLP/HTTP JSON spans: POST {url}v1/traces; Ctrl-C stops it", highlight=False, soft_wrap=True)
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        err_console.print("explorer stopped")
+    finally:
+        server.server_close()
     return 0
 
 
@@ -306,6 +344,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("cost", cmd_cost, "per source: bytes read, CPU, retries, useful samples and waste, checked against the traces").add_argument(
         "run", type=Path, help="a run folder, its report.json, or a job id"
     )
+    explore = add("explore", cmd_explore, "serve a page on this machine to explore runs: cost by source, service and task, task graph, trace waterfall")
+    explore.add_argument("run", type=Path, nargs="*", help="only these runs: run folders, or job ids under --runs-dir (default: every run there)")
+    explore.add_argument("--port", type=int, default=EXPLORE_PORT, help=f"port to listen on (default {EXPLORE_PORT}; 0: any free port)")
+    explore.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this machine only)")
+    explore.add_argument("--runs-dir", type=Path, default=argparse.SUPPRESS, help="where the runs are (the global --runs-dir, given after the verb)")
+    explore.add_argument("-v", "--verbose", action="store_true", help="log every request")
     return parser
 
 

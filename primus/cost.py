@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,9 +68,10 @@ class CostSummary:
     planner_restarts: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SpanRecord:
-    """One span as read back from an OTLP/JSON lines file."""
+    """One span as read back from an OTLP/JSON lines file. Not frozen: `primus explore` makes one per span of a run,
+    100,000 and more, and a frozen dataclass's __init__ costs six times a plain one's."""
 
     service: str
     name: str
@@ -115,8 +116,10 @@ def ledger_by_source(report: dict[str, Any]) -> dict[str, common_pb2.SourceStats
 # --- traces --------------------------------------------------------------------------------------
 
 
-def _value(value: dict[str, Any]) -> Any:
+def otlp_value(value: dict[str, Any]) -> Any:
     """An OTLP/JSON AnyValue as a Python value (int64s arrive as strings)."""
+    if "stringValue" in value:
+        return value["stringValue"]
     if "intValue" in value:
         return int(value["intValue"])
     if "doubleValue" in value:
@@ -124,23 +127,29 @@ def _value(value: dict[str, Any]) -> Any:
     if "boolValue" in value:
         return bool(value["boolValue"])
     if "arrayValue" in value:
-        return [_value(v) for v in value["arrayValue"].get("values", [])]
-    return value.get("stringValue", "")
+        return [otlp_value(v) for v in value["arrayValue"].get("values", [])]
+    return ""
 
 
-def _attributes(items: list[dict[str, Any]] | None) -> dict[str, Any]:
-    return {item["key"]: _value(item.get("value", {})) for item in items or []}
+def otlp_attributes(items: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """An OTLP/JSON attribute list (key, value) as a dict; strings, most of them, without a call."""
+    out: dict[str, Any] = {}
+    for item in items or ():
+        value = item.get("value") or {}
+        text = value.get("stringValue")
+        out[item["key"]] = text if text is not None else otlp_value(value)
+    return out
 
 
 def _spans_of_line(line: dict[str, Any]) -> Iterator[SpanRecord]:
     for resource_spans in line.get("resourceSpans", []):
-        service = str(_attributes(resource_spans.get("resource", {}).get("attributes")).get("service.name", "unknown"))
+        service = str(otlp_attributes(resource_spans.get("resource", {}).get("attributes")).get("service.name", "unknown"))
         for scope in resource_spans.get("scopeSpans", []):
             for span in scope.get("spans", []):
                 yield SpanRecord(
                     service=service,
                     name=str(span.get("name", "")),
-                    attributes=_attributes(span.get("attributes")),
+                    attributes=otlp_attributes(span.get("attributes")),
                     events=tuple(str(e.get("name", "")) for e in span.get("events", [])),
                     status=int(span.get("status", {}).get("code", 0)),
                 )
@@ -157,7 +166,7 @@ def read_spans(traces_dir: Path) -> tuple[list[SpanRecord], int, int]:
                 continue
             try:
                 spans.extend(_spans_of_line(json.loads(text)))
-            except (ValueError, AttributeError, TypeError):
+            except (ValueError, AttributeError, TypeError, KeyError):
                 unreadable += 1
     return spans, len(files), unreadable
 
@@ -189,16 +198,25 @@ def _add_read(cost: TraceCost, span: SpanRecord, seen: set[tuple[str, int]]) -> 
         cost.records_quarantined += int(attrs.get("primus.records_quarantined", 0))
 
 
-def traced_by_source(spans: list[SpanRecord]) -> dict[str, TraceCost]:
+def traced_by(spans: Iterable[SpanRecord], key: Callable[[SpanRecord], str]) -> dict[str, TraceCost]:
+    """The `data_task.read` spans summed per key (a source, a task): attempts, retries and waste as for a source."""
     out: dict[str, TraceCost] = {}
     seen: set[tuple[str, int]] = set()
     for span in spans:
         if span.name == READ_SPAN:
-            _add_read(out.setdefault(str(span.attributes.get("primus.source", "")), TraceCost()), span, seen)
+            _add_read(out.setdefault(key(span), TraceCost()), span, seen)
     return out
 
 
-def by_service(spans: list[SpanRecord]) -> dict[str, ServiceCost]:
+def span_source(span: SpanRecord) -> str:
+    return str(span.attributes.get("primus.source", ""))
+
+
+def traced_by_source(spans: Iterable[SpanRecord]) -> dict[str, TraceCost]:
+    return traced_by(spans, span_source)
+
+
+def by_service(spans: Iterable[SpanRecord]) -> dict[str, ServiceCost]:
     out: dict[str, ServiceCost] = {}
     for span in spans:
         cost = out.setdefault(span.service, ServiceCost())

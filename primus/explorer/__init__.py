@@ -1,0 +1,3 @@
+"""`primus explore`: a trace explorer in the browser for cost attribution, served by the program itself."""
+
+DEFAULT_PORT = 8765
