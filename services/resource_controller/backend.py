@@ -33,6 +33,7 @@ __all__ = [
     "LocalProcessBackend",
     "RoleSize",
     "SchedulerBackend",
+    "state_field",
 ]
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,8 @@ class SchedulerBackend(Protocol):
     def close(self) -> None: ...
 
 
-def _field(state: Mapping[str, object], key: str, kind: type[T]) -> T:
+def state_field(state: Mapping[str, object], key: str, kind: type[T]) -> T:
+    """One field of a handle's saved state, of the type asked (an int passes for a float); TypeError otherwise."""
     value = state[key]
     if kind is float and isinstance(value, int):
         value = float(value)
@@ -175,11 +177,11 @@ class LocalHandle:
     def from_state(cls, state: Mapping[str, object]) -> LocalHandle:
         """Raises KeyError, TypeError or ValueError for a state that is not a local handle's."""
         return cls(
-            executor_id=_field(state, "executor_id", str), pid=_field(state, "pid", int), start_time=_field(state, "start_time", int),
-            job_id=_field(state, "job_id", str), role=_field(state, "role", str), cpu=_field(state, "cpu", float),
-            memory_mib=_field(state, "memory_mib", int), log_path=_field(state, "log_path", str),
-            mechanism=LimitMechanism(_field(state, "mechanism", str)),
-            cgroups=tuple(str(p) for p in _field(state, "cgroups", list)), cores=tuple(int(c) for c in _field(state, "cores", list)),
+            executor_id=state_field(state, "executor_id", str), pid=state_field(state, "pid", int), start_time=state_field(state, "start_time", int),
+            job_id=state_field(state, "job_id", str), role=state_field(state, "role", str), cpu=state_field(state, "cpu", float),
+            memory_mib=state_field(state, "memory_mib", int), log_path=state_field(state, "log_path", str),
+            mechanism=LimitMechanism(state_field(state, "mechanism", str)),
+            cgroups=tuple(str(p) for p in state_field(state, "cgroups", list)), cores=tuple(int(c) for c in state_field(state, "cores", list)),
         )  # fmt: skip
 
 

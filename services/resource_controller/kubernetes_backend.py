@@ -35,6 +35,7 @@ from services.resource_controller.backend import (
     LaunchSpec,
     LimitMechanism,
     RoleSize,
+    state_field,
 )
 from services.resource_controller.backends import BackendConfig, BackendUnavailableError
 
@@ -290,15 +291,6 @@ def _uid(pod: Mapping[str, Any]) -> str:
 # --- handle and bookkeeping -----------------------------------------------------------------------
 
 
-def _typed(state: Mapping[str, object], key: str, kind: type) -> Any:
-    value = state[key]
-    if kind is float and isinstance(value, int):
-        value = float(value)
-    if not isinstance(value, kind):
-        raise TypeError(f"{key} should be a {kind.__name__}, not {type(value).__name__}")
-    return value
-
-
 @dataclass
 class KubernetesHandle:
     """One executor's pod. pid is 0: the process runs in the pod, out of the controller's sight."""
@@ -330,10 +322,10 @@ class KubernetesHandle:
         if state.get("backend") != "kubernetes":
             raise ValueError(f"the state is a {state.get('backend', 'local')} backend's")
         return cls(
-            _typed(state, "executor_id", str), _typed(state, "namespace", str), _typed(state, "pod", str), _typed(state, "uid", str),
-            _typed(state, "job_id", str), _typed(state, "role", str), _typed(state, "container", str), _typed(state, "cpu", float),
-            _typed(state, "memory_mib", int), _typed(state, "log_path", str), _typed(state, "pending_timeout_seconds", float),
-            _typed(state, "resize_timeout_seconds", float),
+            state_field(state, "executor_id", str), state_field(state, "namespace", str), state_field(state, "pod", str), state_field(state, "uid", str),
+            state_field(state, "job_id", str), state_field(state, "role", str), state_field(state, "container", str), state_field(state, "cpu", float),
+            state_field(state, "memory_mib", int), state_field(state, "log_path", str), state_field(state, "pending_timeout_seconds", float),
+            state_field(state, "resize_timeout_seconds", float),
         )  # fmt: skip
 
 

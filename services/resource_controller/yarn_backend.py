@@ -22,7 +22,7 @@ from skein.exceptions import ConnectionError as SkeinConnectionError
 from skein.exceptions import TimeoutError as SkeinTimeoutError
 
 from primus import telemetry
-from services.resource_controller.backend import ROLE_MODULES, Capabilities, EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism, RoleSize
+from services.resource_controller.backend import ROLE_MODULES, Capabilities, EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism, RoleSize, state_field
 from services.resource_controller.backends import BackendConfig, BackendUnavailableError
 from services.resource_controller.yarn_launch import ARGS_ENV, ID_ENV, LOG_ENV, MODULE_ENV
 
@@ -90,15 +90,6 @@ def choose_service(services: Mapping[str, ExecutorService], cpu: float, memory_m
     return min(fits, key=lambda s: (s.memory_mib, s.vcores, s.name), default=None)
 
 
-def _field(state: Mapping[str, object], key: str, kind: type[T]) -> T:
-    value = state[key]
-    if kind is float and isinstance(value, int):
-        value = float(value)
-    if not isinstance(value, kind):
-        raise TypeError(f"{key} should be a {kind.__name__}, not {type(value).__name__}")
-    return value
-
-
 @dataclass
 class YarnHandle:
     """One executor's container: skein names it <service>_<instance> within its application."""
@@ -126,14 +117,14 @@ class YarnHandle:
     @classmethod
     def from_state(cls, state: Mapping[str, object]) -> YarnHandle:
         """Raises KeyError, TypeError or ValueError for a state that is not a YARN handle's."""
-        container_id = _field(state, "container_id", str)
+        container_id = state_field(state, "container_id", str)
         service, _, instance = container_id.rpartition("_")
         if not service or not instance.isdigit():
             raise ValueError(f"container_id {container_id!r} is not <service>_<instance>")
         return cls(
-            executor_id=_field(state, "executor_id", str), pid=_field(state, "pid", int), container_id=container_id, job_id=_field(state, "job_id", str),
-            role=_field(state, "role", str), cpu=_field(state, "cpu", float), memory_mib=_field(state, "memory_mib", int),
-            log_path=_field(state, "log_path", str), yarn_container_id=_field(state, "yarn_container_id", str),
+            executor_id=state_field(state, "executor_id", str), pid=state_field(state, "pid", int), container_id=container_id, job_id=state_field(state, "job_id", str),
+            role=state_field(state, "role", str), cpu=state_field(state, "cpu", float), memory_mib=state_field(state, "memory_mib", int),
+            log_path=state_field(state, "log_path", str), yarn_container_id=state_field(state, "yarn_container_id", str),
         )  # fmt: skip
 
 
