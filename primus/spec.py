@@ -133,9 +133,11 @@ class YarnPlacement(_Model):
 
 
 class RayPlacement(_Model):
-    """Extra Ray resources each executor actor asks for (resources.backend: ray), e.g. {"data_node": 1}."""
+    """Extra Ray resources the actors ask for (resources.backend: ray): every actor's, e.g. {"data_node": 1}, and one
+    role's on top (roleResources: {dataExecutor: {...}, trainer: {...}}), which places the roles on different nodes."""
 
     resources: dict[str, float] = {}
+    role_resources: dict[Literal["dataExecutor", "trainer"], dict[str, float]] = {}
 
 
 class Resources(_Model):

@@ -71,6 +71,7 @@ def build_report(
             "address": e.address,
             "role": ROLE_NAMES.get(e.role, "unknown"),
             "data_address": e.data_address,
+            "host_id": e.host_id,
             "exit_code": e.exit_code,
             "exit_reason": rc_pb2.ExitReason.Name(e.exit_reason).removeprefix("EXIT_REASON_"),
             "message": e.message,

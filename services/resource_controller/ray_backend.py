@@ -161,9 +161,8 @@ class RayBackend:
     def check_placement(self, job_id: str, placement: Mapping[str, Any], sizes: Sequence[RoleSize]) -> str:
         """Each role's actor must fit on some live node of the cluster (by total, not free, resources: others may finish)."""
         nodes = [n["Resources"] for n in self._ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
-        extra = {str(k): float(v) for k, v in dict(placement.get("resources", {})).items()}
         for size in sizes:
-            wanted = {"CPU": size.cpu, "memory": float(size.memory_mib * MIB), **extra}
+            wanted = {"CPU": size.cpu, "memory": float(size.memory_mib * MIB), **_extra_resources(placement, size.role)}
             if not any(all(node.get(name, 0.0) >= amount for name, amount in wanted.items()) for node in nodes):
                 asked = ", ".join(f"{name} {amount / MIB:.0f} MiB" if name == "memory" else f"{name} {amount:g}" for name, amount in wanted.items())
                 return (
@@ -184,7 +183,7 @@ class RayBackend:
             raise ValueError(f"no command for role {spec.role!r} (known: {', '.join(sorted(self._commands))})")
         actor_name = f"executor:{spec.executor_id}"
         env = {"PRIMUS_CPU_LIMIT": str(spec.cpu), "PRIMUS_MEMORY_MIB": str(spec.memory_mib), "PYTHONUNBUFFERED": "1", **telemetry.context_env(), **spec.env}
-        resources = {str(k): float(v) for k, v in dict(spec.placement.get("resources", {})).items()}
+        resources = _extra_resources(spec.placement, spec.role)
         actor = self._actor_class.options(
             name=actor_name, namespace=NAMESPACE, lifetime="detached", num_cpus=spec.cpu, memory=spec.memory_mib * MIB, resources=resources, max_restarts=0
         ).remote([*self._commands[spec.role], *spec.args], env, str(spec.log_path))
@@ -342,6 +341,13 @@ class RayBackend:
 
 def _spec_role(role: str) -> str:
     return {"data_executor": "dataExecutor"}.get(role, role)
+
+
+def _extra_resources(placement: Mapping[str, Any], role: str) -> dict[str, float]:
+    """The Ray resources an actor of this role asks for beyond CPU and memory: the job's, then its role's."""
+    extra = {str(k): float(v) for k, v in dict(placement.get("resources") or {}).items()}
+    extra.update({str(k): float(v) for k, v in dict((placement.get("roleResources") or {}).get(_spec_role(role)) or {}).items()})
+    return extra
 
 
 def _first_line(exc: BaseException) -> str:

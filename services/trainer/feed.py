@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -24,6 +25,8 @@ HOLD_WAIT_SECONDS = 5.0  # at the end of a stream, how long to wait for the trai
 # executor added by a scale-out join the running feed within about a second.
 DISCOVER_EVERY_SECONDS = 0.5
 LOCAL_HOSTS = ("127.", "localhost", "[::1]")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,7 @@ class BatchFeed:
         ticket.CopyFrom(self._ticket)
         address = endpoint.address
         ticket.shared_memory = self._shared_memory and endpoint.shares_memory_with(self._host_id)
+        log.info("%s at %s: batches %s", executor_id, address, "through shared memory (same host)" if ticket.shared_memory else "over the network (Arrow Flight)")
         maps = SharedMemoryMaps()
         if ticket.shared_memory:  # room for the batches in flight, queued, and in the trainer's hands
             ticket.shared_memory_slots = self._window + self._queue.maxsize + self._held + 4

@@ -1,0 +1,114 @@
+"""Two hosts on one machine: a Ray node in its own network and mount namespace runs the data executors, the trainer
+runs on the head, and batches cross between them over Arrow Flight, with exact counts."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from primus import hosts, rpc
+from primus.cluster import start_cluster, stop_services
+from primus.v1 import master_pb2, master_pb2_grpc
+from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
+
+REQUIRE_ENV = "PRIMUS_REQUIRE_NETNS"  # CI sets it: there the test must run, not skip
+NETNS = "primus-h2"
+HOST_VETH, NODE_VETH = "primus-h1v", "primus-h2v"
+HOST_IP, NODE_IP = "10.213.7.1", "10.213.7.2"
+RAY = Path(sys.executable).parent / "ray"
+
+
+def _ip(*args: str, netns: bool = False) -> None:
+    command = ["ip", "netns", "exec", NETNS, "ip", *args] if netns else ["ip", *args]
+    subprocess.run(command, check=True, capture_output=True, text=True)
+
+
+def _unavailable() -> str:
+    if shutil.which("ip") is None:
+        return "iproute2's ip is not installed"
+    if os.geteuid() != 0:
+        return "making a network namespace needs root"
+    return ""
+
+
+@pytest.fixture(scope="module")
+def second_host() -> Iterator[str]:
+    """A network namespace joined to this one by a veth pair, with a default route back: the second host's address."""
+    reason = _unavailable()
+    if reason:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{reason}, and {REQUIRE_ENV}=1")
+        pytest.skip(reason)
+    subprocess.run(["ip", "netns", "delete", NETNS], capture_output=True)
+    subprocess.run(["ip", "link", "delete", HOST_VETH], capture_output=True)
+    _ip("netns", "add", NETNS)
+    try:
+        _ip("link", "add", HOST_VETH, "type", "veth", "peer", "name", NODE_VETH)
+        _ip("link", "set", NODE_VETH, "netns", NETNS)
+        _ip("addr", "add", f"{HOST_IP}/24", "dev", HOST_VETH)
+        _ip("link", "set", HOST_VETH, "up")
+        _ip("addr", "add", f"{NODE_IP}/24", "dev", NODE_VETH, netns=True)
+        _ip("link", "set", NODE_VETH, "up", netns=True)
+        _ip("link", "set", "lo", "up", netns=True)
+        _ip("route", "add", "default", "via", HOST_IP, netns=True)
+        yield NODE_IP
+    finally:
+        subprocess.run(["ip", "link", "delete", HOST_VETH], capture_output=True)
+        subprocess.run(["ip", "netns", "delete", NETNS], capture_output=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("0.0.0.0", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def two_host_ray(second_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Ray head here (2 CPUs) and a node on the second host (2 CPUs, resource host2), started with the ray CLI."""
+    address = f"{hosts.routable_ip()}:{_free_port()}"
+    env = {**os.environ, "RAY_DISABLE_USAGE_STATS": "1"}
+    temp = tmp_path_factory.mktemp("ray")
+    head = [str(RAY), "start", "--head", "--num-cpus", "2", "--port", address.rsplit(":", 1)[1], "--include-dashboard=false", "--disable-usage-stats"]
+    node = ["ip", "netns", "exec", NETNS, str(RAY), "start", "--address", address, "--num-cpus", "2", "--node-ip-address", second_host]
+    try:
+        subprocess.run([*head, "--node-ip-address", address.rsplit(":", 1)[0], "--temp-dir", str(temp)], check=True, capture_output=True, env=env, timeout=120)
+        subprocess.run([*node, "--resources", json.dumps({"host2": 8})], check=True, capture_output=True, env=env, timeout=120)
+        yield address
+    finally:
+        subprocess.run([str(RAY), "stop", "--force"], capture_output=True, env=env, timeout=120)
+
+
+@pytest.mark.timeout(300)
+def test_executors_on_another_host_serve_the_trainer_over_flight_with_exact_counts(two_host_ray: str, dataset: Path, tmp_path: Path) -> None:
+    state = start_cluster(tmp_path / "runs", tmp_path / "state", ["--backend", "ray", "--ray-address", two_host_ray], bind_host="0.0.0.0")
+    try:
+        document: Any = job_document(dataset)
+        document["spec"]["resources"].update({"backend": "ray", "ray": {"roleResources": {"dataExecutor": {"host2": 1}}}})
+        master = master_pb2_grpc.MasterServiceStub(rpc.connect(state.address("master")))
+        job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(document)), timeout=30).job_id
+        report = finish_job(master, job_id, timeout=240)
+    finally:
+        stop_services(state.services)
+    assert report["state"] == "SUCCEEDED", report["message"]
+    (source,) = report["sources"]
+    assert source["samples"] == DAYS * 24 * ROWS_PER_HOUR, "every row trained or evaluated exactly once"
+    assert report["trainer"]["train_samples"] == (DAYS - 1) * 24 * ROWS_PER_HOUR
+    rows = [s for s in report["services"] if s["role"] in ("data_executor", "trainer")]
+    executors = [r for r in rows if r["role"] == "data_executor"]
+    (trainer,) = [r for r in rows if r["role"] == "trainer"]
+    assert executors and all(r["data_address"].startswith(f"{NODE_IP}:") for r in executors), [r["data_address"] for r in executors]
+    assert trainer["address"].startswith(two_host_ray.rsplit(":", 1)[0] + ":"), "the trainer runs on the head"
+    assert all(r["host_id"] != trainer["host_id"] for r in executors), "another mount namespace: another host id"
+    log = Path(trainer["log"]).read_text()
+    assert "over the network (Arrow Flight)" in log and "through shared memory" not in log, "batches crossed hosts over Flight"
