@@ -173,6 +173,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    load_job_file(args.job)  # a spec error is the user's to fix whether or not the services run
     state = _require_cluster(args)
     job_id = _submit(state, args.job)
     console.print(job_id)

@@ -97,8 +97,21 @@ def print_report(report: dict[str, Any]) -> None:
     console.print(
         _table(
             "per source",
-            ["source", "samples", "bytes read", "cpu s", "retries", "quarantined", "wasted samples"],
-            [[s["source"], s["samples"], s["bytes_read"], s["cpu_seconds"], s["retries"], s["tasks_quarantined"], s["wasted_samples"]] for s in report["sources"]],
+            ["source", "samples", "bytes read", "cpu s", "retries", "quarantined", "records quarantined", "values filled", "wasted samples"],
+            [
+                [
+                    s["source"],
+                    s["samples"],
+                    s["bytes_read"],
+                    s["cpu_seconds"],
+                    s["retries"],
+                    s["tasks_quarantined"],
+                    _records_quarantined(s),
+                    s.get("values_filled_non_finite", 0),
+                    s["wasted_samples"],
+                ]
+                for s in report["sources"]
+            ],
         )
     )
     for q in report.get("quarantined", []):
@@ -115,6 +128,13 @@ def print_report(report: dict[str, Any]) -> None:
         _print_evaluation(trainer)
     elif trainer:
         console.print(f"[red]trainer error[/red] {trainer['error']}")
+
+
+def _records_quarantined(row: dict[str, Any]) -> str:
+    """A source's quarantined records, with the reasons the conform step names (the rest are a transformation's)."""
+    reasons = [(row.get("records_label_out_of_domain", 0), "label out of domain"), (row.get("records_non_finite_dense", 0), "non-finite dense")]
+    named = ", ".join(f"{count} {reason}" for count, reason in reasons if count)
+    return f"{row.get('records_quarantined', 0)}" + (f" ({named})" if named else "")
 
 
 def _metric_row(name: str, m: dict[str, Any] | None) -> list[Any]:

@@ -261,6 +261,14 @@ def _mib(size: int) -> str:
     return f"{size / (1024 * 1024):,.2f}"
 
 
+def _records_cell(ledger: common_pb2.SourceStats) -> str:
+    """Records quarantined, with the reasons the conform step names (the rest are a transformation's)."""
+    reasons = [(ledger.records_label_out_of_domain, "label out of domain"), (ledger.records_non_finite_dense, "non-finite dense")]
+    named = ", ".join(f"{count:,} {reason}" for count, reason in reasons if count)
+    cell = f"{ledger.records_quarantined:,}" + (f" ({named})" if named else "")
+    return cell + (f"; {ledger.values_filled_non_finite:,} values filled" if ledger.values_filled_non_finite else "")
+
+
 def _source_row(cost: SourceCost) -> list[str]:
     ledger, traced = cost.ledger, cost.traced
     return [
@@ -271,7 +279,7 @@ def _source_row(cost: SourceCost) -> list[str]:
         str(ledger.retries),
         f"{ledger.wasted_samples:,}",
         f"{ledger.wasted_cpu_seconds:.3f}",
-        f"{ledger.records_quarantined:,}",
+        _records_cell(ledger),
         f"{_mib(traced.bytes_read)} / {traced.cpu_seconds:.3f}",
         f"{traced.retries} / {traced.wasted_attempts}",
         "[green]yes[/green]" if cost.consistent else "[red]no[/red]",

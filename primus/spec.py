@@ -426,10 +426,13 @@ class SparseFeatureSpec(_Model):
 
 
 class Features(_Model):
-    label: str = Field(min_length=1)
+    label: str = Field(min_length=1, description="the binary CTR label: 0 or 1; a record with any other label, null or NaN is quarantined")
     dense: list[str] = Field(default_factory=list)
     sparse: list[SparseFeatureSpec] = Field(min_length=1)
     embedding_dim: int = Field(16, ge=1, le=1024)
+    non_finite: Literal["fill", "quarantine"] = Field(
+        "fill", description="a NaN or infinite dense value: fill replaces it with 0.0 (and counts it); quarantine sets its record aside with its reason"
+    )
 
 
 class SourceTraining(_Model):
@@ -530,28 +533,68 @@ def parse_job(document: object) -> TrainingJob:
     if not isinstance(document, dict):
         raise SpecError(["(document): a TrainingJob must be a mapping with apiVersion, kind, metadata and spec"])
     try:
-        return TrainingJob.model_validate(document)
+        job = TrainingJob.model_validate(document)
     except ValidationError as exc:
         raise SpecError([f"{_field_path(e['loc'])}: {_message(e)}" for e in exc.errors()]) from None
+    problems = _template_problems(job)
+    if problems:
+        raise SpecError(problems)
+    return job
+
+
+def _template_problems(job: TrainingJob) -> list[str]:
+    """Batch file sources whose URI has no time placeholder: every slot of their range would read the same files.
+
+    Only the files adapter renders the URI per slot; streams, tables and stores have their own URI forms."""
+    problems = []
+    fixed: dict[str, str] = {}
+    for index, source in enumerate(job.spec.data.sources):
+        if source.resolved_adapter != "files" or source.time_range is None or any(p in source.uri for p in PLACEHOLDERS):
+            continue
+        fixed[source.name] = source.uri
+        where = f"spec.data.sources[{index}].uri: {source.uri!r} has no {{date}} or {{hour}}"
+        if source.time_range.end is None:
+            problems.append(f"{where} but the time range is open-ended, so the same files would be read again every day; add {{date}}/{{hour}} or give the range an end")
+            continue
+        slots = len({hour.date() for hour in source.time_range.hours()})  # without {hour}, one slot per day
+        if slots > 1:
+            problems.append(
+                f"{where} but the time range spans {slots} slots (days), so the same files would be read {slots} times; "
+                "add {date}/{hour} or narrow the range to one day"
+            )
+    held_out = job.spec.data.eval
+    if held_out is not None and held_out.source in fixed:
+        problems.append(
+            f"spec.data.eval.source: source {held_out.source!r} has no {{date}} or {{hour}} in its uri, so the held-out slice would read the files it trains on"
+        )
+    return problems
 
 
 def load_job_text(text: str, origin: str = "spec") -> TrainingJob:
-    """Parse and validate YAML text."""
+    """Parse and validate YAML text; anything that is not a YAML mapping is one line naming the origin."""
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise SpecError([f"{origin}:{where} not valid YAML: {getattr(exc, 'problem', exc)}"]) from None
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or exc
+        raise SpecError([f"{origin}:{where} not valid YAML: {' '.join(str(problem).split())}"]) from None
+    if not isinstance(document, dict):
+        kind = "empty" if document is None else f"a {type(document).__name__}"
+        raise SpecError([f"{origin}: not a TrainingJob: the document is {kind}, not a mapping with apiVersion, kind, metadata and spec"])
     return parse_job(document)
 
 
 def load_job_file(path: Path) -> TrainingJob:
     """Read, validate and resolve a job file: relative source paths resolve against its folder."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise SpecError([f"{path}: cannot read the job file ({exc.strerror})"]) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError([f"{path}: not a job spec: byte {exc.start} is not UTF-8 text (a YAML TrainingJob is UTF-8)"]) from None
     job = load_job_text(text, str(path))
     return resolve_paths(job, path.resolve().parent)
 

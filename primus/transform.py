@@ -1,13 +1,16 @@
 """Conform a source's physical rows to the training schema: renames, defaults, joins, versioned transformations.
 
-Records a transformation rejects are returned apart, with their reason, for quarantine; nothing is dropped silently.
+Records a transformation rejects, records whose label is outside its domain and (under the quarantine policy)
+records with a NaN or infinite dense value are returned apart, with their reason, for quarantine; nothing is
+dropped silently. Every step is vectorised over the whole table.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -17,13 +20,20 @@ from primus.errors import DataError
 from primus.spec import SchemaVersion, Transformation
 
 REASON_COLUMN = "_primus_reason"
+LABEL_OUT_OF_DOMAIN = "label_out_of_domain"
+NON_FINITE_DENSE = "non_finite_dense"
+LABEL_DOMAIN = (0.0, 1.0)  # the binary CTR label
 Join = Callable[[pa.Table], pa.Table]
+NonFinite = Literal["fill", "quarantine"]
 
 
 @dataclass(frozen=True)
 class Conformed:
     table: pa.Table
     quarantined: pa.Table | None
+    label_out_of_domain: int = 0  # of the quarantined records: a null, NaN or other label than 0 and 1
+    non_finite_dense: int = 0  # of the quarantined records: a NaN or infinite dense value (policy quarantine)
+    filled_non_finite: int = 0  # NaN or infinite dense values replaced by 0.0 (policy fill): values, not records
 
     @property
     def quarantined_rows(self) -> int:
@@ -85,17 +95,83 @@ def _apply(table: pa.Table, step: Transformation, rejected: list[pa.Table], orig
     return table.set_column(index, step.column, replaced)
 
 
-def conform_table(raw: pa.Table, schema: SchemaVersion, target: pa.Schema, origin: str, joins: Join | None = None) -> Conformed:
-    """Map raw rows onto the target schema; origin names the source and file for errors."""
+def _label_in_domain(table: pa.Table, label: str, rejected: list[pa.Table]) -> tuple[pa.Table, int]:
+    """Keep the rows whose label is 0 or 1; a null, NaN or any other label is rejected with its value."""
+    column = table.column(label)
+    if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type)):
+        return table, 0  # the cast to the training schema names the column
+    values = pc.cast(column, pa.float64())
+    inside = pc.fill_null(pc.is_in(values, value_set=pa.array(LABEL_DOMAIN, pa.float64())), False)
+    bad = pc.invert(inside)
+    count = int(pc.sum(bad).as_py() or 0)
+    if not count:
+        return table, 0
+    outside = values.filter(bad)
+    stated = pc.binary_join_element_wise(f"{label} is ", pc.cast(outside, pa.string()), f", not 0 or 1 ({LABEL_OUT_OF_DOMAIN})", "")
+    reasons = pc.if_else(pc.is_null(outside), f"{label} is null ({LABEL_OUT_OF_DOMAIN})", stated)
+    rejected.append(table.filter(bad).append_column(REASON_COLUMN, reasons))
+    return table.filter(inside), count
+
+
+def _non_finite(table: pa.Table, dense: Sequence[str], policy: NonFinite, rejected: list[pa.Table]) -> tuple[pa.Table, int, int]:
+    """NaN and infinite dense values (as float32, so an overflowing float64 counts): filled with 0.0, or their records
+    rejected naming the first such column. Returns the table, the records rejected and the values filled."""
+    masks: list[tuple[str, pa.ChunkedArray]] = []
+    filled = 0
+    for name in dense:
+        if name not in table.column_names or not pa.types.is_floating(table.column(name).type):
+            continue  # integers are finite; a missing column is named by the cast to the training schema
+        column = table.column(name)
+        as_float = column if column.type == pa.float32() else pc.cast(column, pa.float32())
+        bad = pc.invert(pc.fill_null(pc.is_finite(as_float), True))
+        count = int(pc.sum(bad).as_py() or 0)
+        if not count:
+            continue
+        if policy == "fill":
+            filled += count
+            table = table.set_column(table.column_names.index(name), name, pc.if_else(bad, pa.scalar(0.0, pa.float32()), as_float))
+        else:
+            masks.append((name, bad))
+    if not masks:
+        return table, 0, filled
+    any_bad = masks[0][1]
+    for _, bad in masks[1:]:
+        any_bad = pc.or_(any_bad, bad)
+    rows = table.filter(any_bad)
+    reasons: pa.Array | pa.ChunkedArray = pa.nulls(rows.num_rows, pa.string())
+    for name, _ in reversed(masks):  # the first non-finite column of a row names its reason
+        values = rows.column(name)
+        values = values if values.type == pa.float32() else pc.cast(values, pa.float32())
+        stated = pc.binary_join_element_wise(f"{name} is ", pc.cast(values, pa.string()), f" ({NON_FINITE_DENSE})", "")
+        reasons = pc.if_else(pc.fill_null(pc.is_finite(values), True), reasons, stated)
+    rejected.append(rows.append_column(REASON_COLUMN, reasons))
+    return table.filter(pc.invert(any_bad)), rows.num_rows, filled
+
+
+def conform_table(
+    raw: pa.Table,
+    schema: SchemaVersion,
+    target: pa.Schema,
+    origin: str,
+    joins: Join | None = None,
+    dense: Sequence[str] = (),
+    non_finite: NonFinite = "fill",
+) -> Conformed:
+    """Map raw rows onto the target schema (its first column the label); origin names the source and file for errors.
+
+    The label is checked first, then the schema version's transformations run, then the dense columns' NaN and
+    infinite values follow the non_finite policy; a record is rejected for one reason only."""
     table = _defaults(_rename(raw, schema), schema)
     if joins is not None:
         table = joins(table)
     rejected: list[pa.Table] = []
     label = target.names[0]
-    if label in table.column_names and table.column(label).null_count:
-        table = _apply(table, Transformation(name="require_not_null", column=label), rejected, origin)
+    out_of_domain = 0
+    if label in table.column_names:
+        table, out_of_domain = _label_in_domain(table, label, rejected)
     for step in schema.transformations:
         table = _apply(table, step, rejected, origin)
+    table, non_finite_rows, filled = _non_finite(table, dense, non_finite, rejected)
     columns = []
     for field in target:
         if field.name not in table.column_names:
@@ -109,4 +185,4 @@ def conform_table(raw: pa.Table, schema: SchemaVersion, target: pa.Schema, origi
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise DataError(f"{origin}: column {field.name!r} cannot become {field.type}: {exc}") from None
     quarantined = pa.concat_tables(rejected, promote_options="permissive") if rejected else None
-    return Conformed(pa.Table.from_arrays(columns, schema=target), quarantined)
+    return Conformed(pa.Table.from_arrays(columns, schema=target), quarantined, out_of_domain, non_finite_rows, filled)

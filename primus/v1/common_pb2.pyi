@@ -49,7 +49,7 @@ class ServiceInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., version: _Optional[str] = ..., metrics_address: _Optional[str] = ...) -> None: ...
 
 class SourceStats(_message.Message):
-    __slots__ = ("source", "samples", "bytes_read", "cpu_seconds", "retries", "tasks_done", "tasks_quarantined", "wasted_samples", "wasted_cpu_seconds", "records_quarantined", "wasted_bytes", "speculative_attempts", "labels_joined")
+    __slots__ = ("source", "samples", "bytes_read", "cpu_seconds", "retries", "tasks_done", "tasks_quarantined", "wasted_samples", "wasted_cpu_seconds", "records_quarantined", "wasted_bytes", "speculative_attempts", "labels_joined", "records_non_finite_dense", "records_label_out_of_domain", "values_filled_non_finite")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     BYTES_READ_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +63,9 @@ class SourceStats(_message.Message):
     WASTED_BYTES_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     LABELS_JOINED_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_NON_FINITE_DENSE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_LABEL_OUT_OF_DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FILLED_NON_FINITE_FIELD_NUMBER: _ClassVar[int]
     source: str
     samples: int
     bytes_read: int
@@ -76,7 +79,10 @@ class SourceStats(_message.Message):
     wasted_bytes: int
     speculative_attempts: int
     labels_joined: int
-    def __init__(self, source: _Optional[str] = ..., samples: _Optional[int] = ..., bytes_read: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., retries: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_quarantined: _Optional[int] = ..., wasted_samples: _Optional[int] = ..., wasted_cpu_seconds: _Optional[float] = ..., records_quarantined: _Optional[int] = ..., wasted_bytes: _Optional[int] = ..., speculative_attempts: _Optional[int] = ..., labels_joined: _Optional[int] = ...) -> None: ...
+    records_non_finite_dense: int
+    records_label_out_of_domain: int
+    values_filled_non_finite: int
+    def __init__(self, source: _Optional[str] = ..., samples: _Optional[int] = ..., bytes_read: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., retries: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_quarantined: _Optional[int] = ..., wasted_samples: _Optional[int] = ..., wasted_cpu_seconds: _Optional[float] = ..., records_quarantined: _Optional[int] = ..., wasted_bytes: _Optional[int] = ..., speculative_attempts: _Optional[int] = ..., labels_joined: _Optional[int] = ..., records_non_finite_dense: _Optional[int] = ..., records_label_out_of_domain: _Optional[int] = ..., values_filled_non_finite: _Optional[int] = ...) -> None: ...
 
 class GetServiceInfoRequest(_message.Message):
     __slots__ = ()

@@ -178,7 +178,7 @@ class LeaseTaskResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[DataTask, _Mapping]] = ..., exhausted: _Optional[bool] = ..., retry_after_seconds: _Optional[float] = ..., pending: _Optional[int] = ...) -> None: ...
 
 class TaskStats(_message.Message):
-    __slots__ = ("rows", "bytes_read", "cpu_seconds", "batches", "records_quarantined", "read_seconds", "transform_seconds", "labels_joined")
+    __slots__ = ("rows", "bytes_read", "cpu_seconds", "batches", "records_quarantined", "read_seconds", "transform_seconds", "labels_joined", "records_non_finite_dense", "records_label_out_of_domain", "values_filled_non_finite")
     ROWS_FIELD_NUMBER: _ClassVar[int]
     BYTES_READ_FIELD_NUMBER: _ClassVar[int]
     CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -187,6 +187,9 @@ class TaskStats(_message.Message):
     READ_SECONDS_FIELD_NUMBER: _ClassVar[int]
     TRANSFORM_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LABELS_JOINED_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_NON_FINITE_DENSE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_LABEL_OUT_OF_DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FILLED_NON_FINITE_FIELD_NUMBER: _ClassVar[int]
     rows: int
     bytes_read: int
     cpu_seconds: float
@@ -195,7 +198,10 @@ class TaskStats(_message.Message):
     read_seconds: float
     transform_seconds: float
     labels_joined: int
-    def __init__(self, rows: _Optional[int] = ..., bytes_read: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., batches: _Optional[int] = ..., records_quarantined: _Optional[int] = ..., read_seconds: _Optional[float] = ..., transform_seconds: _Optional[float] = ..., labels_joined: _Optional[int] = ...) -> None: ...
+    records_non_finite_dense: int
+    records_label_out_of_domain: int
+    values_filled_non_finite: int
+    def __init__(self, rows: _Optional[int] = ..., bytes_read: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., batches: _Optional[int] = ..., records_quarantined: _Optional[int] = ..., read_seconds: _Optional[float] = ..., transform_seconds: _Optional[float] = ..., labels_joined: _Optional[int] = ..., records_non_finite_dense: _Optional[int] = ..., records_label_out_of_domain: _Optional[int] = ..., values_filled_non_finite: _Optional[int] = ...) -> None: ...
 
 class CompleteTaskRequest(_message.Message):
     __slots__ = ("job_id", "task_id", "attempt", "executor_id", "stats")

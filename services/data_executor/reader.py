@@ -43,6 +43,9 @@ class TaskRead:
     transform_seconds: float
     records_quarantined: int
     labels_joined: int = 0  # label rows left out because the join had labelled their impression already
+    records_label_out_of_domain: int = 0  # of records_quarantined: a null, NaN or other label than 0 and 1
+    records_non_finite_dense: int = 0  # of records_quarantined: a NaN or infinite dense value (nonFinite: quarantine)
+    values_filled_non_finite: int = 0  # NaN or infinite dense values replaced by 0.0 (nonFinite: fill)
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ class TaskReader:
         self._columns = physical_columns(source, task.schema_version, schema, job)
         self._mapping = source.schema_for(task.schema_version)
         self._labels = label_step(job, source, task.partition)
+        self._features = job.spec.training.features
         self._tracer = telemetry.tracer("primus.data_executor")
 
     def units(self, shared: bool = False) -> list[Piece]:
@@ -145,7 +149,8 @@ class TaskReader:
             return _apply_joins(self._job, self._source, table)
 
         with self._tracer.start_as_current_span("data_task.transform", attributes=attributes) as span:
-            conformed = conform_table(raw, self._mapping, self._schema, origin, joins=joins)
+            features = self._features
+            conformed = conform_table(raw, self._mapping, self._schema, origin, joins=joins, dense=features.dense, non_finite=features.non_finite)
             if span.is_recording():
                 span.set_attributes(
                     {
@@ -153,6 +158,9 @@ class TaskReader:
                         "primus.rows": conformed.table.num_rows,
                         "primus.records_quarantined": conformed.quarantined_rows,
                         "primus.labels_joined": labels_joined,
+                        "primus.records_label_out_of_domain": conformed.label_out_of_domain,
+                        "primus.records_non_finite_dense": conformed.non_finite_dense,
+                        "primus.values_filled_non_finite": conformed.filled_non_finite,
                         "primus.cpu_seconds": time.thread_time() - read_cpu,
                     }
                 )
@@ -169,6 +177,7 @@ class TaskReader:
         if quarantined and quarantine_dir is not None and task.start_offset == 0:
             _write_quarantine(quarantine_dir / task.source / f"{task.task_id}-a{task.attempt}.parquet", quarantined)
         served = combined.slice(task.start_offset)
+        first = task.start_offset == 0  # a resumed read served its records' reasons the first time
         return TaskRead(
             batches=served.to_batches(max_chunksize=rows_per_batch(self._schema)),
             rows=served.num_rows,
@@ -177,8 +186,11 @@ class TaskReader:
             cpu_seconds=sum(p.cpu_seconds for p in parts) + time.thread_time() - started_cpu,
             read_seconds=sum(p.read_seconds for p in parts),
             transform_seconds=sum(p.transform_seconds for p in parts),
-            records_quarantined=rejected if task.start_offset == 0 else 0,
-            labels_joined=sum(p.labels_joined for p in parts) if task.start_offset == 0 else 0,
+            records_quarantined=rejected if first else 0,
+            labels_joined=sum(p.labels_joined for p in parts) if first else 0,
+            records_label_out_of_domain=sum(p.conformed.label_out_of_domain for p in parts) if first else 0,
+            records_non_finite_dense=sum(p.conformed.non_finite_dense for p in parts) if first else 0,
+            values_filled_non_finite=sum(p.conformed.filled_non_finite for p in parts) if first else 0,
         )
 
 

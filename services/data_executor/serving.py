@@ -452,6 +452,9 @@ class TaskStreamer:
                     "primus.read_seconds": read.read_seconds,
                     "primus.transform_seconds": read.transform_seconds,
                     "primus.records_quarantined": read.records_quarantined,
+                    "primus.records_label_out_of_domain": read.records_label_out_of_domain,
+                    "primus.records_non_finite_dense": read.records_non_finite_dense,
+                    "primus.values_filled_non_finite": read.values_filled_non_finite,
                     "primus.units": len(assembly.units),
                 }
             )
@@ -533,6 +536,9 @@ class TaskStreamer:
             batches=len(read.batches),
             records_quarantined=read.records_quarantined,
             labels_joined=read.labels_joined,
+            records_label_out_of_domain=read.records_label_out_of_domain,
+            records_non_finite_dense=read.records_non_finite_dense,
+            values_filled_non_finite=read.values_filled_non_finite,
             read_seconds=read.read_seconds,
             transform_seconds=read.transform_seconds,
         )

@@ -25,6 +25,9 @@ COST_FIELDS = (
     "records_quarantined",
     "speculative_attempts",
     "labels_joined",
+    "records_label_out_of_domain",
+    "records_non_finite_dense",
+    "values_filled_non_finite",
 )
 
 

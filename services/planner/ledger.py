@@ -57,6 +57,9 @@ class SourceAccount:
     wasted_bytes: int = 0
     speculative_attempts: int = 0
     labels_joined: int = 0
+    records_label_out_of_domain: int = 0  # of records_quarantined, by reason
+    records_non_finite_dense: int = 0
+    values_filled_non_finite: int = 0  # values, not records: they were trained, as 0.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,9 @@ class WorkDone:
     cpu_seconds: float = 0.0
     records_quarantined: int = 0
     labels_joined: int = 0
+    records_label_out_of_domain: int = 0
+    records_non_finite_dense: int = 0
+    values_filled_non_finite: int = 0
 
 
 def _charge(account: SourceAccount, work: WorkDone, wasted: bool) -> None:
@@ -384,6 +390,9 @@ class TaskLedger:
                 return False
             account.records_quarantined += work.records_quarantined
             account.labels_joined += work.labels_joined
+            account.records_label_out_of_domain += work.records_label_out_of_domain
+            account.records_non_finite_dense += work.records_non_finite_dense
+            account.values_filled_non_finite += work.values_filled_non_finite
             if entry.status is TaskStatus.DONE:  # the trainer committed it before this report arrived
                 return True
             self._durations.append(max(0.0, now - entry.leased_at))

@@ -139,7 +139,7 @@ def _source_identity(source: Source) -> dict[str, object]:
 
 
 def fingerprint(job: TrainingJob, plan_version: int, decisions: Sequence[Decision]) -> str:
-    """Pins sources, schema versions, transformations, time ranges and the resolved manifest."""
+    """Pins sources, schema versions, transformations, time ranges, the non-finite policy and the resolved manifest."""
     data = job.spec.data
     manifest = sorted(
         [d.purpose, d.partition.key, d.partition.ready, d.partition.schema_version, [[m.location, m.size, m.version] for m in d.partition.manifest]] for d in decisions
@@ -149,6 +149,7 @@ def fingerprint(job: TrainingJob, plan_version: int, decisions: Sequence[Decisio
         "sources": [_source_identity(s) for s in data.sources],
         "eval": None if data.eval is None else data.eval.model_dump(mode="json"),
         "manifest": manifest,
+        "non_finite": job.spec.training.features.non_finite,
     }
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32]
 

@@ -24,7 +24,10 @@ _ACCOUNTS = (
     ("wasted_samples", "primus_planner_wasted_samples", "Rows of failed or superseded attempts, per source"),
     ("wasted_bytes", "primus_planner_wasted_bytes", "Bytes of failed or superseded attempts, per source"),
     ("tasks_quarantined", "primus_planner_tasks_quarantined", "Tasks quarantined after their last attempt, per source"),
-    ("records_quarantined", "primus_planner_records_quarantined", "Records a transformation rejected, per source"),
+    ("records_quarantined", "primus_planner_records_quarantined", "Records set aside with their reason (any reason), per source"),
+    ("records_label_out_of_domain", "primus_planner_records_label_out_of_domain", "Records quarantined for a null, NaN or non-binary label, per source"),
+    ("records_non_finite_dense", "primus_planner_records_non_finite_dense", "Records quarantined for a NaN or infinite dense value, per source"),
+    ("values_filled_non_finite", "primus_planner_values_filled_non_finite", "NaN or infinite dense values replaced by 0.0, per source"),
     ("speculative_attempts", "primus_planner_speculative_attempts", "Speculative copies of straggling tasks, per source"),
 )
 

@@ -75,7 +75,14 @@ def task_proto(job_id: str, spec: TaskSpec, attempt: int, deadline: float, start
 
 def _work(stats: planner_pb2.TaskStats) -> WorkDone:
     return WorkDone(
-        rows=stats.rows, bytes_read=stats.bytes_read, cpu_seconds=stats.cpu_seconds, records_quarantined=stats.records_quarantined, labels_joined=stats.labels_joined
+        rows=stats.rows,
+        bytes_read=stats.bytes_read,
+        cpu_seconds=stats.cpu_seconds,
+        records_quarantined=stats.records_quarantined,
+        labels_joined=stats.labels_joined,
+        records_label_out_of_domain=stats.records_label_out_of_domain,
+        records_non_finite_dense=stats.records_non_finite_dense,
+        values_filled_non_finite=stats.values_filled_non_finite,
     )
 
 
