@@ -23,6 +23,7 @@ REASON_COLUMN = "_primus_reason"
 LABEL_OUT_OF_DOMAIN = "label_out_of_domain"
 NON_FINITE_DENSE = "non_finite_dense"
 LABEL_DOMAIN = (0.0, 1.0)  # the binary CTR label
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 Join = Callable[[pa.Table], pa.Table]
 NonFinite = Literal["fill", "quarantine"]
 
@@ -95,11 +96,34 @@ def _apply(table: pa.Table, step: Transformation, rejected: list[pa.Table], orig
     return table.set_column(index, step.column, replaced)
 
 
+def _chunks(column: pa.ChunkedArray) -> list[np.ndarray] | None:
+    """The column's chunks as numpy views, without a copy; None when that cannot be (nulls, a non-numeric type)."""
+    if column.null_count or not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
+        return None
+    return [chunk.to_numpy(zero_copy_only=True) for chunk in column.chunks]
+
+
+def _all_binary(column: pa.ChunkedArray) -> bool:
+    """True when every value is 0 or 1 (checked on numpy views: the common case costs a compare per value)."""
+    chunks = _chunks(column)
+    return chunks is not None and all(bool(((a == 0) | (a == 1)).all()) for a in chunks)
+
+
+def _all_finite_float32(column: pa.ChunkedArray) -> bool:
+    """True when every value is finite as a float32: the minimum and maximum of each chunk (NaN spreads to both)."""
+    chunks = _chunks(column)
+    if chunks is None:
+        return False
+    return all(a.size == 0 or (-_FLOAT32_MAX <= float(a.min()) <= _FLOAT32_MAX and -_FLOAT32_MAX <= float(a.max()) <= _FLOAT32_MAX) for a in chunks)
+
+
 def _label_in_domain(table: pa.Table, label: str, rejected: list[pa.Table]) -> tuple[pa.Table, int]:
     """Keep the rows whose label is 0 or 1; a null, NaN or any other label is rejected with its value."""
     column = table.column(label)
     if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type)):
         return table, 0  # the cast to the training schema names the column
+    if _all_binary(column) or (pa.types.is_boolean(column.type) and not column.null_count):
+        return table, 0
     values = pc.cast(column, pa.float64())
     inside = pc.fill_null(pc.is_in(values, value_set=pa.array(LABEL_DOMAIN, pa.float64())), False)
     bad = pc.invert(inside)
@@ -122,6 +146,8 @@ def _non_finite(table: pa.Table, dense: Sequence[str], policy: NonFinite, reject
         if name not in table.column_names or not pa.types.is_floating(table.column(name).type):
             continue  # integers are finite; a missing column is named by the cast to the training schema
         column = table.column(name)
+        if _all_finite_float32(column):
+            continue
         as_float = column if column.type == pa.float32() else pc.cast(column, pa.float32())
         bad = pc.invert(pc.fill_null(pc.is_finite(as_float), True))
         count = int(pc.sum(bad).as_py() or 0)
