@@ -103,18 +103,29 @@ def _chunks(column: pa.ChunkedArray) -> list[np.ndarray] | None:
     return [chunk.to_numpy(zero_copy_only=True) for chunk in column.chunks]
 
 
+def _binary(a: np.ndarray) -> bool:
+    if a.dtype.kind in "iu":  # as unsigned, a negative label is large: one pass, no temporary
+        return a.size == 0 or int(a.view(a.dtype.str.replace("i", "u")).max()) <= 1
+    return bool(((a == 0) | (a == 1)).all())
+
+
 def _all_binary(column: pa.ChunkedArray) -> bool:
-    """True when every value is 0 or 1 (checked on numpy views: the common case costs a compare per value)."""
+    """True when every value is 0 or 1, checked on numpy views (integers in one pass: the common case)."""
     chunks = _chunks(column)
-    return chunks is not None and all(bool(((a == 0) | (a == 1)).all()) for a in chunks)
+    return chunks is not None and all(_binary(a) for a in chunks)
+
+
+def _finite_float32(a: np.ndarray) -> bool:
+    if a.dtype == np.float32:  # a NaN or infinity makes the sum one: one pass, no temporary (an overflow only takes the exact path)
+        with np.errstate(all="ignore"):
+            return a.size == 0 or bool(np.isfinite(a.sum()))
+    return a.size == 0 or (-_FLOAT32_MAX <= float(a.min()) <= _FLOAT32_MAX and -_FLOAT32_MAX <= float(a.max()) <= _FLOAT32_MAX)
 
 
 def _all_finite_float32(column: pa.ChunkedArray) -> bool:
-    """True when every value is finite as a float32: the minimum and maximum of each chunk (NaN spreads to both)."""
+    """True when every value is finite as a float32 (the executor reads each value once here)."""
     chunks = _chunks(column)
-    if chunks is None:
-        return False
-    return all(a.size == 0 or (-_FLOAT32_MAX <= float(a.min()) <= _FLOAT32_MAX and -_FLOAT32_MAX <= float(a.max()) <= _FLOAT32_MAX) for a in chunks)
+    return chunks is not None and all(_finite_float32(a) for a in chunks)
 
 
 def _label_in_domain(table: pa.Table, label: str, rejected: list[pa.Table]) -> tuple[pa.Table, int]:
