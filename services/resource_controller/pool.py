@@ -64,7 +64,6 @@ class ExecutorPool:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.backends: dict[str, SchedulerBackend] = dict(backend) if isinstance(backend, Mapping) else {backend.name: backend}
-        self.backend = self.backends.get("local") or next(iter(self.backends.values()))  # the default, for jobs that name none
         self.own_address = own_address
         self.decisions = DecisionLog()
         self.oom_memory: OomMemory = lambda record: None
@@ -105,10 +104,7 @@ class ExecutorPool:
     def launch(self, request: LaunchRequest) -> list[ExecutorRecord]:
         """Launch `count` executors (or one replacement); a replacement of a blacklisted slot waits, PENDING."""
         if request.backend not in self.backends:
-            raise InvalidRequestError(
-                f"job {request.job_id} asks for resources.backend {request.backend!r}, but this resource controller runs only "
-                f"{', '.join(sorted(self.backends))}: start it with --backend {request.backend} (see docs/backends.md)"
-            )
+            raise InvalidRequestError(f"job {request.job_id}: {self._not_running(request.backend)} (see docs/backends.md)")
         with self._lock:
             context = JobContext(request.job_id, request.run_dir, request.planner_address, request.master_address, request.backend, dict(request.placement or {}))
             self._jobs.setdefault(request.job_id, context)
@@ -122,9 +118,10 @@ class ExecutorPool:
     def check_placement(self, job_id: str, backend: str, placement: Mapping[str, Any], sizes: list[RoleSize]) -> str:
         """At submit: '' when the job's executors can run on its backend, else one line saying why not."""
         chosen = self.backends.get(backend)
-        if chosen is None:
-            return f"spec.resources.backend: {backend!r}, but this resource controller runs only {', '.join(sorted(self.backends))}: start it with --backend {backend}"
-        return chosen.check_placement(job_id, placement, sizes)
+        return chosen.check_placement(job_id, placement, sizes) if chosen is not None else self._not_running(backend)
+
+    def _not_running(self, backend: str) -> str:
+        return f"spec.resources.backend: {backend!r}, but this resource controller runs only {', '.join(sorted(self.backends))}: start it with --backend {backend}"
 
     def _new_record(self, request: LaunchRequest) -> ExecutorRecord:
         key = f"{request.job_id}/{request.role}"
