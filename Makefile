@@ -14,7 +14,8 @@ $(STAMP): pyproject.toml
 
 install: native
 
-# The shared-memory arena (C++, Cython); a no-op when up to date, a warning without a compiler.
+# The shared-memory arena (C++, Cython), built into the per-user cache ahead of its first use (primus/native);
+# a no-op when up to date, a retry after a failed build, a warning without a compiler.
 native: $(STAMP)
 	$(BIN)/python scripts/build_native.py $(NATIVE_FLAGS)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import signal
 import statistics
 import sys
@@ -23,14 +25,17 @@ from primus.cluster import ServiceProcess, start_planner, stop_services
 from primus.console import console, err_console
 from primus.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES
 from primus.sources.files import set_metadata_latency
+from primus.sources.metadata import IN_FLIGHT
 from primus.spec import TrainingJob, parse_job
 from services.planner.distributed import IN_FLIGHT_PER_REPLICA, DistributedResolver
 from services.planner.plan import PartitionResolver, Plan, Resolve, build_plan
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 REPLICA_THREADS = PartitionResolver().concurrency
+REPLICA_IN_FLIGHT = PartitionResolver().in_flight
 HEADLINE = (20, 2)
 QUICK_HEADLINE = (5, 2)
+YEAR = (365, 4)  # a year of hourly partitions of four sources: 35,040 partitions
 
 
 @dataclass(frozen=True)
@@ -41,9 +46,11 @@ class Settings:
     rows: int
     latency_ms: float
     threads: int
+    in_flight: int
     processes: int
     replicas: int
     repeat: int
+    year: bool
     work_dir: Path
 
 
@@ -57,6 +64,8 @@ class Point:
     serial_s: float
     parallel_s: float
     distributed_s: float
+    parallel_cpu_s: float  # CPU of the planner and its resolving processes per plan, which the machine's load does not change
+    load: float  # the 1-minute load average as the point was measured
 
     @property
     def speedup_parallel(self) -> float:
@@ -82,14 +91,17 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
     parser.add_argument("--files", type=int, default=3, help="Parquet files per hourly partition")
     parser.add_argument("--rows", type=int, default=16, help="rows per file")
     parser.add_argument("--latency-ms", type=float, default=2.0, help="remote model: latency of every list, stat and footer open")
-    parser.add_argument("--threads", type=int, default=16, help="threads in each resolving process of the single parallel planner")
+    parser.add_argument("--threads", type=int, default=16, help="parallel planner: threads per resolving process for adapters that resolve a slot at a time")
+    parser.add_argument("--in-flight", type=int, default=IN_FLIGHT, help="parallel planner: metadata calls each resolving process keeps outstanding")
     parser.add_argument("--processes", type=int, default=4, help="resolving worker processes of the single parallel planner (1 = threads only)")
     parser.add_argument("--replicas", type=int, default=4, help="planner replica processes for the distributed run")
     parser.add_argument("--repeat", type=int, default=3, help="parallel and distributed runs are the median of this many")
+    parser.add_argument("--no-year", dest="year", action="store_false", help="skip planning a year of 4 hourly sources (35,040 partitions) under the remote model")
     parser.add_argument("--work-dir", type=Path, default=Path("runs/bench-planner"), help="cached dataset, replica logs and traces")
     args = parser.parse_args(argv)
     days, sources = ([1, 5], [1, 2]) if args.quick else (args.days, args.sources)
-    return Settings(days, sources, args.files, args.rows, args.latency_ms, args.threads, args.processes, args.replicas, max(1, args.repeat), args.work_dir.resolve())
+    concurrency = (args.threads, args.in_flight, args.processes, args.replicas)
+    return Settings(days, sources, args.files, args.rows, args.latency_ms, *concurrency, max(1, args.repeat), args.year, args.work_dir.resolve())
 
 
 def _file_table(rows: int, seed: int) -> pa.Table:
@@ -101,13 +113,28 @@ def _file_table(rows: int, seed: int) -> pa.Table:
 
 
 def _write_source(root: Path, days: int, files: int, table: pa.Table) -> None:
-    for hour in range(days * 24):
-        slot = START + timedelta(hours=hour)
-        folder = root / f"date={slot:%Y-%m-%d}" / f"hour={slot:%H}"
-        folder.mkdir(parents=True, exist_ok=True)
-        for index in range(files):
-            pq.write_table(table, folder / f"part-{index:05d}.parquet")
-        (folder / "_SUCCESS").write_bytes(b"")
+    """Each of a source's files is written once and hard-linked into every hour (a copy where links fail): the
+    planner reads footers and listings, which the links show like separate files, and 105,120 files take seconds."""
+    originals = root / "originals"
+    originals.mkdir(parents=True, exist_ok=True)
+    for index in range(files):
+        pq.write_table(table, originals / f"part-{index:05d}.parquet")
+    for day in range(days):
+        day_folder = root / f"date={START + timedelta(days=day):%Y-%m-%d}"
+        day_folder.mkdir()
+        for hour in range(24):
+            folder = day_folder / f"hour={hour:02d}"
+            folder.mkdir()
+            for index in range(files):
+                _link(originals / f"part-{index:05d}.parquet", folder / f"part-{index:05d}.parquet")
+            (folder / "_SUCCESS").touch()
+
+
+def _link(original: Path, target: Path) -> None:
+    try:
+        os.link(original, target)
+    except OSError:  # a file system without hard links, or the original's link count is full
+        shutil.copyfile(original, target)
 
 
 def _covers(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
@@ -117,17 +144,21 @@ def _covers(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
 
 
 def ensure_dataset(settings: Settings) -> Path:
-    """Hourly partitions for the largest point, written once and reused while the parameters stay the same."""
+    """Hourly partitions for the largest point (the year, unless skipped), written once and reused while they cover the run."""
     root = settings.work_dir / "data"
-    params = {"days": max(settings.days), "sources": max(settings.sources), "files": settings.files, "rows": settings.rows, "start": START.isoformat()}
+    days, sources = max(settings.days), max(settings.sources)
+    if settings.year:
+        days, sources = max(days, YEAR[0]), max(sources, YEAR[1])
+    params = {"days": days, "sources": sources, "files": settings.files, "rows": settings.rows, "start": START.isoformat()}
     stamp = root / "dataset.json"
     if stamp.exists() and _covers(json.loads(stamp.read_text()), params):
         return root
-    err_console.print(f"writing {params['sources']} sources x {params['days']} days x 24 partitions x {settings.files} files into {root} ...")
-    stamp.unlink(missing_ok=True)
+    err_console.print(f"writing {sources} sources x {days} days x 24 partitions x {settings.files} files into {root} ...")
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
     table = _file_table(settings.rows, seed=0)
-    for index in range(max(settings.sources)):
-        _write_source(root / f"src{index}", max(settings.days), settings.files, table)
+    for index in range(sources):
+        _write_source(root / f"src{index}", days, settings.files, table)
     stamp.write_text(json.dumps(params))
     return root
 
@@ -169,15 +200,38 @@ def replica_fleet(settings: Settings, latency_ms: float) -> Iterator[list[str]]:
         stop_services(started)
 
 
-def _timed(job: TrainingJob, resolve: Resolve, repeat: int) -> tuple[float, Plan]:
-    """The median planning time of build_plan over repeat runs, and the last plan."""
+def process_tree_cpu() -> float:
+    """CPU seconds so far of this process and its children (resolving workers, replicas), from /proc (0 without it)."""
+    me, ticks, total = os.getpid(), os.sysconf("SC_CLK_TCK"), 0.0
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry.name) == me or int(fields[1]) == me:
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+@dataclass(frozen=True)
+class Timed:
+    seconds: float  # the median of build_plan's planning time
+    cpu_s: float  # the median CPU the process tree spent on a plan
+    plan: Plan  # the last plan
+
+
+def _timed(job: TrainingJob, resolve: Resolve, repeat: int) -> Timed:
+    """Plan `repeat` times: the median planning time and CPU, and the last plan."""
     seconds: list[float] = []
+    cpu: list[float] = []
     plan: Plan | None = None
     for _ in range(repeat):
+        before = process_tree_cpu()
         plan = build_plan("bench", job, resolve)
+        cpu.append(process_tree_cpu() - before)
         seconds.append(plan.planning_seconds)
     assert plan is not None
-    return statistics.median(seconds), plan
+    return Timed(statistics.median(seconds), statistics.median(cpu), plan)
 
 
 def _check_same(plans: dict[str, Plan]) -> None:
@@ -189,28 +243,55 @@ def _check_same(plans: dict[str, Plan]) -> None:
 
 def measure(settings: Settings, model: str, root: Path, days: int, sources: int, parallel_resolver: PartitionResolver, distributed: DistributedResolver) -> Point:
     job = bench_job(root, days, sources)
-    serial_s, serial = _timed(job, PartitionResolver(concurrency=1), 1)
-    parallel_s, parallel = _timed(job, parallel_resolver, settings.repeat)
-    distributed_s, spread = _timed(job, distributed, settings.repeat)
-    _check_same({"serial": serial, "parallel": parallel, "distributed": spread})
-    point = Point(model, days, sources, len(serial.decisions), len(serial.tasks), serial_s, parallel_s, distributed_s)
+    load = os.getloadavg()[0]
+    serial = _timed(job, PartitionResolver(concurrency=1), 1)
+    parallel = _timed(job, parallel_resolver, settings.repeat)
+    spread = _timed(job, distributed, settings.repeat)
+    _check_same({"serial": serial.plan, "parallel": parallel.plan, "distributed": spread.plan})
+    partitions, tasks = len(serial.plan.decisions), len(serial.plan.tasks)
+    point = Point(model, days, sources, partitions, tasks, serial.seconds, parallel.seconds, spread.seconds, parallel.cpu_s, load)
     err_console.print(
-        f"{model:<6} {days:>2}d x {sources} src: serial {serial_s:.3f}s  parallel {parallel_s:.3f}s ({point.speedup_parallel:.1f}x)  "
-        f"distributed {distributed_s:.3f}s ({point.speedup_distributed:.1f}x)"
+        f"{model:<6} {days:>2}d x {sources} src: serial {serial.seconds:.3f}s  parallel {parallel.seconds:.3f}s ({point.speedup_parallel:.1f}x, "
+        f"cpu {parallel.cpu_s:.3f}s)  distributed {spread.seconds:.3f}s ({point.speedup_distributed:.1f}x)  load {load:.1f}"
     )
     return point
 
 
-def run_model(settings: Settings, model: str, latency_ms: float, root: Path) -> list[Point]:
+@dataclass(frozen=True)
+class YearPoint:
+    partitions: int
+    files: int
+    tasks: int
+    seconds: float
+    cpu_s: float
+    load: float
+
+
+def measure_year(settings: Settings, root: Path, parallel: PartitionResolver) -> YearPoint:
+    """The year: planned by the parallel planner only (serial would take a quarter of an hour), every partition ready."""
+    job = bench_job(root, *YEAR)
+    load = os.getloadavg()[0]
+    timed = _timed(job, parallel, settings.repeat)
+    plan = timed.plan
+    waiting = [d.partition.key for d in plan.decisions if not d.partition.ready]
+    if waiting:
+        raise RuntimeError(f"year plan: {len(waiting)} partitions not ready, first {waiting[0]}")
+    files = sum(d.partition.files for d in plan.decisions)
+    err_console.print(f"remote year ({len(plan.decisions)} partitions, {files} files): parallel {timed.seconds:.3f}s (cpu {timed.cpu_s:.2f}s)  load {load:.1f}")
+    return YearPoint(len(plan.decisions), files, len(plan.tasks), timed.seconds, timed.cpu_s, load)
+
+
+def run_model(settings: Settings, model: str, latency_ms: float, root: Path, year: bool = False) -> tuple[list[Point], YearPoint | None]:
     """Every grid point under one latency model: the benchmark process and the replicas sleep the same per metadata call."""
     set_metadata_latency(latency_ms / 1000.0)
+    parallel = PartitionResolver(settings.threads, settings.processes, latency_ms / 1000.0, settings.in_flight)
     try:
-        parallel = PartitionResolver(settings.threads, settings.processes, latency_ms / 1000.0)
         with replica_fleet(settings, latency_ms) as addresses:
             distributed = DistributedResolver(addresses)
             build_plan("warm-up", bench_job(root, 1, 1), distributed)
             build_plan("warm-up", bench_job(root, 2, 1), parallel)
-            return [measure(settings, model, root, days, sources, parallel, distributed) for days in settings.days for sources in settings.sources]
+            points = [measure(settings, model, root, days, sources, parallel, distributed) for days in settings.days for sources in settings.sources]
+        return points, measure_year(settings, root, parallel) if year else None
     finally:
         parallel.close()
         set_metadata_latency(0.0)
@@ -224,14 +305,15 @@ def _linearity(points: list[Point], seconds: str) -> float:
 
 def results_table(points: list[Point], settings: Settings) -> Table:
     title = (
-        f"planner: serial = 1 thread; parallel = 1 planner with {settings.processes} resolving processes x {settings.threads} threads; "
-        f"distributed = {settings.replicas} replica processes "
-        f"x {REPLICA_THREADS} threads, {settings.replicas * IN_FLIGHT_PER_REPLICA} shards (source-days) in flight; "
-        f"{settings.files} files/partition; remote = {settings.latency_ms:g} ms per list/stat/footer; parallel and distributed: median of {settings.repeat}"
+        f"planner: serial = 1 thread, a slot at a time (stat, marker stat, listing, a read per footer); parallel = 1 planner with "
+        f"{settings.processes} resolving processes, each listing a day at once and keeping {settings.in_flight} metadata calls in flight; "
+        f"distributed = {settings.replicas} replica processes ({REPLICA_IN_FLIGHT} calls in flight each), {settings.replicas * IN_FLIGHT_PER_REPLICA} "
+        f"shards (whole days of a source) in flight; {settings.files} files/partition; remote = {settings.latency_ms:g} ms per list page/stat/footer read; "
+        f"parallel and distributed: median of {settings.repeat}; parallel cpu = the planner's and its workers' CPU per plan"
     )
     table = Table(title=title, title_justify="left")
     columns = ["model", "days", "sources", "partitions", "tasks", "serial_s", "parallel_s", "distributed_s", "parallel_x", "distributed_x"]
-    for column in [*columns, "serial ms/part", "parallel parts/s", "distributed parts/s"]:
+    for column in [*columns, "serial ms/part", "parallel parts/s", "distributed parts/s", "parallel cpu ms/part", "load"]:
         table.add_column(column, justify="left" if column == "model" else "right")
     for p in points:
         table.add_row(
@@ -243,6 +325,8 @@ def results_table(points: list[Point], settings: Settings) -> Table:
             f"{1000 * p.per_partition(p.serial_s):.2f}",
             f"{p.partitions / p.parallel_s:.0f}",
             f"{p.partitions / p.distributed_s:.0f}",
+            f"{1000 * p.per_partition(p.parallel_cpu_s):.3f}",
+            f"{p.load:.1f}",
         )
     return table
 
@@ -256,7 +340,7 @@ def linearity_lines(points: list[Point]) -> list[str]:
     return lines
 
 
-def headline(points: list[Point], settings: Settings) -> dict[str, object]:
+def headline(points: list[Point], settings: Settings, year: YearPoint | None) -> dict[str, object]:
     """The JSON summary: the 20 days x 2 sources point (the largest grid point otherwise) under the remote model."""
     remote = [p for p in points if p.model == "remote"]
     wanted = HEADLINE if HEADLINE in {(p.days, p.sources) for p in remote} else max(((p.days, p.sources) for p in remote), key=lambda k: k[0] * k[1])
@@ -272,8 +356,11 @@ def headline(points: list[Point], settings: Settings) -> dict[str, object]:
         "distributed_s": round(point.distributed_s, 4),
         "speedup_parallel_vs_serial": round(point.speedup_parallel, 2),
         "speedup_distributed_vs_serial": round(point.speedup_distributed, 2),
+        "parallel_cpu_s": round(point.parallel_cpu_s, 3),
+        "load_1m": round(point.load, 2),
         "latency_ms": settings.latency_ms,
         "threads": settings.threads,
+        "in_flight": settings.in_flight,
         "processes": settings.processes,
         "replicas": settings.replicas,
         "replica_threads": REPLICA_THREADS,
@@ -282,6 +369,12 @@ def headline(points: list[Point], settings: Settings) -> dict[str, object]:
         "linear": round(_linearity(remote, "serial_s"), 3),
         "linear_parallel": round(_linearity(remote, "parallel_s"), 3),
         "linear_distributed": round(_linearity(remote, "distributed_s"), 3),
+        "year_s": None if year is None else round(year.seconds, 3),
+        "year_partitions": None if year is None else year.partitions,
+        "year_files": None if year is None else year.files,
+        "year_tasks": None if year is None else year.tasks,
+        "year_cpu_s": None if year is None else round(year.cpu_s, 2),
+        "year_load_1m": None if year is None else round(year.load, 2),
     }
 
 
@@ -298,11 +391,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
     _exit_on_sigterm()
     root = ensure_dataset(settings)
-    points = run_model(settings, "local", 0.0, root) + run_model(settings, "remote", settings.latency_ms, root)
+    local, _ = run_model(settings, "local", 0.0, root)
+    remote, year = run_model(settings, "remote", settings.latency_ms, root, year=settings.year)
+    points = local + remote
     console.print(results_table(points, settings))
-    for line in linearity_lines([p for p in points if p.model == "remote"]):
+    for line in linearity_lines(remote):
         console.print(line)
-    print(json.dumps(headline(points, settings)), flush=True)
+    if year is not None:
+        console.print(
+            f"remote year: {YEAR[1]} sources x {YEAR[0]} days x 24 hours = {year.partitions} partitions, {year.files} files, {year.tasks} tasks: "
+            f"parallel {year.seconds:.2f} s ({1000 * year.seconds / year.partitions:.3f} ms/partition; median of {settings.repeat}), "
+            f"cpu {year.cpu_s:.2f} s ({1000 * year.cpu_s / year.partitions:.3f} ms/partition), load {year.load:.1f}"
+        )
+    print(json.dumps(headline(points, settings, year)), flush=True)
     return 0
 
 

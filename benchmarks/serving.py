@@ -5,12 +5,17 @@ decodes like the in-process read and hands each batch to the consumer through a 
 no RPC, no leasing and no accounting; served / handoff says how much of the gap to in-process Primus itself causes.
 decode_elsewhere: the same process decodes and hands over only row counts, the ceiling of a design whose decoder
 wrote straight into shared memory (which pyarrow's wheels cannot do: their memory pools are not pluggable).
+
+served_vs_inprocess_pip: the same served / in-process ratio from a plain `pip install .` of this tree into a venv
+under the cache (made once, reinstalled when the tree's package files change; --no-pip skips it), so that what a user
+installs is measured, not only this checkout with `make native`.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import math
 import multiprocessing as mp
@@ -20,6 +25,7 @@ import random
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -37,6 +43,7 @@ import yaml
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from rich.table import Table
 
+import primus
 from primus import arena, rpc, telemetry
 from primus.console import console
 from primus.cost import load_cost
@@ -64,7 +71,10 @@ MIB = 1024 * 1024
 TRAIN = common_pb2.TASK_PURPOSE_TRAIN
 MODES = ("inprocess", "flight", "handoff", "decode_elsewhere", "served", "served_traced")
 PAIRED = ("served", "served_traced")  # run side by side, in turns (round_orders)
-GOALS = {"served_vs_inprocess": 0.8, "served_vs_flight": 1.0}
+GOALS = {"served_vs_inprocess": 0.8, "served_vs_flight": 1.0, "served_vs_inprocess_pip": 0.8}
+ROOT = Path(__file__).resolve().parent.parent
+PIP_MODES = ("inprocess", "served")
+PACKAGE_FILES = ("pyproject.toml", "README.md", "primus", "services")  # what `pip install .` builds the package from
 TRACING_GOAL = 0.05
 
 
@@ -424,6 +434,7 @@ class Options:
     window: int | None = None
     modes: tuple[str, ...] = MODES
     arena: bool = True
+    pip: bool = True  # also measure served / in-process from a plain pip install (served_from_pip)
 
 
 class Bench:
@@ -607,7 +618,7 @@ def bootstrap_interval(values: list[float], resamples: int = 2000, seed: int = 7
 
 
 def goals_met(summary: dict[str, Any]) -> dict[str, bool]:
-    met = {name: summary[name] >= goal for name, goal in GOALS.items() if name in summary}
+    met = {name: summary[name] is not None and summary[name] >= goal for name, goal in GOALS.items() if name in summary}
     if "tracing_overhead" in summary:
         met["tracing_overhead"] = summary["tracing_overhead"] <= TRACING_GOAL
     return met
@@ -625,6 +636,13 @@ def print_table(summary: dict[str, Any]) -> None:
     for name in ("served_vs_inprocess", "served_vs_flight", "tracing_overhead"):
         if name in summary:
             console.print(f"{name:<20} {summary[name]:>7.3f}  goal {'met' if summary['goals_met'][name] else 'NOT met'}")
+    if summary.get("served_vs_inprocess_pip") is not None:
+        verdict = "met" if summary["goals_met"]["served_vs_inprocess_pip"] else "NOT met"
+        console.print(
+            f"{'served_vs_inprocess':<20} {summary['served_vs_inprocess_pip']:>7.3f}  goal {verdict}  (from a plain pip install: {summary['pip_install']['python']})"
+        )
+    elif "pip_install" in summary:
+        console.print(f"served_vs_inprocess_pip: not measured ({summary['pip_install']['error']})")
     if "handoff_vs_inprocess" in summary:
         console.print(f"{'handoff_vs_inprocess':<20} {summary['handoff_vs_inprocess']:>7.3f}  (the floor: any serving from another process, bare)")
         console.print(f"{'served_vs_handoff':<20} {summary['served_vs_handoff']:>7.3f}  (what Primus' control and data plane cost on top)")
@@ -655,6 +673,75 @@ def check_costs(bench: Bench) -> bool | None:
     return all(verdicts) if verdicts else None
 
 
+# --- a plain install -----------------------------------------------------------------------------
+
+
+def package_digest(root: Path = ROOT) -> str:
+    """A hash of the files `pip install .` builds the package from: a change reinstalls the benchmark's venv."""
+    digest = hashlib.sha256()
+    for name in PACKAGE_FILES:
+        top = root / name
+        paths = [top] if top.is_file() else sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".so", ".pyc"))
+        for path in paths:
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def pip_venv(cache: Path) -> Path:
+    """A venv under the cache with this tree installed the plain way (`pip install`, not editable, no `make native`);
+    made on first use, reinstalled when the package files change. Returns its python."""
+    venv = cache / "pip-venv"
+    python = venv / "bin" / "python"
+    stamp = venv / "primus-package.sha256"
+    digest = package_digest()
+    if python.exists() and stamp.exists() and stamp.read_text() == digest:
+        return python
+    if not python.exists():
+        print(f"creating {venv} ...", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    with tempfile.TemporaryDirectory(prefix="primus-pip-") as scratch:  # a copy: the build leaves nothing in the tree
+        for name in PACKAGE_FILES:
+            source, target = ROOT / name, Path(scratch) / name
+            if source.is_dir():
+                shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyc"))
+            else:
+                shutil.copy2(source, target)
+        print(f"pip install {ROOT} into {venv} ...", file=sys.stderr)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", scratch], check=True)
+    stamp.write_text(digest)
+    return python
+
+
+def served_from_pip(options: Options) -> dict[str, Any]:
+    """served / in-process measured by this benchmark run from the plain install (its own processes, the same data):
+    {"ratio", "python", "primus", "native", "arena_peak_mb", "served_cpu_seconds", "load_average"}, or {"error"}."""
+    try:
+        python = pip_venv(options.cache)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        return {"error": f"no pip venv: {exc}"}
+    command = [str(python), str(Path(__file__).resolve()), "--no-pip", "--modes", ",".join(PIP_MODES), "--rounds", str(options.rounds)]
+    command += ["--rows-per-hour", str(options.rows_per_hour), "--row-group-rows", str(options.row_group_rows), "--cache", str(options.cache)]
+    command += [] if options.arena else ["--no-arena"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the installed package, not this tree
+    print(f"served / in-process from the plain install: {' '.join(command)}", file=sys.stderr)
+    done = subprocess.run(command, cwd=options.cache, env=env, stdout=subprocess.PIPE, text=True, check=False)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return {"error": f"the run from {python} exited {done.returncode}"}
+    child = json.loads(lines[-1])
+    if Path(child["primus_path"]).is_relative_to(ROOT):
+        return {"error": f"the run from {python} imported primus from this tree ({child['primus_path']}), not from the install"}
+    return {
+        "ratio": child["served_vs_inprocess"],
+        "python": str(python),
+        "primus": child["primus_path"],
+        "native": child["native"],
+        "arena_peak_mb": child["max_arena_peak_mb"]["served"],
+        "served_cpu_seconds": child["median_cpu_seconds"]["served"]["server"],
+        "load_average": child["load_average"],
+    }
+
+
 # --- entry point ---------------------------------------------------------------------------------
 
 
@@ -672,6 +759,7 @@ def parse_args(argv: list[str] | None) -> Options:
     parser.add_argument("--window", type=int, default=None, help="experiment: BatchFeed credit window (batches in flight)")
     parser.add_argument("--no-arena", action="store_true", help="experiment: executors copy each batch into a shared-memory ring instead of decoding into their arena")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
+    parser.add_argument("--no-pip", action="store_true", help="skip served_vs_inprocess_pip (the run from a plain pip install into a venv under --cache)")
     args = parser.parse_args(argv)
     return Options(
         rounds=args.rounds or (QUICK_ROUNDS if args.quick else ROUNDS),
@@ -685,6 +773,7 @@ def parse_args(argv: list[str] | None) -> Options:
         window=args.window,
         modes=tuple(m for m in args.modes.split(",") if m),
         arena=not args.no_arena,
+        pip=not args.no_pip,
     )
 
 
@@ -706,6 +795,13 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(results, rows)
     summary["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     summary["cost_consistent"] = check_costs(bench)
+    summary["native"] = arena.extension() is not None
+    summary["primus_path"] = str(Path(primus.__file__).resolve().parent)
+    if options.pip and {"served", "inprocess"} <= set(options.modes):
+        installed = served_from_pip(options)
+        summary["served_vs_inprocess_pip"] = installed.pop("ratio", None)
+        summary["pip_install"] = installed
+        summary["goals_met"] = goals_met(summary)
     print_table(summary)
     print(json.dumps(summary, separators=(",", ":")))
     return 0

@@ -15,12 +15,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from primus import arena
 from primus.v1 import data_executor_pb2
-
-try:
-    from primus import _arena as native  # type: ignore[attr-defined]
-except ImportError:  # not built: arena batches are rebuilt in Python
-    native = None
 
 SHM_ROOT = Path("/dev/shm")
 
@@ -71,6 +67,7 @@ class SharedMemoryMaps:
         mapping = self._map(origin.arena_path)
         hold = _Release(origin.arena_hold, self._released_holds, mapping)
         self._holds_taken += 1
+        native = arena.extension()  # without it (no compiler), arena batches are rebuilt in Python
         rebuild = native.rebuild_batch if native is not None else _rebuild_batch
         batch: pa.RecordBatch = rebuild(schema, origin.arena_layout, mapping.address, mapping.size, hold, origin.arena_path)
         return batch

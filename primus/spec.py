@@ -218,25 +218,49 @@ def _floor_hour(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
-class Transformation(_Model):
-    """A versioned, built-in transformation applied by data executors; the version is pinned in the plan."""
+# The parameters each transformation takes; a parameter it does not take is an error, not ignored.
+_TRANSFORMATION_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "fill_null": ("value",),
+    "clip": ("min", "max"),
+    "hash_bucket": ("buckets",),
+    "require_not_null": (),
+    "filter_range": ("min", "max"),
+    "log1p": ("min",),
+    "standardise": ("mean", "std"),
+}
+_REQUIRED_PARAMETERS: dict[str, tuple[str, ...]] = {"fill_null": ("value",), "hash_bucket": ("buckets",), "standardise": ("mean", "std")}
 
-    name: Literal["fill_null", "clip", "hash_bucket", "require_not_null", "filter_range"]
+
+class Transformation(_Model):
+    """A versioned, built-in transformation applied by data executors; the version is pinned in the plan.
+
+    log1p and standardise turn a dense column into float32: ln(1 + max(x, min)), min 0 unless given (counts with
+    negatives clamped, the Criteo layout), and (x - mean) / std with the mean and std given; a null stays null."""
+
+    name: Literal["fill_null", "clip", "hash_bucket", "require_not_null", "filter_range", "log1p", "standardise"]
     version: int = Field(1, ge=1)
     column: str = Field(min_length=1)
     value: float | None = None
     min: float | None = None
     max: float | None = None
     buckets: int | None = Field(None, ge=1)
+    mean: float | None = Field(None, description="standardise: the mean subtracted")
+    std: float | None = Field(None, gt=0, description="standardise: the standard deviation divided by")
 
     @model_validator(mode="after")
     def _params(self) -> Transformation:
-        needs = {"fill_null": ("value",), "clip": (), "hash_bucket": ("buckets",), "require_not_null": (), "filter_range": ()}[self.name]
-        missing = [n for n in needs if getattr(self, n) is None]
+        missing = [n for n in _REQUIRED_PARAMETERS.get(self.name, ()) if getattr(self, n) is None]
         if missing:
             raise ValueError(f"{self.name} needs {', '.join(missing)}")
+        takes = _TRANSFORMATION_PARAMETERS[self.name]
+        stray = [n for n in ("value", "min", "max", "buckets", "mean", "std") if n not in takes and getattr(self, n) is not None]
+        if stray:
+            offered = ", ".join(takes) if takes else "no parameters"
+            raise ValueError(f"{self.name} takes {offered}; {', '.join(stray)} {'is' if len(stray) == 1 else 'are'} not among them")
         if self.name in ("clip", "filter_range") and self.min is None and self.max is None:
             raise ValueError(f"{self.name} needs min or max")
+        if self.name == "log1p" and self.min is not None and self.min <= -1:
+            raise ValueError(f"log1p min must be above -1 (ln(1 + x) is not finite at or below x = -1), not {self.min:g}")
         return self
 
 
@@ -252,6 +276,48 @@ class SchemaVersion(_Model):
 class Quota(_Model):
     max_concurrent_tasks: int = Field(64, ge=1)
     max_bytes_in_flight: int = Field(1 << 30, ge=1)
+
+
+CsvType = Literal["string", "int8", "int16", "int32", "int64", "float32", "float64", "bool", "timestamp"]
+
+
+class CsvOptions(_Model):
+    """How a csv source's text is split into columns: the delimiter, whether each file starts with a header line, and
+    the columns' names and types."""
+
+    delimiter: str = Field(",", min_length=1, max_length=1, description='one character: "," for CSV, "\\t" for TSV')
+    header: bool = Field(True, description="each file's first line names its columns; false: every line is data")
+    columns: list[str] = Field(
+        default_factory=list,
+        description="the files' column names in order: needed to name the columns of files without a header (else f0, f1, ...); with a header they replace its names",
+    )
+    column_types: dict[str, CsvType] = Field(
+        default_factory=dict, description="column -> type; the others are inferred per piece (declare string ids: digits alone would read as integers)"
+    )
+
+    @field_validator("delimiter")
+    @classmethod
+    def _one_separator(cls, value: str) -> str:
+        if value in ('"', "\n", "\r"):
+            raise ValueError(f"{value!r} cannot separate columns: it quotes or ends lines")
+        return value
+
+    @field_validator("columns")
+    @classmethod
+    def _distinct_names(cls, value: list[str]) -> list[str]:
+        if any(not name for name in value):
+            raise ValueError("a column name cannot be empty")
+        repeated = sorted({name for name in value if value.count(name) > 1})
+        if repeated:
+            raise ValueError(f"column names must be distinct: {', '.join(repeated)} repeats")
+        return value
+
+    @model_validator(mode="after")
+    def _typed_columns_exist(self) -> CsvOptions:
+        unknown = [name for name in self.column_types if self.columns and name not in self.columns]
+        if unknown:
+            raise ValueError(f"columnTypes names {unknown[0]!r}, which is not one of columns")
+        return self
 
 
 SourceKind = Literal["batch_files", "table", "feature_store", "stream"]
@@ -296,6 +362,7 @@ class Source(_Model):
     adapter: Adapter | None = None
     uri: str = Field(min_length=1, description="template with {date} (YYYY-MM-DD) and {hour} (HH) placeholders, or a store address")
     format: Literal["parquet", "orc", "csv", "json"] = "parquet"
+    csv: CsvOptions | None = Field(None, description="format csv: delimiter, header, column names and types (default: comma-separated, with a header)")
     schema_version: int = Field(1, ge=1)
     schemas: list[SchemaVersion] = Field(default_factory=list)
     transformations: list[Transformation] = Field(default_factory=list)
@@ -338,6 +405,8 @@ class Source(_Model):
             raise ValueError(f"adapter {adapter!r} needs {', '.join(missing)}")
         if self.kind != "feature_store" and self.time_range is None:
             raise ValueError("timeRange is required (leave out its end for an open-ended source)")
+        if self.csv is not None and self.format != "csv":
+            raise ValueError(f"csv options are for format csv, not {self.format}")
         if self.shuffle != "none" and self.kind == "stream":
             raise ValueError("shuffle is for batch sources: a stream is always served in time order")
         versions = [s.version for s in self.schemas]

@@ -167,15 +167,38 @@ def job_context(job_id: str) -> Iterator[None]:
         context.detach(token)
 
 
-def inject_headers() -> dict[str, str]:
-    """The current trace context and baggage as W3C headers."""
+def inject_headers(ctx: context.Context | None = None) -> dict[str, str]:
+    """The trace context and baggage of ctx (default: the current context) as W3C headers."""
     carrier: dict[str, str] = {}
-    propagate.inject(carrier)
+    propagate.inject(carrier, context=ctx)
     return carrier
 
 
 def extract_context(headers: Mapping[str, str]) -> context.Context:
     return propagate.extract(dict(headers))
+
+
+_EXTRACTED_KEEP = 256
+_extracted: dict[tuple[str | None, ...], context.Context] = {}
+
+
+@functools.cache
+def _propagated_fields() -> tuple[str, ...]:
+    """The headers the installed propagators read (traceparent, tracestate and baggage by default)."""
+    return tuple(sorted(propagate.get_global_textmap().fields))
+
+
+def extract_cached(headers: Mapping[str, str]) -> context.Context:
+    """extract_context, remembered for the last few distinct headers: a stream's calls all carry the same ones, and a
+    Context never changes in place (a server joins each call's trace without parsing its headers again)."""
+    fields = _propagated_fields()
+    key = tuple(headers.get(name) for name in fields)
+    found = _extracted.get(key)
+    if found is None:
+        if len(_extracted) >= _EXTRACTED_KEEP:
+            _extracted.clear()
+        found = _extracted[key] = extract_context({name: value for name, value in zip(fields, key, strict=True) if value is not None})
+    return found
 
 
 TRACE_ENV = "PRIMUS_TRACE_CONTEXT"

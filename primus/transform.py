@@ -7,7 +7,6 @@ dropped silently. Every step is vectorised over the whole table.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -16,8 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from primus import dense_transforms, hashing
 from primus.errors import DataError
 from primus.spec import SchemaVersion, Transformation
+from primus.value_checks import CheckedValues
 
 REASON_COLUMN = "_primus_reason"
 LABEL_OUT_OF_DOMAIN = "label_out_of_domain"
@@ -52,14 +53,6 @@ def _defaults(table: pa.Table, schema: SchemaVersion) -> pa.Table:
     return table
 
 
-def _hash_bucket(column: pa.ChunkedArray, buckets: int) -> pa.Array:
-    if pa.types.is_integer(column.type):
-        values = column.to_numpy(zero_copy_only=False).astype(np.uint64)
-        mixed = (values * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(29)
-        return pa.array((mixed % np.uint64(buckets)).astype(np.int64))
-    return pa.array([zlib.crc32(str(v).encode()) % buckets for v in column.to_pylist()], type=pa.int64())
-
-
 def _reject_mask(table: pa.Table, step: Transformation) -> tuple[pa.ChunkedArray | pa.Array | None, str]:
     column = table.column(step.column)
     if step.name == "require_not_null":
@@ -90,17 +83,20 @@ def _apply(table: pa.Table, step: Transformation, rejected: list[pa.Table], orig
             replaced = pc.max_element_wise(replaced, pa.scalar(step.min).cast(column.type))
         if step.max is not None:
             replaced = pc.min_element_wise(replaced, pa.scalar(step.max).cast(column.type))
+    elif step.name == "log1p":
+        replaced = dense_transforms.log1p(column, 0.0 if step.min is None else step.min, origin, f"log1p v{step.version} of {step.column!r}")
+    elif step.name == "standardise":
+        assert step.mean is not None and step.std is not None
+        replaced = dense_transforms.standardise(column, step.mean, step.std, origin, f"standardise v{step.version} of {step.column!r}")
     else:
         assert step.buckets is not None
-        replaced = _hash_bucket(column, step.buckets)
+        replaced = hashing.hash_bucket(column, step.buckets)  # stable: see primus.hashing
     return table.set_column(index, step.column, replaced)
 
 
-def _chunks(column: pa.ChunkedArray) -> list[np.ndarray] | None:
-    """The column's chunks as numpy views, without a copy; None when that cannot be (nulls, a non-numeric type)."""
-    if column.null_count or not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
-        return None
-    return [chunk.to_numpy(zero_copy_only=True) for chunk in column.chunks]
+def _plain_numbers(column: pa.ChunkedArray) -> bool:
+    """Integers or floats without nulls: their chunks are numpy views without a copy."""
+    return not column.null_count and (pa.types.is_integer(column.type) or pa.types.is_floating(column.type))
 
 
 def _binary(a: np.ndarray) -> bool:
@@ -109,10 +105,10 @@ def _binary(a: np.ndarray) -> bool:
     return bool(((a == 0) | (a == 1)).all())
 
 
-def _all_binary(column: pa.ChunkedArray) -> bool:
-    """True when every value is 0 or 1, checked on numpy views (integers in one pass: the common case)."""
-    chunks = _chunks(column)
-    return chunks is not None and all(_binary(a) for a in chunks)
+def _all_binary(column: pa.ChunkedArray, checked: CheckedValues | None = None) -> bool:
+    """True when every value is 0 or 1: as the reader found while decoding (checked), else on numpy views (integers
+    in one pass: the common case)."""
+    return _plain_numbers(column) and all((checked is not None and checked.binary(c)) or _binary(c.to_numpy(zero_copy_only=True)) for c in column.chunks)
 
 
 def _finite_float32(a: np.ndarray) -> bool:
@@ -122,18 +118,18 @@ def _finite_float32(a: np.ndarray) -> bool:
     return a.size == 0 or (-_FLOAT32_MAX <= float(a.min()) <= _FLOAT32_MAX and -_FLOAT32_MAX <= float(a.max()) <= _FLOAT32_MAX)
 
 
-def _all_finite_float32(column: pa.ChunkedArray) -> bool:
-    """True when every value is finite as a float32 (the executor reads each value once here)."""
-    chunks = _chunks(column)
-    return chunks is not None and all(_finite_float32(a) for a in chunks)
+def _all_finite_float32(column: pa.ChunkedArray, checked: CheckedValues | None = None) -> bool:
+    """True when every value is finite as a float32: as the reader found while decoding (checked), else on numpy views
+    (which reads each value once more)."""
+    return _plain_numbers(column) and all((checked is not None and checked.finite(c)) or _finite_float32(c.to_numpy(zero_copy_only=True)) for c in column.chunks)
 
 
-def _label_in_domain(table: pa.Table, label: str, rejected: list[pa.Table]) -> tuple[pa.Table, int]:
+def _label_in_domain(table: pa.Table, label: str, rejected: list[pa.Table], checked: CheckedValues | None = None) -> tuple[pa.Table, int]:
     """Keep the rows whose label is 0 or 1; a null, NaN or any other label is rejected with its value."""
     column = table.column(label)
     if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type)):
         return table, 0  # the cast to the training schema names the column
-    if _all_binary(column) or (pa.types.is_boolean(column.type) and not column.null_count):
+    if _all_binary(column, checked) or (pa.types.is_boolean(column.type) and not column.null_count):
         return table, 0
     values = pc.cast(column, pa.float64())
     inside = pc.fill_null(pc.is_in(values, value_set=pa.array(LABEL_DOMAIN, pa.float64())), False)
@@ -148,7 +144,7 @@ def _label_in_domain(table: pa.Table, label: str, rejected: list[pa.Table]) -> t
     return table.filter(inside), count
 
 
-def _non_finite(table: pa.Table, dense: Sequence[str], policy: NonFinite, rejected: list[pa.Table]) -> tuple[pa.Table, int, int]:
+def _non_finite(table: pa.Table, dense: Sequence[str], policy: NonFinite, rejected: list[pa.Table], checked: CheckedValues | None = None) -> tuple[pa.Table, int, int]:
     """NaN and infinite dense values (as float32, so an overflowing float64 counts): filled with 0.0, or their records
     rejected naming the first such column. Returns the table, the records rejected and the values filled."""
     masks: list[tuple[str, pa.ChunkedArray]] = []
@@ -157,7 +153,7 @@ def _non_finite(table: pa.Table, dense: Sequence[str], policy: NonFinite, reject
         if name not in table.column_names or not pa.types.is_floating(table.column(name).type):
             continue  # integers are finite; a missing column is named by the cast to the training schema
         column = table.column(name)
-        if _all_finite_float32(column):
+        if _all_finite_float32(column, checked):
             continue
         as_float = column if column.type == pa.float32() else pc.cast(column, pa.float32())
         bad = pc.invert(pc.fill_null(pc.is_finite(as_float), True))
@@ -193,11 +189,13 @@ def conform_table(
     joins: Join | None = None,
     dense: Sequence[str] = (),
     non_finite: NonFinite = "fill",
+    checked: CheckedValues | None = None,
 ) -> Conformed:
     """Map raw rows onto the target schema (its first column the label); origin names the source and file for errors.
 
     The label is checked first, then the schema version's transformations run, then the dense columns' NaN and
-    infinite values follow the non_finite policy; a record is rejected for one reason only."""
+    infinite values follow the non_finite policy; a record is rejected for one reason only. checked: what the reader
+    found in raw's values while decoding them; the values it vouches for are not read again here."""
     table = _defaults(_rename(raw, schema), schema)
     if joins is not None:
         table = joins(table)
@@ -205,10 +203,10 @@ def conform_table(
     label = target.names[0]
     out_of_domain = 0
     if label in table.column_names:
-        table, out_of_domain = _label_in_domain(table, label, rejected)
+        table, out_of_domain = _label_in_domain(table, label, rejected, checked)
     for step in schema.transformations:
         table = _apply(table, step, rejected, origin)
-    table, non_finite_rows, filled = _non_finite(table, dense, non_finite, rejected)
+    table, non_finite_rows, filled = _non_finite(table, dense, non_finite, rejected, checked)
     columns = []
     for field in target:
         if field.name not in table.column_names:

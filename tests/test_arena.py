@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import multiprocessing as mp
 import os
 from collections.abc import Iterator
@@ -15,11 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from primus import arena, dataplane, rpc
+from primus import arena, dataplane, rpc, transform
 from primus.dataplane import SharedMemoryMaps
 from primus.samples import training_schema
-from primus.spec import TrainingJob, load_job_file
+from primus.spec import SchemaVersion, TrainingJob, load_job_file
 from primus.v1 import common_pb2, data_executor_pb2, planner_pb2, planner_pb2_grpc
+from primus.value_checks import CheckedValues
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server as create_planner
 from services.trainer.feed import BatchFeed, Lost, Served, fixed
@@ -136,10 +138,141 @@ def test_a_nested_column_is_left_to_pyarrow(shm: Path, tmp_path: Path) -> None:
         _read(path, shared, ["id", "point"])
 
 
+# --- the bad-data checks, done by the reader while each column's values are in cache -----------------------------
+
+CHECK_ROWS = 1000  # per row group: blocks of 256 values and a tail, both looked at
+
+
+def _checked_file(path: Path) -> None:
+    """Two row groups; in the second, each spoiled column has one bad value (in a block, or in the tail)."""
+    n = CHECK_ROWS
+
+    def spoil(values: np.ndarray, at: int, bad: object) -> np.ndarray:
+        values = values.copy()
+        values[n + at] = bad
+        return values
+
+    labels = np.tile(np.array([0, 1], np.int8), n)
+    wide = np.full(2 * n, 3e38)
+    columns = {
+        "click": pa.array(labels),
+        "click_two": pa.array(spoil(labels, 10, 2)),
+        "click_negative": pa.array(spoil(labels, n - 1, -1)),
+        "click_float": pa.array(labels.astype(np.float32)),
+        "click_half": pa.array(spoil(labels.astype(np.float64), 300, 0.5)),
+        "dense": pa.array(np.linspace(-1e30, 1e30, 2 * n, dtype=np.float32)),
+        "dense_nan": pa.array(spoil(np.ones(2 * n, np.float32), 5, np.nan)),
+        "dense_inf": pa.array(spoil(np.ones(2 * n, np.float32), n - 2, -np.inf)),
+        "dense_wide": pa.array(spoil(wide, 700, 1e39)),  # finite as float64, not as float32
+        "dense_wide_ok": pa.array(wide),
+        "dense_null": pa.array([1.0] * (n + 3) + [None] + [1.0] * (n - 4), pa.float32()),
+        "id": pa.array(np.arange(2 * n, dtype=np.int64) * 977),
+    }
+    pq.write_table(pa.table(columns), path, row_group_size=n)
+
+
+def _same(a: pa.Table, b: pa.Table) -> bool:
+    """Equal tables, NaN equal to NaN (Table.equals holds a NaN unequal to itself)."""
+    if not (a.schema.equals(b.schema) and a.num_rows == b.num_rows):
+        return False
+    for x, y in zip(a.columns, b.columns, strict=True):
+        if not pa.types.is_floating(x.type):
+            same = x.equals(y)
+        else:
+            values = np.array_equal(x.to_numpy(zero_copy_only=False), y.to_numpy(zero_copy_only=False), equal_nan=True)
+            same = values and x.is_null().equals(y.is_null())
+        if not same:
+            return False
+    return True
+
+
+def _checked_read(path: Path, shared: arena.Arena, checked: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[pa.Table, CheckedValues]:
+    monkeypatch.setattr(arena, "_active", shared)  # the process's arena, as an executor's
+    with arena.checking(checked) as found, pa.OSFile(str(path)) as handle:
+        table = arena.read_columns(handle, [], pq.read_schema(path).names)
+    assert table is not None
+    return table, found
+
+
+def test_the_reader_checks_the_named_columns_as_it_decodes_them(shm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "checked.parquet"
+    _checked_file(path)
+    shared = arena.Arena(shm / "c.arena", 64 * MIB)
+    names = [n for n in pq.read_schema(path).names if n != "id"]
+    table, found = _checked_read(path, shared, names, monkeypatch)
+    assert _same(table, pq.read_table(path)), "checking changes nothing in what is read"
+
+    def verdict(name: str, check: str) -> list[bool]:
+        return [getattr(found, check)(chunk) for chunk in table.column(name).chunks]
+
+    binary = {"click": True, "click_two": False, "click_negative": False, "click_float": True, "click_half": False}
+    for name, expected in binary.items():
+        assert all(verdict(name, "binary")) is expected, name
+    finite = {"dense": True, "dense_nan": False, "dense_inf": False, "dense_wide": False, "dense_wide_ok": True, "click_float": True}
+    for name, expected in finite.items():
+        assert all(verdict(name, "finite")) is expected, name
+    assert not any(verdict("dense_null", "finite")), "a chunk with nulls is not vouched for: the conform step looks at it"
+    assert not any(verdict("id", "binary")) and not any(verdict("id", "finite")), "a column not named is not checked"
+    one = pq.read_table(path, columns=["click"]).column("click").chunk(0)
+    assert not found.binary(one), "values elsewhere in memory (another read of the same file) are not vouched for"
+    renamed = table.rename_columns([f"x{i}" for i in range(table.num_columns)])
+    assert all(found.binary(c) for c in renamed.column(0).chunks), "a renamed column is the same values"
+    assert all(found.binary(c) for c in table.column("click").slice(10, 500).chunks), "so is a slice of it"
+    cast = table.column("click").cast(pa.int16())
+    assert not any(found.binary(c) for c in cast.chunks), "a cast lies elsewhere: checked the usual way"
+
+
+def test_the_conform_step_trusts_the_reader_and_gives_the_same_result(shm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "conform.parquet"
+    _checked_file(path)
+    shared = arena.Arena(shm / "d.arena", 64 * MIB)
+    dense = ["dense", "dense_nan", "dense_inf", "dense_wide", "dense_wide_ok", "dense_null"]
+    table, found = _checked_read(path, shared, ["click", "click_two", *dense], monkeypatch)
+    looked: list[str] = []  # the values the conform step reads itself
+    binary, finite = transform._binary, transform._finite_float32
+
+    def counted_binary(values: np.ndarray) -> bool:
+        looked.append("label")
+        return binary(values)
+
+    def counted_finite(values: np.ndarray) -> bool:
+        looked.append("dense")
+        return finite(values)
+
+    monkeypatch.setattr(transform, "_binary", counted_binary)
+    monkeypatch.setattr(transform, "_finite_float32", counted_finite)
+    for label, policy in itertools.product(("click", "click_two"), ("fill", "quarantine")):
+        target = pa.schema([pa.field(label, pa.float32()), *[pa.field(n, pa.float32()) for n in dense], pa.field("id", pa.int64())])
+        plain = transform.conform_table(table, SchemaVersion(version=1), target, "test", dense=dense, non_finite=policy)  # type: ignore[arg-type]
+        looked.clear()
+        trusted = transform.conform_table(table, SchemaVersion(version=1), target, "test", dense=dense, non_finite=policy, checked=found)  # type: ignore[arg-type]
+        case = f"{label}, {policy}"
+        assert trusted.table.equals(plain.table), case
+        if plain.quarantined is None:
+            assert trusted.quarantined is None, case
+        else:
+            assert trusted.quarantined is not None and _same(trusted.quarantined, plain.quarantined), case
+        counts = (trusted.label_out_of_domain, trusted.non_finite_dense, trusted.filled_non_finite)
+        assert counts == (plain.label_out_of_domain, plain.non_finite_dense, plain.filled_non_finite), case
+        assert counts == (int(label == "click_two"), *((0, 3) if policy == "fill" else (3, 0))), case
+        if label == "click":  # no record rejected before the dense checks: they look only at what the reader found spoiled
+            spoiled = sum(len(table.column(n).chunks) for n in ("dense_nan", "dense_inf", "dense_wide"))
+            assert looked == ["dense"] * spoiled, case
+
+    clean, found_clean = _checked_read(path, shared, ["click", "dense", "dense_wide_ok"], monkeypatch)
+    target = pa.schema([pa.field("click", pa.float32()), pa.field("dense", pa.float32()), pa.field("dense_wide_ok", pa.float32())])
+    looked.clear()
+    conformed = transform.conform_table(clean, SchemaVersion(version=1), target, "test", dense=["dense", "dense_wide_ok"], checked=found_clean)
+    assert conformed.quarantined is None and conformed.filled_non_finite == 0
+    assert looked == [], "clean data read through the arena: the conform step reads no value to check it"
+    transform.conform_table(clean, SchemaVersion(version=1), target, "test", dense=["dense", "dense_wide_ok"])
+    assert looked, "without the reader's findings it does (the fallback where there is no extension)"
+
+
 @pytest.mark.parametrize("rebuild", ["native", "python"])
 def test_a_layout_that_does_not_fit_is_refused(shm: Path, rebuild: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if rebuild == "python":
-        monkeypatch.setattr(dataplane, "native", None)
+        monkeypatch.setattr(arena, "extension", lambda: None)
     path = shm / "small.arena"
     path.write_bytes(b"\0" * 4096)
     schema = pa.schema([("x", pa.int32())])

@@ -11,6 +11,7 @@ import pyarrow.orc as paorc
 import pyarrow.parquet as pq
 import pytest
 
+from primus.errors import DataError
 from primus.sources.files import FilesAdapter
 from primus.spec import Source
 
@@ -28,10 +29,16 @@ def _table(rows: int) -> pa.Table:
     )
 
 
-def _source(root: Path, fmt: str) -> Source:
-    return Source.model_validate(
-        {"name": "events", "uri": f"file://{root}/date={{date}}/hour={{hour}}", "format": fmt, "timeRange": {"start": "2026-11-01T00:00", "end": "2026-11-02T00:00"}}
-    )
+def _source(root: Path, fmt: str, csv: dict[str, object] | None = None) -> Source:
+    document: dict[str, object] = {
+        "name": "events",
+        "uri": f"file://{root}/date={{date}}/hour={{hour}}",
+        "format": fmt,
+        "timeRange": {"start": "2026-11-01T00:00", "end": "2026-11-02T00:00"},
+    }
+    if csv is not None:
+        document["csv"] = csv
+    return Source.model_validate(document)
 
 
 def _partition_dir(root: Path) -> Path:
@@ -78,3 +85,61 @@ def test_parquet_pieces_are_row_groups(tmp_path: Path) -> None:
     read, pieces = _read_all(FilesAdapter(), _source(tmp_path, "parquet"))
     assert pieces == 10
     assert read.column("user_id").to_pylist() == list(range(1000)), "row groups read back in order"
+
+
+def _lines(table: pa.Table, delimiter: str) -> str:
+    return "".join(delimiter.join(str(v) for v in row.values()) + "\n" for row in table.to_pylist())
+
+
+def test_tsv_without_a_header_takes_the_declared_columns_and_types(tmp_path: Path) -> None:
+    folder = _partition_dir(tmp_path)
+    table = _table(3000)
+    (folder / "part-0.tsv").write_text(_lines(table, "\t"))
+    (folder / "part-1.txt").write_text("1\t3000\t0.5\n")  # .tsv, .txt and .csv files all count
+    csv = {"delimiter": "\t", "header": False, "columns": COLUMNS, "columnTypes": {"user_id": "string"}}
+    read, pieces = _read_all(FilesAdapter(text_chunk_bytes=5_001), _source(tmp_path, "csv", csv))
+    assert pieces > 3
+    assert sorted(read.column("user_id").to_pylist()) == list(range(3001)), "every line once, the first one too: there is no header to skip"
+    piece = FilesAdapter().resolve(_source(tmp_path, "csv", csv), SLOT, COLUMNS).pieces[0]
+    raw = FilesAdapter().read(_source(tmp_path, "csv", csv), piece, ["user_id", "click"])
+    assert raw.column_names == ["user_id", "click"] and raw.schema.field("user_id").type == pa.string(), "declared types, only the columns asked for"
+
+
+def test_a_header_with_another_delimiter_and_names_put_in_its_place(tmp_path: Path) -> None:
+    folder = _partition_dir(tmp_path)
+    table = _table(500)
+    pacsv.write_csv(table, folder / "part-0.csv", write_options=pacsv.WriteOptions(delimiter=";"))
+    read, _ = _read_all(FilesAdapter(), _source(tmp_path, "csv", {"delimiter": ";"}))
+    assert read.column("user_id").to_pylist() == list(range(500))
+    renamed = _source(tmp_path, "csv", {"delimiter": ";", "columns": ["clicked", "user", "price"]})
+    piece = FilesAdapter().resolve(renamed, SLOT, []).pieces[0]
+    assert FilesAdapter().read(renamed, piece, ["user", "click"]).column("user").to_pylist() == list(range(500)), "the header line is skipped, not read as data"
+
+
+def test_without_a_header_or_names_the_columns_are_numbered(tmp_path: Path) -> None:
+    folder = _partition_dir(tmp_path)
+    (folder / "part-0.tsv").write_text("1\t7\t0.5\n0\t8\t1.5\n")
+    source = _source(tmp_path, "csv", {"delimiter": "\t", "header": False})
+    piece = FilesAdapter().resolve(source, SLOT, []).pieces[0]
+    assert FilesAdapter().read(source, piece, ["f1", "f9"]).to_pydict() == {"f1": [7, 8]}
+
+
+@pytest.mark.parametrize(
+    ("csv", "text", "words"),
+    [
+        ({"delimiter": "\t", "header": False, "columns": COLUMNS}, "1\t7\t0.5\n0\t8\n", "a line has 2 columns, but csv.columns names 3: '0\\t8'"),
+        ({"delimiter": "\t", "header": False, "columns": COLUMNS}, "1\t7\t0.5\t9\n", "a line has 4 columns, but csv.columns names 3"),
+        ({}, "click,user_id,item_price\n1,7,0.5\n0,8,1.5,2\n", "a line has 4 columns, but the header names 3"),
+        ({"columns": ["a", "b"]}, "click,user_id,item_price\n1,7,0.5\n", "the header has 3 columns, but csv.columns names 2"),
+        ({"header": False}, "1,7,0.5\n0,8\n", "a line has 2 columns, but the file's first line has 3"),
+    ],
+)
+def test_a_line_of_another_width_is_an_error_naming_the_file(tmp_path: Path, csv: dict[str, object], text: str, words: str) -> None:
+    folder = _partition_dir(tmp_path)
+    (folder / "part-0.csv").write_text(text)
+    source = _source(tmp_path, "csv", csv)
+    (piece,) = FilesAdapter().resolve(source, SLOT, COLUMNS).pieces
+    with pytest.raises(DataError) as caught:
+        FilesAdapter().read(source, piece, COLUMNS)
+    message = str(caught.value)
+    assert message.startswith(f"source 'events': {folder / 'part-0.csv'}") and words in message, message

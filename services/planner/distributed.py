@@ -1,4 +1,4 @@
-"""DistributedResolver: resolve a source's slots on planner replicas, one source-day per shard, round-robin."""
+"""DistributedResolver: resolve sources' slots on planner replicas, whole days per shard, round-robin."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from primus.v1 import planner_pb2, planner_pb2_grpc
 from services.planner.manifest import partition_from_proto
 
 IN_FLIGHT_PER_REPLICA = 2
+SHARDS_PER_WORKER = 2  # enough shards that the replicas finish together, few enough that each is worth its call
 SHARD_TIMEOUT_SECONDS = 300.0
 _ERRORS_BY_CODE: dict[grpc.StatusCode, type[PrimusError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidRequestError,
@@ -32,11 +33,22 @@ def shard_by_day(slots: Sequence[datetime]) -> list[list[int]]:
     return list(shards.values())
 
 
-def _replica_error(address: str, source: str, day: str, exc: grpc.RpcError) -> PrimusError:
+def join_days(days: list[list[int]], target: int) -> list[list[int]]:
+    """Consecutive days' slot indexes joined into shards of at least `target` slots (the last may hold fewer)."""
+    shards: list[list[int]] = []
+    for day in days:
+        if shards and len(shards[-1]) < target:
+            shards[-1].extend(day)
+        else:
+            shards.append(list(day))
+    return shards
+
+
+def _replica_error(address: str, source: str, days: str, exc: grpc.RpcError) -> PrimusError:
     """A domain error naming the replica: bad requests and bad data keep their kind, anything else is unavailability."""
     code = exc.code()
     kind = _ERRORS_BY_CODE.get(code, UnavailableError)
-    return kind(f"planner replica {address} failed resolving source {source!r} day {day}: {code.name}: {exc.details()}")
+    return kind(f"planner replica {address} failed resolving source {source!r} {days}: {code.name}: {exc.details()}")
 
 
 class DistributedResolver:
@@ -52,25 +64,35 @@ class DistributedResolver:
         self._turn_lock = threading.Lock()
 
     def __call__(self, job: TrainingJob, source: Source, slots: Sequence[datetime]) -> list[Partition]:
-        if not slots:
-            return []
-        shards = shard_by_day(slots)
+        return self.resolve_many(job, [(source, slots)])[0]
+
+    def resolve_many(self, job: TrainingJob, requests: Sequence[tuple[Source, Sequence[datetime]]]) -> list[list[Partition]]:
+        """Several sources at once: every shard of every source is in the pool together. A shard is whole days of a
+        source, about total / (workers x SHARDS_PER_WORKER) slots, so each replica lists a day once."""
+        total = sum(len(slots) for _, slots in requests)
+        if not total:
+            return [[] for _ in requests]
+        target = -(-total // (self.workers * SHARDS_PER_WORKER))
+        planned = [(source, slots, join_days(shard_by_day(slots), target)) for source, slots in requests]
+        work = [(source, [slots[i] for i in shard]) for source, slots, shards in planned for shard in shards]
         channels = {address: rpc.connect(address) for address in self.addresses}
         try:
             stubs = {address: planner_pb2_grpc.PlannerServiceStub(channel) for address, channel in channels.items()}
-            results = self._resolve_shards(stubs, job.to_yaml(), source, [[slots[i] for i in shard] for shard in shards])
+            results = iter(self._resolve_shards(stubs, job.to_yaml(), work))
         finally:
             for channel in channels.values():
                 channel.close()
-        return _in_slot_order(len(slots), shards, results)
+        return [_in_slot_order(len(slots), shards, [next(results) for _ in shards]) for _, slots, shards in planned]
 
     def _resolve_shards(
-        self, stubs: dict[str, planner_pb2_grpc.PlannerServiceStub], spec_yaml: str, source: Source, shards: list[list[datetime]]
+        self, stubs: dict[str, planner_pb2_grpc.PlannerServiceStub], spec_yaml: str, shards: list[tuple[Source, list[datetime]]]
     ) -> list[list[Partition]]:
         """Shard i goes to the next replica in turn; at most `workers` shards are in flight."""
         addresses = self._rotation(self._next_turn(len(shards)), len(shards))
         with ThreadPoolExecutor(max_workers=min(self.workers, len(shards)), thread_name_prefix="replica") as pool:
-            futures = [pool.submit(self._resolve_shard, stubs[address], address, spec_yaml, source, shard) for address, shard in zip(addresses, shards, strict=True)]
+            futures = [
+                pool.submit(self._resolve_shard, stubs[address], address, spec_yaml, source, slots) for address, (source, slots) in zip(addresses, shards, strict=True)
+            ]
             return _gather(futures)
 
     def _next_turn(self, shards: int) -> int:
@@ -84,14 +106,15 @@ class DistributedResolver:
         return [self.addresses[(first + i) % len(self.addresses)] for i in range(count)]
 
     def _resolve_shard(self, stub: planner_pb2_grpc.PlannerServiceStub, address: str, spec_yaml: str, source: Source, slots: list[datetime]) -> list[Partition]:
-        day = f"{slots[0]:%Y-%m-%d}"
+        first, last = min(slots), max(slots)
+        days = f"day {first:%Y-%m-%d}" if first.date() == last.date() else f"days {first:%Y-%m-%d} to {last:%Y-%m-%d}"
         request = planner_pb2.ResolvePartitionsRequest(spec_yaml=spec_yaml, source=source.name, slot_unix=[int(s.timestamp()) for s in slots])
         try:
             reply = stub.ResolvePartitions(request, timeout=self.timeout_seconds)
         except grpc.RpcError as exc:
-            raise _replica_error(address, source.name, day, exc) from None
+            raise _replica_error(address, source.name, days, exc) from None
         if len(reply.partitions) != len(slots):
-            raise UnavailableError(f"planner replica {address} answered {len(reply.partitions)} partitions for {len(slots)} slots of {source.name!r} day {day}")
+            raise UnavailableError(f"planner replica {address} answered {len(reply.partitions)} partitions for {len(slots)} slots of {source.name!r} {days}")
         return [partition_from_proto(p) for p in reply.partitions]
 
 

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
-import os
-import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -18,93 +14,13 @@ from primus.sources import Partition, get_adapter
 from primus.sources.base import label_window
 from primus.spec import Source, TimeRange, TrainingJob
 from primus.v1 import common_pb2
+from services.planner.resolver import PartitionResolver as PartitionResolver
+from services.planner.resolver import Resolve as Resolve
+from services.planner.resolver import collection_paused
+from services.planner.resolver import required_columns as required_columns
 from services.planner.tasks import TARGET_TASK_BYTES, TaskSpec, split_partition
 
-Resolve = Callable[[TrainingJob, Source, Sequence[datetime]], list[Partition]]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def required_columns(job: TrainingJob, source: Source) -> list[str]:
-    """Training columns a source itself must provide (feature-store joins bring the rest), plus the columns of
-    delayed labels: a label join's key, and a label source's impression time."""
-    stores = job.spec.data.joins_for(source.name)
-    joined = {f for store in stores for f in store.fields}
-    needed = [c for c in training_schema(job.spec.training.features).names if c not in joined]
-    labels = [source.labels.key] if source.labels is not None else []
-    labels += [s.labels.impression_time_column for s in job.spec.data.sources if s.labels is not None and s.labels.source == source.name]
-    return list(dict.fromkeys(needed + [s.key for s in stores if s.key] + labels))
-
-
-def _resolve_slots(job: TrainingJob, source: Source, slots: Sequence[datetime], threads: int) -> list[Partition]:
-    """Resolve slots on this process with up to `threads` threads; the first failure cancels what has not started."""
-    adapter = get_adapter(source.resolved_adapter)
-    required = required_columns(job, source)
-    if threads <= 1 or len(slots) <= 1:
-        return [adapter.resolve(source, slot, required) for slot in slots]
-    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="resolve")
-    try:
-        return list(pool.map(lambda slot: adapter.resolve(source, slot, required), slots))
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-SHARD_SLOTS = 24  # one day of hourly slots per worker task
-PARENT_CHECK_SECONDS = 1.0
-
-
-def _init_worker(latency_seconds: float) -> None:
-    from primus.sources import files
-
-    files.set_metadata_latency(latency_seconds)
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
-
-
-def _exit_with_parent(parent: int) -> None:
-    """A worker outlives its planner only when the planner was killed; it then has nothing left to do but leak."""
-    while os.getppid() == parent:
-        time.sleep(PARENT_CHECK_SECONDS)
-    os._exit(0)
-
-
-class PartitionResolver:
-    """Resolves slots through the source's adapter with bounded concurrency. Metadata only.
-
-    With processes > 1 the slots are sharded by day over that many worker processes (spawned once and kept), each
-    resolving its shard with `concurrency` threads: one planner then uses every core, not one core's worth of GIL.
-    """
-
-    def __init__(self, concurrency: int = 16, processes: int = 1, worker_latency_seconds: float = 0.0) -> None:
-        self.concurrency = concurrency
-        self.processes = processes
-        self._worker_latency = worker_latency_seconds
-        self._pool: ProcessPoolExecutor | None = None
-
-    def __call__(self, job: TrainingJob, source: Source, slots: Sequence[datetime]) -> list[Partition]:
-        return self.resolve_many(job, [(source, slots)])[0]
-
-    def resolve_many(self, job: TrainingJob, requests: Sequence[tuple[Source, Sequence[datetime]]]) -> list[list[Partition]]:
-        """Several sources at once: with worker processes, every source-day shard of every source is in the pool together."""
-        if self.processes <= 1 or all(len(slots) <= SHARD_SLOTS for _, slots in requests):
-            return [_resolve_slots(job, source, slots, self.concurrency) for source, slots in requests]
-        if self._pool is None:
-            context = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(self.processes, mp_context=context, initializer=_init_worker, initargs=(self._worker_latency,))
-        pool = self._pool
-        futures = [
-            [pool.submit(_resolve_slots, job, source, list(slots[i : i + SHARD_SLOTS]), self.concurrency) for i in range(0, len(slots), SHARD_SLOTS)]
-            for source, slots in requests
-        ]
-        try:
-            return [[p for future in shards for p in future.result()] for shards in futures]
-        except BaseException:
-            for future in (f for shards in futures for f in shards):
-                future.cancel()
-            raise
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-            self._pool = None
 
 
 @dataclass(frozen=True)
@@ -132,9 +48,10 @@ class Plan:
 
 
 def _source_identity(source: Source) -> dict[str, object]:
-    """What of a source decides its samples; how they are leased and mixed (priority, quota, weight, lag, shuffle) does not."""
-    identity = source.model_dump(mode="json", exclude={"priority", "quota", "weight", "max_lag_rows", "shuffle"})
-    identity["schemas"] = [s.model_dump(mode="json") for s in source.known_versions()]
+    """What of a source decides its samples; how they are leased and mixed (priority, quota, weight, lag, shuffle) does not.
+    Unset options are left out, so a release that adds an optional field keeps the fingerprints of specs that do not use it."""
+    identity = source.model_dump(mode="json", exclude_none=True, exclude={"priority", "quota", "weight", "max_lag_rows", "shuffle"})
+    identity["schemas"] = [s.model_dump(mode="json", exclude_none=True) for s in source.known_versions()]
     return identity
 
 
@@ -147,7 +64,7 @@ def fingerprint(job: TrainingJob, plan_version: int, decisions: Sequence[Decisio
     body = {
         "plan_version": plan_version,
         "sources": [_source_identity(s) for s in data.sources],
-        "eval": None if data.eval is None else data.eval.model_dump(mode="json"),
+        "eval": None if data.eval is None else data.eval.model_dump(mode="json", exclude_none=True),
         "manifest": manifest,
         "non_finite": job.spec.training.features.non_finite,
     }
@@ -179,6 +96,15 @@ def _resolve_requests(job: TrainingJob, resolve: Resolve, requests: list[tuple[S
         resolved: list[list[Partition]] = many(job, requests)
         return resolved
     return [resolve(job, source, slots) for source, slots in requests]
+
+
+def _stream_requests(job: TrainingJob, resolve: Resolve, requests: list[tuple[Source, list[datetime]]]) -> list[Iterable[Partition]]:
+    """Like _resolve_requests, each source's partitions as they come, where the resolver streams them."""
+    stream = getattr(resolve, "stream_many", None)
+    if stream is not None:
+        streams: list[Iterable[Partition]] = stream(job, requests)
+        return streams
+    return list(_resolve_requests(job, resolve, requests))
 
 
 def _wait_for_labels(job: TrainingJob, items: list[tuple[int, Source, TimeRange]], resolved: list[list[Partition]], resolve: Resolve) -> list[list[Partition]]:
@@ -230,8 +156,11 @@ def expand(
     wanted = []
     for purpose, source, time_range in items:
         adapter = get_adapter(source.resolved_adapter)
-        wanted.append([s for s in adapter.slots(source, time_range.hours(until)) if (purpose, f"{source.name}/{s:%Y-%m-%dT%H}") not in skip])
-    resolved = _wait_for_labels(job, items, _resolve_requests(job, resolve, [(item[1], slots) for item, slots in zip(items, wanted, strict=True)]), resolve)
+        slots = adapter.slots(source, time_range.hours(until))
+        wanted.append([s for s in slots if (purpose, f"{source.name}/{s:%Y-%m-%dT%H}") not in skip] if skip else slots)
+    resolved: Sequence[Iterable[Partition]] = _stream_requests(job, resolve, [(item[1], slots) for item, slots in zip(items, wanted, strict=True)])
+    if any(source.labels is not None for _, source, _ in items):  # labels need every partition first; otherwise pack as they come
+        resolved = _wait_for_labels(job, items, [list(partitions) for partitions in resolved], resolve)
     last = dict(chain or {})
     width = decoded_row_bytes(job)
     for (purpose, source, _range), partitions in zip(items, resolved, strict=True):
@@ -301,16 +230,19 @@ def still_arriving(job: TrainingJob, decisions: Sequence[Decision]) -> bool:
 def build_plan(job_id: str, job: TrainingJob, resolve: Resolve, plan_version: int = 1, until: datetime | None = None) -> Plan:
     """Plan every source of a job. Reads metadata (listings, markers, footers, catalogs), never samples."""
     started = time.perf_counter()
-    decisions, tasks = expand(job, resolve, plan_version, until=until)
-    open_ended = still_arriving(job, decisions)
-    planned = {(d.purpose, d.partition.key) for d in decisions if d.partition.ready}
+    with collection_paused():
+        decisions, tasks = expand(job, resolve, plan_version, until=until)
+        open_ended = still_arriving(job, decisions)
+        planned = {(d.purpose, d.partition.key) for d in decisions if d.partition.ready}
+        pinned = fingerprint(job, plan_version, decisions)
+    seconds = time.perf_counter() - started  # the young collection owed for the pause included
     return Plan(
         job_id=job_id,
         plan_version=plan_version,
-        fingerprint=fingerprint(job, plan_version, decisions),
+        fingerprint=pinned,
         decisions=decisions,
         tasks=tasks,
-        planning_seconds=time.perf_counter() - started,
+        planning_seconds=seconds,
         open_ended=open_ended,
         planned_keys=planned,
     )
@@ -319,7 +251,8 @@ def build_plan(job_id: str, job: TrainingJob, resolve: Resolve, plan_version: in
 def extend_plan(plan: Plan, job: TrainingJob, resolve: Resolve, until: datetime | None = None) -> list[TaskSpec]:
     """Incremental planning for open-ended ranges: resolve slots not yet ready before; returns the new tasks."""
     chain = {(t.source, t.purpose): t.task_id for t in plan.tasks}
-    decisions, tasks = expand(job, resolve, plan.plan_version, skip=plan.planned_keys, until=until, chain=chain)
+    with collection_paused():
+        decisions, tasks = expand(job, resolve, plan.plan_version, skip=plan.planned_keys, until=until, chain=chain)
     waiting_keys = {(d.purpose, d.partition.key) for d in decisions}
     plan.decisions = [d for d in plan.decisions if (d.purpose, d.partition.key) not in waiting_keys] + decisions
     plan.planned_keys |= {(d.purpose, d.partition.key) for d in decisions if d.partition.ready}

@@ -56,6 +56,17 @@ cdef extern from "arena_pool.h" namespace "primus":
         const shared_ptr[CRandomAccessFile]& file, vector[int] row_groups, const vector[string]& names, CMemoryPool* pool
     ) nogil
 
+    cdef cppclass ChunkCheck:
+        int column
+        int chunk
+        bint binary
+        bint finite
+
+    CResult[shared_ptr[CTable]] ReadColumnsChecked(
+        const shared_ptr[CRandomAccessFile]& file, vector[int] row_groups, const vector[string]& names,
+        const vector[string]& checked, CMemoryPool* pool, vector[ChunkCheck]* found
+    ) nogil
+
 
 cdef class SharedArena(MemoryPool):
     """Allocations land in the file at `path` (first fit, 64-byte aligned), else in `fallback`: when the arena is full
@@ -135,6 +146,23 @@ def read_columns(NativeFile handle, row_groups, columns, MemoryPool pool):
     with nogil:
         result = ReadColumns(source, groups, names, c_pool)
     return pyarrow_wrap_table(GetResultValue(result))
+
+
+def read_columns_checked(NativeFile handle, row_groups, columns, checked, MemoryPool pool):
+    """read_columns, with the `checked` columns' values looked at right after each column is decoded, while they are in
+    cache: (table, [(column index, chunk index, all 0 or 1, all finite as float32), ...]) for their chunks without nulls
+    (the others are listed as neither)."""
+    cdef shared_ptr[CRandomAccessFile] source = handle.get_random_access_file()
+    cdef vector[int] groups = row_groups
+    cdef vector[string] names = [name.encode() for name in columns]
+    cdef vector[string] check_names = [name.encode() for name in checked]
+    cdef CMemoryPool* c_pool = pool.pool
+    cdef CResult[shared_ptr[CTable]] result
+    cdef vector[ChunkCheck] found
+    with nogil:
+        result = ReadColumnsChecked(source, groups, names, check_names, c_pool, &found)
+    table = pyarrow_wrap_table(GetResultValue(result))
+    return table, [(check.column, check.chunk, check.binary, check.finite) for check in found]
 
 
 def batch_layout(RecordBatch batch, SharedArena arena):
