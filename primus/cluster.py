@@ -16,6 +16,7 @@ from primus.errors import UnavailableError
 
 START_ORDER = ("planner", "resource_controller", "master")
 START_TIMEOUT_SECONDS = 60.0
+JOURNAL_ENV = "PRIMUS_PLANNER_JOURNAL"  # the planner's journal (a path, sqlite:///PATH, postgresql://... or off)
 
 
 @dataclass(frozen=True)
@@ -32,13 +33,19 @@ class ClusterState:
     runs_dir: str
     services: tuple[ServiceProcess, ...]
     controller_args: tuple[str, ...] = ()  # the resource controller's backend flags, kept for a restart
+    planner_args: tuple[str, ...] = ()  # the planner's flags (its journal), kept for a restart
 
     def address(self, name: str) -> str:
         return next(s.address for s in self.services if s.name == name)
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"runs_dir": self.runs_dir, "services": [asdict(s) for s in self.services], "controller_args": list(self.controller_args)}
+        data = {
+            "runs_dir": self.runs_dir,
+            "services": [asdict(s) for s in self.services],
+            "controller_args": list(self.controller_args),
+            "planner_args": list(self.planner_args),
+        }
         path.write_text(json.dumps(data, indent=2))
 
     @staticmethod
@@ -46,7 +53,8 @@ class ClusterState:
         if not path.exists():
             return None
         data = json.loads(path.read_text())
-        return ClusterState(data["runs_dir"], tuple(ServiceProcess(**s) for s in data["services"]), tuple(data.get("controller_args", ())))
+        services = tuple(ServiceProcess(**s) for s in data["services"])
+        return ClusterState(data["runs_dir"], services, tuple(data.get("controller_args", ())), tuple(data.get("planner_args", ())))
 
 
 def _alive(pid: int) -> bool:
@@ -101,26 +109,43 @@ def _last_error(log_path: Path) -> str:
 
 
 def start_planner(runs_dir: Path, state_dir: Path, label: str, extra: list[str] | None = None) -> ServiceProcess:
-    """One more planner process (a throwaway for previews, or a replica); stop it with stop_services."""
-    return _start("planner", list(extra or []), runs_dir.resolve(), state_dir, label)
+    """One more planner process (a throwaway for previews, or a replica); stop it with stop_services. It holds no
+    job's plan, so it keeps no journal unless extra names one."""
+    extra = list(extra or [])
+    if "--journal" not in extra:
+        extra += ["--journal", "off"]
+    return _start("planner", extra, runs_dir.resolve(), state_dir, label)
 
 
-def start_cluster(runs_dir: Path, state_dir: Path, controller_args: list[str] | None = None, bind_host: str = "127.0.0.1") -> ClusterState:
+def _planner_args(planner_args: list[str] | None) -> list[str]:
+    """The planner's flags, with the journal PRIMUS_PLANNER_JOURNAL names written out, so that a restart from another
+    shell opens the same journal (without either, the planner keeps it in RUNS_DIR)."""
+    args = list(planner_args or [])
+    journal = os.environ.get(JOURNAL_ENV)
+    if journal and "--journal" not in args:
+        args += ["--journal", journal]
+    return args
+
+
+def start_cluster(
+    runs_dir: Path, state_dir: Path, controller_args: list[str] | None = None, bind_host: str = "127.0.0.1", planner_args: list[str] | None = None
+) -> ClusterState:
     """Start planner and resource controller, then the master pointed at both; stop all on failure. controller_args
     configure the resource controller's backends; bind_host is where the services listen (an address executors on other
-    machines can reach, when the backend places them there)."""
+    machines can reach, when the backend places them there); planner_args are the planner's own flags (--journal)."""
     runs_dir = runs_dir.resolve()
     started: list[ServiceProcess] = []
     bind = ["--bind", f"{bind_host}:0"]
+    planner = _planner_args(planner_args)
     try:
-        started.append(_start("planner", bind, runs_dir, state_dir))
+        started.append(_start("planner", [*bind, *planner], runs_dir, state_dir))
         started.append(_start("resource_controller", [*bind, *(controller_args or [])], runs_dir, state_dir))
         master_args = [*bind, "--planner", started[0].address, "--resource-controller", started[1].address]
         started.append(_start("master", master_args, runs_dir, state_dir))
     except BaseException:
         stop_services(started)
         raise
-    state = ClusterState(str(runs_dir), tuple(started), tuple(controller_args or ()))
+    state = ClusterState(str(runs_dir), tuple(started), tuple(controller_args or ()), tuple(planner))
     state.save(state_dir / "cluster.json")
     return state
 
@@ -131,8 +156,8 @@ RESTARTABLE = ("planner", "master", "resource_controller")
 def restart_service(state: ClusterState, state_dir: Path, name: str) -> ClusterState:
     """Start a service again at its old address (executors and peers know it by that); stop it first if it runs.
 
-    A restarted master drives its unfinished jobs on from its job store. A restarted planner comes back empty: the
-    master plans each running job again and restarts its trainer from the last checkpoint. A restarted resource
+    A restarted master drives its unfinished jobs on from its job store. A restarted planner takes its plans over from
+    its journal (the same flags, so the same journal): the jobs go on with the executors they have. A restarted resource
     controller re-adopts the executors its state file lists that still run; the old one is stopped with the handover
     signal, which leaves them running.
     """
@@ -145,8 +170,10 @@ def restart_service(state: ClusterState, state_dir: Path, name: str) -> ClusterS
         args += ["--planner", state.address("planner"), "--resource-controller", state.address("resource_controller")]
     if name == "resource_controller":
         args += list(state.controller_args)
+    if name == "planner":
+        args += list(state.planner_args)
     started = _start(name, args, Path(state.runs_dir), state_dir)
-    restarted = ClusterState(state.runs_dir, tuple(started if s.name == name else s for s in state.services), state.controller_args)
+    restarted = ClusterState(state.runs_dir, tuple(started if s.name == name else s for s in state.services), state.controller_args, state.planner_args)
     restarted.save(state_dir / "cluster.json")
     return restarted
 

@@ -300,8 +300,8 @@ def render_cost(summary: CostSummary) -> Table:
         notes.append(f"{summary.unreadable_lines} trace lines could not be read")
     if summary.planner_restarts:
         notes.append(
-            f"the planner restarted {summary.planner_restarts} time(s): reads it had not yet reported to the master when it went down "
-            "are in the traces but not in the ledger"
+            f"the planner restarted {summary.planner_restarts} time(s): reads it had not yet saved to its journal (or, without one, "
+            "reported to the master) when it went down are in the traces but not in the ledger"
         )
     if notes:
         table.caption = "; ".join(notes)

@@ -29,18 +29,18 @@ _OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 ]
+_RETRY_POLICY = {"maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
+# The calls executors and trainers make on a job's ledger wait for a planner that is restarting (up to each call's
+# deadline) instead of failing: the restarted planner recovers its plans from its journal, and the job goes on.
+_LEDGER_METHODS = ("LeaseTask", "ClaimTask", "ReleaseTask", "CompleteTask", "CompleteTasks", "FailTask", "CommitProgress", "ResumeTraining")
 _SERVICE_CONFIG = json.dumps(
     {
         "methodConfig": [
+            {"name": [{}], "retryPolicy": _RETRY_POLICY},
             {
-                "name": [{}],
-                "retryPolicy": {
-                    "maxAttempts": 4,
-                    "initialBackoff": "0.1s",
-                    "maxBackoff": "1s",
-                    "backoffMultiplier": 2,
-                    "retryableStatusCodes": ["UNAVAILABLE"],
-                },
+                "name": [{"service": "primus.v1.PlannerService", "method": m} for m in _LEDGER_METHODS],
+                "waitForReady": True,
+                "retryPolicy": _RETRY_POLICY,
             },
             {
                 # Planning is long and reports an unreachable store as UNAVAILABLE: repeating it would only wait longer.
@@ -58,7 +58,7 @@ def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], stream
     tracer = telemetry.tracer("primus.rpc")
 
     def unary(request: Any, ctx: grpc.ServicerContext) -> Any:
-        token = context.attach(telemetry.extract_context(headers))
+        token = context.attach(telemetry.extract_cached(headers))
         try:
             with tracer.start_as_current_span(method, kind=trace.SpanKind.SERVER) as span:
                 try:
@@ -70,7 +70,7 @@ def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], stream
             context.detach(token)
 
     def stream(request: Any, ctx: grpc.ServicerContext) -> Iterator[Any]:
-        token = context.attach(telemetry.extract_context(headers))
+        token = context.attach(telemetry.extract_cached(headers))
         try:
             with tracer.start_as_current_span(method, kind=trace.SpanKind.SERVER):
                 try:
@@ -105,10 +105,20 @@ class _CallDetails(
 
 
 class _PropagatingInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[type-arg]
-    """Sends the current trace context and baggage with every call."""
+    """Sends the current trace context and baggage with every call. The headers of the last context are kept: a
+    Context never changes in place, and a stream's many calls to the planner all run in the same one."""
+
+    def __init__(self) -> None:
+        self._last: tuple[context.Context, tuple[tuple[str, str], ...]] | None = None  # replaced whole, so threads may share it
 
     def _details(self, details: grpc.ClientCallDetails) -> _CallDetails:
-        metadata = list(details.metadata or []) + list(telemetry.inject_headers().items())
+        current, last = context.get_current(), self._last
+        if last is not None and last[0] is current:
+            headers = last[1]
+        else:
+            headers = tuple(telemetry.inject_headers(current).items())
+            self._last = (current, headers)
+        metadata = (*details.metadata, *headers) if details.metadata else headers
         return _CallDetails(details.method, details.timeout, metadata, details.credentials, details.wait_for_ready, details.compression)
 
     def intercept_unary_unary(self, continuation: Callable[..., Any], details: grpc.ClientCallDetails, request: Any) -> Any:

@@ -140,20 +140,22 @@ class QuarantinedTask(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., source: _Optional[str] = ..., partition: _Optional[str] = ..., reason: _Optional[str] = ..., attempts: _Optional[int] = ...) -> None: ...
 
 class GetPlanResponse(_message.Message):
-    __slots__ = ("summary", "sources", "tasks_done", "tasks_leased", "tasks_pending", "quarantined")
+    __slots__ = ("summary", "sources", "tasks_done", "tasks_leased", "tasks_pending", "quarantined", "recoveries")
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
     TASKS_DONE_FIELD_NUMBER: _ClassVar[int]
     TASKS_LEASED_FIELD_NUMBER: _ClassVar[int]
     TASKS_PENDING_FIELD_NUMBER: _ClassVar[int]
     QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    RECOVERIES_FIELD_NUMBER: _ClassVar[int]
     summary: PlanSummary
     sources: _containers.RepeatedCompositeFieldContainer[_common_pb2.SourceStats]
     tasks_done: int
     tasks_leased: int
     tasks_pending: int
     quarantined: _containers.RepeatedCompositeFieldContainer[QuarantinedTask]
-    def __init__(self, summary: _Optional[_Union[PlanSummary, _Mapping]] = ..., sources: _Optional[_Iterable[_Union[_common_pb2.SourceStats, _Mapping]]] = ..., tasks_done: _Optional[int] = ..., tasks_leased: _Optional[int] = ..., tasks_pending: _Optional[int] = ..., quarantined: _Optional[_Iterable[_Union[QuarantinedTask, _Mapping]]] = ...) -> None: ...
+    recoveries: int
+    def __init__(self, summary: _Optional[_Union[PlanSummary, _Mapping]] = ..., sources: _Optional[_Iterable[_Union[_common_pb2.SourceStats, _Mapping]]] = ..., tasks_done: _Optional[int] = ..., tasks_leased: _Optional[int] = ..., tasks_pending: _Optional[int] = ..., quarantined: _Optional[_Iterable[_Union[QuarantinedTask, _Mapping]]] = ..., recoveries: _Optional[int] = ...) -> None: ...
 
 class LeaseTaskRequest(_message.Message):
     __slots__ = ("job_id", "executor_id", "purpose")

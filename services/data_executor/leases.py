@@ -5,9 +5,12 @@
   while another holds work.
 - After the first lease, leases come back with the claims of read tasks (ClaimTask with lease_next), and reports of
   served tasks ride along with the claims, so a task costs the planner one round trip. A report goes out on its own
-  only when no reader is reading (no claim would carry it soon).
+  only when no reader is reading (no claim would carry it soon). A reader waiting for room in the stream's queue
+  counts as reading: its next claim follows soon after the consumer takes a task, and the reports of the tasks
+  served meanwhile ride along (it sends them itself if the queue stays full).
 - The calls are blocking calls on a few threads of the stream's own: in grpc's Python client a call's future costs a
-  third more CPU than a blocking call, mostly for the thread it starts to wait for the answer.
+  third more CPU than a blocking call, mostly for the thread it starts to wait for the answer. A reader whose task
+  finds the queue full claims it on its own thread: it must wait for room anyway, and no other thread wakes.
 - Readers may join and leave while the stream runs (a resize), and a drain stops all leasing: then the claims lease
   nothing ahead, and the last reader out gives back what is leased ahead.
 """
@@ -77,22 +80,25 @@ class StreamLeases:
                 return planner_pb2.LeaseTaskResponse(exhausted=True)
         return reply
 
-    def call(self, method: Callable[..., _Reply], request: Any) -> Future[_Reply]:
+    def call(self, method: Callable[..., _Reply], request: Any, inline: bool = False) -> Future[_Reply]:
         """A planner call on the stream's own threads, in the caller's context (its trace and the job id travel with
-        the call); its future raises the call's grpc.RpcError."""
-        try:
-            return self._calls.submit(contextvars.copy_context().run, method, request, timeout=RPC_TIMEOUT_SECONDS)
-        except RuntimeError:  # the stream is over and its threads are gone: a late report goes out on this thread
-            done: Future[_Reply] = Future()
+        the call); its future raises the call's grpc.RpcError. Inline: on this thread, answered when this returns."""
+        if not inline:
             try:
-                done.set_result(method(request, timeout=RPC_TIMEOUT_SECONDS))
-            except grpc.RpcError as exc:
-                done.set_exception(exc)
-            return done
+                return self._calls.submit(contextvars.copy_context().run, method, request, timeout=RPC_TIMEOUT_SECONDS)
+            except RuntimeError:  # the stream is over and its threads are gone: a late report goes out on this thread
+                pass
+        done: Future[_Reply] = Future()
+        try:
+            done.set_result(method(request, timeout=RPC_TIMEOUT_SECONDS))
+        except grpc.RpcError as exc:
+            done.set_exception(exc)
+        return done
 
-    def claim(self, task: planner_pb2.DataTask) -> Future[planner_pb2.ClaimTaskResponse]:
+    def claim(self, task: planner_pb2.DataTask, inline: bool = False) -> Future[planner_pb2.ClaimTaskResponse]:
         """Ask for a read task (the first attempt to claim it serves it); the answer also leases a task ahead, unless
-        the stream is draining."""
+        the stream is draining. Inline: the call is made on this thread (a reader that must wait for room in the
+        queue anyway waits for the answer instead, and no other thread wakes for it)."""
         with self._lock:
             reports, self._reports = self._reports, []
             lease_next = not self._draining
@@ -105,7 +111,7 @@ class StreamLeases:
             purpose=self._request.purpose,
         )
         request.completed.extend(report for report, _ in reports)
-        claim = self.call(self._planner.ClaimTask, request)
+        claim = self.call(self._planner.ClaimTask, request, inline)
         if lease_next:  # a drain that began since: the last reader out gives this lease back
             with self._lock:
                 self._upcoming.append(functools.partial(_next_lease, claim))
@@ -114,7 +120,8 @@ class StreamLeases:
         return claim
 
     def read_done(self) -> None:
-        """A reader is through with its task (claimed, or failed); served reports go out now if no claim is coming."""
+        """A reader is through with its task (claimed and queued, or failed); served reports go out now if no claim
+        is coming."""
         with self._lock:
             self._reading -= 1
             flush = self._reading == 0 and bool(self._reports)

@@ -5,7 +5,8 @@ The stream's readers decode its tasks together, a unit at a time, oldest task fi
 full queue stops leasing, and a task is started only when no unit is left to take, so a slow trainer slows reading.
 HTTP/2 flow control under Flight carries the same back-pressure to the wire.
 The planner's round trips stay off the readers' path (services.data_executor.leases): the stream keeps a task
-leased ahead, and a read task's claim is answered while the task waits in the queue.
+leased ahead, and a read task's claim is answered while the task waits in the queue (or, when the queue is full,
+while its reader waits for room).
 The executor's size changes in place (resize): open streams gain readers at once and lose them as readers finish
 the task they hold, and the read-ahead bound changes. A drain stops the leasing: the readers finish what they read,
 the stream serves it and ends normally once its last reader is out, and what is leased ahead goes back.
@@ -36,11 +37,12 @@ from primus.spec import TrainingJob
 from primus.v1 import data_executor_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor.assembly import ReadBoard, TaskAssembly
 from services.data_executor.leases import StreamLeases
-from services.data_executor.reader import TaskRead, TaskReader
+from services.data_executor.reader import SourceSetups, TaskRead, TaskReader
 from services.data_executor.sizing import PREFETCH_TASKS, READERS_PER_STREAM
 
 log = logging.getLogger(__name__)
-REPORT_AFTER_SECONDS = 0.05  # a served task's report waits at most this long for a claim to carry it
+REPORT_AFTER_SECONDS = 0.05  # a served task's report waits at most this long for a claim to carry it (PUT_POLL_SECONDS while the consumer is away)
+PUT_POLL_SECONDS = 0.2  # a reader waiting for room in a full queue checks this often whether the stream closed
 
 
 @dataclass
@@ -228,6 +230,7 @@ class TaskStreamer:
         self._draining = False
         self._reader_names = itertools.count()
         self._tracer = telemetry.tracer("primus.data_executor")
+        self._setups = SourceSetups(job, schema)  # each source's columns and mapping, worked out once for its tasks
 
     @property
     def readers(self) -> int:
@@ -409,7 +412,7 @@ class TaskStreamer:
             span.add_event("retry", {"primus.attempt": task.attempt})
             self._counters.count(task.source, retries=1)
         try:
-            reader = TaskReader(task, self._job, self._schema)
+            reader = TaskReader(task, self._job, self._schema, self._setups)
             return TaskAssembly(reader, reader.units(shared), span)
         except (DataError, UnavailableError) as exc:
             try:
@@ -459,12 +462,15 @@ class TaskStreamer:
                 }
             )
             report = self._complete_request(task, read)
-            claim = leases.claim(task)
+            claim = leases.claim(task, inline=items.full())  # the queue is full: this reader waits for room in any case
             here = contextvars.copy_context()  # a waste report goes out in the reader's context
             claim.add_done_callback(lambda done: here.run(self._after_claim, task, report, span, done, leases))
+            # until it is queued, this reader still counts as reading: its next claim, soon after the queue has room,
+            # carries the reports of the tasks served meanwhile (a full queue waits for the consumer, who serves them)
+            queued = self._offer(task, read, report, claim, items, stop, leases.flush)
         finally:
             leases.read_done()
-        if not self._offer(task, read, report, claim, items, stop):
+        if not queued:
             leases.give_back(task)
             return False
         return True
@@ -479,6 +485,11 @@ class TaskStreamer:
         request = planner_pb2.FailTaskRequest(job_id=task.job_id, task_id=task.task_id, attempt=task.attempt, executor_id=self._executor_id, error=str(exc))
         try:
             self._planner.FailTask(request, timeout=30)
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+            # not the current lease: it expired, or a restarted planner never knew it and leases the task again
+            log.info("task %s attempt %d: the planner no longer holds this lease; its failure is not counted", task.task_id, task.attempt)
         finally:
             leases.settle(task)  # off this stream's hands: the planner retries it
 
@@ -500,8 +511,10 @@ class TaskStreamer:
         claim: Future[planner_pb2.ClaimTaskResponse],
         items: queue.Queue[Any],
         stop: threading.Event,
+        while_full: Callable[[], None] | None = None,
     ) -> bool:
-        """Queue a read task with its batches; False when the stream closed first."""
+        """Queue a read task with its batches; False when the stream closed first. while_full runs every time the
+        queue stays full for PUT_POLL_SECONDS (the served reports waiting go out: no claim of this reader's comes)."""
         offset = task.start_offset
         batches = read.batches or [pa.RecordBatch.from_pylist([], schema=self._schema)]
         served: Served = []
@@ -516,16 +529,17 @@ class TaskStreamer:
             )
             offset += batch.num_rows
             served.append((batch, origin))
-        return self._put(items, _ReadTask(task, report, read.nbytes, claim, served), stop)
+        return self._put(items, _ReadTask(task, report, read.nbytes, claim, served), stop, while_full)
 
     @staticmethod
-    def _put(items: queue.Queue[Any], item: object, stop: threading.Event) -> bool:
+    def _put(items: queue.Queue[Any], item: object, stop: threading.Event, while_full: Callable[[], None] | None = None) -> bool:
         while not stop.is_set():
             try:
-                items.put(item, timeout=0.2)
+                items.put(item, timeout=PUT_POLL_SECONDS)
                 return True
             except queue.Full:
-                continue
+                if while_full is not None:
+                    while_full()
         return False
 
     def _complete_request(self, task: planner_pb2.DataTask, read: TaskRead) -> planner_pb2.CompleteTaskRequest:

@@ -78,7 +78,7 @@ class JobDriver:
         """After a master restart: drive every unfinished job on from its persisted state.
 
         Planner, resource controller and executors kept running; a RUNNING job is followed again, an earlier
-        one is planned again (planning is idempotent per job id).
+        one is planned again (planning is idempotent per job id: the planner answers with the plan it holds).
         """
         for job in self._store.list():
             if not job.final:
@@ -175,7 +175,7 @@ class JobDriver:
                 plan = self._refresh_progress(job)
                 planner_away_since = None
             except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                if exc.code() == grpc.StatusCode.NOT_FOUND:  # a planner without a journal (or whose journal was lost) restarted
                     self._restart_from_checkpoint(job, handled, last_plan)
                     last_plan, exited_since = None, None
                     continue
@@ -237,11 +237,14 @@ class JobDriver:
         self._launch_role(job, crashed.role, 1, replaces=crashed.executor_id)
 
     def _restart_from_checkpoint(self, job: JobRecord, handled: set[str], last_plan: planner_pb2.GetPlanResponse | None) -> None:
-        """The planner came back without this job's plan: plan again, and restart every executor.
+        """The planner came back without this job's plan (it keeps no journal, or its journal was lost): plan again,
+        and restart every executor. A planner with its journal takes the plan over instead, and this never happens.
 
         The new trainer resumes from its last checkpoint, which holds the model and the per-task offsets together, and
-        hands those offsets to the new ledger: nothing is trained twice or skipped. The cost the old ledger had counted
-        (as last seen) is kept so that the report still adds up.
+        hands those offsets to the new ledger: nothing is trained twice or skipped (unless an open-ended source planned
+        its tasks differently this time: the new ledger then refuses the checkpoint). The cost the old ledger had
+        counted (as last seen) is kept so that the report still adds up: only here, since a recovered ledger goes on
+        with the counters its journal saved.
         """
         log.warning("job %s: the planner no longer holds its plan; planning again and restarting from the last checkpoint", job.job_id)
         released = self._peers.rc.ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id), timeout=60).executors
@@ -250,7 +253,7 @@ class JobDriver:
         restarts["planner"] = restarts.get("planner", 0) + 1
         earlier = carry_costs(job.progress.get("earlier_ledgers", {}), last_plan)
         summary = self._create_plan(job)
-        progress = {"restarts": restarts, "crashes_handled": sorted(handled), "earlier_ledgers": earlier, **_planned(summary)}
+        progress = {"restarts": restarts, "crashes_handled": sorted(handled), "earlier_ledgers": earlier, "plan_recoveries": 0, **_planned(summary)}
         self._store.update(job.job_id, progress_update=progress)
         self._launch(job)
         self._store.update(job.job_id, message="the planner lost this job's plan (it restarted): planned again; the trainer resumes from its last checkpoint")
@@ -259,11 +262,29 @@ class JobDriver:
         plan: planner_pb2.GetPlanResponse = self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job.job_id), timeout=10)
         if job.progress.get("tasks_done") != plan.tasks_done:
             self._store.update(job.job_id, progress_update={"tasks_done": plan.tasks_done})
+        self._count_recoveries(job, plan)
         return plan
+
+    def _count_recoveries(self, job: JobRecord, plan: planner_pb2.GetPlanResponse) -> None:
+        """A planner that restarted and took the plan over from its journal counts as a planner restart; nothing is
+        relaunched. Checked at every look at the plan, the last one (for the report) included."""
+        recovered = plan.recoveries - int(job.progress.get("plan_recoveries", 0))
+        if recovered <= 0:
+            return
+        restarts = dict(job.progress.get("restarts", {}))
+        restarts["planner"] = restarts.get("planner", 0) + recovered
+        log.warning("job %s: the planner restarted and recovered the plan from its journal; the executors keep running", job.job_id)
+        self._store.update(
+            job.job_id,
+            progress_update={"restarts": restarts, "plan_recoveries": plan.recoveries},
+            message="the planner restarted and took this job's plan over from its journal; the executors kept running",
+        )
 
     def _finish(self, job_id: str, state: str, message: str) -> None:
         """Release the executors, write the report, then persist the final state with the report's path."""
         plan = self._fetch_plan(job_id)
+        if plan is not None:
+            self._count_recoveries(self._store.get(job_id), plan)
         try:
             executors = list(self._peers.rc.ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id=job_id), timeout=60).executors)
         except grpc.RpcError as exc:
@@ -283,6 +304,14 @@ class JobDriver:
         path = write_report(build_report(final, services, executors, plan, decisions), Path(final.run_dir))
         self._store.update(job_id, state=state, message=message, report_path=str(path))
         log.info("job %s %s: %s (report %s)", job_id, state, message, path)
+        self._drop_plan(job_id)
+
+    def _drop_plan(self, job_id: str) -> None:
+        """The report holds what the plan had to say: the planner forgets it, and deletes its journal rows."""
+        try:
+            self._peers.planner.DropPlan(planner_pb2.DropPlanRequest(job_id=job_id), timeout=10)
+        except grpc.RpcError as exc:
+            log.warning("job %s: could not drop the plan: %s", job_id, exc.details())
 
     def _fetch_plan(self, job_id: str) -> planner_pb2.GetPlanResponse | None:
         try:

@@ -2,24 +2,44 @@
 
 Progress is counted once: a training task's rows count only when a trainer checkpoint that covers them
 commits. A retried task keeps its id; a superseded attempt's work is waste, never progress.
+
+A task's status changes only through the state machine of task_state (one method below per kind of transition), which
+keeps the counts behind exhausted(), pending() and counts() up to date; leases, expiries, stragglers, dependencies and
+lost executors are found through indexes, so no request passes over every task. Only resume() (a trainer restart) does.
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
-import math
-import statistics
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from enum import Enum
 
 from primus.errors import ConflictError, NotFoundError
 from primus.v1 import common_pb2
 from services.planner.shares import SourceCandidate, SourceShare, catch_up, choose_source
+from services.planner.task_state import (
+    ALL_EVENTS,
+    DONE,
+    FINISHED,
+    LEASED,
+    PENDING,
+    QUARANTINED,
+    SERVED,
+    SERVED_OR_FINISHED,
+    Event,
+    IllegalTransitionError,
+    TaskEntry,
+    TaskMoved,
+    TaskStates,
+    TaskStatus,
+    TransitionObserver,
+)
 from services.planner.tasks import TaskSpec
+
+__all__ = ["IllegalTransitionError", "Lease", "Progress", "SourceAccount", "TaskEntry", "TaskLedger", "TaskMoved", "TaskStatus", "TransitionObserver", "WorkDone"]
 
 log = logging.getLogger(__name__)
 DEFAULT_LEASE_SECONDS = 300.0
@@ -27,18 +47,11 @@ DEFAULT_MAX_ATTEMPTS = 3
 SPECULATE_AFTER_FACTOR = 3.0
 SPECULATE_MIN_SECONDS = 5.0
 TRAIN = common_pb2.TASK_PURPOSE_TRAIN
-
-
-class TaskStatus(Enum):
-    PENDING = "pending"
-    LEASED = "leased"
-    SERVED = "served"
-    DONE = "done"
-    QUARANTINED = "quarantined"
-
-
-FINISHED = (TaskStatus.DONE, TaskStatus.QUARANTINED)
-SERVED_OR_FINISHED = (TaskStatus.SERVED, *FINISHED)
+# A heap of leases (expiries, stragglers) drops the rows of ended leases once it holds this many more than twice the
+# rows that were live at its last compaction: garbage stays in proportion to what is in flight, never to the task graph.
+COMPACT_SLACK = 1024
+# The events of every task's life as module constants (see task_state's statuses: an Enum lookup costs ~60 ns).
+_LEASE, _SERVE, _COMMIT = Event.LEASE, Event.SERVE, Event.COMMIT
 
 
 @dataclass
@@ -46,20 +59,35 @@ class SourceAccount:
     """Counters attributed to one source: useful work and waste kept apart."""
 
     samples: int = 0
+    """Useful samples: training rows a checkpoint committed plus evaluated rows (snapshot() fills it in from the tasks)."""
     bytes_read: int = 0
+    """Bytes read from storage by every attempt, useful or not."""
     cpu_seconds: float = 0.0
+    """Executor CPU seconds spent reading and transforming, by every attempt."""
     retries: int = 0
+    """Attempts after a task's first: failed, expired, given back after a claim, lost with an executor, or resumed."""
     tasks_done: int = 0
+    """Tasks DONE now: committed by a checkpoint, or evaluated (a resume that serves one again takes it back)."""
     tasks_quarantined: int = 0
+    """Tasks set aside after their last attempt failed."""
     wasted_samples: int = 0
+    """Rows of failed or superseded attempts, and rows served past the checkpoint a trainer resumed from."""
     wasted_cpu_seconds: float = 0.0
+    """CPU seconds of failed or superseded attempts."""
     records_quarantined: int = 0
+    """Records set aside with their reason (any reason), by accepted attempts."""
     wasted_bytes: int = 0
+    """Bytes read by failed or superseded attempts."""
     speculative_attempts: int = 0
+    """Speculative copies of straggling tasks handed out."""
     labels_joined: int = 0
-    records_label_out_of_domain: int = 0  # of records_quarantined, by reason
+    """Rows that found their label in a label join."""
+    records_label_out_of_domain: int = 0
+    """Of records_quarantined: records whose label was null, NaN or not binary."""
     records_non_finite_dense: int = 0
-    values_filled_non_finite: int = 0  # values, not records: they were trained, as 0.0
+    """Of records_quarantined: records with a NaN or infinite dense value."""
+    values_filled_non_finite: int = 0
+    """Dense values, not records, that were NaN or infinite and trained as 0.0."""
 
 
 @dataclass(frozen=True)
@@ -84,47 +112,6 @@ def _charge(account: SourceAccount, work: WorkDone, wasted: bool) -> None:
         account.wasted_bytes += work.bytes_read
 
 
-class InFlight:
-    """Tasks and bytes leased and not yet served, per source, kept up as entries change status: a quota check reads
-    it instead of passing over every task."""
-
-    def __init__(self) -> None:
-        self.by_source: dict[str, list[int]] = {}
-
-    def moved(self, spec: TaskSpec, old: TaskStatus, new: TaskStatus) -> None:
-        if (old is TaskStatus.LEASED) == (new is TaskStatus.LEASED):
-            return
-        row = self.by_source.setdefault(spec.source, [0, 0])
-        sign = 1 if new is TaskStatus.LEASED else -1
-        row[0] += sign
-        row[1] += sign * spec.bytes
-
-
-@dataclass
-class TaskEntry:
-    spec: TaskSpec
-    status: TaskStatus = TaskStatus.PENDING
-    attempt: int = 0
-    executor: str = ""
-    lease_deadline: float = 0.0
-    leased_at: float = 0.0
-    committed: int = 0
-    served_rows: int = 0
-    charged_rows: int = 0  # rows its last lease charged to its source's share: an estimate until it is served
-    claimed_by: int = -1
-    speculative: tuple[int, str] | None = None
-    errors: list[str] = field(default_factory=list)
-    flight: InFlight | None = field(default=None, repr=False, compare=False)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        """Every change of status goes through here, so the ledger's in-flight counts follow it."""
-        if name == "status":
-            flight, old = self.__dict__.get("flight"), self.__dict__.get("status")
-            if flight is not None and isinstance(old, TaskStatus) and isinstance(value, TaskStatus):
-                flight.moved(self.spec, old, value)
-        object.__setattr__(self, name, value)
-
-
 @dataclass(frozen=True)
 class Lease:
     spec: TaskSpec
@@ -143,17 +130,70 @@ class Progress:
     finished: bool
 
 
+class PendingRows:
+    """(time order, task id) rows of a source's pending tasks, first row first: a run of rows that arrived in order (a
+    plan's tasks do), read from its head in O(1), and a heap of those that arrived out of order (a task back in the
+    queue, one woken by its dependency, a shuffled source's). Rows of tasks leased or finished since stay until they
+    come up; so a lease costs O(1) in the usual case and O(log n) at worst, never a pass over the tasks."""
+
+    __slots__ = ("_heap", "_run", "_start")
+
+    def __init__(self) -> None:
+        self._run: list[tuple[int, str]] = []
+        self._start = 0  # the run's rows before this were taken
+        self._heap: list[tuple[int, str]] = []
+
+    def __len__(self) -> int:
+        return len(self._run) - self._start + len(self._heap)
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        return iter([*self._run[self._start :], *self._heap])
+
+    def push(self, row: tuple[int, str]) -> None:
+        run = self._run
+        if self._start == len(run):
+            run.clear()
+            self._start = 0
+            run.append(row)
+        elif run[-1] <= row:
+            run.append(row)
+        else:
+            heapq.heappush(self._heap, row)
+
+    def first(self) -> tuple[int, str] | None:
+        run, start, heap = self._run, self._start, self._heap
+        if start < len(run):
+            row = run[start]
+            return heap[0] if heap and heap[0] < row else row
+        return heap[0] if heap else None
+
+    def pop(self) -> None:
+        """Take the first row (there is one)."""
+        run, start, heap = self._run, self._start, self._heap
+        if start < len(run) and not (heap and heap[0] < run[start]):
+            self._start = start = start + 1
+            if start > COMPACT_SLACK and start > len(run) // 2:  # drop the rows taken, O(1) amortized
+                del run[:start]
+                self._start = 0
+        else:
+            heapq.heappop(heap)
+
+
 @dataclass
 class SourceQueue:
     """One source's pending tasks of one purpose, and where the source stands in the mixture."""
 
     share: SourceShare
-    # (time order, task id) of the pending tasks; rows of tasks leased or finished since are dropped when they come
-    # up, so a lease costs a few heap operations, not a pass over every task
-    heap: list[tuple[int, str]] = field(default_factory=list)
+    # the pending tasks whose dependencies were met when last seen, in time order (see PendingRows)
+    rows: PendingRows = field(default_factory=PendingRows)
     pending_rows: int = 0  # estimated rows of its pending tasks: kept up on every change, never recounted
     leased_rows: float = 0.0  # virtual work done: see shares.catch_up and choose_source
     candidate: bool = False  # it had a runnable task at the purpose's last choice
+    quota: tuple[int, int] | None = None  # the source's quota: tasks and bytes leased at once
+    flight: list[int] = field(default_factory=lambda: [0, 0])  # the source's tasks and bytes leased now (TaskStates.in_flight's row)
+    verified: str = ""  # the task on top whose dependencies were all met at dependency epoch verified_epoch
+    verified_epoch: int = -1
+    offer: SourceCandidate | None = None  # the last candidate built for it: reused while its figures stay the same
 
 
 @dataclass
@@ -162,6 +202,62 @@ class PurposeQueues:
 
     sources: dict[str, SourceQueue] = field(default_factory=dict)
     virtual_time: float = 0.0
+
+
+class RunningMedian:
+    """The median of every value added so far, O(log n) to add and O(1) to read: the lower half in a max-heap (negated),
+    the upper half in a min-heap, the lower one never shorter nor more than one longer."""
+
+    def __init__(self) -> None:
+        self._low: list[float] = []
+        self._high: list[float] = []
+
+    def __len__(self) -> int:
+        return len(self._low) + len(self._high)
+
+    def add(self, value: float) -> None:
+        if self._low and value > -self._low[0]:
+            heapq.heappush(self._high, value)
+        else:
+            heapq.heappush(self._low, -value)
+        if len(self._low) > len(self._high) + 1:
+            heapq.heappush(self._high, -heapq.heappop(self._low))
+        elif len(self._high) > len(self._low):
+            heapq.heappush(self._low, -heapq.heappop(self._high))
+
+    def median(self) -> float:
+        """As statistics.median: the middle value, or the mean of the two middle ones (at least one value added)."""
+        if len(self._low) > len(self._high):
+            return -self._low[0]
+        return (-self._low[0] + self._high[0]) / 2
+
+
+class LeaseHeap:
+    """(time, task id) rows of leases, earliest first, where time is the lease's start plus offset (its deadline, or its
+    start). A row whose lease ended stays until it comes up, or until the heap has grown to twice the rows that were
+    live at its last compaction (plus slack), when only the rows of leases still running are kept: it holds rows in
+    proportion to the leases in flight, never to the task graph, at O(1) amortized per lease."""
+
+    def __init__(self, entries: dict[str, TaskEntry], offset: float) -> None:
+        self.rows: list[tuple[float, str]] = []
+        self._entries = entries
+        self._offset = offset
+        self._limit = COMPACT_SLACK
+
+    def push(self, leased_at: float, task_id: str) -> None:
+        rows = self.rows
+        heapq.heappush(rows, (leased_at + self._offset, task_id))
+        if len(rows) > self._limit:
+            entries, offset, leased = self._entries, self._offset, LEASED
+            rows[:] = [row for row in rows if (entry := entries[row[1]]).status is leased and entry.leased_at + offset == row[0]]
+            heapq.heapify(rows)
+            self._limit = 2 * len(rows) + COMPACT_SLACK
+
+
+def _unclaimed_lease(entry: TaskEntry, leased_at: float) -> bool:
+    """The entry is still on the lease that began at leased_at, unclaimed and without a speculative copy: a lease that
+    fails this never straggles again (a claim or a copy lasts until the lease ends)."""
+    return entry.status is LEASED and entry.leased_at == leased_at and entry.claimed_by < 0 and entry.speculative is None
 
 
 class TaskLedger:
@@ -174,25 +270,46 @@ class TaskLedger:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         quotas: dict[str, tuple[int, int]] | None = None,
         shares: dict[str, SourceShare] | None = None,
+        observer: TransitionObserver | None = None,
     ) -> None:
         """quotas: per source, at most this many tasks and bytes leased at once (a single task may exceed the bytes).
         shares: per source, its weight, priority and lag limit in the lease mixture; a source not named gets weight 1,
-        never lags, and has its tasks' priority."""
+        never lags, and has its tasks' priority. observer: hears every transition (see TaskStates.move), under the
+        ledger's lock and in order: it must be quick and must not call the ledger."""
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
+        self._waiters = 0  # threads in wait_for_change
         self._quotas = quotas or {}
         self._shares = dict(shares or {})
         self._entries: dict[str, TaskEntry] = {}
-        self._flight = InFlight()
+        self._states = TaskStates(observer)
         self._pending: dict[int, PurposeQueues] = {}
-        self._next_expiry = math.inf  # no lease runs out before this
+        self._waiting_on: dict[str, list[str]] = {}  # a dependency's id -> pending tasks found waiting for it
+        self._deps_epoch = 0  # counts the tasks that went back from served or finished (and the tasks added)
+        self._expiries = LeaseHeap(self._entries, lease_seconds)  # (deadline, task id) of the leases
+        self._unclaimed: dict[int, LeaseHeap] = {}  # purpose -> (leased at, task id) of its leases not claimed nor copied when last seen
+        self._executors: dict[str, str] = {}  # one string per executor name, shared by the entries it leased
         self._lease_seconds = lease_seconds
         self._max_attempts = max_attempts
-        self._durations: list[float] = []
+        self._durations = RunningMedian()
+        self._committed: dict[str, int] = {}  # per source, the sum of its tasks' committed rows
         self.accounts: dict[str, SourceAccount] = {}
         self.open_ended = False
         self.checkpoint_seq = 0
         self.add_tasks(tasks)
+
+    @property
+    def observer(self) -> TransitionObserver | None:
+        return self._states.observer
+
+    @observer.setter
+    def observer(self, observer: TransitionObserver | None) -> None:
+        self.observe(observer)
+
+    def observe(self, observer: TransitionObserver | None, events: frozenset[Event] = ALL_EVENTS) -> None:
+        """From now on the observer hears the transitions of these events (None: nobody hears any)."""
+        with self._lock:
+            self._states.observer, self._states.observed = observer, events
 
     def add_tasks(self, tasks: Iterable[TaskSpec]) -> int:
         """Add newly planned tasks (incremental planning); a task id already known is left alone."""
@@ -201,11 +318,143 @@ class TaskLedger:
             added = 0
             for task in tasks:
                 if task.task_id not in self._entries:
-                    self._entries[task.task_id] = entry = TaskEntry(task, flight=self._flight)
-                    self._make_pending(entry)
-                    self.accounts.setdefault(task.source, SourceAccount())
+                    self._entries[task.task_id] = entry = TaskEntry(task)
+                    self._states.added(entry)
+                    self._enqueue(entry)
+                    if task.source not in self.accounts:
+                        self.accounts[task.source] = SourceAccount()
+                        self._committed[task.source] = 0
                     added += 1
+            self._deps_epoch += 1  # a task found runnable may depend on one of these
             return added
+
+    # --- the state machine: one method per kind of transition (task_state.LEGAL) --------------------------------
+    # Each moves the entry through TaskStates.move (the check, the counts, the observer), then keeps up the ledger's
+    # own queues: a task entering PENDING goes into its source's pending rows, one leaving it takes its rows out of the
+    # source's pending rows, a lease enters the expiry and straggler heaps, and a task entering SERVED or a finished
+    # status wakes the tasks waiting for it.
+
+    def _lease_entry(self, entry: TaskEntry, queue: SourceQueue, executor: str, now: float) -> None:
+        """LEASE: PENDING -> LEASED, held by the executor from now."""
+        entry.executor, entry.leased_at, entry.claimed_by = executor, now, -1
+        self._states.move(entry, _LEASE)
+        spec = entry.spec
+        queue.pending_rows -= spec.rows
+        self._expiries.push(now, spec.task_id)
+        (self._unclaimed.get(spec.purpose) or self._unclaimed_heap(spec.purpose)).push(now, spec.task_id)
+
+    def _release_entry(self, entry: TaskEntry) -> None:
+        """RELEASE: LEASED -> PENDING; a claimed one starts a new attempt, since its rows may have been served."""
+        if entry.claimed_by >= 0:
+            entry.attempt, entry.claimed_by, entry.speculative = entry.attempt + 1, -1, None
+            self.accounts[entry.spec.source].retries += 1
+        self._states.move(entry, Event.RELEASE)
+        entry.executor = ""
+        self._enqueue(entry)
+
+    def _retry_entry(self, entry: TaskEntry, event: Event, error: str) -> None:
+        """RETRY, EXPIRE (LEASED -> PENDING) or LOSE (LEASED or SERVED -> PENDING): a new attempt of the same task."""
+        entry.attempt += 1
+        self.accounts[entry.spec.source].retries += 1
+        self._back_in_queue(entry, self._states.move(entry, event, error))
+
+    def _quarantine_entry(self, entry: TaskEntry, error: str) -> None:
+        """QUARANTINE: LEASED or SERVED -> QUARANTINED, its last attempt spent."""
+        self.accounts[entry.spec.source].tasks_quarantined += 1
+        if self._states.move(entry, Event.QUARANTINE, error) is LEASED:
+            self._wake_dependents(entry.spec.task_id)
+        entry.executor, entry.claimed_by, entry.speculative = "", -1, None
+
+    def _serve_entry(self, entry: TaskEntry) -> None:
+        """SERVE: LEASED -> SERVED, a training task whose rows now wait for a checkpoint."""
+        self._states.move(entry, _SERVE)
+        self._wake_dependents(entry.spec.task_id)
+
+    def _evaluate_entry(self, entry: TaskEntry, rows: int) -> None:
+        """EVALUATE: LEASED -> DONE, an evaluation task whose rows count at once."""
+        self._set_committed(entry, entry.committed + rows)
+        self.accounts[entry.spec.source].tasks_done += 1
+        self._states.move(entry, Event.EVALUATE)
+        self._wake_dependents(entry.spec.task_id)
+
+    def _commit_entry(self, entry: TaskEntry) -> None:
+        """COMMIT: PENDING, LEASED or SERVED -> DONE, a checkpoint covered all of it."""
+        self.accounts[entry.spec.source].tasks_done += 1
+        old = self._states.move(entry, _COMMIT)
+        if old is not SERVED:
+            if old is PENDING:
+                self._queue(entry.spec).pending_rows -= entry.spec.rows
+            self._wake_dependents(entry.spec.task_id)
+
+    def _resume_entry(self, entry: TaskEntry) -> None:
+        """RESUME: LEASED, SERVED, DONE or QUARANTINED -> PENDING, to be served again after a trainer restart."""
+        if entry.status is DONE:
+            self.accounts[entry.spec.source].tasks_done -= 1
+        self._back_in_queue(entry, self._states.move(entry, Event.RESUME))
+
+    def _back_in_queue(self, entry: TaskEntry, old: TaskStatus) -> None:
+        """After a move to PENDING from old: no executor holds it, it waits in its source's rows, and if it had been
+        served, tasks found runnable because of it must be checked again."""
+        entry.executor, entry.claimed_by, entry.speculative = "", -1, None
+        self._enqueue(entry)
+        if old in SERVED_OR_FINISHED:
+            self._deps_epoch += 1
+
+    def _retry_or_quarantine(self, entry: TaskEntry, event: Event, error: str) -> None:
+        """A failed attempt (RETRY, EXPIRE or LOSE): tried again, or quarantined once it has failed max_attempts times."""
+        entry.errors = (*entry.errors, error)
+        if len(entry.errors) >= self._max_attempts:
+            self._quarantine_entry(entry, error)
+        else:
+            self._retry_entry(entry, event, error)
+
+    def _set_committed(self, entry: TaskEntry, rows: int) -> None:
+        self._committed[entry.spec.source] += rows - entry.committed
+        entry.committed = rows
+
+    # --- queues and indexes ------------------------------------------------------------------
+
+    def _queue(self, spec: TaskSpec) -> SourceQueue:
+        queues = self._pending.get(spec.purpose)
+        if queues is None:
+            queues = self._pending[spec.purpose] = PurposeQueues()
+        queue = queues.sources.get(spec.source)
+        if queue is None:
+            share = self._shares.get(spec.source) or SourceShare(priority=spec.priority)
+            queue = queues.sources[spec.source] = SourceQueue(share, quota=self._quotas.get(spec.source), flight=self._states.flight(spec.source))
+        return queue
+
+    def _enqueue(self, entry: TaskEntry) -> None:
+        """A pending entry, new or back, in its source's pending rows, and its row count in the source's pending_rows."""
+        spec = entry.spec
+        queue = self._queue(spec)
+        queue.rows.push((spec.order, spec.task_id))
+        queue.pending_rows += spec.rows
+
+    def _unmet_dependency(self, entry: TaskEntry) -> str | None:
+        """A dependency not served yet, or None: ordering is about serving, and commits wait for checkpoints. A
+        dependency this plan does not have counts as met."""
+        for dependency in entry.spec.depends_on:
+            other = self._entries.get(dependency)
+            if other is not None and other.status not in SERVED_OR_FINISHED:
+                return dependency
+        return None
+
+    def _wake_dependents(self, task_id: str) -> None:
+        """A task was served or finished: the pending tasks found waiting for it go back into their sources' rows (any other
+        dependency they still wait for is found when they come up again)."""
+        if task_id not in self._waiting_on:
+            return
+        for waiter_id in self._waiting_on.pop(task_id):
+            waiter = self._entries[waiter_id]
+            if waiter.status is PENDING:
+                self._queue(waiter.spec).rows.push((waiter.spec.order, waiter_id))
+
+    def _unclaimed_heap(self, purpose: int) -> LeaseHeap:
+        heap = self._unclaimed.get(purpose)
+        if heap is None:
+            heap = self._unclaimed[purpose] = LeaseHeap(self._entries, 0.0)
+        return heap
 
     # --- leasing -----------------------------------------------------------------------------
 
@@ -214,135 +463,125 @@ class TaskLedger:
         a speculative copy of a straggler, or None."""
         now = time.time() if now is None else now
         with self._lock:
-            self._expire(now)
-            entry = self._next_ready(purpose)
-            if entry is not None:
-                self._leave_pending(entry)
+            if self._expiries.rows and self._expiries.rows[0][0] < now:
+                self._expire(now)
+            executor = self._executors.setdefault(executor, executor)
+            found = self._next_ready(purpose)
+            if found is not None:
+                entry, queue = found
                 entry.charged_rows = max(1, entry.spec.rows - entry.committed)
-                self._queue(entry.spec).leased_rows += entry.charged_rows
-                entry.status, entry.executor = TaskStatus.LEASED, executor
-                entry.lease_deadline, entry.leased_at, entry.claimed_by = now + self._lease_seconds, now, -1
-                self._next_expiry = min(self._next_expiry, entry.lease_deadline)
-                return Lease(entry.spec, entry.attempt, entry.lease_deadline, entry.committed)
+                queue.leased_rows += entry.charged_rows
+                self._lease_entry(entry, queue, executor, now)
+                return Lease(entry.spec, entry.attempt, now + self._lease_seconds, entry.committed)
             return self._speculate(purpose, executor, now)
 
     def pending(self, purpose: int) -> int:
-        """About how many tasks of the purpose wait to be leased: an upper bound (a task queued twice, or gone from
-        the queue other than by a lease, counts until a lease comes across its row)."""
+        """How many tasks of the purpose wait to be leased (runnable now or not)."""
         with self._lock:
-            queues = self._pending.get(purpose)
-            return sum(len(q.heap) for q in queues.sources.values()) if queues else 0
+            return self._states.count(purpose, PENDING)
 
-    def _queue(self, spec: TaskSpec) -> SourceQueue:
-        queues = self._pending.setdefault(spec.purpose, PurposeQueues())
-        queue = queues.sources.get(spec.source)
-        if queue is None:
-            queue = queues.sources[spec.source] = SourceQueue(self._shares.get(spec.source) or SourceShare(priority=spec.priority))
-        return queue
-
-    def _make_pending(self, entry: TaskEntry) -> None:
-        """The entry, new or not pending, waits to be leased (again): pending, in its source's heap, and its rows in
-        the source's pending rows. The one way to make it so."""
-        entry.status = TaskStatus.PENDING
-        spec = entry.spec
-        queue = self._queue(spec)
-        heapq.heappush(queue.heap, (spec.order, spec.task_id))
-        queue.pending_rows += spec.rows
-
-    def _leave_pending(self, entry: TaskEntry) -> None:
-        """Before a pending entry is leased or finished: its rows leave its source's pending rows (its heap row is
-        dropped when it comes up)."""
-        if entry.status is TaskStatus.PENDING:
-            self._queue(entry.spec).pending_rows -= entry.spec.rows
-
-    def _next_ready(self, purpose: int) -> TaskEntry | None:
-        """The task to lease next, taken off its heap: among the sources with a runnable task (its dependencies
-        served, its source under quota), the one shares.choose_source picks after shares.catch_up has levelled those
-        that rejoined; then that source's first runnable task in time order."""
+    def _next_ready(self, purpose: int) -> tuple[TaskEntry, SourceQueue] | None:
+        """The task to lease next and its queue, taken off its rows: among the sources with a runnable task (its
+        dependencies served, its source under quota), the one shares.choose_source picks after shares.catch_up has
+        levelled those that rejoined; then that source's first runnable task in time order."""
         queues = self._pending.get(purpose)
         if queues is None:
             return None
-        in_flight = self._in_flight() if self._quotas else {}
-        ready: dict[str, TaskEntry] = {}
-        waiting: list[tuple[SourceQueue, tuple[int, str]]] = []  # pending but not runnable: back in their heaps below
+        ready: list[tuple[TaskEntry, SourceQueue]] = []
+        candidates: list[SourceCandidate] = []
+        rejoined = False
         for name, queue in queues.sources.items():
-            entry = self._first_runnable(name, queue, in_flight, waiting)
-            if entry is not None:
-                ready[name] = entry
-        candidates = [SourceCandidate(name, q.share, q.leased_rows, q.pending_rows, rejoined=not q.candidate) for name, q in queues.sources.items() if name in ready]
-        for name, queue in queues.sources.items():
-            queue.candidate = name in ready
-        found = None
-        if candidates:
+            quota = queue.quota
+            entry = self._first_runnable(queue) if quota is None or queue.flight[0] < quota[0] else None
+            if entry is None:
+                queue.candidate = False
+                continue
+            ready.append((entry, queue))
+            offer = queue.offer  # the candidate built last time, if nothing it shows changed since (the usual case)
+            if offer is None or offer.leased_rows != queue.leased_rows or offer.pending_rows != queue.pending_rows or offer.rejoined == queue.candidate:
+                offer = queue.offer = SourceCandidate(name, queue.share, queue.leased_rows, queue.pending_rows, not queue.candidate)
+            candidates.append(offer)
+            rejoined = rejoined or offer.rejoined
+            queue.candidate = True
+        if not candidates:
+            return None
+        if rejoined:
             candidates = catch_up(candidates, queues.virtual_time)
-            for candidate in candidates:
-                queues.sources[candidate.name].leased_rows = candidate.leased_rows
-            queues.virtual_time = max(queues.virtual_time, min(c.progress for c in candidates))
+            for candidate, (_, queue) in zip(candidates, ready, strict=True):
+                queue.leased_rows = candidate.leased_rows
+        queues.virtual_time = max(queues.virtual_time, min(c.progress for c in candidates))
+        found = ready[0]
+        if len(candidates) > 1:
             chosen = choose_source(candidates)
-            heapq.heappop(queues.sources[chosen].heap)
-            found = ready[chosen]
-        for queue, row in waiting:
-            heapq.heappush(queue.heap, row)
+            found = next(pair for pair, candidate in zip(ready, candidates, strict=True) if candidate.name == chosen)
+        found[1].rows.pop()
         return found
 
-    def _first_runnable(
-        self, source: str, queue: SourceQueue, in_flight: dict[str, tuple[int, int]], waiting: list[tuple[SourceQueue, tuple[int, str]]]
-    ) -> TaskEntry | None:
-        """The source's first pending task in time order that can run now, left on top of its heap: the rows of tasks
-        no longer pending before it are dropped, and those of tasks not runnable yet are moved to waiting."""
-        quota = self._quotas.get(source)
-        if quota is not None and in_flight.get(source, (0, 0))[0] >= quota[0]:
-            return None  # no task of the source can run: spare popping them all
-        held: set[str] = set()
-        while queue.heap:
-            row = queue.heap[0]
-            entry = self._entries[row[1]]
-            if entry.status is not TaskStatus.PENDING or row[1] in held:
-                heapq.heappop(queue.heap)  # leased or finished since it was queued, or queued twice
-            elif self._deps_met(entry) and self._under_quota(entry, in_flight):
-                return entry
-            else:
-                held.add(row[1])
-                waiting.append((queue, heapq.heappop(queue.heap)))
+    def _first_runnable(self, queue: SourceQueue) -> TaskEntry | None:
+        """The source's first pending task in time order if it can run now, left first in its rows. Rows of tasks no
+        longer pending before it are dropped; tasks waiting for a dependency leave the rows until it is served. The
+        source waits while its first task would take it past its byte quota (the caller checks its task quota)."""
+        quota, flight, rows, entries = queue.quota, queue.flight, queue.rows, self._entries
+        while (row := rows.first()) is not None:
+            task_id = row[1]
+            entry = entries[task_id]
+            if entry.status is not PENDING:
+                rows.pop()  # leased or finished since it was queued, or queued twice
+                continue
+            if entry.spec.depends_on and (queue.verified != task_id or queue.verified_epoch != self._deps_epoch):
+                dependency = self._unmet_dependency(entry)
+                if dependency is not None:
+                    rows.pop()
+                    self._waiting_on.setdefault(dependency, []).append(task_id)
+                    continue
+                queue.verified, queue.verified_epoch = task_id, self._deps_epoch  # met until a served task is served again
+            if quota is not None and flight[0] and flight[1] + entry.spec.bytes > quota[1]:
+                return None
+            return entry
         return None
-
-    def _deps_met(self, entry: TaskEntry) -> bool:
-        """Dependencies count as met once served: ordering is about serving, and commits wait for checkpoints."""
-        return all(self._entries[d].status in SERVED_OR_FINISHED for d in entry.spec.depends_on if d in self._entries)
-
-    def _under_quota(self, entry: TaskEntry, in_flight: dict[str, tuple[int, int]]) -> bool:
-        quota = self._quotas.get(entry.spec.source)
-        if quota is None:
-            return True
-        tasks, size = in_flight.get(entry.spec.source, (0, 0))
-        return tasks < quota[0] and (tasks == 0 or size + entry.spec.bytes <= quota[1])
 
     def _in_flight(self) -> dict[str, tuple[int, int]]:
-        """Per source, the tasks and bytes leased now (kept up by InFlight, not counted here)."""
-        return {source: (row[0], row[1]) for source, row in self._flight.by_source.items()}
+        """Per source, the tasks and bytes leased now (kept up by the state machine, not counted here)."""
+        return {source: (row[0], row[1]) for source, row in self._states.in_flight.items()}
 
     def _speculate(self, purpose: int, executor: str, now: float) -> Lease | None:
+        """A speculative copy of the purpose's longest-running unclaimed lease held by another executor, once it has
+        run past SPECULATE_AFTER_FACTOR times the median serving time (and SPECULATE_MIN_SECONDS)."""
         if len(self._durations) < 3:
             return None
-        threshold = max(SPECULATE_MIN_SECONDS, SPECULATE_AFTER_FACTOR * statistics.median(self._durations))
-        for entry in self._entries.values():
-            straggling = entry.status is TaskStatus.LEASED and entry.claimed_by < 0 and now - entry.leased_at > threshold
-            if straggling and entry.spec.purpose == purpose and entry.speculative is None and entry.executor != executor:
-                entry.speculative = (entry.attempt + 1, executor)
-                self.accounts[entry.spec.source].speculative_attempts += 1
-                return Lease(entry.spec, entry.attempt + 1, entry.lease_deadline, entry.committed, speculative=True)
-        return None
+        threshold = max(SPECULATE_MIN_SECONDS, SPECULATE_AFTER_FACTOR * self._durations.median())
+        heap = self._unclaimed_heap(purpose).rows
+        if not heap:
+            return None
+        own: list[tuple[float, str]] = []  # the asking executor's own stragglers: kept for the others to copy
+        found = None
+        while heap and now - heap[0][0] > threshold:
+            leased_at, task_id = heapq.heappop(heap)
+            entry = self._entries[task_id]
+            if not _unclaimed_lease(entry, leased_at):
+                continue  # this lease ended, was claimed or already has its copy: it never straggles again
+            if entry.executor == executor:
+                own.append((leased_at, task_id))
+                continue
+            found = entry
+            break
+        for row in own:
+            heapq.heappush(heap, row)
+        if found is None:
+            return None
+        found.speculative = (found.attempt + 1, executor)
+        self.accounts[found.spec.source].speculative_attempts += 1
+        return Lease(found.spec, found.attempt + 1, found.leased_at + self._lease_seconds, found.committed, speculative=True)
 
     def claim(self, task_id: str, attempt: int) -> bool:
         """Before serving: the first live attempt to claim a task serves it; later claimants lose."""
         with self._lock:
-            entry = self._entry(task_id)
-            live = {entry.attempt} | ({entry.speculative[0]} if entry.speculative else set())
-            if entry.status is not TaskStatus.LEASED or attempt not in live or entry.claimed_by >= 0:
+            entry = self._entries.get(task_id) or self._entry(task_id)
+            live = attempt == entry.attempt or (entry.speculative is not None and attempt == entry.speculative[0])
+            if entry.status is not LEASED or not live or entry.claimed_by >= 0:
                 return False
             entry.claimed_by = attempt
-            if attempt != entry.attempt:
-                entry.attempt = attempt
+            entry.attempt = attempt
             entry.speculative = None
             return True
 
@@ -351,28 +590,30 @@ class TaskLedger:
         with self._lock:
             self._notify()
             entry = self._entry(task_id)
-            if entry.status is not TaskStatus.LEASED or entry.attempt != attempt:
+            if entry.status is not LEASED or entry.attempt != attempt:
                 return
-            entry.executor = ""
-            self._make_pending(entry)
-            if entry.claimed_by >= 0:
-                entry.attempt, entry.claimed_by, entry.speculative = entry.attempt + 1, -1, None
-                self.accounts[entry.spec.source].retries += 1
+            self._release_entry(entry)
 
     def wait_for_change(self, timeout: float) -> None:
         """Block until a task changes state (served, failed, committed, released, added) or the timeout passes."""
         with self._changed:
-            self._changed.wait(timeout)
+            self._waiters += 1
+            try:
+                self._changed.wait(timeout)
+            finally:
+                self._waiters -= 1
 
     def _notify(self) -> None:
-        self._changed.notify_all()
+        """Wake the long polls waiting for a change (a notify with nobody waiting still costs a lock round trip)."""
+        if self._waiters:
+            self._changed.notify_all()
 
     def exhausted(self, purpose: int) -> bool:
         """True when nothing of the purpose is pending or being read, and no more can be planned."""
         with self._lock:
             if self.open_ended and purpose == TRAIN:
                 return False
-            return all(e.status not in (TaskStatus.PENDING, TaskStatus.LEASED) for e in self._entries.values() if e.spec.purpose == purpose)
+            return self._states.count(purpose, PENDING) + self._states.count(purpose, LEASED) == 0
 
     # --- outcomes ----------------------------------------------------------------------------
 
@@ -381,10 +622,10 @@ class TaskLedger:
         now = time.time() if now is None else now
         with self._lock:
             self._notify()
-            entry = self._entry(task_id)
+            entry = self._entries.get(task_id) or self._entry(task_id)
             account = self.accounts[entry.spec.source]
             current = entry.attempt == attempt and entry.claimed_by == attempt
-            wasted = not current or entry.status not in (TaskStatus.LEASED, TaskStatus.DONE)
+            wasted = not current or entry.status not in (LEASED, DONE)
             _charge(account, work, wasted)
             if wasted:
                 return False
@@ -393,20 +634,19 @@ class TaskLedger:
             account.records_label_out_of_domain += work.records_label_out_of_domain
             account.records_non_finite_dense += work.records_non_finite_dense
             account.values_filled_non_finite += work.values_filled_non_finite
-            if entry.status is TaskStatus.DONE:  # the trainer committed it before this report arrived
+            if entry.status is DONE:  # the trainer committed it before this report arrived
                 return True
-            self._durations.append(max(0.0, now - entry.leased_at))
+            self._durations.add(max(0.0, now - entry.leased_at))
             entry.served_rows = work.rows
             # The share counts the rows served, not the estimate: a label source serves only its late rows, and
             # transformations may reject some. Counted once per lease: a speculative copy's report charges nothing.
-            self._queue(entry.spec).leased_rows += work.rows - entry.charged_rows
-            entry.charged_rows = work.rows
+            if work.rows != entry.charged_rows:
+                self._queue(entry.spec).leased_rows += work.rows - entry.charged_rows
+                entry.charged_rows = work.rows
             if entry.spec.purpose == TRAIN:
-                entry.status = TaskStatus.SERVED
+                self._serve_entry(entry)
             else:
-                entry.status = TaskStatus.DONE
-                entry.committed = entry.committed + work.rows
-                account.tasks_done += 1
+                self._evaluate_entry(entry, work.rows)
             return True
 
     def fail(self, task_id: str, attempt: int, error: str, work: WorkDone) -> TaskStatus:
@@ -416,16 +656,18 @@ class TaskLedger:
             entry = self._entry(task_id)
             _charge(self.accounts[entry.spec.source], work, wasted=True)
             if entry.speculative is not None and entry.speculative[0] == attempt:
-                entry.speculative = None
+                entry.speculative = None  # the copy failed: the straggler may be copied again
+                if entry.status is LEASED and entry.claimed_by < 0:
+                    self._unclaimed_heap(entry.spec.purpose).push(entry.leased_at, task_id)
                 return entry.status
-            if entry.status is not TaskStatus.LEASED or entry.attempt != attempt:
+            if entry.status is not LEASED or entry.attempt != attempt:
                 raise ConflictError(f"task {task_id} attempt {attempt} is not the current lease (attempt {entry.attempt}, {entry.status.value})")
-            entry.errors.append(error)
-            self._retry_or_quarantine(entry)
+            self._retry_or_quarantine(entry, Event.RETRY, error)
             return entry.status
 
     def commit(self, checkpoint_seq: int, progress: Iterable[Progress], lost_executors: Iterable[str] = ()) -> int:
-        """A trainer checkpoint committed: its offsets become progress; lost executors' work goes back to the queue."""
+        """A trainer checkpoint committed: its offsets become progress; lost executors' work goes back to the queue.
+        O(progress items + tasks the lost executors hold)."""
         with self._lock:
             self._notify()
             if checkpoint_seq < self.checkpoint_seq:
@@ -433,28 +675,25 @@ class TaskLedger:
             self.checkpoint_seq = checkpoint_seq
             done = 0
             for item in progress:
-                entry = self._entry(item.task_id)
-                entry.committed = max(entry.committed, item.rows_consumed)
+                entry = self._entries.get(item.task_id) or self._entry(item.task_id)
+                if item.rows_consumed > entry.committed:
+                    self._set_committed(entry, item.rows_consumed)
                 if item.finished and entry.status not in FINISHED:
-                    self._leave_pending(entry)
-                    entry.status = TaskStatus.DONE
-                    self.accounts[entry.spec.source].tasks_done += 1
+                    self._commit_entry(entry)
                     done += 1
-            for executor in set(lost_executors):
-                for entry in self._entries.values():
-                    if entry.executor == executor and entry.status in (TaskStatus.LEASED, TaskStatus.SERVED):
-                        entry.errors.append(f"executor {executor} was lost")
-                        self._retry_or_quarantine(entry)
-                        log.info(
-                            "task %s of lost executor %s: %s, attempt %d, from row %d", entry.spec.task_id, executor, entry.status.value, entry.attempt, entry.committed
-                        )
+            for executor in dict.fromkeys(lost_executors):
+                for task_id in list(self._states.held_by.get(executor, ())):
+                    entry = self._entries[task_id]
+                    self._retry_or_quarantine(entry, Event.LOSE, f"executor {executor} was lost")
+                    log.info("task %s of lost executor %s: %s, attempt %d, from row %d", task_id, executor, entry.status.value, entry.attempt, entry.committed)
             return done
 
     def resume(self, checkpoint_seq: int, progress: Iterable[Progress]) -> int:
-        """A trainer restarted from a checkpoint: offsets return to it and all unfinished work is served again."""
+        """A trainer restarted from a checkpoint: offsets return to it and all unfinished work is served again. Passes
+        over every task: a restart is rare."""
         with self._lock:
             by_task = {p.task_id: p for p in progress}
-            unknown = sorted(set(by_task) - set(self._entries))
+            unknown = sorted(task_id for task_id in by_task if task_id not in self._entries)
             if unknown:
                 raise ConflictError(
                     f"the checkpoint names {len(unknown)} task(s) this plan does not have (first: {unknown[0]}); the plan changed since the "
@@ -464,61 +703,46 @@ class TaskLedger:
             self.checkpoint_seq = checkpoint_seq
             reset = 0
             for entry in self._entries.values():
-                account = self.accounts[entry.spec.source]
                 if entry.spec.purpose != TRAIN:
-                    if entry.status is not TaskStatus.PENDING:
-                        account.tasks_done -= entry.status is TaskStatus.DONE
-                        entry.committed, entry.executor = 0, ""
-                        self._make_pending(entry)
+                    if entry.status is not PENDING:
+                        self._set_committed(entry, 0)
+                        self._resume_entry(entry)
                         reset += 1
                     continue
-                item = by_task.get(entry.spec.task_id)
-                target = item.rows_consumed if item else 0
-                was_done = entry.status is TaskStatus.DONE
-                if entry.status is TaskStatus.QUARANTINED:
-                    continue
-                if item is not None and item.finished:
-                    entry.committed = target
-                    if not was_done:
-                        self._leave_pending(entry)
-                        entry.status = TaskStatus.DONE
-                        account.tasks_done += 1
-                    continue
-                if entry.status is TaskStatus.PENDING and entry.committed == target:
-                    continue
-                account.wasted_samples += max(0, max(entry.committed, entry.served_rows) - target)
-                account.tasks_done -= was_done
-                entry.committed = target
-                entry.executor, entry.claimed_by, entry.speculative = "", -1, None
-                if entry.status is not TaskStatus.PENDING:
-                    self._make_pending(entry)
-                entry.attempt += 1
-                account.retries += 1
-                reset += 1
+                reset += self._resume_training(entry, by_task.get(entry.spec.task_id))
             return reset
 
-    def _retry_or_quarantine(self, entry: TaskEntry) -> None:
+    def _resume_training(self, entry: TaskEntry, item: Progress | None) -> int:
+        """One training task back at the checkpoint: done if it covered all of it, else served again from its offset
+        (a new attempt); 1 if it was reset."""
+        if entry.status is QUARANTINED:
+            return 0
+        target = item.rows_consumed if item else 0
+        if item is not None and item.finished:
+            self._set_committed(entry, target)
+            if entry.status is not DONE:
+                self._commit_entry(entry)
+            return 0
+        if entry.status is PENDING and entry.committed == target:
+            return 0
+        account = self.accounts[entry.spec.source]
+        account.wasted_samples += max(0, max(entry.committed, entry.served_rows) - target)
+        self._set_committed(entry, target)
+        if entry.status is not PENDING:
+            self._resume_entry(entry)
         entry.executor, entry.claimed_by, entry.speculative = "", -1, None
-        if len(entry.errors) >= self._max_attempts:
-            entry.status = TaskStatus.QUARANTINED
-            self.accounts[entry.spec.source].tasks_quarantined += 1
-            return
-        self._make_pending(entry)
         entry.attempt += 1
-        self.accounts[entry.spec.source].retries += 1
+        account.retries += 1
+        return 1
 
     def _expire(self, now: float) -> None:
-        if now <= self._next_expiry:
-            return
-        self._next_expiry = math.inf
-        for entry in self._entries.values():
-            if entry.status is not TaskStatus.LEASED:
-                continue
-            if entry.lease_deadline < now:
-                entry.errors.append(f"lease held by {entry.executor} expired")
-                self._retry_or_quarantine(entry)
-            else:
-                self._next_expiry = min(self._next_expiry, entry.lease_deadline)
+        """Leases whose deadline passed are retried (or quarantined): O(log n) per lease that ends, expired or not."""
+        heap = self._expiries.rows
+        while heap and heap[0][0] < now:
+            deadline, task_id = heapq.heappop(heap)
+            entry = self._entries[task_id]
+            if entry.status is LEASED and entry.leased_at + self._lease_seconds == deadline:
+                self._retry_or_quarantine(entry, Event.EXPIRE, f"lease held by {entry.executor} expired")
 
     def _entry(self, task_id: str) -> TaskEntry:
         entry = self._entries.get(task_id)
@@ -526,37 +750,55 @@ class TaskLedger:
             raise NotFoundError(f"unknown task {task_id}")
         return entry
 
-    # --- views -------------------------------------------------------------------------------
+    # --- recovery: a restarted planner replays its journal (services.planner.journal) into a fresh ledger ---------
+    # Commits, resumes and added tasks replay through the methods above; these two restore what only a transition
+    # recorded. A task that is not pending (a record replayed twice) is left as it is.
+
+    def restore_quarantined(self, task_id: str, errors: tuple[str, ...]) -> None:
+        """RESTORE_QUARANTINED: PENDING -> QUARANTINED, set aside again with the errors of its attempts."""
+        with self._lock:
+            entry = self._entry(task_id)
+            if entry.status is not PENDING:
+                return
+            entry.errors = tuple(errors)
+            self.accounts[entry.spec.source].tasks_quarantined += 1
+            self._states.move(entry, Event.RESTORE_QUARANTINED, entry.errors[-1] if entry.errors else "")
+            self._queue(entry.spec).pending_rows -= entry.spec.rows
+            self._wake_dependents(task_id)
+
+    def restore_evaluated(self, task_id: str, rows: int) -> None:
+        """RESTORE_EVALUATED: PENDING -> DONE, an evaluation task whose rows were counted before the restart."""
+        with self._lock:
+            entry = self._entry(task_id)
+            if entry.status is not PENDING:
+                return
+            self._set_committed(entry, rows)
+            self.accounts[entry.spec.source].tasks_done += 1
+            self._states.move(entry, Event.RESTORE_EVALUATED)
+            self._queue(entry.spec).pending_rows -= entry.spec.rows
+            self._wake_dependents(task_id)
+
+    # --- views: O(sources), except quarantined() which is O(quarantined tasks) ---------------
 
     def samples_by_source(self) -> dict[str, int]:
         """Useful samples: committed training rows plus evaluated rows, per source."""
         with self._lock:
-            out: dict[str, int] = dict.fromkeys(self.accounts, 0)
-            for entry in self._entries.values():
-                out[entry.spec.source] += entry.committed
-            return out
+            return dict(self._committed)
 
     def snapshot(self) -> dict[str, SourceAccount]:
-        samples = self.samples_by_source()
         with self._lock:
-            return {name: SourceAccount(**{**vars(a), "samples": samples[name]}) for name, a in self.accounts.items()}
+            return {name: SourceAccount(**{**vars(a), "samples": self._committed[name]}) for name, a in self.accounts.items()}
 
     def counts(self) -> dict[TaskStatus, int]:
         with self._lock:
-            out = dict.fromkeys(TaskStatus, 0)
-            for entry in self._entries.values():
-                out[entry.status] += 1
-            return out
+            return self._states.counts()
 
     def counts_by_source(self) -> dict[tuple[str, int, TaskStatus], int]:
-        """Tasks per (source, purpose, status)."""
+        """Tasks per (source, purpose, status), for the combinations that have any."""
         with self._lock:
-            out: dict[tuple[str, int, TaskStatus], int] = {}
-            for entry in self._entries.values():
-                key = (entry.spec.source, entry.spec.purpose, entry.status)
-                out[key] = out.get(key, 0) + 1
-            return out
+            return self._states.counts_by_source()
 
     def quarantined(self) -> list[TaskEntry]:
+        """The quarantined tasks, in the order they were set aside."""
         with self._lock:
-            return [e for e in self._entries.values() if e.status is TaskStatus.QUARANTINED]
+            return [self._entries[task_id] for task_id in self._states.quarantined]

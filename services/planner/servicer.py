@@ -162,6 +162,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
                 planner_pb2.QuarantinedTask(task_id=e.spec.task_id, source=e.spec.source, partition=e.spec.partition, reason=e.errors[-1], attempts=len(e.errors))
                 for e in ledger.quarantined()
             ],
+            recoveries=job_plan.recoveries,
         )
 
     def LeaseTask(self, request: planner_pb2.LeaseTaskRequest, context: grpc.ServicerContext) -> planner_pb2.LeaseTaskResponse:
@@ -213,13 +214,13 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         return planner_pb2.FailTaskResponse(will_retry=status is TaskStatus.PENDING, quarantined=status is TaskStatus.QUARANTINED)
 
     def CommitProgress(self, request: planner_pb2.CommitProgressRequest, context: grpc.ServicerContext) -> planner_pb2.CommitProgressResponse:
-        ledger = self._registry.get(request.job_id).ledger
-        done = ledger.commit(request.checkpoint_seq, _progress(list(request.progress)), request.lost_executors)
+        """Answers once the commit is journalled (group commit): the trainer then deletes older checkpoints."""
+        done = self._registry.commit(request.job_id, request.checkpoint_seq, _progress(list(request.progress)), request.lost_executors)
         return planner_pb2.CommitProgressResponse(accepted=True, tasks_committed=done)
 
     def ResumeTraining(self, request: planner_pb2.ResumeTrainingRequest, context: grpc.ServicerContext) -> planner_pb2.ResumeTrainingResponse:
-        ledger = self._registry.get(request.job_id).ledger
-        return planner_pb2.ResumeTrainingResponse(tasks_reset=ledger.resume(request.checkpoint_seq, _progress(list(request.progress))))
+        reset = self._registry.resume(request.job_id, request.checkpoint_seq, _progress(list(request.progress)))
+        return planner_pb2.ResumeTrainingResponse(tasks_reset=reset)
 
     def DropPlan(self, request: planner_pb2.DropPlanRequest, context: grpc.ServicerContext) -> planner_pb2.DropPlanResponse:
         self._registry.drop(request.job_id)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from primus.sources import Partition, Piece
 from primus.v1 import common_pb2
@@ -15,7 +15,7 @@ TARGET_DECODED_BYTES = 64 * 1024 * 1024
 OPEN_COST_BYTES = 1 * 1024 * 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskSpec:
     """An immutable task of a plan; attempts, leases and offsets live in the ledger."""
 
@@ -29,14 +29,16 @@ class TaskSpec:
     order: int
     adapter: str = "files"
     depends_on: tuple[str, ...] = ()
+    # Its pieces' totals, summed once: the ledger reads them on every lease and report (two slots, and for the usual
+    # task of one piece, the piece's own int objects).
+    bytes: int = field(init=False, repr=False, compare=False)
+    rows: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def bytes(self) -> int:
-        return sum(p.bytes for p in self.pieces)
-
-    @property
-    def rows(self) -> int:
-        return sum(p.rows for p in self.pieces)
+    def __post_init__(self) -> None:
+        pieces = self.pieces
+        one = len(pieces) == 1
+        object.__setattr__(self, "bytes", pieces[0].bytes if one else sum(p.bytes for p in pieces))
+        object.__setattr__(self, "rows", pieces[0].rows if one else sum(p.rows for p in pieces))
 
 
 def task_id(plan_version: int, source: str, partition: str, split: str) -> str:
@@ -94,14 +96,15 @@ def split_partition(
     """The tasks of one ready partition, in time order, each chained after the previous one of its source; row_bytes
     is the decoded width of a training row (0: pack by stored bytes alone)."""
     purpose_tag = "eval" if purpose == common_pb2.TASK_PURPOSE_EVAL else "train"
+    key = partition.key  # one string shared by the partition's tasks (the property builds a new one each time)
     tasks = []
     for group in pack_pieces(partition.pieces, target_bytes, row_bytes=row_bytes):
         split = ";".join(p.identity for p in group)
         tasks.append(
             TaskSpec(
-                task_id=task_id(plan_version, f"{partition.source}:{purpose_tag}", partition.key, split),
+                task_id=task_id(plan_version, f"{partition.source}:{purpose_tag}", key, split),
                 source=partition.source,
-                partition=partition.key,
+                partition=key,
                 purpose=purpose,
                 pieces=tuple(group),
                 priority=priority,

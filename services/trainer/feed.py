@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -51,6 +51,17 @@ class Served:
 class Lost:
     executor_id: str
     error: str
+
+
+class Feed(Protocol):
+    """What a training loop reads: Served batches and Lost events; whether more is queued now; reopen after a loss."""
+
+    @property
+    def has_more(self) -> bool: ...
+
+    def reopen(self) -> None: ...
+
+    def __iter__(self) -> Iterator[Served | Lost]: ...
 
 
 def fixed(addresses: dict[str, str]) -> Discover:

@@ -19,14 +19,16 @@ from services.trainer import checkpoint as ckpt
 from services.trainer.consumed import ConsumedTasks
 from services.trainer.delayed_labels import JoinedFraction
 from services.trainer.export import export_snapshot
-from services.trainer.feed import BatchFeed, Discover, Lost
+from services.trainer.feed import BatchFeed, Discover, Feed, Lost
 from services.trainer.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
 from services.trainer.model import batch_to_tensors
 from services.trainer.training import CtrTrainer, ProgressFn, TrainingResult, finite
 
 log = logging.getLogger(__name__)
-PLAN_LOST_CODES = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE)
+PLANNER_AWAY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+PLANNER_GRACE_SECONDS = 120.0  # as long as the master waits for a planner that is away
 PLAN_LOST_EXIT_CODE = 75  # EX_TEMPFAIL: the master plans the job again and restarts the trainer from its checkpoint
+OpenFeed = Callable[[int, int], Feed]  # (task purpose, batches the consumer may hold past the next) -> a feed
 
 
 class PlanLostError(Exception):
@@ -34,15 +36,26 @@ class PlanLostError(Exception):
 
 
 def _to_planner(call: Callable[..., Any], request: Any) -> Any:
-    """One planner call; losing the plan becomes PlanLostError, so the trainer exits without failing the job."""
-    try:
-        return call(request, timeout=30)
-    except grpc.RpcError as exc:
-        if exc.code() in PLAN_LOST_CODES:
-            raise PlanLostError(f"the planner lost this job's plan or is unreachable ({exc.code().name}: {exc.details()})") from None
-        if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
-            raise ConflictError(f"the planner refused: {exc.details()}") from None
-        raise
+    """One planner call, retried while the planner is away (a restarting planner takes its plan over from its journal;
+    commits and resumes carry absolute offsets, so a retry is harmless). A plan the planner no longer has, or a planner
+    away past the grace, becomes PlanLostError, so the trainer exits without failing the job."""
+    away_since: float | None = None
+    while True:
+        try:
+            return call(request, timeout=30)
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if code in PLANNER_AWAY_CODES:
+                away_since = away_since or time.monotonic()
+                if time.monotonic() - away_since < PLANNER_GRACE_SECONDS:
+                    log.warning("the planner is away (%s); retrying", code.name)
+                    time.sleep(1.0)
+                    continue
+            if code == grpc.StatusCode.NOT_FOUND or code in PLANNER_AWAY_CODES:
+                raise PlanLostError(f"the planner lost this job's plan or is unreachable ({code.name}: {exc.details()})") from None
+            if code == grpc.StatusCode.FAILED_PRECONDITION:
+                raise ConflictError(f"the planner refused: {exc.details()}") from None
+            raise
 
 
 class TrainingSession:
@@ -57,12 +70,15 @@ class TrainingSession:
         checkpoint_dir: Path,
         discover: Discover,
         progress: ProgressFn,
+        open_feed: OpenFeed | None = None,
     ) -> None:
+        """open_feed: where the batches come from; by default a BatchFeed from the executors discover() names."""
         self.job_id, self.trainer_id, self.job = job_id, trainer_id, job
         self.planner = planner
         self.checkpoint_dir = checkpoint_dir
         self.discover = discover
         self.progress = progress
+        self.open_feed = open_feed or self._batch_feed
         self.trainer = CtrTrainer(job.spec.training, job.spec.data)
         self.mixer = mixer_for(job)
         self.consumed = ConsumedTasks()
@@ -72,6 +88,9 @@ class TrainingSession:
         self._tracer = telemetry.tracer("primus.trainer")
         self._last = {"checkpoint": 0, "report": 0, "export": 0}
         self._example: Minibatch | None = None
+
+    def _batch_feed(self, purpose: int, held: int) -> Feed:
+        return BatchFeed(self.discover, self.job_id, self.trainer_id, purpose, held=held)
 
     def resume(self) -> bool:
         """Load the newest checkpoint, if any, and have the planner serve everything after it again; with none, a
@@ -153,7 +172,7 @@ class TrainingSession:
         """Feed, mix, train. A lost executor commits what was trained and has its tasks served again; rows the mixer
         still holds from it train in their turn, and the re-served copies of them are dropped on arrival."""
         started = time.perf_counter()
-        feed = BatchFeed(self.discover, self.job_id, self.trainer_id, common_pb2.TASK_PURPOSE_TRAIN, held=MAX_HELD_BATCHES)
+        feed = self.open_feed(common_pb2.TASK_PURPOSE_TRAIN, MAX_HELD_BATCHES)
         stopped = False
         with self._tracer.start_as_current_span("train") as span:
             for event in feed:
@@ -214,7 +233,7 @@ class TrainingSession:
 
     def evaluate(self) -> TrainingResult:
         seen = ConsumedTasks()
-        feed = BatchFeed(self.discover, self.job_id, self.trainer_id, common_pb2.TASK_PURPOSE_EVAL)
+        feed = self.open_feed(common_pb2.TASK_PURPOSE_EVAL, 0)
         with self._tracer.start_as_current_span("evaluate") as span:
             for event in feed:
                 if isinstance(event, Lost):

@@ -1,0 +1,541 @@
+"""The trainer's feed: the real training loop fed through the mesh against the same loop fed the same batches from memory.
+
+mesh: a planner process and data-executor processes (as many as the job asks, each decoding into its shared-memory
+arena) serve the job's Parquet files to a trainer process, whose TrainingSession trains them through its BatchFeed,
+the consumed-task cursors, the mixer and the CtrTrainer step, checkpointing to the planner on its schedule (its
+progress reports to a master are left out: there is none).
+memory: the same trainer process and TrainingSession, fed the batches the mesh served (copied into ordinary memory,
+with their origins, in the order they came) by a feed that hands them over with nothing in between; no executor
+runs. The two alternate over the rounds, on the demo shape (what `primus demo` writes: 600-row files of 256-row
+groups) and on larger files.
+
+Besides samples/s, each run splits the training thread's wall time into its CPU time, its time runnable without a
+core (CPU contention), its time blocked in the feed (waiting for data; the first batch apart) and other waits, and
+counts the CPU seconds of the trainer's other threads, of the executors and of the planner. --executor-nice adds a
+third arm, the mesh with its executors at a lower CPU priority, to see how much of the contention priority recovers.
+
+Prints tables; the last line is one JSON object of the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+import yaml
+from rich.table import Table
+
+from primus import rpc
+from primus.console import console
+from primus.demo import DEMO_START, demo_job, write_demo
+from primus.demo_data import generate_dataset
+from primus.spec import TrainingJob, load_job_file
+from primus.v1 import data_executor_pb2, planner_pb2, planner_pb2_grpc
+from services.data_executor.server import DataExecutor, create_executor
+from services.planner.registry import PlanRegistry
+from services.planner.server import create_server
+from services.trainer.feed import BatchFeed, Feed, Lost, Served, fixed
+from services.trainer.session import TrainingSession
+
+SEED = 7
+ROUNDS = 5
+QUICK_ROUNDS = 2
+LARGE_ROWS_PER_HOUR = 20_000
+LARGE_ROW_GROUP_ROWS = 128 * 1024
+GOAL = 0.9
+MODES = ("mesh", "memory")
+NICE_MODE = "mesh_nice"  # an experiment (--executor-nice): the mesh with its executors at a lower CPU priority
+
+
+# --- data ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A dataset: days of hourly files (the last day held out, so not trained here) and rows per file."""
+
+    name: str
+    days: int
+    rows_per_hour: int
+    row_group_rows: int | None  # None: as the demo writes them (256-row groups)
+
+
+def prepare(shape: Shape, cache: Path) -> Path:
+    """Generate the dataset once per shape under cache; returns its job file."""
+    folder = cache / f"{shape.name}-{shape.days}d-{shape.rows_per_hour}-rg{shape.row_group_rows or 0}"
+    if shape.row_group_rows is None:
+        return write_demo(folder, shape.days, shape.rows_per_hour, SEED, progress=lambda line: print(line, file=sys.stderr))
+    stamp = folder / "dataset.json"
+    params = {"days": shape.days, "rows_per_hour": shape.rows_per_hour, "seed": SEED, "row_group_rows": shape.row_group_rows}
+    if not stamp.exists() or json.loads(stamp.read_text()) != params:
+        shutil.rmtree(folder, ignore_errors=True)
+        print(f"generating {shape.days * 24 * shape.rows_per_hour} rows into {folder} ...", file=sys.stderr)
+        generate_dataset(folder / "clicks", DEMO_START, shape.days, rows_per_hour=shape.rows_per_hour, seed=SEED)
+        for path in sorted((folder / "clicks").rglob("*.parquet")):
+            pq.write_table(pq.read_table(path), path, row_group_size=shape.row_group_rows)
+        stamp.write_text(json.dumps(params))
+    job_file = folder / "job.yaml"
+    job_file.write_text(yaml.safe_dump(demo_job("clicks/date={date}/hour={hour}", shape.days), sort_keys=False))
+    return job_file
+
+
+# --- child processes -----------------------------------------------------------------------------
+
+Handler = Callable[..., Any]
+
+
+def _serve_commands(conn: Connection, handlers: dict[str, Handler]) -> None:
+    """A child's loop: (command, *args) in, one reply out, until "exit". Each child is a session of its own, as the
+    resource controller starts its workers: the scheduler then shares the cores between them as it does there
+    (with autogroup, per session; the local backend's cgroups do the same per worker)."""
+    os.setsid()
+    handlers = {**handlers, "cpu": time.process_time}
+    while True:
+        command, *args = conn.recv()
+        if command == "exit":
+            conn.send(None)
+            return
+        try:
+            conn.send(handlers[command](*args))
+        except Exception as exc:  # noqa: BLE001 - the parent reports a child's failure
+            conn.send(RuntimeError(f"{command}: {exc!r}"))
+
+
+def planner_host(conn: Connection) -> None:
+    planner = create_server("127.0.0.1:0", PlanRegistry())
+    _serve_commands(conn, {"address": lambda: planner.address})
+    planner.stop(grace=0)
+
+
+def executor_host(conn: Connection, index: int, planner_address: str, job_file: Path, niceness: int) -> None:
+    """One data-executor process, as the resource controller launches them (decoding into its arena); one executor
+    per benchmark job, started and stopped on command. niceness > 0 (an experiment): the process runs at a lower
+    CPU priority than the trainer, so that on a shared core the step goes first."""
+    if niceness:
+        os.nice(niceness)  # before any thread starts: every thread of the process inherits it
+    job = load_job_file(job_file)
+    running: list[DataExecutor] = []
+
+    def start(job_id: str) -> str:
+        running.append(create_executor(f"bench-e{index}", job_id, planner_address, job, decode_into_shared_memory=True))
+        return running[-1].data_address
+
+    def stop() -> None:
+        running.pop().stop()
+
+    _serve_commands(conn, {"start": start, "stop": stop})
+
+
+@dataclass
+class Clock:
+    """What one training run did, measured inside the trainer process."""
+
+    rows: int = 0
+    steps: int = 0
+    seconds: float = 0.0  # TrainingSession.train(), start to end (its final checkpoint included)
+    cpu: float = 0.0  # the trainer process, every thread
+    loop_cpu: float = 0.0  # the training thread
+    loop_runqueue: float = 0.0  # the training thread runnable but waiting for a core (/proc schedstat): CPU contention
+    stall: float = 0.0  # the training loop blocked in the feed (the mesh arm; nothing to wait for from memory)
+    first_batch: float = 0.0  # from the start of train() to the first batch in hand
+    step_seconds: float = 0.0  # wall time in CtrTrainer.train_minibatch (Arrow to tensors, forward, backward, update)
+    step_cpu: float = 0.0  # the training thread's CPU time in it
+    executors_cpu: float = 0.0  # filled in by the parent
+    planner_cpu: float = 0.0
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.rows / self.seconds
+
+
+class MemoryFeed:
+    """The from-memory arm: the served batches, in the order they came, handed over with nothing in between."""
+
+    def __init__(self, served: list[Served]) -> None:
+        self._served = served
+        self._next = 0
+
+    @property
+    def has_more(self) -> bool:
+        return self._next < len(self._served)
+
+    def reopen(self) -> None:
+        """Nothing is ever lost from memory."""
+
+    def __iter__(self) -> Iterator[Served | Lost]:
+        for index, served in enumerate(self._served):
+            self._next = index + 1
+            yield served
+
+
+class Watched:
+    """A feed whose first item's arrival is timed, and whose items are copied into `keep` when given (the capture)."""
+
+    def __init__(self, feed: Feed, keep: list[Served] | None = None) -> None:
+        self.feed = feed
+        self.keep = keep
+        self.first_at = 0.0
+
+    @property
+    def has_more(self) -> bool:
+        return self.feed.has_more
+
+    def reopen(self) -> None:
+        self.feed.reopen()
+
+    def __iter__(self) -> Iterator[Served | Lost]:
+        for item in self.feed:
+            self.first_at = self.first_at or time.perf_counter()
+            if self.keep is not None and isinstance(item, Served):
+                self.keep.append(Served(_copied(item.batch), _copied_origin(item.origin), item.executor_id))
+            yield item
+
+
+def _copied(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch in this process's ordinary memory (a served one lives in the executor's arena, lent until released)."""
+    return pa.RecordBatch.from_arrays([pa.concat_arrays([column]) for column in batch.columns], schema=batch.schema)
+
+
+def _copied_origin(origin: data_executor_pb2.BatchOrigin) -> data_executor_pb2.BatchOrigin:
+    copy = data_executor_pb2.BatchOrigin()
+    copy.CopyFrom(origin)
+    return copy
+
+
+def trainer_host(conn: Connection, planner_address: str, job_file: Path, torch_threads: int, work_dir: Path) -> None:
+    """The trainer process: one TrainingSession per run, fed through the mesh or from what a mesh run served."""
+    torch.set_num_threads(torch_threads)  # as services/trainer/__main__.py does with the trainer's cores
+    job = load_job_file(job_file)
+    planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(planner_address))
+    captured: list[Served] = []
+
+    def train(mode: str, job_id: str, addresses: dict[str, str], capture: bool) -> dict[str, float]:
+        clock = Clock()
+        watched: list[Watched] = []
+        feeds: list[BatchFeed] = []
+
+        def open_feed(purpose: int, held: int) -> Feed:
+            inner: Feed
+            if mode == "mesh":
+                inner = BatchFeed(fixed(addresses), job_id, "bench-trainer", purpose, held=held, replacement_timeout=30)
+                feeds.append(inner)
+            else:
+                inner = MemoryFeed(captured)
+            watched.append(Watched(inner, captured if capture else None))
+            return watched[-1]
+
+        if capture:
+            captured.clear()
+        checkpoints = work_dir / job_id / "checkpoints"
+        session = TrainingSession(job_id, "bench-trainer", job, planner, checkpoints, fixed(addresses), lambda *_: False, open_feed)
+        session.resume()
+        _time_steps(session, clock)
+        cpu, loop_cpu, runqueue, started = time.process_time(), time.thread_time(), _runqueue_seconds(), time.perf_counter()
+        result = session.train()
+        clock.seconds = time.perf_counter() - started
+        clock.cpu, clock.loop_cpu, clock.loop_runqueue = time.process_time() - cpu, time.thread_time() - loop_cpu, _runqueue_seconds() - runqueue
+        clock.rows, clock.steps = result.train_samples, result.steps
+        clock.stall = sum(feed.stall_seconds for feed in feeds)
+        clock.first_batch = watched[0].first_at - started if watched and watched[0].first_at else 0.0
+        shutil.rmtree(work_dir / job_id, ignore_errors=True)
+        return asdict(clock)
+
+    _serve_commands(conn, {"train": train})
+
+
+def _runqueue_seconds() -> float:
+    """How long this thread has waited for a core while runnable (Linux schedstat; 0 where there is none)."""
+    try:
+        return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _time_steps(session: TrainingSession, clock: Clock) -> None:
+    """Wrap this session's model step to add its wall and thread CPU time to the clock."""
+    step = session.trainer.train_minibatch
+
+    def timed(*args: Any) -> None:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        step(*args)
+        clock.step_seconds += time.perf_counter() - wall
+        clock.step_cpu += time.thread_time() - cpu
+
+    session.trainer.train_minibatch = timed  # type: ignore[method-assign,assignment]
+
+
+# --- orchestration -------------------------------------------------------------------------------
+
+
+@dataclass
+class Child:
+    name: str
+    process: mp.process.BaseProcess
+    conn: Connection
+
+    def call(self, *command: object) -> Any:
+        self.conn.send(command)
+        reply = self.conn.recv()
+        if isinstance(reply, Exception):
+            raise RuntimeError(f"{self.name}: {reply}")
+        return reply
+
+    def close(self) -> None:
+        if self.process.is_alive():
+            self.call("exit")
+        self.process.join(timeout=30)
+
+
+def spawn(name: str, target: Callable[..., None], *args: object) -> Child:
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    process = ctx.Process(target=target, args=(child, *args), name=name, daemon=True)
+    process.start()
+    return Child(name, process, parent)
+
+
+@dataclass
+class Bench:
+    """The processes of one dataset's runs: a planner, the job's data executors and a trainer; with a niceness, a
+    second set of executors at that niceness for the mesh_nice arm."""
+
+    job_file: Path
+    torch_threads: int
+    work_dir: Path
+    executor_niceness: int = 0
+    children: dict[str, Child] = field(default_factory=dict)
+    runs: int = 0
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return (*MODES, NICE_MODE) if self.executor_niceness else MODES
+
+    def start(self) -> None:
+        job: TrainingJob = load_job_file(self.job_file)
+        self.spec_yaml = job.to_yaml()
+        self.children["planner"] = spawn("planner", planner_host)
+        address = self.children["planner"].call("address")
+        rpc.wait_until_serving(address)
+        self.planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(address))
+        for mode in self.modes:
+            niceness = self.executor_niceness if mode == NICE_MODE else 0
+            for index in range(job.spec.resources.data_executor.replicas if mode != "memory" else 0):
+                self.children[f"{mode}-executor-{index}"] = spawn(f"{mode}-executor-{index}", executor_host, index, address, self.job_file, niceness)
+        self.children["trainer"] = spawn("trainer", trainer_host, address, self.job_file, self.torch_threads, self.work_dir)
+
+    def executors(self, mode: str) -> list[Child]:
+        return [child for name, child in self.children.items() if name.startswith(f"{mode}-executor-")]
+
+    def close(self) -> None:
+        for child in self.children.values():
+            child.close()
+
+    def run(self, mode: str, capture: bool = False) -> Clock:
+        """One training run of the job, planned afresh (the memory arm's checkpoints commit to a plan of their own)."""
+        self.runs += 1
+        job_id = f"bench-feed-{mode.replace('_', '-')}-{self.runs}"
+        self.planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job_id, spec_yaml=self.spec_yaml), timeout=120)
+        executors = self.executors(mode)
+        addresses = {f"bench-e{i}": child.call("start", job_id) for i, child in enumerate(executors)}
+        cpu_before = {name: child.call("cpu") for name, child in self.children.items()}
+        try:
+            measured = self.children["trainer"].call("train", "memory" if mode == "memory" else "mesh", job_id, addresses, capture)
+        finally:
+            cpu = {name: child.call("cpu") - cpu_before[name] for name, child in self.children.items()}
+            for child in executors:
+                child.call("stop")
+            self.planner.DropPlan(planner_pb2.DropPlanRequest(job_id=job_id), timeout=30)
+        clock = Clock(**measured)
+        clock.executors_cpu = sum(seconds for name, seconds in cpu.items() if "-executor-" in name)
+        clock.planner_cpu = cpu["planner"]
+        return clock
+
+
+def round_orders(modes: tuple[str, ...], rounds: int) -> list[tuple[str, ...]]:
+    """Each round's order: the modes rotate and every other round runs backwards, so that no mode always runs first
+    or right after the same one."""
+    orders = []
+    for index in range(rounds):
+        rotated = modes[index % len(modes) :] + modes[: index % len(modes)]
+        orders.append(rotated if index % 2 == 0 else rotated[::-1])
+    return orders
+
+
+def run_rounds(bench: Bench, rounds: int, label: str) -> dict[str, list[Clock]]:
+    """A capturing mesh run (it also warms every process up), then `rounds` rounds of every mode (round_orders)."""
+    bench.run("mesh", capture=True)
+    results: dict[str, list[Clock]] = {mode: [] for mode in bench.modes}
+    for index, order in enumerate(round_orders(bench.modes, rounds)):
+        for mode in order:
+            clock = bench.run(mode)
+            results[mode].append(clock)
+            print(
+                f"{label} round {index + 1}/{rounds} {mode:<9} {clock.rows:>8} rows {clock.seconds:7.3f} s {clock.samples_per_s:>9,.0f} samples/s "
+                f"stall {clock.stall:.3f} s trainer cpu {clock.cpu:.2f} s executors cpu {clock.executors_cpu:.2f} s",
+                file=sys.stderr,
+            )
+    return results
+
+
+# --- summary -------------------------------------------------------------------------------------
+
+
+def _median(clocks: list[Clock], key: Callable[[Clock], float]) -> float:
+    return statistics.median(key(c) for c in clocks)
+
+
+def summarize(results: dict[str, list[Clock]]) -> dict[str, Any]:
+    """Medians per mode; the ratio is the median of the rounds' paired ratios (each round runs both side by side)."""
+    per_mode: dict[str, Any] = {}
+    for mode, clocks in results.items():
+        per_mode[mode] = {
+            "rows": clocks[0].rows,
+            "samples_per_s": round(_median(clocks, lambda c: c.samples_per_s)),
+            "seconds": round(_median(clocks, lambda c: c.seconds), 4),
+            "first_batch_s": round(_median(clocks, lambda c: c.first_batch), 4),
+            "stall_ms_per_step": round(_median(clocks, lambda c: 1000 * c.stall / max(c.steps, 1)), 3),
+            "stall_s": round(_median(clocks, lambda c: c.stall), 4),
+            "stall_share": round(_median(clocks, lambda c: c.stall / c.seconds), 4),
+            "step_ms": round(_median(clocks, lambda c: 1000 * c.step_seconds / max(c.steps, 1)), 3),
+            "step_cpu_ms": round(_median(clocks, lambda c: 1000 * c.step_cpu / max(c.steps, 1)), 3),
+            "trainer_cpu_s": round(_median(clocks, lambda c: c.cpu), 3),
+            "training_thread_cpu_s": round(_median(clocks, lambda c: c.loop_cpu), 3),
+            "training_thread_runqueue_s": round(_median(clocks, lambda c: c.loop_runqueue), 4),
+            "training_thread_other_wait_s": round(_median(clocks, lambda c: c.seconds - c.loop_cpu - c.loop_runqueue - c.stall), 4),
+            "other_threads_cpu_s": round(_median(clocks, lambda c: c.cpu - c.loop_cpu), 3),
+            "executors_cpu_s": round(_median(clocks, lambda c: c.executors_cpu), 3),
+            "planner_cpu_s": round(_median(clocks, lambda c: c.planner_cpu), 3),
+        }
+    summary: dict[str, Any] = {"modes": per_mode}
+    for mode in [m for m in results if m != "memory"]:
+        pairs = list(zip(results[mode], results["memory"], strict=True))
+        ratios = [m.samples_per_s / f.samples_per_s for m, f in pairs]
+        prefix = "" if mode == "mesh" else f"{mode}_"
+        summary[f"{prefix}ratio"] = round(statistics.median(ratios), 3)
+        summary[f"{prefix}round_ratios"] = [round(r, 3) for r in ratios]
+        summary[f"{prefix}gap"] = {part: round(statistics.median(_gap(m, f)[part] for m, f in pairs), 4) for part in GAP_PARTS}
+    return summary
+
+
+GAP_PARTS = ("seconds", "waits_for_a_core", "waits_for_first_batch", "waits_for_data_later", "more_cpu", "other_waits")
+
+
+def _gap(mesh: Clock, memory: Clock) -> dict[str, float]:
+    """What the mesh run took longer than the memory run beside it, split over the training thread's wall time:
+    runnable without a core (CPU contention: the executors, the planner and the trainer's own feed threads run on
+    the same cores), blocked for the first batch and for later ones (waiting for data), more CPU time on its own
+    (caches the preemptions cooled, the feed's queue), and blocked otherwise (the GIL, the checkpoint's disk and RPC)."""
+    first = min(mesh.stall, mesh.first_batch)
+    return {
+        "seconds": mesh.seconds - memory.seconds,
+        "waits_for_a_core": mesh.loop_runqueue - memory.loop_runqueue,
+        "waits_for_first_batch": first,
+        "waits_for_data_later": mesh.stall - first,
+        "more_cpu": mesh.loop_cpu - memory.loop_cpu,
+        "other_waits": (mesh.seconds - mesh.loop_cpu - mesh.loop_runqueue - mesh.stall) - (memory.seconds - memory.loop_cpu - memory.loop_runqueue - memory.stall),
+    }
+
+
+THROUGHPUT_COLUMNS = {
+    "samples/s": "samples_per_s",
+    "seconds": "seconds",
+    "first batch s": "first_batch_s",
+    "stall ms/step": "stall_ms_per_step",
+    "step ms": "step_ms",
+    "step cpu ms": "step_cpu_ms",
+}
+# The training thread's wall time, split: on a core, runnable but waiting for one, blocked in the feed, blocked
+# otherwise (the GIL, the checkpoint's disk and RPC); then the CPU of everything else.
+TIME_COLUMNS = {
+    "training thread cpu s": "training_thread_cpu_s",
+    "waits for a core s": "training_thread_runqueue_s",
+    "waits for data s": "stall_s",
+    "other waits s": "training_thread_other_wait_s",
+    "trainer's other threads cpu s": "other_threads_cpu_s",
+    "executors cpu s": "executors_cpu_s",
+    "planner cpu s": "planner_cpu_s",
+}
+
+
+def print_table(name: str, summary: dict[str, Any], rounds: int) -> None:
+    title = f"{name}: {summary['modes']['mesh']['rows']:,} rows trained, medians of {rounds} alternating rounds"
+    for columns in (THROUGHPUT_COLUMNS, TIME_COLUMNS):
+        table = Table(title=title, title_justify="left")
+        table.add_column("mode")
+        for column in columns:
+            table.add_column(column, justify="right")
+        for mode, figures in summary["modes"].items():
+            table.add_row(mode, *(f"{figures[key]:,}" for key in columns.values()))
+        console.print(table)
+        title = ""
+    for mode in [m for m in summary["modes"] if m != "memory"]:
+        prefix = "" if mode == "mesh" else f"{mode}_"
+        gap, ratio, rounds_seen = summary[f"{prefix}gap"], summary[f"{prefix}ratio"], summary[f"{prefix}round_ratios"]
+        parts = ", ".join(f"{part.replace('_', ' ')} {gap[part]:.4f} s" for part in GAP_PARTS[1:])
+        console.print(f"the {mode} run's extra {gap['seconds']:.4f} s over memory (paired medians): {parts}")
+        verdict = "" if mode != "mesh" else f"  goal >= {GOAL}: {'met' if ratio >= GOAL else 'NOT met'}"
+        console.print(f"{mode} / memory {ratio:.3f} (rounds: {', '.join(f'{r:.3f}' for r in rounds_seen)}){verdict}")
+
+
+# --- entry point ---------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="two rounds, and smaller large files")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--large-rows-per-hour", type=int, default=None, help=f"rows per file of the large dataset (default {LARGE_ROWS_PER_HOUR:,})")
+    parser.add_argument("--datasets", default="demo,large", help="comma-separated subset of demo,large")
+    parser.add_argument("--torch-threads", type=int, default=1, help="the trainer's torch intra-op threads (the demo's trainer has 1 core)")
+    parser.add_argument(
+        "--executor-nice", type=int, default=0, help="experiment: add a mesh_nice arm whose data executors run at this niceness (a lower CPU priority than the trainer's)"
+    )
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "primus-bench-feed")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rounds = args.rounds or (QUICK_ROUNDS if args.quick else ROUNDS)
+    large_rows = args.large_rows_per_hour or (LARGE_ROWS_PER_HOUR // 4 if args.quick else LARGE_ROWS_PER_HOUR)
+    shapes = {"demo": Shape("demo", 4, 600, None), "large": Shape("large", 2, large_rows, LARGE_ROW_GROUP_ROWS)}
+    load_before = os.getloadavg()[0]
+    figures: dict[str, Any] = {"rounds": rounds, "torch_threads": args.torch_threads, "executor_nice": args.executor_nice}
+    for name in [n for n in args.datasets.split(",") if n]:
+        job_file = prepare(shapes[name], args.cache)
+        bench = Bench(job_file, args.torch_threads, args.cache / "runs", args.executor_nice)
+        bench.start()
+        try:
+            results = run_rounds(bench, rounds, name)
+        finally:
+            bench.close()
+        summary = summarize(results)
+        print_table(name, summary, rounds)
+        key = "trainer_fed_vs_memory" if name == "demo" else f"trainer_fed_vs_memory_{name}"
+        figures[key] = summary["ratio"]
+        if NICE_MODE in summary["modes"]:
+            figures[f"{key}_executors_niced"] = summary[f"{NICE_MODE}_ratio"]
+        figures[name] = summary
+    figures["goal"] = GOAL
+    figures["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    print(json.dumps(figures, separators=(",", ":")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
