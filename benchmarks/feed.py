@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import shutil
 import statistics
@@ -38,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 import yaml
+from children import Child, spawn  # benchmarks/ is on the path when this file runs
 from rich.table import Table
 
 from primus import rpc
@@ -49,7 +49,7 @@ from primus.v1 import data_executor_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor.server import DataExecutor, create_executor
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server
-from services.trainer.feed import BatchFeed, Feed, Lost, Served, fixed
+from services.trainer.feed import BatchFeed, Feed, Lost, ReplayFeed, Served, fixed
 from services.trainer.session import TrainingSession
 
 SEED = 7
@@ -163,26 +163,6 @@ class Clock:
         return self.rows / self.seconds
 
 
-class MemoryFeed:
-    """The from-memory arm: the served batches, in the order they came, handed over with nothing in between."""
-
-    def __init__(self, served: list[Served]) -> None:
-        self._served = served
-        self._next = 0
-
-    @property
-    def has_more(self) -> bool:
-        return self._next < len(self._served)
-
-    def reopen(self) -> None:
-        """Nothing is ever lost from memory."""
-
-    def __iter__(self) -> Iterator[Served | Lost]:
-        for index, served in enumerate(self._served):
-            self._next = index + 1
-            yield served
-
-
 class Watched:
     """A feed whose first item's arrival is timed, and whose items are copied into `keep` when given (the capture)."""
 
@@ -235,7 +215,7 @@ def trainer_host(conn: Connection, planner_address: str, job_file: Path, torch_t
                 inner = BatchFeed(fixed(addresses), job_id, "bench-trainer", purpose, held=held, replacement_timeout=30)
                 feeds.append(inner)
             else:
-                inner = MemoryFeed(captured)
+                inner = ReplayFeed(captured)
             watched.append(Watched(inner, captured if capture else None))
             return watched[-1]
 
@@ -280,33 +260,6 @@ def _time_steps(session: TrainingSession, clock: Clock) -> None:
 
 
 # --- orchestration -------------------------------------------------------------------------------
-
-
-@dataclass
-class Child:
-    name: str
-    process: mp.process.BaseProcess
-    conn: Connection
-
-    def call(self, *command: object) -> Any:
-        self.conn.send(command)
-        reply = self.conn.recv()
-        if isinstance(reply, Exception):
-            raise RuntimeError(f"{self.name}: {reply}")
-        return reply
-
-    def close(self) -> None:
-        if self.process.is_alive():
-            self.call("exit")
-        self.process.join(timeout=30)
-
-
-def spawn(name: str, target: Callable[..., None], *args: object) -> Child:
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    process = ctx.Process(target=target, args=(child, *args), name=name, daemon=True)
-    process.start()
-    return Child(name, process, parent)
 
 
 @dataclass

@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pyarrow.parquet as pq
 import yaml
+from children import Child, spawn  # benchmarks/ is on the path when this file runs
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from rich.table import Table
 
@@ -392,33 +393,6 @@ def consumer_host(conn: Connection, data: Connection) -> None:
 
 
 # --- orchestration -------------------------------------------------------------------------------
-
-
-@dataclass
-class Child:
-    name: str
-    process: mp.process.BaseProcess
-    conn: Connection
-
-    def call(self, *command: object) -> Any:
-        self.conn.send(command)
-        reply = self.conn.recv()
-        if isinstance(reply, Exception):
-            raise RuntimeError(f"{self.name}: {reply}")
-        return reply
-
-    def close(self) -> None:
-        if self.process.is_alive():
-            self.call("exit")
-        self.process.join(timeout=30)
-
-
-def spawn(name: str, target: Callable[..., None], *args: object) -> Child:
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    process = ctx.Process(target=target, args=(child, *args), name=name, daemon=True)
-    process.start()
-    return Child(name, process, parent)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor.server import create_executor
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server
-from services.trainer.feed import BatchFeed, Feed, Lost, Served, fixed
+from services.trainer.feed import BatchFeed, Feed, Lost, ReplayFeed, Served, fixed
 from services.trainer.mixer import MAX_HELD_BATCHES
 from services.trainer.session import TrainingSession
 from tests.conftest import ROWS_PER_HOUR, job_document
@@ -40,26 +40,6 @@ class Recorded:
         for item in self.feed:
             assert not isinstance(item, Lost), item.error
             self.served.append(item)
-            yield item
-
-
-class Replayed:
-    """Served batches again, from memory, in their order."""
-
-    def __init__(self, served: list[Served]) -> None:
-        self._served = served
-        self._next = 0
-
-    @property
-    def has_more(self) -> bool:
-        return self._next < len(self._served)
-
-    def reopen(self) -> None:
-        """Nothing is lost from memory."""
-
-    def __iter__(self) -> Iterator[Served | Lost]:
-        for index, item in enumerate(self._served):
-            self._next = index + 1
             yield item
 
 
@@ -112,7 +92,7 @@ def test_the_session_trains_what_its_feed_serves_once_and_commits_every_task(pla
 
     _plan(stub, "job-memory", job)
     replayed = TrainingSession(
-        "job-memory", "t", job, stub, tmp_path / "memory" / "checkpoints", fixed({}), lambda *_: False, lambda purpose, held: Replayed(recorded[purpose].served)
+        "job-memory", "t", job, stub, tmp_path / "memory" / "checkpoints", fixed({}), lambda *_: False, lambda purpose, held: ReplayFeed(recorded[purpose].served)
     )
     replayed.resume()
     again = replayed.train()

@@ -64,6 +64,27 @@ class Feed(Protocol):
     def __iter__(self) -> Iterator[Served | Lost]: ...
 
 
+class ReplayFeed:
+    """Served batches handed over again from memory, in their order: a feed with nothing between it and the loop
+    (benchmarks compare the mesh against it; tests replay a recorded run through it)."""
+
+    def __init__(self, served: list[Served]) -> None:
+        self._served = served
+        self._next = 0
+
+    @property
+    def has_more(self) -> bool:
+        return self._next < len(self._served)
+
+    def reopen(self) -> None:
+        """Nothing is ever lost from memory."""
+
+    def __iter__(self) -> Iterator[Served | Lost]:
+        for index, served in enumerate(self._served):
+            self._next = index + 1
+            yield served
+
+
 def fixed(addresses: dict[str, str]) -> Discover:
     """Discovery over a fixed set of executors on this host (tests, benchmarks)."""
     endpoints = {executor_id: DataEndpoint(address, hosts.host_id()) for executor_id, address in addresses.items()}
