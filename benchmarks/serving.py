@@ -74,7 +74,6 @@ MODES = ("inprocess", "flight", "handoff", "decode_elsewhere", "served", "served
 PAIRED = ("served", "served_traced")  # run side by side, in turns (round_orders)
 GOALS = {"served_vs_inprocess": 0.8, "served_vs_flight": 1.0, "served_vs_inprocess_pip": 0.8}
 ROOT = Path(__file__).resolve().parent.parent
-PIP_MODES = ("inprocess", "served")
 PACKAGE_FILES = ("pyproject.toml", "README.md", "primus", "services")  # what `pip install .` builds the package from
 TRACING_GOAL = 0.05
 
@@ -693,7 +692,8 @@ def served_from_pip(options: Options) -> dict[str, Any]:
         python = pip_venv(options.cache)
     except (OSError, subprocess.CalledProcessError) as exc:
         return {"error": f"no pip venv: {exc}"}
-    command = [str(python), str(Path(__file__).resolve()), "--no-pip", "--modes", ",".join(PIP_MODES), "--rounds", str(options.rounds)]
+    # the same modes in the same rotation as this run: a rotation of fewer modes reads a lower ratio, install or not
+    command = [str(python), str(Path(__file__).resolve()), "--no-pip", "--modes", ",".join(options.modes), "--rounds", str(options.rounds)]
     command += ["--rows-per-hour", str(options.rows_per_hour), "--row-group-rows", str(options.row_group_rows), "--cache", str(options.cache)]
     command += [] if options.arena else ["--no-arena"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the installed package, not this tree
