@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
+
+Handler = Callable[..., Any]
 
 
 @dataclass
@@ -34,3 +38,21 @@ def spawn(name: str, target: Callable[..., None], *args: object) -> Child:
     process = ctx.Process(target=target, args=(child, *args), name=name, daemon=True)
     process.start()
     return Child(name, process, parent)
+
+
+def serve_commands(conn: Connection, handlers: dict[str, Handler], new_session: bool = False) -> None:
+    """A child's loop: (command, *args) in, one reply out, until "exit"; "cpu" answers the child's CPU time.
+    new_session: the child becomes a session of its own, as the resource controller starts its workers, so the
+    scheduler shares the cores between them as it does there (with autogroup, per session)."""
+    if new_session:
+        os.setsid()
+    handlers = {"cpu": time.process_time, **handlers}
+    while True:
+        command, *args = conn.recv()
+        if command == "exit":
+            conn.send(None)
+            return
+        try:
+            conn.send(handlers[command](*args))
+        except Exception as exc:  # noqa: BLE001 - the parent reports a child's failure
+            conn.send(RuntimeError(f"{command}: {exc!r}"))

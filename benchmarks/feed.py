@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 import yaml
-from children import Child, spawn  # benchmarks/ is on the path when this file runs
+from children import Child, serve_commands, spawn  # benchmarks/ is on the path when this file runs
 from rich.table import Table
 
 from primus import rpc
@@ -96,29 +96,10 @@ def prepare(shape: Shape, cache: Path) -> Path:
 
 # --- child processes -----------------------------------------------------------------------------
 
-Handler = Callable[..., Any]
-
-
-def _serve_commands(conn: Connection, handlers: dict[str, Handler]) -> None:
-    """A child's loop: (command, *args) in, one reply out, until "exit". Each child is a session of its own, as the
-    resource controller starts its workers: the scheduler then shares the cores between them as it does there
-    (with autogroup, per session; the local backend's cgroups do the same per worker)."""
-    os.setsid()
-    handlers = {**handlers, "cpu": time.process_time}
-    while True:
-        command, *args = conn.recv()
-        if command == "exit":
-            conn.send(None)
-            return
-        try:
-            conn.send(handlers[command](*args))
-        except Exception as exc:  # noqa: BLE001 - the parent reports a child's failure
-            conn.send(RuntimeError(f"{command}: {exc!r}"))
-
 
 def planner_host(conn: Connection) -> None:
     planner = create_server("127.0.0.1:0", PlanRegistry())
-    _serve_commands(conn, {"address": lambda: planner.address})
+    serve_commands(conn, new_session=True, handlers={"address": lambda: planner.address})
     planner.stop(grace=0)
 
 
@@ -138,7 +119,7 @@ def executor_host(conn: Connection, index: int, planner_address: str, job_file: 
     def stop() -> None:
         running.pop().stop()
 
-    _serve_commands(conn, {"start": start, "stop": stop})
+    serve_commands(conn, new_session=True, handlers={"start": start, "stop": stop})
 
 
 @dataclass
@@ -235,7 +216,7 @@ def trainer_host(conn: Connection, planner_address: str, job_file: Path, torch_t
         shutil.rmtree(work_dir / job_id, ignore_errors=True)
         return asdict(clock)
 
-    _serve_commands(conn, {"train": train})
+    serve_commands(conn, new_session=True, handlers={"train": train})
 
 
 def _runqueue_seconds() -> float:

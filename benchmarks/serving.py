@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pyarrow.parquet as pq
 import yaml
-from children import Child, spawn  # benchmarks/ is on the path when this file runs
+from children import Child, Handler, serve_commands, spawn  # benchmarks/ is on the path when this file runs
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from rich.table import Table
 
@@ -151,33 +151,22 @@ def read_in_process(files: list[Path], schema: pa.Schema) -> Measure:
 
 # --- child processes -----------------------------------------------------------------------------
 
-Handler = Callable[..., Any]
-
 
 def _minor_faults() -> int:
     """Page faults this process took so far (first touches of fresh memory, mostly)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def _serve_commands(conn: Connection, handlers: dict[str, Handler]) -> None:
-    """A child's loop: (command, *args) in, one reply out, until "exit"."""
-    handlers = {**handlers, "cpu": time.process_time, "faults": _minor_faults}
-    while True:
-        command, *args = conn.recv()
-        if command == "exit":
-            conn.send(None)
-            return
-        try:
-            conn.send(handlers[command](*args))
-        except Exception as exc:  # noqa: BLE001 - the parent reports a child's failure
-            conn.send(RuntimeError(f"{command}: {exc!r}"))
+def _serve(conn: Connection, handlers: dict[str, Handler]) -> None:
+    """A child's command loop, which also answers its minor page faults."""
+    serve_commands(conn, {"faults": _minor_faults, **handlers})
 
 
 def planner_host(conn: Connection, retry_after: float | None) -> None:
     if retry_after is not None:
         setattr(servicer, "RETRY_AFTER_SECONDS", retry_after)  # noqa: B010 - experiment: how long an idle reader waits before leasing again
     planner = create_server("127.0.0.1:0", PlanRegistry())
-    _serve_commands(conn, {"address": lambda: planner.address})
+    _serve(conn, {"address": lambda: planner.address})
     planner.stop(grace=0)
 
 
@@ -229,7 +218,7 @@ def executor_host(
     def stop() -> None:
         running.pop().stop()
 
-    _serve_commands(conn, {"start": start, "stop": stop, "flush": telemetry.flush_tracing, "memory": memory})
+    _serve(conn, {"start": start, "stop": stop, "flush": telemetry.flush_tracing, "memory": memory})
     telemetry.shutdown_tracing()
 
 
@@ -257,7 +246,7 @@ class FileFlightServer(flight.FlightServerBase):  # type: ignore[misc]
 
 def flight_host(conn: Connection, files: list[Path], job_file: Path, batch_bytes: int) -> None:
     peer = FileFlightServer(files, training_schema(load_job_file(job_file).spec.training.features), batch_bytes)
-    _serve_commands(conn, {"address": lambda: f"127.0.0.1:{peer.port}"})
+    _serve(conn, {"address": lambda: f"127.0.0.1:{peer.port}"})
     peer.shutdown()
 
 
@@ -317,7 +306,7 @@ def handoff_host(conn: Connection, data: Connection, files: list[Path], job_file
         returns.join()
         return time.process_time() - cpu
 
-    _serve_commands(conn, {"address": lambda: str(ring_path), "run": run})
+    _serve(conn, {"address": lambda: str(ring_path), "run": run})
     ring.close()
     ring_path.unlink()
 
@@ -388,7 +377,7 @@ def drain_handoff(data: Connection, ring_path: str) -> dict[str, float]:
 
 
 def consumer_host(conn: Connection, data: Connection) -> None:
-    _serve_commands(conn, {"feed": drain_feed, "flight": drain_flight, "handoff": functools.partial(drain_handoff, data)})
+    _serve(conn, {"feed": drain_feed, "flight": drain_flight, "handoff": functools.partial(drain_handoff, data)})
 
 
 # --- orchestration -------------------------------------------------------------------------------

@@ -11,29 +11,17 @@ from __future__ import annotations
 
 from collections import Counter
 
-from primus.sources import Piece
 from primus.v1 import common_pb2
 from services.planner.ledger import TaskLedger, WorkDone
 from services.planner.shares import SourceShare
 from services.planner.tasks import TaskSpec
+from tests.ledger_tasks import file_task
 
 TRAIN = common_pb2.TASK_PURPOSE_TRAIN
 
 
 def _tasks(source: str, count: int, rows: int = 100, priority: int = 0) -> list[TaskSpec]:
-    return [
-        TaskSpec(
-            task_id=f"{source}-{order:03d}",
-            source=source,
-            partition=f"{source}/{order}",
-            purpose=TRAIN,
-            pieces=(Piece(f"{source}/{order}.parquet", bytes=1000, rows=rows),),
-            priority=priority,
-            schema_version=1,
-            order=order,
-        )
-        for order in range(count)
-    ]
+    return [file_task(source, order, rows=rows, priority=priority) for order in range(count)]
 
 
 def _lease_order(ledger: TaskLedger, leases: int, serve: bool = False) -> list[str]:

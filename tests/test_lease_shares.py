@@ -6,28 +6,18 @@ from collections import Counter
 
 import pytest
 
-from primus.sources import Piece
 from primus.v1 import common_pb2
 from services.planner.ledger import Lease, TaskLedger, WorkDone
 from services.planner.shares import SourceCandidate, SourceShare, catch_up, choose_source
 from services.planner.tasks import TaskSpec
+from tests.ledger_tasks import file_task
 
 TRAIN = common_pb2.TASK_PURPOSE_TRAIN
 ROWS = 100
 
 
 def _task(source: str, order: int, rows: int = ROWS, depends_on: tuple[str, ...] = (), priority: int = 0) -> TaskSpec:
-    return TaskSpec(
-        task_id=f"{source}-{order:04d}",
-        source=source,
-        partition=f"{source}/{order}",
-        purpose=TRAIN,
-        pieces=(Piece(f"{source}/{order}.parquet", bytes=1000, rows=rows),),
-        priority=priority,
-        schema_version=1,
-        order=order,
-        depends_on=depends_on,
-    )
+    return file_task(source, order, rows=rows, depends_on=depends_on, priority=priority)
 
 
 def _simulate(shares: dict[str, SourceShare], leases: int, leased: dict[str, float] | None = None) -> Counter[str]:

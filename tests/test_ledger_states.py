@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from primus.sources import Piece
 from primus.v1 import common_pb2
 from services.planner.ledger import Lease, Progress, RunningMedian, TaskLedger, WorkDone
 from services.planner.shares import SourceShare
@@ -28,6 +27,7 @@ from services.planner.task_state import (
     TaskStatus,
 )
 from services.planner.tasks import TaskSpec
+from tests.ledger_tasks import file_task
 
 TRAIN, EVAL = common_pb2.TASK_PURPOSE_TRAIN, common_pb2.TASK_PURPOSE_EVAL
 P, L, S, D, Q = TaskStatus.PENDING, TaskStatus.LEASED, TaskStatus.SERVED, TaskStatus.DONE, TaskStatus.QUARANTINED
@@ -35,18 +35,7 @@ ROWS = 100
 
 
 def _task(source: str, order: int, purpose: int = TRAIN, depends_on: tuple[str, ...] = (), size: int = 1000) -> TaskSpec:
-    tag = "e" if purpose == EVAL else "t"
-    return TaskSpec(
-        task_id=f"{source}-{tag}{order:04d}",
-        source=source,
-        partition=f"{source}/{order}",
-        purpose=purpose,
-        pieces=(Piece(f"{source}/{tag}{order}.parquet", bytes=size, rows=ROWS),),
-        priority=0,
-        schema_version=1,
-        order=order,
-        depends_on=depends_on,
-    )
+    return file_task(source, order, rows=ROWS, size=size, purpose=purpose, depends_on=depends_on, tag="e" if purpose == EVAL else "t")
 
 
 @dataclass

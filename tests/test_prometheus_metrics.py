@@ -23,7 +23,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from primus import metrics_http, rpc
 from primus.cluster import ClusterState
-from primus.sources import Piece
 from primus.v1 import common_pb2, common_pb2_grpc, data_executor_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
@@ -44,6 +43,7 @@ from services.trainer.feed import StallClock
 from services.trainer.prometheus import trainer_metrics
 from services.trainer.training import SampleCounts
 from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
+from tests.ledger_tasks import file_task
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]  # (sample name, sorted labels) -> value
 FORBIDDEN_LABELS = {"task", "task_id", "executor", "executor_id", "attempt"}
@@ -169,16 +169,7 @@ def test_trainer_metrics_count_rows_by_source_and_purpose() -> None:
 
 
 def _task(source: str, order: int) -> TaskSpec:
-    return TaskSpec(
-        task_id=f"{source}-{order:04d}",
-        source=source,
-        partition=f"{source}/{order}",
-        purpose=common_pb2.TASK_PURPOSE_TRAIN,
-        pieces=(Piece(f"{source}/{order}.parquet", bytes=1000, rows=100),),
-        priority=0,
-        schema_version=1,
-        order=order,
-    )
+    return file_task(source, order)
 
 
 def test_planner_metrics_read_the_ledgers_and_time_the_handlers() -> None:

@@ -173,7 +173,6 @@ class PlanRegistry:
         plan = restore_plan(journalled)
         ledger = self._ledger(job, plan)
         replay(ledger, journalled)
-        ledger.open_ended = plan.open_ended
         return JobPlan(job, plan, ledger, recoveries=journalled.recoveries + 1)
 
     def commit(self, job_id: str, checkpoint_seq: int, progress: Iterable[Progress], lost_executors: Iterable[str] = ()) -> int:
