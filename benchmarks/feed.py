@@ -11,8 +11,12 @@ groups) and on larger files.
 
 Besides samples/s, each run splits the training thread's wall time into its CPU time, its time runnable without a
 core (CPU contention), its time blocked in the feed (waiting for data; the first batch apart) and other waits, and
-counts the CPU seconds of the trainer's other threads, of the executors and of the planner. --executor-nice adds a
-third arm, the mesh with its executors at a lower CPU priority, to see how much of the contention priority recovers.
+counts the CPU seconds of the trainer's other threads, of the executors and of the planner.
+
+The processes sit on the cores as `primus up` and the local backend place them (primus.cores): the trainer's training
+thread on a core of its own, the executors, the planner and the trainer's feed threads on the others.
+--with-shared-cores adds a third arm, mesh_shared, with every process on every core (`--local-trainer-cores shared`),
+to show what the kept core is worth.
 
 Prints tables; the last line is one JSON object of the figures.
 """
@@ -40,7 +44,7 @@ import yaml
 from children import Child, serve_commands, spawn  # benchmarks/ is on the path when this file runs
 from rich.table import Table
 
-from primus import rpc
+from primus import cores, rpc
 from primus.console import console
 from primus.demo import DEMO_START, demo_job, write_demo
 from primus.demo_data import generate_dataset
@@ -59,7 +63,7 @@ LARGE_ROWS_PER_HOUR = 20_000
 LARGE_ROW_GROUP_ROWS = 128 * 1024
 GOAL = 0.9
 MODES = ("mesh", "memory")
-NICE_MODE = "mesh_nice"  # an experiment (--executor-nice): the mesh with its executors at a lower CPU priority
+SHARED_MODE = "mesh_shared"  # --with-shared-cores: the mesh with no core kept for the training thread
 
 
 # --- data ----------------------------------------------------------------------------------------
@@ -97,18 +101,17 @@ def prepare(shape: Shape, cache: Path) -> Path:
 # --- child processes -----------------------------------------------------------------------------
 
 
-def planner_host(conn: Connection) -> None:
+def planner_host(conn: Connection, allowed: tuple[int, ...]) -> None:
+    cores.pin_process(os.getpid(), allowed)  # as `primus up` places it
     planner = create_server("127.0.0.1:0", PlanRegistry())
     serve_commands(conn, new_session=True, handlers={"address": lambda: planner.address})
     planner.stop(grace=0)
 
 
-def executor_host(conn: Connection, index: int, planner_address: str, job_file: Path, niceness: int) -> None:
-    """One data-executor process, as the resource controller launches them (decoding into its arena); one executor
-    per benchmark job, started and stopped on command. niceness > 0 (an experiment): the process runs at a lower
-    CPU priority than the trainer, so that on a shared core the step goes first."""
-    if niceness:
-        os.nice(niceness)  # before any thread starts: every thread of the process inherits it
+def executor_host(conn: Connection, index: int, planner_address: str, job_file: Path, allowed: tuple[int, ...]) -> None:
+    """One data-executor process, as the resource controller launches them (decoding into its arena, on the cores no
+    trainer keeps); one executor per benchmark job, started and stopped on command."""
+    cores.pin_process(os.getpid(), allowed)
     job = load_job_file(job_file)
     running: list[DataExecutor] = []
 
@@ -178,21 +181,33 @@ def _copied_origin(origin: data_executor_pb2.BatchOrigin) -> data_executor_pb2.B
     return copy
 
 
-def trainer_host(conn: Connection, planner_address: str, job_file: Path, torch_threads: int, work_dir: Path) -> None:
-    """The trainer process: one TrainingSession per run, fed through the mesh or from what a mesh run served."""
+def trainer_host(conn: Connection, job_file: Path, torch_threads: int, work_dir: Path, split_env: dict[str, str]) -> None:
+    """The trainer process: one TrainingSession per run, fed through the mesh or from what a mesh run served; its
+    threads on the cores as services/trainer/__main__.py places them (split_env: what the local backend gives it)."""
+    every_core = sorted(os.sched_getaffinity(0))
+    cores.enter_trainer(split_env)
     torch.set_num_threads(torch_threads)  # as services/trainer/__main__.py does with the trainer's cores
     job = load_job_file(job_file)
-    planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(planner_address))
+    planners: dict[str, planner_pb2_grpc.PlannerServiceStub] = {}
     captured: list[Served] = []
 
-    def train(mode: str, job_id: str, addresses: dict[str, str], capture: bool) -> dict[str, float]:
+    def train(mode: str, job_id: str, planner_address: str, addresses: dict[str, str], capture: bool) -> dict[str, float]:
+        if planner_address not in planners:
+            planners[planner_address] = planner_pb2_grpc.PlannerServiceStub(rpc.connect(planner_address))
+        planner = planners[planner_address]
+        if mode == SHARED_MODE:  # no core kept: the training thread and the feed's threads run anywhere
+            cores.enter_trainer({})
+            cores.pin_this_thread(every_core)
+        else:
+            cores.enter_trainer(split_env)
+            cores.to_step_cores()
         clock = Clock()
         watched: list[Watched] = []
         feeds: list[BatchFeed] = []
 
         def open_feed(purpose: int, held: int) -> Feed:
             inner: Feed
-            if mode == "mesh":
+            if mode != "memory":
                 inner = BatchFeed(fixed(addresses), job_id, "bench-trainer", purpose, held=held, replacement_timeout=30)
                 feeds.append(inner)
             else:
@@ -245,32 +260,41 @@ def _time_steps(session: TrainingSession, clock: Clock) -> None:
 
 @dataclass
 class Bench:
-    """The processes of one dataset's runs: a planner, the job's data executors and a trainer; with a niceness, a
-    second set of executors at that niceness for the mesh_nice arm."""
+    """The processes of one dataset's runs: a planner, the job's data executors and a trainer, placed on the cores as
+    the local backend places them; with_shared_cores: a second planner and set of executors on every core, for the
+    mesh_shared arm."""
 
     job_file: Path
     torch_threads: int
     work_dir: Path
-    executor_niceness: int = 0
+    with_shared_cores: bool = False
     children: dict[str, Child] = field(default_factory=dict)
     runs: int = 0
 
     @property
     def modes(self) -> tuple[str, ...]:
-        return (*MODES, NICE_MODE) if self.executor_niceness else MODES
+        return (*MODES, SHARED_MODE) if self.with_shared_cores else MODES
 
     def start(self) -> None:
         job: TrainingJob = load_job_file(self.job_file)
         self.spec_yaml = job.to_yaml()
-        self.children["planner"] = spawn("planner", planner_host)
-        address = self.children["planner"].call("address")
-        rpc.wait_until_serving(address)
-        self.planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(address))
+        machine = tuple(sorted(os.sched_getaffinity(0)))
+        split = cores.split_for_trainer(machine, job.spec.resources.trainer.cpu)
+        placed = {"kept": (cores.control_plane_cores(machine), cores.shared_cores(machine, split.step if split else ())), "shared": (machine, machine)}
+        self.planners: dict[str, tuple[str, planner_pb2_grpc.PlannerServiceStub]] = {}
         for mode in self.modes:
-            niceness = self.executor_niceness if mode == NICE_MODE else 0
-            for index in range(job.spec.resources.data_executor.replicas if mode != "memory" else 0):
-                self.children[f"{mode}-executor-{index}"] = spawn(f"{mode}-executor-{index}", executor_host, index, address, self.job_file, niceness)
-        self.children["trainer"] = spawn("trainer", trainer_host, address, self.job_file, self.torch_threads, self.work_dir)
+            if mode == "memory":
+                continue
+            placement = "shared" if mode == SHARED_MODE else "kept"
+            if placement not in self.planners:
+                self.children[f"planner-{placement}"] = spawn(f"planner-{placement}", planner_host, placed[placement][0])
+                address = self.children[f"planner-{placement}"].call("address")
+                rpc.wait_until_serving(address)
+                self.planners[placement] = address, planner_pb2_grpc.PlannerServiceStub(rpc.connect(address))
+            for index in range(job.spec.resources.data_executor.replicas):
+                executor = spawn(f"{mode}-executor-{index}", executor_host, index, self.planners[placement][0], self.job_file, placed[placement][1])
+                self.children[f"{mode}-executor-{index}"] = executor
+        self.children["trainer"] = spawn("trainer", trainer_host, self.job_file, self.torch_threads, self.work_dir, split.env() if split else {})
 
     def executors(self, mode: str) -> list[Child]:
         return [child for name, child in self.children.items() if name.startswith(f"{mode}-executor-")]
@@ -283,20 +307,21 @@ class Bench:
         """One training run of the job, planned afresh (the memory arm's checkpoints commit to a plan of their own)."""
         self.runs += 1
         job_id = f"bench-feed-{mode.replace('_', '-')}-{self.runs}"
-        self.planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job_id, spec_yaml=self.spec_yaml), timeout=120)
+        planner_address, planner = self.planners["shared" if mode == SHARED_MODE else "kept"]  # the memory arm commits to the kept one
+        planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job_id, spec_yaml=self.spec_yaml), timeout=120)
         executors = self.executors(mode)
         addresses = {f"bench-e{i}": child.call("start", job_id) for i, child in enumerate(executors)}
         cpu_before = {name: child.call("cpu") for name, child in self.children.items()}
         try:
-            measured = self.children["trainer"].call("train", "memory" if mode == "memory" else "mesh", job_id, addresses, capture)
+            measured = self.children["trainer"].call("train", mode, job_id, planner_address, addresses, capture)
         finally:
             cpu = {name: child.call("cpu") - cpu_before[name] for name, child in self.children.items()}
             for child in executors:
                 child.call("stop")
-            self.planner.DropPlan(planner_pb2.DropPlanRequest(job_id=job_id), timeout=30)
+            planner.DropPlan(planner_pb2.DropPlanRequest(job_id=job_id), timeout=30)
         clock = Clock(**measured)
         clock.executors_cpu = sum(seconds for name, seconds in cpu.items() if "-executor-" in name)
-        clock.planner_cpu = cpu["planner"]
+        clock.planner_cpu = sum(seconds for name, seconds in cpu.items() if name.startswith("planner-"))
         return clock
 
 
@@ -436,9 +461,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--large-rows-per-hour", type=int, default=None, help=f"rows per file of the large dataset (default {LARGE_ROWS_PER_HOUR:,})")
     parser.add_argument("--datasets", default="demo,large", help="comma-separated subset of demo,large")
     parser.add_argument("--torch-threads", type=int, default=1, help="the trainer's torch intra-op threads (the demo's trainer has 1 core)")
-    parser.add_argument(
-        "--executor-nice", type=int, default=0, help="experiment: add a mesh_nice arm whose data executors run at this niceness (a lower CPU priority than the trainer's)"
-    )
+    parser.add_argument("--with-shared-cores", action="store_true", help=f"add a {SHARED_MODE} arm: the mesh with no core kept for the training thread")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "primus-bench-feed")
     return parser.parse_args(argv)
 
@@ -447,12 +470,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rounds = args.rounds or (QUICK_ROUNDS if args.quick else ROUNDS)
     large_rows = args.large_rows_per_hour or (LARGE_ROWS_PER_HOUR // 4 if args.quick else LARGE_ROWS_PER_HOUR)
-    shapes = {"demo": Shape("demo", 4, 600, None), "large": Shape("large", 2, large_rows, LARGE_ROW_GROUP_ROWS)}
+    shapes = {"demo": Shape("demo", 10, 600, None), "large": Shape("large", 2, large_rows, LARGE_ROW_GROUP_ROWS)}
     load_before = os.getloadavg()[0]
-    figures: dict[str, Any] = {"rounds": rounds, "torch_threads": args.torch_threads, "executor_nice": args.executor_nice}
+    figures: dict[str, Any] = {"rounds": rounds, "torch_threads": args.torch_threads, "with_shared_cores": args.with_shared_cores}
     for name in [n for n in args.datasets.split(",") if n]:
         job_file = prepare(shapes[name], args.cache)
-        bench = Bench(job_file, args.torch_threads, args.cache / "runs", args.executor_nice)
+        bench = Bench(job_file, args.torch_threads, args.cache / "runs", args.with_shared_cores)
         bench.start()
         try:
             results = run_rounds(bench, rounds, name)
@@ -462,8 +485,8 @@ def main(argv: list[str] | None = None) -> int:
         print_table(name, summary, rounds)
         key = "trainer_fed_vs_memory" if name == "demo" else f"trainer_fed_vs_memory_{name}"
         figures[key] = summary["ratio"]
-        if NICE_MODE in summary["modes"]:
-            figures[f"{key}_executors_niced"] = summary[f"{NICE_MODE}_ratio"]
+        if SHARED_MODE in summary["modes"]:
+            figures[f"{key}_cores_shared"] = summary[f"{SHARED_MODE}_ratio"]
         figures[name] = summary
     figures["goal"] = GOAL
     figures["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]

@@ -14,7 +14,9 @@ FLAGS = {
     "--kubernetes-owner-pod": "the resource controller's own pod: executors' pods get it as their owner",
     "--yarn-address": "host:port of the skein application master that hosts the executors",
     "--ray-address": "the Ray cluster's address (host:port, or auto for the one on this machine)",
+    "--local-trainer-cores": "kept (default): a local trainer's training thread keeps cores of its own, data executors run on the others; shared: all share every core",
 }
+TRAINER_CORES = ("kept", "shared")  # --local-trainer-cores
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser, many: bool) -> None:
@@ -25,7 +27,7 @@ def add_backend_arguments(parser: argparse.ArgumentParser, many: bool) -> None:
     else:
         group.add_argument("--backend", choices=KINDS, default=None, help="run the job's executors there (overrides the spec's resources.backend)")
     for flag, help_text in FLAGS.items():
-        group.add_argument(flag, default="", help=help_text)
+        group.add_argument(flag, default="", choices=TRAINER_CORES if flag == "--local-trainer-cores" else None, help=help_text)
 
 
 def controller_argv(args: argparse.Namespace) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -11,8 +12,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from primus import rpc
+from primus import cores, rpc
 from primus.errors import UnavailableError
+
+log = logging.getLogger(__name__)
 
 START_ORDER = ("planner", "resource_controller", "master")
 START_TIMEOUT_SECONDS = 60.0
@@ -94,6 +97,22 @@ def _start(name: str, extra: list[str], runs_dir: Path, state_dir: Path, label: 
     return ServiceProcess(name=name, pid=process.pid, address=address, log=str(log_path), metrics_address=said.get("metrics_address", ""))
 
 
+def _flag_values(argv: list[str] | tuple[str, ...] | None, flag: str) -> list[str]:
+    argv = list(argv or ())
+    return [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == flag]
+
+
+def _keep_off_trainer_cores(services: list[ServiceProcess]) -> None:
+    """Once started (the resource controller has read the machine's cores), the services leave the machine's last core
+    to the first trainer (primus.cores); a restarted one is moved again by restart_service."""
+    allowed = cores.control_plane_cores(sorted(os.sched_getaffinity(0)))
+    for service in services:
+        try:
+            cores.pin_process(service.pid, allowed)
+        except OSError as error:
+            log.warning("%s keeps every core: %s", service.name, error)
+
+
 class StartError(UnavailableError):
     """A service refused to start and said why in one line (a user error: a backend that is not there)."""
 
@@ -142,6 +161,8 @@ def start_cluster(
         started.append(_start("resource_controller", [*bind, *(controller_args or [])], runs_dir, state_dir))
         master_args = [*bind, "--planner", started[0].address, "--resource-controller", started[1].address]
         started.append(_start("master", master_args, runs_dir, state_dir))
+        if "shared" not in _flag_values(controller_args, "--local-trainer-cores"):
+            _keep_off_trainer_cores(started)
     except BaseException:
         stop_services(started)
         raise
@@ -173,6 +194,8 @@ def restart_service(state: ClusterState, state_dir: Path, name: str) -> ClusterS
     if name == "planner":
         args += list(state.planner_args)
     started = _start(name, args, Path(state.runs_dir), state_dir)
+    if "shared" not in _flag_values(state.controller_args, "--local-trainer-cores"):
+        _keep_off_trainer_cores([started])
     restarted = ClusterState(state.runs_dir, tuple(started if s.name == name else s for s in state.services), state.controller_args, state.planner_args)
     restarted.save(state_dir / "cluster.json")
     return restarted

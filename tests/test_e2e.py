@@ -15,6 +15,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from primus import cores
 from primus.cluster import running_cluster
 from tests.conftest import DAYS, ROWS_PER_HOUR
 
@@ -108,6 +109,11 @@ def test_up_submit_status_down(job_file: Path, tmp_path: Path) -> None:
         submitted = _primus(tmp_path, "submit", str(job_file), "--watch")
         assert submitted.returncode == 0, submitted.stderr
         job_id = submitted.stdout.splitlines()[0].strip()
+        machine = sorted(os.sched_getaffinity(0))
+        if len(machine) >= 2:  # the services leave the last core to the trainer, whose training thread kept it
+            assert all(tuple(sorted(os.sched_getaffinity(s.pid))) == cores.control_plane_cores(machine) for s in state.services)
+            controller_log = (tmp_path / "state" / "logs" / "resource_controller.log").read_text()
+            assert f"its training thread on cores [{machine[-1]}] of its own" in controller_log, controller_log[-2000:]
         status = _primus(tmp_path, "status", job_id)
         assert status.returncode == 0 and "SUCCEEDED" in status.stdout
         missing = _primus(tmp_path, "status", "no-such-job")
@@ -129,6 +135,8 @@ def test_up_submit_status_down(job_file: Path, tmp_path: Path) -> None:
         controller = next(s for s in state.services if s.name == "resource_controller")
         assert controller.pid != old_controller.pid and controller.address == old_controller.address
         assert _health(controller.address) == health_pb2.HealthCheckResponse.SERVING
+        if len(machine) >= 2:
+            assert tuple(sorted(os.sched_getaffinity(controller.pid))) == cores.control_plane_cores(machine), "a restarted service is placed again"
         refused = _primus(tmp_path, "restart", "data_executor")
         assert refused.returncode == 2 and "invalid choice" in refused.stderr
     finally:

@@ -11,11 +11,12 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from primus import cores as core_split
 from primus import telemetry
 from services.resource_controller import limits
 from services.resource_controller.limits import MIB, ExecutorCgroup, LimitMechanism
@@ -39,6 +40,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ROLE_MODULES = {"data_executor": "services.data_executor", "trainer": "services.trainer"}
+TRAINER_ROLE = "trainer"
 
 # The child waits on stdin (a pipe) until the controller has put it in its cgroup or pinned its cores, then becomes the executor:
 # nothing of the executor runs, or is charged, outside its limits. If the controller dies first, the pipe closes and it gives up.
@@ -165,12 +167,13 @@ class LocalHandle:
     mechanism: LimitMechanism
     cgroups: tuple[str, ...] = ()  # its cgroup directories (one for v2, one per hierarchy for v1)
     cores: tuple[int, ...] = ()  # its pinned cores under affinity+watchdog
+    step_cores: tuple[int, ...] = ()  # a trainer's: the cores kept for its training thread (primus.cores)
 
     def to_state(self) -> dict[str, object]:
         return {
             "executor_id": self.executor_id, "pid": self.pid, "start_time": self.start_time, "job_id": self.job_id, "role": self.role,
             "cpu": self.cpu, "memory_mib": self.memory_mib, "log_path": self.log_path, "mechanism": self.mechanism.value,
-            "cgroups": list(self.cgroups), "cores": list(self.cores),
+            "cgroups": list(self.cgroups), "cores": list(self.cores), "step_cores": list(self.step_cores),
         }  # fmt: skip
 
     @classmethod
@@ -182,6 +185,7 @@ class LocalHandle:
             memory_mib=state_field(state, "memory_mib", int), log_path=state_field(state, "log_path", str),
             mechanism=LimitMechanism(state_field(state, "mechanism", str)),
             cgroups=tuple(str(p) for p in state_field(state, "cgroups", list)), cores=tuple(int(c) for c in state_field(state, "cores", list)),
+            step_cores=tuple(int(c) for c in state_field(state, "step_cores", list)) if "step_cores" in state else (),
         )  # fmt: skip
 
 
@@ -200,7 +204,11 @@ class _Tracked:
 
 
 class LocalProcessBackend:
-    """Executors as child processes of the controller on this machine, limited by cgroups, or by CPU affinity and a memory watchdog."""
+    """Executors as child processes of the controller on this machine, limited by cgroups, or by CPU affinity and a memory watchdog.
+
+    With keep_trainer_cores (the default), each trainer keeps cores of its own for its training thread and data
+    executors run on the others (primus.cores); the limits say how much CPU each may use, the cores where.
+    """
 
     name = "local"
 
@@ -210,9 +218,11 @@ class LocalProcessBackend:
         cgroup_root: Path | None = None,
         watchdog_seconds: float = 0.25,
         commands: Mapping[str, Sequence[str]] | None = None,
+        keep_trainer_cores: bool = True,
     ) -> None:
         """mechanism None: detect (cgroup v2, else cgroup v1, else AFFINITY_WATCHDOG); a cgroup mechanism that was asked for but cannot
-        be set up raises RuntimeError. commands: argv prefix per role (spec.args follow), over the default `python -m <module>`."""
+        be set up raises RuntimeError. commands: argv prefix per role (spec.args follow), over the default `python -m <module>`.
+        keep_trainer_cores False: trainers share every core with the executors."""
         if mechanism is LimitMechanism.SCHEDULER:
             raise ValueError("the local backend enforces limits itself; SCHEDULER is for cluster backends")
         self._parents = limits.detect(cgroup_root or limits.DEFAULT_CGROUP_ROOT, mechanism)
@@ -221,6 +231,7 @@ class LocalProcessBackend:
         self._commands: dict[str, tuple[str, ...]] = {role: (sys.executable, "-m", module) for role, module in ROLE_MODULES.items()}
         self._commands.update({role: tuple(prefix) for role, prefix in (commands or {}).items()})
         self._cores = tuple(sorted(os.sched_getaffinity(0)))  # the cores the controller itself may use
+        self._keep_trainer_cores = keep_trainer_cores
         self._lock = threading.RLock()
         self._tracked: dict[str, _Tracked] = {}
         self._events: list[ExecutorEvent] = []
@@ -241,25 +252,60 @@ class LocalProcessBackend:
             if known is not None and not known.finished:
                 raise ValueError(f"executor {spec.executor_id} is already running (pid {known.handle.pid})")
         cgroup = self._parents.create(spec.executor_id) if self._parents else None
-        try:
-            if cgroup is not None:
-                cgroup.set_cpu(spec.cpu)
-                cgroup.set_memory(spec.memory_mib)
-            process, cores = self._start(spec, cgroup)
-        except BaseException:
-            self._remove_cgroup(cgroup)
-            raise
-        handle = LocalHandle(
-            spec.executor_id, process.pid, limits.start_time(process.pid) or 0, spec.job_id, spec.role, spec.cpu, spec.memory_mib, str(spec.log_path),
-            self.mechanism, tuple(str(d) for d in cgroup.directories) if cgroup else (), cores,
-        )  # fmt: skip
         with self._lock:
+            split = self._split_for(spec)
+            if split is not None:
+                spec = replace(spec, env={**spec.env, **split.env()})
+            try:
+                if cgroup is not None:
+                    cgroup.set_cpu(spec.cpu)
+                    cgroup.set_memory(spec.memory_mib)
+                process, cores = self._start(spec, cgroup, split)
+            except BaseException:
+                self._remove_cgroup(cgroup)
+                raise
+            handle = LocalHandle(
+                spec.executor_id, process.pid, limits.start_time(process.pid) or 0, spec.job_id, spec.role, spec.cpu, spec.memory_mib, str(spec.log_path),
+                self.mechanism, tuple(str(d) for d in cgroup.directories) if cgroup else (), cores, split.step if split else (),
+            )  # fmt: skip
             self._tracked[spec.executor_id] = _Tracked(handle, process, cgroup)
-        log.info("launched %s pid %d under %s: cpu %g, memory %d MiB%s", spec.executor_id, process.pid, self.mechanism.value, spec.cpu, spec.memory_mib,
-                 f", cores {list(cores)}" if cores else "")  # fmt: skip
+            if split is not None:
+                self._repin_executors()
+        log.info("launched %s pid %d under %s: cpu %g, memory %d MiB%s%s", spec.executor_id, process.pid, self.mechanism.value, spec.cpu, spec.memory_mib,
+                 f", cores {list(cores)}" if cores else "", f", its training thread on cores {list(split.step)} of its own" if split else "")  # fmt: skip
         return handle
 
-    def _start(self, spec: LaunchSpec, cgroup: ExecutorCgroup | None) -> tuple[subprocess.Popen[bytes], tuple[int, ...]]:
+    def _split_for(self, spec: LaunchSpec) -> core_split.CoreSplit | None:
+        """A trainer's kept cores, when this backend keeps them and two or more cores are free."""
+        if spec.role != TRAINER_ROLE or not self._keep_trainer_cores:
+            return None
+        return core_split.split_for_trainer(self._cores, spec.cpu, self._held_cores())
+
+    def _held_cores(self) -> set[int]:
+        """The cores running trainers keep for their training threads."""
+        return {core for t in self._tracked.values() if not t.finished for core in t.handle.step_cores}
+
+    def _executor_cores(self) -> tuple[int, ...]:
+        return core_split.shared_cores(self._cores, self._held_cores())
+
+    def _repin_executors(self) -> None:
+        """After a trainer took or gave back cores: data executors move to the cores no trainer keeps (under a cgroup all
+        of those; under affinity+watchdog, new cores of the same count for one that sat on a kept core)."""
+        held, allowed = self._held_cores(), self._executor_cores()
+        for tracked in self._tracked.values():
+            mine = tracked.handle
+            if tracked.finished or mine.role == TRAINER_ROLE or not self._running(tracked):
+                continue
+            try:
+                if tracked.cgroup is not None:
+                    core_split.pin_process(mine.pid, allowed)
+                elif held & set(mine.cores):
+                    mine.cores = limits.cores_for(mine.cpu, allowed, self._cores_in_use(excluding=mine.executor_id))
+                    core_split.pin_process(mine.pid, mine.cores)
+            except OSError as error:
+                log.warning("could not move %s off the trainers' cores: %s", mine.executor_id, error)
+
+    def _start(self, spec: LaunchSpec, cgroup: ExecutorCgroup | None, split: core_split.CoreSplit | None) -> tuple[subprocess.Popen[bytes], tuple[int, ...]]:
         """Start the gated child, place it (cgroup or cores), then let it exec the executor."""
         command = [*self._commands[spec.role], *spec.args]
         env = {**os.environ, "PRIMUS_CPU_LIMIT": str(spec.cpu), "PRIMUS_MEMORY_MIB": str(spec.memory_mib), "PYTHONUNBUFFERED": "1", **telemetry.context_env(), **spec.env}
@@ -275,7 +321,7 @@ class LocalProcessBackend:
             finally:
                 os.close(gate_read)
             try:
-                cores = self._place(process.pid, spec.cpu, cgroup)
+                cores = self._place(process.pid, spec, cgroup, split)
                 os.write(gate_write, b"go\n")
             except BaseException:
                 process.kill()
@@ -285,15 +331,25 @@ class LocalProcessBackend:
             os.close(gate_write)
         return process, cores
 
-    def _place(self, pid: int, cpu: float, cgroup: ExecutorCgroup | None) -> tuple[int, ...]:
+    def _place(self, pid: int, spec: LaunchSpec, cgroup: ExecutorCgroup | None, split: core_split.CoreSplit | None) -> tuple[int, ...]:
+        """Into its cgroup (which limits how much CPU), on the cores it may use (where); the pinned cores under affinity+watchdog."""
         if cgroup is not None:
             for directory in cgroup.directories:
                 (directory / "cgroup.procs").write_text(str(pid))
+            core_split.pin_process(pid, self._allowed_cores(spec.role, split))
             return ()
         with self._lock:
-            cores = limits.cores_for(cpu, self._cores, self._cores_in_use())
-        limits.set_affinity(pid, cores)
+            allowed = self._allowed_cores(spec.role, split)
+            cores = allowed if split is not None else limits.cores_for(spec.cpu, allowed, self._cores_in_use())
+        core_split.pin_process(pid, cores)
         return cores
+
+    def _allowed_cores(self, role: str, split: core_split.CoreSplit | None) -> tuple[int, ...]:
+        """A trainer with kept cores: those and the shared ones (its training thread pins itself to the kept ones, its
+        other threads to the shared); another trainer: every core; a data executor: the cores no trainer keeps."""
+        if split is not None:
+            return tuple(sorted(split.step + split.shared))
+        return self._cores if role == TRAINER_ROLE else self._executor_cores()
 
     def _cores_in_use(self, excluding: str = "") -> list[int]:
         return [core for t in self._tracked.values() if not t.finished and t.handle.executor_id != excluding for core in t.handle.cores]
@@ -396,8 +452,10 @@ class LocalProcessBackend:
         resident = limits.resident_bytes(mine.pid)
         if resident > memory_mib * MIB:
             raise OSError(f"it holds {resident // MIB} MiB, above the new {memory_mib} MiB limit (the watchdog would kill it at once)")
-        cores = limits.cores_for(cpu, self._cores, self._cores_in_use(excluding=mine.executor_id))
-        limits.set_affinity(mine.pid, cores)
+        if mine.step_cores:
+            return mine.cores  # a trainer with kept cores keeps them: its training thread is pinned there
+        cores = limits.cores_for(cpu, self._allowed_cores(mine.role, None), self._cores_in_use(excluding=mine.executor_id))
+        core_split.pin_process(mine.pid, cores)
         return cores
 
     def usage(self, handle: ExecutorHandle) -> tuple[float, int]:
@@ -432,6 +490,8 @@ class LocalProcessBackend:
         reason, message = self._exit_reason(tracked, code)
         tracked.finished, tracked.exit_code = True, code
         self._remove_cgroup(tracked.cgroup)
+        if tracked.handle.step_cores:
+            self._repin_executors()  # the cores it kept are the executors' again
         self._announce(tracked)
         self._events.append(ExecutorEvent(tracked.handle.executor_id, EventKind.EXITED, code, reason, message))
         log.info("%s exited: %s, code %s: %s", tracked.handle.executor_id, reason.value, code, message)

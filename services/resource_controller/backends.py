@@ -27,6 +27,7 @@ class BackendConfig:
     kubernetes_owner_pod: str = ""  # the controller's own pod: executors' pods are owned by it (and go when it goes)
     yarn_address: str = ""  # host:port of the skein application master that hosts the executors
     ray_address: str = ""  # a Ray cluster's address (ray://..., host:port, or auto)
+    keep_trainer_cores: bool = True  # local: each trainer's training thread keeps cores of its own (primus.cores)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +38,7 @@ def config_from(args: argparse.Namespace) -> BackendConfig:
     kinds = tuple(dict.fromkeys(["local", *args.backend]))
     return BackendConfig(
         kinds, args.kubernetes_api, args.kubernetes_config, args.kubernetes_namespace or "default", args.kubernetes_image or "primus:latest",
-        args.kubernetes_owner_pod, args.yarn_address, args.ray_address,
+        args.kubernetes_owner_pod, args.yarn_address, args.ray_address, args.local_trainer_cores != "shared",
     )  # fmt: skip
 
 
@@ -72,7 +73,7 @@ def build_backends(config: BackendConfig, local: SchedulerBackend | None = None)
         for kind in config.kinds:  # the remote ones first: one that cannot be reached is the only thing said
             if kind != "local":
                 built[kind] = BUILDERS[kind](config)
-        built["local"] = local or LocalProcessBackend()
+        built["local"] = local or LocalProcessBackend(keep_trainer_cores=config.keep_trainer_cores)
     except BaseException:
         for backend in built.values():
             backend.close()

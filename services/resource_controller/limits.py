@@ -98,20 +98,6 @@ def cores_for(cpu: float, available: Sequence[int], in_use: Iterable[int]) -> tu
     return tuple(sorted(sorted(available, key=lambda core: (load[core], core))[:count]))
 
 
-def set_affinity(pid: int, cores: Iterable[int]) -> None:
-    """Pin every thread of the process: sched_setaffinity(pid) alone would move only its main thread."""
-    mask = set(cores)
-    try:
-        tids = [int(name) for name in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        tids = [pid]
-    for tid in tids:
-        try:
-            os.sched_setaffinity(tid, mask)
-        except ProcessLookupError:
-            continue  # a thread that ended meanwhile
-
-
 def affinity_of(pid: int) -> tuple[int, ...]:
     try:
         return tuple(sorted(os.sched_getaffinity(pid)))

@@ -10,7 +10,7 @@ from types import FrameType
 
 import torch
 
-from primus import metrics_http, rpc, telemetry
+from primus import cores, metrics_http, rpc, telemetry
 from primus.errors import PrimusError
 from primus.worker import fetch_job_spec, parse_worker_args, register
 from services.trainer.server import DONE_PHASE, report_failure, run_trainer, start_heartbeats, start_status_server
@@ -33,6 +33,7 @@ def _exit_on_sigterm(status: TrainerStatus) -> None:
 
 def main() -> int:
     args = parse_worker_args("python -m services.trainer", __doc__ or "")
+    cores.enter_trainer()  # before any thread starts: they all run on the shared cores
     rpc.configure_logging(args.executor_id)
     telemetry.setup_tracing("trainer", args.runs_dir, job_id=args.job_id)
     telemetry.join_launch_context(args.job_id)
@@ -47,6 +48,7 @@ def main() -> int:
         register(args, server.address)
         heartbeats = start_heartbeats(args, status)
         job = fetch_job_spec(args.master, args.job_id)
+        cores.to_step_cores()  # this thread runs the model step, on the cores the local backend kept for it
         result = run_trainer(args, job, status)
         log.info("trained %d steps on %d samples; eval auc %.4f logloss %.4f", result.steps, result.train_samples, result.auc, result.logloss)
     except PlanLostError as exc:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from primus import hosts, telemetry
+from primus import cores, hosts, telemetry
 from primus.dataplane import END_OF_STREAM, SharedMemoryMaps
 from primus.errors import UnavailableError
 from primus.v1 import data_executor_pb2
@@ -246,6 +246,7 @@ class BatchFeed:
         call to close; with arena batches still out, the stream stays open until the trainer has let go of them (or
         HOLD_WAIT_SECONDS pass).
         """
+        cores.off_step_cores()  # started from the training thread: leave its kept cores to it
         ticket = data_executor_pb2.DataTicket()
         ticket.CopyFrom(self._ticket)
         address = endpoint.address
