@@ -9,23 +9,29 @@ The bucket of a value depends on the value and the bucket count only, never on t
   as its two's complement); a null integer goes where ``-2**63`` goes;
 - any other type goes where the text ``str(value)`` goes (a per-value loop: such ids are rare).
 
-The strings' CRC-32 runs eight bytes at a time over the Arrow buffers (offsets and data), in numpy, with four
+The strings' CRC-32 runs over the Arrow buffers (offsets and data) on one of two paths (HashPath), which give the same
+buckets: native, the C++ of primus._arena (primus/native/crc32_strings.h), one string at a time without the GIL, where
+the extension is built (primus.native.load); else numpy, eight bytes at a time over all strings, with four
 16-bit lookup tables. Two properties of CRC-32 make that possible across strings of any length: the raw register
 started at 0 is unchanged by leading zero bytes, so every string is read as if left-padded with zeros to a whole
 number of 8-byte words; and the register is linear, so zlib's start value (0xFFFFFFFF) and final inversion add a
-term that depends only on the length, ``zlib.crc32(bytes(length))``.
+term that depends only on the length, ``zlib.crc32(bytes(length))``. The native kernels read strings the same way.
 """
 
 from __future__ import annotations
 
+import enum
 import sys
 import zlib
 from collections.abc import Iterator
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from primus import native
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _NULL_INTEGER = -(2**63)  # what a null integer id hashes as (what the float64 path before vectorising gave on x86-64)
@@ -33,6 +39,25 @@ _NULL_TEXT = "None"  # what a null string (or other value) hashes as: str(None)
 _BLOCK = 1 << 14  # strings per numpy pass: the temporaries stay in the CPU's cache
 _WINDOW_WORDS = 4  # strings up to this many 8-byte words are read in one gather each; longer ones a word at a time
 _LITTLE_ENDIAN = sys.byteorder == "little"
+_WIDEST_BUCKETS = 2**33  # a CRC-32 is below 2**32: more buckets than this place it as this many do (the native call takes uint64)
+
+
+class HashPath(enum.Enum):
+    """Where the strings' CRC-32 is computed; both give the same buckets."""
+
+    NATIVE = "native"  # primus._arena's C++ (primus/native/crc32_strings.h), without the GIL
+    NUMPY = "numpy"  # the vectorised numpy below: where the extension is not built (no compiler)
+
+
+def native_hashing() -> ModuleType | None:
+    """primus._arena where it is built and has the CRC-32 kernels (built on first use), else None."""
+    module = native.load()
+    return module if module is not None and hasattr(module, "crc32_strings") else None
+
+
+def hash_path() -> HashPath:
+    """The path hash_bucket takes in this process: native where primus._arena is built, else numpy."""
+    return HashPath.NATIVE if native_hashing() is not None else HashPath.NUMPY
 
 
 def _byte_tables() -> np.ndarray:
@@ -174,9 +199,40 @@ def _raw_block(data: np.ndarray, words_at: np.ndarray, ends: np.ndarray, lengths
     return _raw_gathered(words_at, ends, lengths, longest) if register is None else register
 
 
-def crc32_strings(array: pa.Array, buckets: int | None = None) -> np.ndarray:
+def crc32_strings(array: pa.Array, buckets: int | None = None, path: HashPath | None = None) -> np.ndarray:
     """zlib.crc32 of each value's UTF-8 bytes as uint32, or with buckets that modulo buckets as int64, for a string or
-    large_string array (a null slot: of its bytes, usually none)."""
+    large_string array (a null slot: of its bytes, usually none), on the path given (default: hash_path())."""
+    if (path or hash_path()) is HashPath.NATIVE:
+        return _native_crc32(array, buckets, null_bucket=None)
+    return _numpy_crc32(array, buckets)
+
+
+def _native_crc32(array: pa.Array, buckets: int | None, null_bucket: int | None) -> np.ndarray:
+    """crc32_strings by primus._arena; with null_bucket (and buckets), a null slot's bucket is null_bucket."""
+    module = native_hashing()
+    if module is None:
+        raise RuntimeError("hash path native: primus._arena is not built in this process (see its warning)")
+    count = len(array)
+    validity_buffer, offsets_buffer, data_buffer = array.buffers()
+    if count == 0 or offsets_buffer is None:  # no offsets: every string is empty
+        empty = np.zeros(count, dtype=np.uint32 if buckets is None else np.int64)
+        return empty if null_bucket is None or buckets is None else _nulls_as_text(empty, array, buckets)
+    offset_type = np.int64 if pa.types.is_large_string(array.type) else np.int32
+    offsets = np.frombuffer(offsets_buffer, dtype=offset_type)[array.offset : array.offset + count + 1]
+    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, dtype=np.uint8)
+    if buckets is None:
+        crcs = np.empty(count, dtype=np.uint32)
+        module.crc32_strings(offsets, data, crcs)
+        return crcs
+    picked = np.empty(count, dtype=np.int64)
+    nulls = null_bucket is not None and validity_buffer is not None and array.null_count > 0
+    validity = np.frombuffer(validity_buffer, dtype=np.uint8) if nulls else None
+    module.crc32_strings(offsets, data, picked, min(buckets, _WIDEST_BUCKETS), validity, array.offset, null_bucket or 0)
+    return picked
+
+
+def _numpy_crc32(array: pa.Array, buckets: int | None) -> np.ndarray:
+    """crc32_strings in numpy, block by block (see the module's docstring)."""
     count = len(array)
     offset_type = np.int64 if pa.types.is_large_string(array.type) else np.int32
     _, offsets_buffer, data_buffer = array.buffers()
@@ -204,10 +260,10 @@ def crc32_strings(array: pa.Array, buckets: int | None = None) -> np.ndarray:
     return out
 
 
-def _text_buckets(array: pa.Array, buckets: int) -> np.ndarray | None:
+def _text_buckets(array: pa.Array, buckets: int, path: HashPath) -> np.ndarray | None:
     """Buckets of a string-like array (nulls as "None"), or None for another type."""
     if pa.types.is_dictionary(array.type):
-        values = _text_buckets(array.dictionary, buckets) if _stringlike(array.dictionary.type) else None
+        values = _text_buckets(array.dictionary, buckets, path) if _stringlike(array.dictionary.type) else None
         if values is None:
             return None
         indices = array.indices
@@ -217,18 +273,26 @@ def _text_buckets(array: pa.Array, buckets: int) -> np.ndarray | None:
         return _nulls_as_text(picked, indices, buckets)
     if pa.types.is_string_view(array.type):
         array = array.cast(pa.large_string())
-    if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)) or not _LITTLE_ENDIAN:
+    if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
         return None
-    return _nulls_as_text(crc32_strings(array, buckets), array, buckets)
+    if path is HashPath.NATIVE:  # the nulls' bucket is written by the same pass
+        return _native_crc32(array, buckets, null_bucket=_null_text_bucket(buckets))
+    if not _LITTLE_ENDIAN:
+        return None
+    return _nulls_as_text(_numpy_crc32(array, buckets), array, buckets)
 
 
 def _stringlike(kind: pa.DataType) -> bool:
     return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind))
 
 
+def _null_text_bucket(buckets: int) -> int:
+    return zlib.crc32(_NULL_TEXT.encode()) % buckets
+
+
 def _nulls_as_text(picked: np.ndarray, array: pa.Array, buckets: int) -> np.ndarray:
     if array.null_count:
-        picked[array.is_null().to_numpy(zero_copy_only=False)] = zlib.crc32(_NULL_TEXT.encode()) % buckets
+        picked[array.is_null().to_numpy(zero_copy_only=False)] = _null_text_bucket(buckets)
     return picked
 
 
@@ -251,15 +315,18 @@ def _chunks(column: pa.ChunkedArray | pa.Array) -> Iterator[pa.Array]:
     yield from column.chunks if isinstance(column, pa.ChunkedArray) else [column]
 
 
-def hash_bucket(column: pa.ChunkedArray | pa.Array, buckets: int) -> pa.Array:
-    """Each value's bucket in [0, buckets), as int64 (see the module's docstring for the hashes)."""
+def hash_bucket(column: pa.ChunkedArray | pa.Array, buckets: int, path: HashPath | None = None) -> pa.Array:
+    """Each value's bucket in [0, buckets), as int64 (see the module's docstring for the hashes); strings' CRC-32 on
+    the path given (default: hash_path())."""
     if buckets < 1:
         raise ValueError(f"buckets must be 1 or more, not {buckets}")
     chunked = column if isinstance(column, pa.ChunkedArray) else pa.chunked_array([column], type=column.type)
     if pa.types.is_integer(chunked.type):
         return pa.array(_integer_buckets(chunked, buckets), type=pa.int64())
+    chosen = path or hash_path()
     parts = []
     for chunk in _chunks(chunked):
-        picked = _text_buckets(chunk, buckets)
+        picked = _text_buckets(chunk, buckets, chosen)
         parts.append(_pylist_buckets(chunk, buckets) if picked is None else picked)
-    return pa.array(np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64), type=pa.int64())
+    whole = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return pa.array(whole, type=pa.int64())

@@ -1,14 +1,17 @@
-"""Criteo-style text and ids: hash_bucket's stable buckets (vectorised), log1p and standardise of dense columns, their
-spec errors, and examples/criteo.yaml on a generated TSV through `primus validate`, a data task and a real job."""
+"""Criteo-style text and ids: hash_bucket's stable buckets (on its native path and its numpy one, each against
+zlib.crc32), log1p and standardise of dense columns, their spec errors, and examples/criteo.yaml on a generated TSV
+through `primus validate`, a data task and a real job."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import zlib
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pyarrow as pa
@@ -16,7 +19,7 @@ import pytest
 import yaml
 
 from primus.errors import DataError, SpecError
-from primus.hashing import crc32_strings, hash_bucket
+from primus.hashing import HashPath, crc32_strings, hash_bucket, native_hashing
 from primus.samples import training_schema
 from primus.spec import SchemaVersion, Transformation, load_job_file, parse_job
 from primus.transform import conform_table
@@ -25,6 +28,7 @@ from services.planner.plan import PartitionResolver, build_plan
 from services.planner.servicer import task_proto
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "criteo.yaml"
+REQUIRE_NATIVE_ENV = "PRIMUS_REQUIRE_NATIVE"
 DENSE = [f"i{i}" for i in range(1, 14)]
 SPARSE = [f"c{i}" for i in range(1, 27)]
 
@@ -39,10 +43,29 @@ def _random_strings(rng: np.random.Generator, count: int, longest: int) -> list[
     return ["".join(rng.choice(alphabet, size=int(n))) for n in rng.integers(0, longest + 1, count)]
 
 
+def _native_module() -> ModuleType:
+    """primus._arena with its CRC-32 kernels; the test skips where it is not built (fails under PRIMUS_REQUIRE_NATIVE=1)."""
+    module = native_hashing()
+    if module is None:
+        if os.environ.get(REQUIRE_NATIVE_ENV) == "1":
+            pytest.fail(f"{REQUIRE_NATIVE_ENV}=1 but primus._arena is not built: run `python scripts/build_native.py --strict` to see why")
+        pytest.skip("primus._arena is not built (no C++ compiler?): only the numpy path runs here")
+    return module
+
+
+@pytest.fixture(params=[HashPath.NATIVE, HashPath.NUMPY], ids=lambda path: path.value)
+def path(request: pytest.FixtureRequest) -> HashPath:
+    """Each hash path in turn: both must give zlib's CRC-32."""
+    if request.param is HashPath.NATIVE:
+        _native_module()
+    chosen: HashPath = request.param
+    return chosen
+
+
 # --- hash_bucket ----------------------------------------------------------------------------
 
 
-def test_string_buckets_are_zlib_crc32_whatever_the_lengths() -> None:
+def test_string_buckets_are_zlib_crc32_whatever_the_lengths(path: HashPath) -> None:
     rng = np.random.default_rng(7)
     cases = {
         "any length up to 70 bytes and more": _random_strings(rng, 5000, 40),
@@ -56,33 +79,118 @@ def test_string_buckets_are_zlib_crc32_whatever_the_lengths() -> None:
     }
     for what, values in cases.items():
         array = pa.array(values)
-        assert crc32_strings(array).tolist() == [zlib.crc32(v.encode()) for v in values], what
-        assert hash_bucket(array, 1009).to_pylist() == _crc_buckets(list(values), 1009), what
-        assert hash_bucket(array.cast(pa.large_string()), 1009).to_pylist() == _crc_buckets(list(values), 1009), f"{what}, large_string"
-    assert hash_bucket(pa.array(["05db9164", "", "None", "user_42"]), 1000).to_pylist() == [436, 0, 41, 813], "pinned: these ids keep their buckets"
+        assert crc32_strings(array, path=path).tolist() == [zlib.crc32(v.encode()) for v in values], what
+        assert hash_bucket(array, 1009, path).to_pylist() == _crc_buckets(list(values), 1009), what
+        assert hash_bucket(array.cast(pa.large_string()), 1009, path).to_pylist() == _crc_buckets(list(values), 1009), f"{what}, large_string"
+    pinned = hash_bucket(pa.array(["05db9164", "", "None", "user_42"]), 1000, path).to_pylist()
+    assert pinned == [436, 0, 41, 813], "pinned: these ids keep their buckets"
 
 
-def test_a_string_keeps_its_bucket_in_any_batch() -> None:
+def test_a_string_keeps_its_bucket_in_any_batch(path: HashPath) -> None:
     values = _random_strings(np.random.default_rng(3), 4000, 30)
-    whole = hash_bucket(pa.array(values), 997).to_pylist()
+    whole = hash_bucket(pa.array(values), 997, path).to_pylist()
+    assert whole == _crc_buckets(list(values), 997)
     sliced = pa.array(values).slice(1234, 1000)  # an offset into shared buffers, as a batch of a bigger read is
-    assert hash_bucket(sliced, 997).to_pylist() == whole[1234:2234]
+    assert hash_bucket(sliced, 997, path).to_pylist() == whole[1234:2234]
     chunked = pa.chunked_array([pa.array(values[:7]), pa.array(values[7:2000]), pa.array(values[2000:])])
-    assert hash_bucket(chunked, 997).to_pylist() == whole
+    assert hash_bucket(chunked, 997, path).to_pylist() == whole
     encoded = pa.chunked_array([pa.array(values).dictionary_encode()])
-    assert hash_bucket(encoded, 997).to_pylist() == whole, "dictionary-encoded (as Parquet may hand them over)"
-    assert hash_bucket(pa.array(values, pa.string_view()), 997).to_pylist() == whole
+    assert hash_bucket(encoded, 997, path).to_pylist() == whole, "dictionary-encoded (as Parquet may hand them over)"
+    assert hash_bucket(pa.array(values, pa.string_view()), 997, path).to_pylist() == whole
 
 
-def test_nulls_and_other_types_keep_their_buckets() -> None:
+def test_nulls_and_other_types_keep_their_buckets(path: HashPath) -> None:
     with_nulls = pa.chunked_array([pa.array(["a", None, "None", ""]), pa.array([None, "q"])])
-    assert hash_bucket(with_nulls, 1000).to_pylist() == _crc_buckets(["a", None, "None", "", None, "q"], 1000), "a null string hashes as 'None'"
+    assert hash_bucket(with_nulls, 1000, path).to_pylist() == _crc_buckets(["a", None, "None", "", None, "q"], 1000), "a null string hashes as 'None'"
     encoded = pa.chunked_array([pa.array(["x", None, "x"]).dictionary_encode(), pa.array([None], pa.string()).dictionary_encode()])
-    assert hash_bucket(encoded, 1000).to_pylist() == _crc_buckets(["x", None, "x", None], 1000)
-    assert hash_bucket(pa.array([1.5, None]), 1000).to_pylist() == _crc_buckets(["1.5", None], 1000), "other types hash as their text"
-    assert hash_bucket(pa.array([b"ab"]), 1000).to_pylist() == _crc_buckets([str(b"ab")], 1000)
-    assert hash_bucket(pa.array([], pa.string()), 10).to_pylist() == []
-    assert hash_bucket(pa.array(["a", "bc"]), 2**40).to_pylist() == [zlib.crc32(b"a"), zlib.crc32(b"bc")], "more buckets than CRC-32 values"
+    assert hash_bucket(encoded, 1000, path).to_pylist() == _crc_buckets(["x", None, "x", None], 1000)
+    assert hash_bucket(pa.array([1.5, None]), 1000, path).to_pylist() == _crc_buckets(["1.5", None], 1000), "other types hash as their text"
+    assert hash_bucket(pa.array([b"ab"]), 1000, path).to_pylist() == _crc_buckets([str(b"ab")], 1000)
+    assert hash_bucket(pa.array([], pa.string()), 10, path).to_pylist() == []
+    assert hash_bucket(pa.nulls(3, pa.string()), 10, path).to_pylist() == _crc_buckets([None] * 3, 10)
+    assert hash_bucket(pa.array(["a", "bc"]), 2**40, path).to_pylist() == [zlib.crc32(b"a"), zlib.crc32(b"bc")], "more buckets than CRC-32 values"
+    assert hash_bucket(pa.array(["a", "bc"]), 2**70, path).to_pylist() == [zlib.crc32(b"a"), zlib.crc32(b"bc")]
+
+
+def test_without_a_compiler_hash_bucket_takes_the_numpy_path(tmp_path: Path) -> None:
+    """No extension (no compiler, an empty cache): hash_bucket still gives zlib's buckets, on the numpy path."""
+    script = "import json; import pyarrow as pa; from primus.hashing import hash_bucket, hash_path; " + (
+        "print(json.dumps([hash_path().value, hash_bucket(pa.array(['a', None, 'user_42' * 9]), 1000).to_pylist()]))"
+    )
+    env = {**os.environ, "PRIMUS_NATIVE_CACHE": str(tmp_path / "cache"), "CXX": "/nonexistent"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(done.stdout) == ["numpy", _crc_buckets(["a", None, "user_42" * 9], 1000)]
+    assert done.stderr.count("primus._arena not built") == 1 and "hash_bucket hash strings in numpy" in done.stderr, done.stderr
+
+
+def _awkward_strings(rng: np.random.Generator) -> list[str | None]:
+    """Ids that take every branch of both paths: empty, null, non-ASCII, one to 40 bytes, and long (33 to 2,000 bytes)."""
+    shapes: list[str | None] = ["", None, "é", "日本語のID", "None", "x" * 32, "y" * 33, "z" * 64, "w" * 2000, "\x00" * 9, "ü" * 17]
+    shapes += _random_strings(rng, 3000, 40)
+    shapes += ["v" * int(n) for n in rng.integers(33, 300, 50)]
+    picked = [shapes[int(i)] for i in rng.permutation(len(shapes))]
+    return [None if rng.random() < 0.05 else value for value in picked]
+
+
+def test_both_paths_give_zlib_crc32_on_awkward_arrays(path: HashPath) -> None:
+    """Nulls (a sliced validity bitmap too), long and non-ASCII strings, every array type, and arrays cut at each of the
+    first bytes of the data buffer: where a word before the first string would lie outside it."""
+    values = _awkward_strings(np.random.default_rng(11))
+    array = pa.array(values)
+    arrays: dict[str, pa.Array | pa.ChunkedArray] = {
+        "string": array,
+        "large_string": array.cast(pa.large_string()),
+        "string_view": array.cast(pa.string_view()),
+        "dictionary": array.dictionary_encode(),
+        "chunked": pa.chunked_array([array.slice(0, 5), array.slice(5, 1000), array.slice(1005)]),
+    }
+    for what, column in arrays.items():
+        assert hash_bucket(column, 1009, path).to_pylist() == _crc_buckets(values, 1009), what
+    for start in [*range(0, 40), 1001, 1999]:  # a slice's offsets start inside the buffer; its bitmap at any bit
+        assert hash_bucket(array.slice(start, 300), 997, path).to_pylist() == _crc_buckets(values[start : start + 300], 997), f"slice at {start}"
+        cut = pa.array(values[start : start + 300])  # a data buffer that starts at this slice's first string
+        assert hash_bucket(cut, 997, path).to_pylist() == _crc_buckets(values[start : start + 300], 997), f"fresh from {start}"
+    filled = [value or "" for value in values]
+    assert crc32_strings(pa.array(filled), path=path).tolist() == [zlib.crc32(v.encode()) for v in filled]
+    assert crc32_strings(pa.array(filled, pa.large_string()), 1 << 31, path).tolist() == [zlib.crc32(v.encode()) % (1 << 31) for v in filled]
+
+
+def test_every_native_kernel_gives_zlib_crc32_and_refuses_bad_buffers() -> None:
+    """Each kernel this CPU runs (tables everywhere, carry-less multiply on x86-64), on the raw buffers: the CRCs, the
+    remainders for small and large bucket counts, and the null bucket; offsets that leave the data are refused."""
+    module = _native_module()
+    kernels = module.crc32_kernels()
+    assert "tables" in kernels
+    values = [value or "" for value in _awkward_strings(np.random.default_rng(5))]
+    array = pa.array(values, mask=np.arange(len(values)) % 7 == 3)
+    validity, offsets_buffer, data_buffer = array.buffers()
+    offsets, data = np.frombuffer(offsets_buffer, dtype=np.int32), np.frombuffer(data_buffer, dtype=np.uint8)
+    bits = np.frombuffer(validity, dtype=np.uint8)
+    slots = [data[offsets[i] : offsets[i + 1]].tobytes() for i in range(len(values))]  # a null slot holds no bytes
+    assert [slot.decode() for slot, valid in zip(slots, array.is_valid().to_pylist(), strict=True) if valid] == [v for v in array.to_pylist() if v is not None]
+    expected = np.array([zlib.crc32(slot) for slot in slots], dtype=np.uint64)
+    for kernel in ["best", *kernels]:
+        crcs = np.empty(len(values), dtype=np.uint32)
+        module.crc32_strings(offsets, data, crcs, kernel=kernel)
+        assert crcs.tolist() == expected.tolist(), kernel
+        for buckets in (1, 2, 3, 1000, 2**31 - 1, 2**32 - 1, 2**32, 2**40):
+            picked = np.empty(len(values), dtype=np.int64)
+            module.crc32_strings(offsets, data, picked, buckets, kernel=kernel)
+            assert picked.tolist() == (expected % np.uint64(buckets)).tolist(), f"{kernel}, {buckets} buckets"
+        picked = np.empty(len(values) - 10, dtype=np.int64)  # a slice's nulls: its bitmap read from bit 10
+        module.crc32_strings(offsets[10:], data, picked, 1000, bits, 10, -7, kernel=kernel)
+        assert picked.tolist() == [-7 if (i + 10) % 7 == 3 else int(expected[i + 10] % 1000) for i in range(len(picked))], kernel
+    out = np.empty(3, dtype=np.uint32)
+    with pytest.raises(ValueError, match="lie outside the 6-byte data buffer or decrease"):
+        module.crc32_strings(np.array([0, 2, 9, 6], dtype=np.int32), np.zeros(6, dtype=np.uint8), out)
+    with pytest.raises(ValueError, match="lie outside the 6-byte data buffer or decrease"):
+        module.crc32_strings(np.array([0, 4, 2, 6], dtype=np.int64), np.zeros(6, dtype=np.uint8), out)
+    with pytest.raises(ValueError, match="there must be one more"):
+        module.crc32_strings(np.array([0, 1], dtype=np.int32), np.zeros(6, dtype=np.uint8), out)
+    with pytest.raises(ValueError, match="does not hold bits 0 to 9"):
+        module.crc32_strings(np.zeros(10, dtype=np.int32), np.zeros(0, dtype=np.uint8), np.empty(9, dtype=np.int64), 5, np.zeros(1, dtype=np.uint8))
+    with pytest.raises(ValueError, match="kernel 'abacus' does not run here"):
+        module.crc32_strings(np.zeros(4, dtype=np.int32), np.zeros(0, dtype=np.uint8), out, kernel="abacus")
 
 
 def _mixed(value: int, buckets: int) -> int:

@@ -1,11 +1,13 @@
-"""Build primus._arena on first use: Cython and the C++ compiler turn arena.pyx (beside this file) into an extension
-against this process's pyarrow, once per pyarrow build and source, into a per-user cache that every process shares.
+"""Build primus._arena on first use: Cython and the C++ compiler turn arena.pyx (beside this file, with the headers it
+includes) into an extension against this process's pyarrow, once per pyarrow build and source, into a per-user cache
+that every process shares.
 
 The extension links pyarrow's C++ libraries, whose ABI changes with each release, so it is compiled against the
 pyarrow that will load it, never in a package build's isolated environment (which may hold another pyarrow). The cache
 key is the pyarrow version and a hash of the sources, the pyarrow installation, numpy and the Python ABI: an upgrade or
 an edited source builds anew. A file lock makes concurrent first users compile once. Without a compiler (or Cython)
-the build fails with one warning and Primus still works: executors copy batches into shared memory instead.
+the build fails with one warning and Primus still works: executors copy batches into shared memory instead, and
+hash_bucket computes strings' CRC-32 in numpy (primus/hashing.py).
 """
 
 from __future__ import annotations
@@ -32,13 +34,13 @@ from types import ModuleType
 
 MODULE = "primus._arena"
 SOURCES = Path(__file__).resolve().parent
-SOURCE_FILES = ("arena.pyx", "arena_pool.h")
+SOURCE_FILES = ("arena.pyx", "arena_pool.h", "crc32_strings.h")
 CACHE_ENV = "PRIMUS_NATIVE_CACHE"  # where the builds go; default $XDG_CACHE_HOME/primus/native, else ~/.cache/primus/native
 FAILED_LOG = "failed.log"  # a failed compile leaves its output here; loaders do not retry it, `make native` does
 BUILD_LOG = "build.log"
 CXX_FLAGS = ("-std=c++20", "-O2", "-fPIC", "-fwrapv", "-fno-strict-aliasing", "-DNDEBUG", "-pthread", "-Wno-unused-function", "-Wno-unused-variable")
 COMPILE_TIMEOUT_SECONDS = 600
-FALLBACK = "executors will copy batches into shared memory instead"
+FALLBACK = "executors will copy batches into shared memory, and hash_bucket hash strings in numpy, instead"
 log = logging.getLogger(__name__)
 _load_lock = threading.Lock()
 _loaded: tuple[ModuleType | None] | None = None  # (the module or None) once load() has run in this process

@@ -1,8 +1,9 @@
 # cython: language_level=3
 # distutils: language = c++
-"""A pyarrow MemoryPool backed by one shared-memory file: what it allocates, another process can map without a copy."""
+"""A pyarrow MemoryPool backed by one shared-memory file: what it allocates, another process can map without a copy; and
+hash_bucket's CRC-32 of string arrays."""
 
-from libc.stdint cimport int64_t, uint8_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
 from libcpp.memory cimport shared_ptr
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -66,6 +67,23 @@ cdef extern from "arena_pool.h" namespace "primus":
         const shared_ptr[CRandomAccessFile]& file, vector[int] row_groups, const vector[string]& names,
         const vector[string]& checked, CMemoryPool* pool, vector[ChunkCheck]* found
     ) nogil
+
+
+cdef extern from "crc32_strings.h" namespace "primus" nogil:
+    cpdef enum class Crc32Kernel "primus::Crc32Kernel":
+        kBest
+        kTables
+        kCarrylessMultiply
+
+    bint Crc32KernelAvailable(Crc32Kernel kernel)
+    Crc32Kernel Crc32Resolve(Crc32Kernel kernel)
+    int64_t Crc32Strings[Offset](
+        const Offset* offsets, int64_t count, const uint8_t* data, int64_t size, uint32_t* crcs, Crc32Kernel kernel
+    )
+    int64_t Crc32Buckets[Offset](
+        const Offset* offsets, int64_t count, const uint8_t* data, int64_t size, uint64_t buckets,
+        const uint8_t* validity, int64_t validity_offset, int64_t null_bucket, int64_t* out, Crc32Kernel kernel
+    )
 
 
 cdef class SharedArena(MemoryPool):
@@ -227,3 +245,66 @@ def rebuild_batch(Schema schema, layout, uintptr_t base, int64_t size, object ho
     if k != total:
         raise ValueError(f"the layout of a batch in {where} describes more columns than the stream's schema has")
     return pyarrow_wrap_batch(MakeBatch(c_schema, rows, columns))
+
+
+CRC32_KERNELS = {"tables": Crc32Kernel.kTables, "carryless-multiply": Crc32Kernel.kCarrylessMultiply}
+cdef uint8_t _no_bytes[8]  # what an empty data buffer points at
+
+
+def crc32_kernels():
+    """The CRC-32 kernels this CPU runs, best first ("carryless-multiply" needs x86-64 with PCLMULQDQ)."""
+    best = Crc32Resolve(Crc32Kernel.kBest)
+    runs = [name for name, kernel in CRC32_KERNELS.items() if Crc32KernelAvailable(kernel)]
+    return sorted(runs, key=lambda name: CRC32_KERNELS[name] != best)
+
+
+def crc32_strings(offsets, const uint8_t[::1] data, out, uint64_t buckets=0, const uint8_t[::1] validity=None,
+                  int64_t validity_offset=0, int64_t null_bucket=0, str kernel="best"):
+    """zlib.crc32 of each string of an Arrow string array, from its buffers: offsets (int32 or int64, one more than
+    out), data (uint8). buckets 0: out (uint32) gets the CRCs; else out (int64) gets crc % buckets, and null_bucket
+    where the validity bitmap (uint8, read from bit validity_offset on; None: no nulls) has a 0. kernel: "best", or one
+    of crc32_kernels(). Runs without the GIL. ValueError for buffers that do not fit together, or offsets that lie
+    outside data or decrease."""
+    cdef const int32_t[::1] narrow
+    cdef const int64_t[::1] wide
+    cdef uint32_t[::1] crcs
+    cdef int64_t[::1] picked
+    cdef int64_t count = len(out), size = data.shape[0], bad = -1
+    cdef const uint8_t* data_at = &data[0] if size else _no_bytes
+    cdef const uint8_t* bits = NULL
+    cdef Crc32Kernel chosen = Crc32Kernel.kBest
+    cdef bint is_wide = offsets.dtype == "int64"
+    if kernel != "best":
+        if kernel not in CRC32_KERNELS or not Crc32KernelAvailable(CRC32_KERNELS[kernel]):
+            raise ValueError(f"kernel {kernel!r} does not run here: choose from {['best', *crc32_kernels()]}")
+        chosen = CRC32_KERNELS[kernel]
+    if not is_wide and offsets.dtype != "int32":
+        raise ValueError(f"offsets must be int32 or int64, not {offsets.dtype}")
+    if len(offsets) != count + 1:
+        raise ValueError(f"{len(offsets)} offsets for {count} strings: there must be one more")
+    if validity is not None and buckets:
+        if validity_offset < 0 or validity.shape[0] * 8 < validity_offset + count:
+            raise ValueError(f"a validity bitmap of {validity.shape[0]} bytes does not hold bits {validity_offset} to {validity_offset + count}")
+        bits = &validity[0] if count else NULL
+    if is_wide:
+        wide = offsets
+    else:
+        narrow = offsets
+    if count == 0:
+        return
+    if buckets == 0:
+        crcs = out
+        with nogil:
+            if is_wide:
+                bad = Crc32Strings[int64_t](&wide[0], count, data_at, size, &crcs[0], chosen)
+            else:
+                bad = Crc32Strings[int32_t](&narrow[0], count, data_at, size, &crcs[0], chosen)
+    else:
+        picked = out
+        with nogil:
+            if is_wide:
+                bad = Crc32Buckets[int64_t](&wide[0], count, data_at, size, buckets, bits, validity_offset, null_bucket, &picked[0], chosen)
+            else:
+                bad = Crc32Buckets[int32_t](&narrow[0], count, data_at, size, buckets, bits, validity_offset, null_bucket, &picked[0], chosen)
+    if bad >= 0:
+        raise ValueError(f"the offsets of strings {bad} on lie outside the {size}-byte data buffer or decrease")
