@@ -139,6 +139,7 @@ class Clock:
     first_batch: float = 0.0  # from the start of train() to the first batch in hand
     step_seconds: float = 0.0  # wall time in CtrTrainer.train_minibatch (Arrow to tensors, forward, backward, update)
     step_cpu: float = 0.0  # the training thread's CPU time in it
+    checkpoint_seconds: float = 0.0  # wall time in TrainingSession.checkpoint (the state to disk, the commit to the planner)
     executors_cpu: float = 0.0  # filled in by the parent
     planner_cpu: float = 0.0
 
@@ -243,8 +244,8 @@ def _runqueue_seconds() -> float:
 
 
 def _time_steps(session: TrainingSession, clock: Clock) -> None:
-    """Wrap this session's model step to add its wall and thread CPU time to the clock."""
-    step = session.trainer.train_minibatch
+    """Wrap this session's model step to add its wall and thread CPU time to the clock, and its checkpoints' wall time."""
+    step, checkpoint = session.trainer.train_minibatch, session.checkpoint
 
     def timed(*args: Any) -> None:
         wall, cpu = time.perf_counter(), time.thread_time()
@@ -252,7 +253,13 @@ def _time_steps(session: TrainingSession, clock: Clock) -> None:
         clock.step_seconds += time.perf_counter() - wall
         clock.step_cpu += time.thread_time() - cpu
 
+    def timed_checkpoint(*args: Any, **kwargs: Any) -> None:
+        wall = time.perf_counter()
+        checkpoint(*args, **kwargs)
+        clock.checkpoint_seconds += time.perf_counter() - wall
+
     session.trainer.train_minibatch = timed  # type: ignore[method-assign,assignment]
+    session.checkpoint = timed_checkpoint  # type: ignore[method-assign]
 
 
 # --- orchestration -------------------------------------------------------------------------------
@@ -372,6 +379,7 @@ def summarize(results: dict[str, list[Clock]]) -> dict[str, Any]:
             "stall_share": round(_median(clocks, lambda c: c.stall / c.seconds), 4),
             "step_ms": round(_median(clocks, lambda c: 1000 * c.step_seconds / max(c.steps, 1)), 3),
             "step_cpu_ms": round(_median(clocks, lambda c: 1000 * c.step_cpu / max(c.steps, 1)), 3),
+            "checkpoint_s": round(_median(clocks, lambda c: c.checkpoint_seconds), 4),
             "trainer_cpu_s": round(_median(clocks, lambda c: c.cpu), 3),
             "training_thread_cpu_s": round(_median(clocks, lambda c: c.loop_cpu), 3),
             "training_thread_runqueue_s": round(_median(clocks, lambda c: c.loop_runqueue), 4),
@@ -417,6 +425,7 @@ THROUGHPUT_COLUMNS = {
     "stall ms/step": "stall_ms_per_step",
     "step ms": "step_ms",
     "step cpu ms": "step_cpu_ms",
+    "checkpoints s": "checkpoint_s",
 }
 # The training thread's wall time, split: on a core, runnable but waiting for one, blocked in the feed, blocked
 # otherwise (the GIL, the checkpoint's disk and RPC); then the CPU of everything else.

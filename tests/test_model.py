@@ -92,6 +92,18 @@ def test_batch_to_tensors_accepts_tables() -> None:
     assert dense.shape == (6, 2) and sparse.shape == (6, 2) and labels.shape == (6,)
 
 
+def test_batch_to_tensors_over_chunks_of_other_types_and_nulls() -> None:
+    """A mixer's minibatch is a table of slices: chunks with and without nulls, float64 dense and int32 ids cast."""
+    with_nulls = pa.record_batch({"d": pa.array([1.5, None], pa.float64()), "i": pa.array([None, -7], pa.int32()), "y": [1, 0]})
+    without = pa.record_batch({"d": pa.array([2.0, -3.0], pa.float64()), "i": pa.array([12, 5], pa.int32()), "y": [0, 1]})
+    table = pa.Table.from_batches([without, with_nulls.slice(0, 2), without.slice(1, 1)])
+    spec = FeatureSpec(dense=("d",), sparse=(SparseFeature("i", buckets=5, dim=2),), label="y")
+    dense, sparse, labels = batch_to_tensors(table, spec)
+    assert dense.dtype == torch.float32 and dense[:, 0].tolist() == [2.0, -3.0, 1.5, 0.0, -3.0]
+    assert sparse.dtype == torch.int64 and sparse[:, 0].tolist() == [12 % 5, 5 % 5, 0, -7 % 5, 5 % 5]
+    assert labels.tolist() == [0.0, 1.0, 1.0, 0.0, 1.0]
+
+
 def test_batch_to_tensors_names_missing_column() -> None:
     batch = _tiny_batch().drop_columns(["v"])
     with pytest.raises(ValueError, match="'v'"):

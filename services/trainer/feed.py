@@ -17,6 +17,7 @@ from primus import cores, hosts, telemetry
 from primus.dataplane import END_OF_STREAM, SharedMemoryMaps
 from primus.errors import UnavailableError
 from primus.v1 import data_executor_pb2
+from services.trainer.handoff import Handoff
 
 Discover = Callable[[], dict[str, "DataEndpoint"]]
 CREDIT_WINDOW = 8  # batches in flight per stream (a task of 4 MiB batches fits); credits go back in halves of it
@@ -140,7 +141,7 @@ class BatchFeed:
         self._discover = discover
         self._host_id = hosts.host_id()
         self._ticket = data_executor_pb2.DataTicket(job_id=job_id, consumer_id=consumer_id, purpose=purpose)  # type: ignore[arg-type]
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
+        self._queue = Handoff(prefetch)
         self._stop = threading.Event()
         self._poll = poll_seconds
         self._replacement_timeout = replacement_timeout

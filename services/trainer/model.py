@@ -111,24 +111,31 @@ def _column(batch: pa.RecordBatch | pa.Table, name: str) -> Any:
     return batch.column(name)
 
 
+def _values(batch: pa.RecordBatch | pa.Table, name: str, kind: pa.DataType, fill: float | int) -> np.ndarray:
+    """A column as numpy values of kind, nulls as fill; the cast and the fill only where needed (each is a copy)."""
+    column = _column(batch, name)
+    if column.type != kind:
+        column = pc.cast(column, kind)
+    if column.null_count:
+        column = pc.fill_null(column, fill)
+    values: np.ndarray = column.to_numpy()
+    return values
+
+
 def _dense_matrix(batch: pa.RecordBatch | pa.Table, names: tuple[str, ...]) -> torch.Tensor:
     """Dense columns as float32 [B, n_dense], nulls replaced by 0.0."""
-    columns = [pc.fill_null(pc.cast(_column(batch, name), pa.float32()), 0.0).to_numpy() for name in names]
-    matrix = np.stack(columns, axis=1) if columns else np.zeros((batch.num_rows, 0))
-    return torch.from_numpy(np.array(matrix, dtype=np.float32))
+    matrix = np.empty((batch.num_rows, len(names)), dtype=np.float32)
+    for j, name in enumerate(names):
+        matrix[:, j] = _values(batch, name, pa.float32(), 0.0)
+    return torch.from_numpy(matrix)
 
 
 def _sparse_matrix(batch: pa.RecordBatch | pa.Table, sparse: tuple[SparseFeature, ...]) -> torch.Tensor:
     """Sparse ids as int64 [B, n_sparse], taken modulo buckets; nulls become id 0."""
-    columns = [
-        np.mod(
-            pc.fill_null(pc.cast(_column(batch, f.name), pa.int64()), 0).to_numpy(),
-            f.buckets,
-        )
-        for f in sparse
-    ]
-    matrix = np.stack(columns, axis=1) if columns else np.zeros((batch.num_rows, 0))
-    return torch.from_numpy(np.array(matrix, dtype=np.int64))
+    matrix = np.empty((batch.num_rows, len(sparse)), dtype=np.int64)
+    for j, feature in enumerate(sparse):
+        np.mod(_values(batch, feature.name, pa.int64(), 0), feature.buckets, out=matrix[:, j])
+    return torch.from_numpy(matrix)
 
 
 def _label_vector(batch: pa.RecordBatch | pa.Table, label: str) -> torch.Tensor:
