@@ -1,4 +1,5 @@
-"""The primus command: validate, plan, up, down, restart, submit, status, cancel, run, demo, report, cost, scaling and explore."""
+"""The primus command: validate, plan, up, down, restart, submit, get, describe, status, cancel, config, run, demo, report, cost,
+scaling and explore. The verbs that talk to a master go through primus.client (the SDK), to the master contexts.py finds."""
 
 from __future__ import annotations
 
@@ -16,16 +17,18 @@ from typing import Any
 
 import grpc
 
-from primus import rpc
+from primus import contexts, rpc
 from primus.backend_flags import add_backend_arguments, controller_argv
+from primus.client import JobConflictError, JobNotFoundError, JobState, MasterUnreachableError, PrimusClient
 from primus.cluster import RESTARTABLE, ClusterState, ServiceProcess, StartError, restart_service, running_cluster, start_cluster, start_planner, stop_services
-from primus.console import console, err_console, follow, print_plan, print_report, state_name
+from primus.console import console, err_console, print_plan, print_report
 from primus.cost import load_cost, print_cost
 from primus.errors import PrimusError, SpecError
 from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
+from primus.job_output import OUTPUTS, describe_job, follow, print_jobs
 from primus.scaling_log import decision_row, scaling_table
 from primus.spec import load_job_file
-from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2, planner_pb2_grpc
+from primus.v1 import planner_pb2, planner_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 
@@ -41,32 +44,36 @@ DEFAULT_RUNS_DIR = Path("runs")
 PREVIEW_TIMEOUT_SECONDS = 600.0
 
 
-def _master(state: ClusterState) -> master_pb2_grpc.MasterServiceStub:
-    return master_pb2_grpc.MasterServiceStub(rpc.connect(state.address("master")))
+def _client(args: argparse.Namespace) -> PrimusClient:
+    """The master named by --master, PRIMUS_MASTER, this state folder's services or the current context, in that order."""
+    local = running_cluster(args.state_dir)
+    found = contexts.resolve_master(args.master, dict(os.environ), local.address("master") if local else "", _config())
+    if found is None:
+        raise UserError(
+            f"no master to talk to: none runs for {args.state_dir} and no context is set; start one here with `primus up`, "
+            f"or name one with --master, {contexts.MASTER_ENV} or `primus config set-context NAME --master HOST:PORT`"
+        )
+    return PrimusClient(found.address)
 
 
-def _require_cluster(args: argparse.Namespace) -> ClusterState:
-    state = running_cluster(args.state_dir)
-    if state is None:
-        raise PrimusError(f"no Primus services are running for {args.state_dir}: start them with `primus up` (or use `primus run`)")
-    return state
+def _config() -> contexts.Config:
+    try:
+        return contexts.Config.load(contexts.config_path())
+    except contexts.ConfigError as exc:
+        raise UserError(str(exc)) from None
 
 
-def _submit(state: ClusterState, job_file: Path, backend: str | None = None) -> str:
+def _submit(client: PrimusClient, job_file: Path, backend: str | None = None) -> str:
     job = load_job_file(job_file)
-    if backend:
-        job = job.with_backend(backend)
-    reply = _master(state).SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=job.to_yaml()), timeout=30)
-    return str(reply.job_id)
+    return client.submit(job.with_backend(backend) if backend else job)
 
 
-def _follow_and_report(state: ClusterState, job_id: str) -> int:
-    job = follow(_master(state).WatchJob(master_pb2.WatchJobRequest(job_id=job_id)))
-    if job.report_path and Path(job.report_path).exists():
+def _follow_and_report(client: PrimusClient, job_id: str) -> int:
+    job = follow(client.watch(job_id))
+    if job is not None and job.report_path and Path(job.report_path).exists():
         print_report(json.loads(Path(job.report_path).read_text()))
         console.print(f"report: {job.report_path}")
-    final = state_name(job.state)
-    return 0 if final == "SUCCEEDED" else 1
+    return 0 if job is not None and job.state is JobState.SUCCEEDED else 1
 
 
 @contextmanager
@@ -148,6 +155,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     state = _start_cluster(args)
     for service in state.services:
         console.print(f"{service.name:<20} pid {service.pid:<8} {service.address}  log {service.log}")
+    path, config = contexts.config_path(), _config()
+    config.set_context(contexts.LOCAL_CONTEXT, state.address("master"), make_current=True)
+    config.save(path)
+    console.print(f"context {contexts.LOCAL_CONTEXT!r} in {path} now names this master; from anywhere: primus get jobs", highlight=False)
     return 0
 
 
@@ -173,34 +184,76 @@ def cmd_restart(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    load_job_file(args.job)  # a spec error is the user's to fix whether or not the services run
-    state = _require_cluster(args)
-    job_id = _submit(state, args.job)
-    console.print(job_id)
-    return _follow_and_report(state, job_id) if args.watch else 0
+    load_job_file(args.job)  # a spec error is the user's to fix whether or not a master answers
+    with _client(args) as client:
+        job_id = _submit(client, args.job)
+        console.print(job_id)
+        return _follow_and_report(client, job_id) if args.watch else 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        jobs = [client.get(args.job_id)] if args.job_id else client.list()
+    print_jobs(jobs, args.output)
+    return 0
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        describe_job(client.get(args.job_id))
+    return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    stub = _master(_require_cluster(args))
-    jobs = [stub.GetJob(master_pb2.GetJobRequest(job_id=args.job_id), timeout=10).job] if args.job_id else stub.ListJobs(master_pb2.ListJobsRequest(), timeout=10).jobs
+    with _client(args) as client:
+        jobs = [client.get(args.job_id)] if args.job_id else client.list()
     for job in jobs:
         p = job.progress
-        console.print(f"{job.job_id:<40} {state_name(job.state):<10} tasks {p.tasks_done}/{p.tasks_total} step {p.step}  {job.message}")
+        console.print(f"{job.job_id:<40} {job.state.value:<10} tasks {p.tasks_done}/{p.tasks_total} step {p.step}  {job.message}")
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    job = _master(_require_cluster(args)).CancelJob(master_pb2.CancelJobRequest(job_id=args.job_id), timeout=10).job
+    with _client(args) as client:
+        job = client.cancel(args.job_id)
     console.print(f"{job.job_id}: cancellation requested")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    path = contexts.config_path()
+    config = _config()
+    if args.action == "get-contexts":
+        for name, master in sorted(config.contexts.items()):
+            console.print(f"{'*' if name == config.current else ' '} {name:<20} {master}", highlight=False)
+        return 0
+    if args.action == "current-context":
+        if not config.current:
+            raise UserError(f"{path}: no current context")
+        console.print(config.current)
+        return 0
+    if not args.name:
+        raise UserError(f"primus config {args.action} needs a context name")
+    if args.action == "set-context":
+        if not args.context_master:
+            raise UserError("primus config set-context needs --master HOST:PORT")
+        config.set_context(args.name, args.context_master)
+    else:  # use-context
+        try:
+            config.use(args.name, path)
+        except contexts.ConfigError as exc:
+            raise UserError(str(exc)) from None
+    config.save(path)
+    console.print(f"{path}: current context {config.current!r}", highlight=False)
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     load_job_file(args.job)
-    with _cluster_for_run(args) as state:
-        job_id = _submit(state, args.job, args.backend)
+    with _cluster_for_run(args) as state, PrimusClient(state.address("master")) as client:
+        job_id = _submit(client, args.job, args.backend)
         err_console.print(f"submitted {job_id}")
-        code = _follow_and_report(state, job_id)
+        code = _follow_and_report(client, job_id)
     console.print(f"explore: {explore_hint(args.runs_dir, job_id)}", highlight=False, soft_wrap=True)
     return code
 
@@ -301,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="primus", description="Primus: unified training for recommendation models.")
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="where `primus up` keeps its cluster state (default .primus)")
     parser.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS_DIR, help="where job folders, reports and traces go (default runs)")
+    parser.add_argument(
+        "--master", default="", help=f"the master's host:port (default: {contexts.MASTER_ENV}, then the services `primus up` started here, then the current context)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
@@ -327,7 +383,18 @@ def build_parser() -> argparse.ArgumentParser:
     submit = add("submit", cmd_submit, "hand a job to the running master")
     submit.add_argument("job", type=Path)
     submit.add_argument("--watch", action="store_true", help="follow the job and print its report")
-    add("status", cmd_status, "list jobs, or show one").add_argument("job_id", nargs="?")
+    add("status", cmd_status, "list jobs, or show one, one line each").add_argument("job_id", nargs="?")
+    get = add("get", cmd_get, "list jobs (`get jobs`) or show one (`get job ID`)")
+    get.add_argument("kind", choices=("jobs", "job"))
+    get.add_argument("job_id", nargs="?")
+    get.add_argument("-o", "--output", choices=OUTPUTS, default="table")
+    describe = add("describe", cmd_describe, "show one job in full: state, progress, times, where its files are, what its spec asks for")
+    describe.add_argument("kind", choices=("job",))
+    describe.add_argument("job_id")
+    config = add("config", cmd_config, f"the master contexts in {contexts.config_path()} ({contexts.CONFIG_ENV} moves it)")
+    config.add_argument("action", choices=("get-contexts", "current-context", "use-context", "set-context"))
+    config.add_argument("name", nargs="?")
+    config.add_argument("--master", dest="context_master", default="", help="set-context: the context's master host:port")
     scaling = add("scaling", cmd_scaling, "print a job's scaling decisions: signals, reason, action, samples/s before and after")
     scaling.add_argument("run", type=Path, help="a job id (asked of the running resource controller), a run folder or its report.json")
     scaling.add_argument("-o", "--output", choices=("table", "json"), default="table")
@@ -373,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             err_console.print(f"[red]error[/red]: {problem}", highlight=False)
         return EXIT_USER_ERROR
-    except UserError as exc:
+    except (UserError, MasterUnreachableError, JobNotFoundError, JobConflictError) as exc:
         err_console.print(f"[red]error[/red]: {exc}", highlight=False)
         return EXIT_USER_ERROR
     except PrimusError as exc:

@@ -1,4 +1,4 @@
-"""Terminal output: report tables, plan previews and a live progress view of a job."""
+"""Terminal output: the consoles, report tables and plan previews (a job's own views are in job_output.py)."""
 
 from __future__ import annotations
 
@@ -7,44 +7,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from primus.v1 import common_pb2, master_pb2, planner_pb2
+from primus.v1 import common_pb2, planner_pb2
 
 # Off a terminal (pipes, CI, tests) lines must not wrap: an error stays one line, tables stay whole.
 console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
 
 
-def state_name(state: int) -> str:
-    return common_pb2.JobState.Name(state).removeprefix("JOB_STATE_")
-
-
 def purpose_name(purpose: int) -> str:
     return common_pb2.TaskPurpose.Name(purpose).removeprefix("TASK_PURPOSE_").lower()
-
-
-def follow(updates: Iterable[master_pb2.WatchJobResponse]) -> master_pb2.Job:
-    """Show a progress bar over the job's tasks and its training step and loss until it ends."""
-    last = master_pb2.Job()
-    with Progress(
-        TextColumn("[bold]{task.fields[state]:<10}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("tasks  {task.fields[detail]}"),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=False,
-    ) as progress:
-        bar = progress.add_task("job", total=None, state="PENDING", detail="")
-        for update in updates:
-            job = update.job
-            last = job
-            p = job.progress
-            detail = f"step {p.step}  samples {p.samples_trained}  loss {p.loss:.4f}" if p.step else job.message
-            progress.update(bar, total=p.tasks_total or None, completed=p.tasks_done, state=state_name(job.state), detail=detail[:70])
-    return last
 
 
 def _table(title: str, columns: list[str], rows: Iterable[Iterable[Any]]) -> Table:

@@ -22,6 +22,14 @@ DAYS = 3
 ROWS_PER_HOUR = 600
 
 
+@pytest.fixture(autouse=True)
+def own_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`primus up` writes its master context to the config file: each test (and the CLI it runs) gets its own, never
+    ~/.primus, and no PRIMUS_MASTER from the environment."""
+    monkeypatch.setenv("PRIMUS_CONFIG", str(tmp_path / "primus-config.yaml"))
+    monkeypatch.delenv("PRIMUS_MASTER", raising=False)
+
+
 @pytest.fixture(scope="session")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three days of hourly Parquet partitions with _SUCCESS markers: two to train, one held out."""

@@ -15,7 +15,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from primus import cores
+from primus import contexts, cores
 from primus.cluster import running_cluster
 from tests.conftest import DAYS, ROWS_PER_HOUR
 
@@ -116,8 +116,14 @@ def test_up_submit_status_down(job_file: Path, tmp_path: Path) -> None:
             assert f"its training thread on cores [{machine[-1]}] of its own" in controller_log, controller_log[-2000:]
         status = _primus(tmp_path, "status", job_id)
         assert status.returncode == 0 and "SUCCEEDED" in status.stdout
+        config = contexts.Config.load(contexts.config_path())
+        assert config.current == contexts.LOCAL_CONTEXT and config.contexts[contexts.LOCAL_CONTEXT] == state.address("master"), "up writes its context"
+        elsewhere = subprocess.run(
+            [sys.executable, "-m", "primus.cli", "--state-dir", str(tmp_path / "other"), "get", "jobs", "-o", "json"], capture_output=True, text=True, timeout=60, cwd="/"
+        )
+        assert elsewhere.returncode == 0 and json.loads(elsewhere.stdout)[0]["job_id"] == job_id, "from anywhere, through the context"
         missing = _primus(tmp_path, "status", "no-such-job")
-        assert missing.returncode == 1 and "NOT_FOUND: no job 'no-such-job'" in missing.stderr
+        assert missing.returncode == 2 and "no job 'no-such-job' at the master at" in missing.stderr
         old_planner = next(s for s in state.services if s.name == "planner")
         restarted = _primus(tmp_path, "restart", "planner")
         assert restarted.returncode == 0, restarted.stderr
@@ -162,7 +168,7 @@ def test_service_exits_cleanly_on_sigterm(tmp_path: Path) -> None:
 
 def test_submit_without_cluster_says_what_to_do(job_file: Path, tmp_path: Path) -> None:
     result = _primus(tmp_path, "submit", str(job_file))
-    assert result.returncode == 1
-    assert "start them with `primus up`" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2
+    assert "no master to talk to" in result.stderr and "start one here with `primus up`" in result.stderr and "Traceback" not in result.stderr
     restart = _primus(tmp_path, "restart", "planner")
     assert restart.returncode == 1 and "start them with `primus up`" in restart.stderr and "Traceback" not in restart.stderr

@@ -1,0 +1,162 @@
+"""PrimusClient: the Python SDK over a master's API (the CLI is thin over it); typed job views and one-line errors.
+
+    from primus.client import PrimusClient
+    client = PrimusClient("10.0.0.5:50051")     # or PrimusClient.from_environment(): --master, PRIMUS_MASTER, contexts
+    job_id = client.submit(load_job_file("job.yaml"))
+    for job in client.watch(job_id): print(job.state, job.progress.tasks_done)
+
+Every call raises a PrimusError subclass for what the user can act on: MasterUnreachableError (nothing answers at the
+address, or not in time), JobNotFoundError, JobConflictError (cancel a job that already ended), and SpecError for a
+spec the master refuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from enum import Enum
+from typing import Any
+
+import grpc
+
+from primus import rpc
+from primus.errors import ConflictError, NotFoundError, PrimusError, SpecError, UnavailableError
+from primus.spec import TrainingJob
+from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+
+CALL_TIMEOUT_SECONDS = 30.0
+
+
+class MasterUnreachableError(UnavailableError):
+    """No master answers at the address (or not within the timeout)."""
+
+
+class JobNotFoundError(NotFoundError):
+    """The master has no job of that id."""
+
+
+class JobConflictError(ConflictError):
+    """The job is in a state that does not allow the request (a cancel of a job that already ended)."""
+
+
+class JobState(Enum):
+    """Mirrors primus.v1 common.proto JobState."""
+
+    PENDING = "PENDING"
+    PLANNING = "PLANNING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def final(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+    @classmethod
+    def from_proto(cls, value: int) -> JobState:
+        name = common_pb2.JobState.Name(value).removeprefix("JOB_STATE_") if value in common_pb2.JobState.values() else "UNKNOWN"
+        return cls(name) if name in cls.__members__ else cls.UNKNOWN
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    phase: str
+    step: int
+    samples_trained: int
+    loss: float
+    tasks_total: int
+    tasks_done: int
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job as the master reports it."""
+
+    job_id: str
+    name: str
+    state: JobState
+    message: str
+    created_unix: float
+    updated_unix: float
+    progress: JobProgress
+    run_dir: str
+    report_path: str
+    spec_yaml: str
+
+    @classmethod
+    def from_proto(cls, job: master_pb2.Job) -> JobView:
+        p = job.progress
+        return cls(
+            job.job_id, job.name, JobState.from_proto(job.state), job.message, job.created_unix, job.updated_unix,
+            JobProgress(p.phase, p.step, p.samples_trained, p.loss, p.tasks_total, p.tasks_done), job.run_dir, job.report_path, job.spec_yaml,
+        )  # fmt: skip
+
+    def to_dict(self, with_spec: bool = False) -> dict[str, Any]:
+        """Plain data for `-o json|yaml`: the state as its name; the spec only when asked for."""
+        data = asdict(self)
+        data["state"] = self.state.value
+        if not with_spec:
+            data.pop("spec_yaml")
+        return data
+
+
+class PrimusClient:
+    """A master's API at an address (host:port)."""
+
+    def __init__(self, master: str, timeout: float = CALL_TIMEOUT_SECONDS) -> None:
+        self.master = master
+        self._timeout = timeout
+        self._channel = rpc.connect(master)
+        self._stub = master_pb2_grpc.MasterServiceStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> PrimusClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def submit(self, job: TrainingJob) -> str:
+        """Hand a validated job to the master; its job id."""
+        reply = self._call(self._stub.SubmitJob, master_pb2.SubmitJobRequest(spec_yaml=job.to_yaml()))
+        return str(reply.job_id)
+
+    def get(self, job_id: str) -> JobView:
+        return JobView.from_proto(self._call(self._stub.GetJob, master_pb2.GetJobRequest(job_id=job_id), job_id).job)
+
+    def list(self) -> list[JobView]:
+        return [JobView.from_proto(job) for job in self._call(self._stub.ListJobs, master_pb2.ListJobsRequest()).jobs]
+
+    def cancel(self, job_id: str) -> JobView:
+        return JobView.from_proto(self._call(self._stub.CancelJob, master_pb2.CancelJobRequest(job_id=job_id), job_id).job)
+
+    def watch(self, job_id: str) -> Iterator[JobView]:
+        """Every change of the job until it has ended (and its report is written)."""
+        try:
+            for update in self._stub.WatchJob(master_pb2.WatchJobRequest(job_id=job_id)):
+                yield JobView.from_proto(update.job)
+        except grpc.RpcError as exc:
+            raise self._error(exc, job_id) from None
+
+    def _call(self, method: Any, request: Any, job_id: str = "") -> Any:
+        try:
+            return method(request, timeout=self._timeout)
+        except grpc.RpcError as exc:
+            raise self._error(exc, job_id) from None
+
+    def _error(self, exc: grpc.RpcError, job_id: str) -> PrimusError:
+        code, details = exc.code(), exc.details() or ""
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return MasterUnreachableError(f"no master answers at {self.master} ({code.name}); check the address (--master, PRIMUS_MASTER or the context)")
+        if code == grpc.StatusCode.NOT_FOUND:
+            return JobNotFoundError(f"no job {job_id!r} at the master at {self.master}" if job_id else details)
+        if code == grpc.StatusCode.FAILED_PRECONDITION:
+            return JobConflictError(details)
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            return SpecError([details])
+        return PrimusError(f"the master at {self.master} answered {code.name}: {details}")

@@ -1,0 +1,108 @@
+"""A job on the terminal: the live progress view, `get` as a table, JSON or YAML, and `describe`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+import yaml
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from primus.client import JobView
+from primus.console import console, err_console
+from primus.errors import SpecError
+from primus.spec import load_job_text
+
+OUTPUTS = ("table", "json", "yaml")
+
+
+def follow(updates: Iterable[JobView]) -> JobView | None:
+    """Show a progress bar over the job's tasks and its training step and loss until it ends; the last view."""
+    last: JobView | None = None
+    with Progress(
+        TextColumn("[bold]{task.fields[state]:<10}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("tasks  {task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=False,
+    ) as progress:
+        bar = progress.add_task("job", total=None, state="PENDING", detail="")
+        for job in updates:
+            last = job
+            p = job.progress
+            detail = f"step {p.step}  samples {p.samples_trained}  loss {p.loss:.4f}" if p.step else job.message
+            progress.update(bar, total=p.tasks_total or None, completed=p.tasks_done, state=job.state.value, detail=detail[:70])
+    return last
+
+
+def print_jobs(jobs: list[JobView], output: str) -> None:
+    """`primus get`: a table, or every field as JSON (a list) or YAML (a list)."""
+    if output == "json":
+        console.print_json(json.dumps([job.to_dict() for job in jobs]))
+        return
+    if output == "yaml":
+        console.print(yaml.safe_dump([job.to_dict() for job in jobs], sort_keys=False), end="", highlight=False)
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("JOB", "STATE", "TASKS", "STEP", "SAMPLES", "AGE", "MESSAGE"):
+        table.add_column(column, no_wrap=column != "MESSAGE")
+    for job in jobs:
+        p = job.progress
+        table.add_row(job.job_id, job.state.value, f"{p.tasks_done}/{p.tasks_total}", str(p.step), f"{p.samples_trained:,}", _age(job.created_unix), job.message)
+    console.print(table)
+
+
+def describe_job(job: JobView) -> None:
+    """`primus describe job ID`: every field a person reads, and what the spec asks for."""
+    p = job.progress
+    lines = [
+        ("Job", job.job_id),
+        ("Name", job.name),
+        ("State", job.state.value),
+        ("Message", job.message or "-"),
+        ("Created", _when(job.created_unix)),
+        ("Updated", _when(job.updated_unix)),
+        ("Progress", f"phase {p.phase or '-'}, tasks {p.tasks_done}/{p.tasks_total}, step {p.step}, samples {p.samples_trained:,}, loss {p.loss:.4f}"),
+        ("Run folder", job.run_dir or "-"),
+        ("Report", job.report_path or "-"),
+    ]
+    lines += _spec_lines(job.spec_yaml)
+    width = max(len(key) for key, _ in lines)
+    for key, value in lines:
+        console.print(f"{key + ':':<{width + 1}} {value}", highlight=False)
+
+
+def _spec_lines(spec_yaml: str) -> list[tuple[str, str]]:
+    if not spec_yaml:
+        return []
+    try:
+        job = load_job_text(spec_yaml, "the job's spec")
+    except SpecError as exc:
+        return [("Spec", f"unreadable: {exc}")]
+    spec = job.spec
+    sources = ", ".join(f"{s.name} ({s.kind})" for s in spec.data.sources)
+    resources = spec.resources
+    return [
+        ("Sources", sources),
+        ("Backend", resources.backend),
+        ("Executors", f"{resources.data_executor.replicas} x {resources.data_executor.cpu:g} cpu, {resources.data_executor.memory_mib} MiB"),
+        ("Trainer", f"{resources.trainer.replicas} x {resources.trainer.cpu:g} cpu, {resources.trainer.memory_mib} MiB"),
+    ]
+
+
+def _when(unix: float) -> str:
+    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if unix else "-"
+
+
+def _age(unix: float) -> str:
+    if not unix:
+        return "-"
+    seconds = max(0, int(datetime.now(UTC).timestamp() - unix))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

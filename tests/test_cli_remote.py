@@ -1,0 +1,136 @@
+"""Operating a master from anywhere: the SDK, the master's address from a flag, the environment or a context, `get`,
+`describe` and `cancel` against a real master, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from primus import contexts
+from primus.client import JobNotFoundError, JobState, MasterUnreachableError, PrimusClient
+from primus.cluster import ClusterState
+from primus.contexts import Config, ConfigError, MasterAddress, resolve_master
+from primus.spec import load_job_file
+
+# --- where the master is: pure -------------------------------------------------------------------
+
+
+def test_the_flag_wins_then_the_environment_then_local_services_then_the_context() -> None:
+    config = Config(current="prod", contexts={"prod": "prod:1", "local": "127.0.0.1:2"})
+    env = {contexts.MASTER_ENV: "env:3"}
+    assert resolve_master("flag:4", env, "local:5", config) == MasterAddress("flag:4", "--master")
+    assert resolve_master("", env, "local:5", config) == MasterAddress("env:3", contexts.MASTER_ENV)
+    assert resolve_master("", {}, "local:5", config).address == "local:5"  # type: ignore[union-attr]
+    assert resolve_master("", {}, "", config) == MasterAddress("prod:1", "context 'prod'")
+    assert resolve_master("", {}, "", Config()) is None
+
+
+def test_a_config_round_trips_and_switches_contexts(tmp_path: Path) -> None:
+    path = tmp_path / "nested" / "config.yaml"
+    config = Config.load(path)
+    assert config == Config(), "no file yet: no contexts"
+    config.set_context("prod", "prod:1")
+    config.set_context("local", "127.0.0.1:2", make_current=True)
+    config.save(path)
+    again = Config.load(path)
+    assert again == Config(current="local", contexts={"prod": "prod:1", "local": "127.0.0.1:2"})
+    again.use("prod", path)
+    assert again.current == "prod"
+    with pytest.raises(ConfigError, match="no context 'staging'"):
+        again.use("staging", path)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("contexts: [a, b]\n", "contexts should be a mapping"),
+        ("contexts:\n  prod: {master: 7}\n", "contexts.prod.master should be a host:port, not 7"),
+        ("current-context: prod\ncontexts:\n  local: {master: 'h:1'}\n", "current-context 'prod' is not one of the contexts (local)"),
+        ("- a\n- b\n", "should be a mapping"),
+        ("contexts: {prod: [\n", "not YAML"),
+    ],
+)
+def test_a_bad_config_names_the_file_and_the_field(tmp_path: Path, text: str, says: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        Config.load(path)
+    assert str(path) in str(error.value) and says in str(error.value)
+
+
+# --- against a real master -----------------------------------------------------------------------
+
+
+def _primus(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI from a folder where no `primus up` ran (its own empty state folder), with the given environment."""
+    command = [sys.executable, "-m", "primus.cli", "--state-dir", str(cwd / "no-state"), *args]
+    full_env = {k: v for k, v in os.environ.items() if k != contexts.MASTER_ENV}
+    full_env[contexts.CONFIG_ENV] = str(cwd / "config.yaml")
+    full_env.update(env or {})
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=cwd, env=full_env)
+
+
+def _one_line_error(result: subprocess.CompletedProcess[str], says: str) -> None:
+    assert result.returncode == 2, result.stderr + result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in result.stderr, result.stderr
+
+
+def _wait_final(client: PrimusClient, job_id: str, timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not client.get(job_id).state.final:
+        assert time.monotonic() < deadline, f"{job_id} did not end"
+        time.sleep(0.5)
+
+
+def test_a_master_operated_from_elsewhere(cluster: ClusterState, job_file: Path, tmp_path: Path) -> None:
+    address = cluster.address("master")
+    elsewhere = tmp_path / "laptop"
+    elsewhere.mkdir()
+    with PrimusClient(address) as client:
+        job_id = client.submit(load_job_file(job_file))
+        _wait_final(client, job_id)
+        assert client.get(job_id).state is JobState.SUCCEEDED
+        with pytest.raises(JobNotFoundError, match="no job 'nope'"):
+            client.get("nope")
+
+    listed = _primus(elsewhere, "--master", address, "get", "jobs", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    (job,) = json.loads(listed.stdout)
+    assert job["job_id"] == job_id and job["state"] == "SUCCEEDED" and job["progress"]["samples_trained"] > 0
+    assert "spec_yaml" not in job
+
+    by_env = _primus(elsewhere, "get", "job", job_id, "-o", "yaml", env={contexts.MASTER_ENV: address})
+    assert by_env.returncode == 0, by_env.stderr
+    assert yaml.safe_load(by_env.stdout)[0]["job_id"] == job_id
+
+    table = _primus(elsewhere, "--master", address, "get", "jobs")
+    assert table.returncode == 0 and job_id in table.stdout and "SUCCEEDED" in table.stdout and "STATE" in table.stdout
+
+    assert _primus(elsewhere, "config", "set-context", "lab", "--master", address).returncode == 0
+    assert _primus(elsewhere, "config", "use-context", "lab").returncode == 0
+    contexts_listed = _primus(elsewhere, "config", "get-contexts")
+    assert contexts_listed.returncode == 0 and "* lab" in contexts_listed.stdout and address in contexts_listed.stdout
+    described = _primus(elsewhere, "describe", "job", job_id)
+    assert described.returncode == 0, described.stderr
+    for field in ("State:", "SUCCEEDED", "Run folder:", "Report:", "Sources:", "clicks", "Executors:"):
+        assert field in described.stdout, described.stdout
+
+    _one_line_error(_primus(elsewhere, "get", "job", "no-such-job"), f"no job 'no-such-job' at the master at {address}")
+    _one_line_error(_primus(elsewhere, "cancel", job_id), "already ended as SUCCEEDED")
+
+
+def test_no_master_to_talk_to_is_one_line(tmp_path: Path) -> None:
+    _one_line_error(_primus(tmp_path, "--master", "127.0.0.1:9", "get", "jobs"), "no master answers at 127.0.0.1:9")
+    _one_line_error(_primus(tmp_path, "get", "jobs"), "no master to talk to")
+    (tmp_path / "config.yaml").write_text("contexts: 3\n")
+    _one_line_error(_primus(tmp_path, "get", "jobs"), "contexts should be a mapping")
+    with PrimusClient("127.0.0.1:9", timeout=2) as client, pytest.raises(MasterUnreachableError):
+        client.list()
