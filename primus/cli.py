@@ -1,4 +1,4 @@
-"""The primus command: validate, plan, up, down, restart, submit, get, describe, status, cancel, config, run, demo, report, cost,
+"""The primus command: validate, plan, up, down, restart, submit, get, describe, logs, status, cancel, config, run, demo, report, cost,
 scaling and explore. The verbs that talk to a master go through primus.client (the SDK), to the master contexts.py finds."""
 
 from __future__ import annotations
@@ -204,6 +204,13 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_logs(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        for executor_id, line in client.logs(args.job_id, follow=args.follow, executor_id=args.executor, tail=args.tail):
+            console.print(line if args.executor else f"{executor_id} | {line}", highlight=False, markup=False)
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     with _client(args) as client:
         jobs = [client.get(args.job_id)] if args.job_id else client.list()
@@ -391,6 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
     describe = add("describe", cmd_describe, "show one job in full: state, progress, times, where its files are, what its spec asks for")
     describe.add_argument("kind", choices=("job",))
     describe.add_argument("job_id")
+    logs = add("logs", cmd_logs, "print the log lines of a job's executors and trainers, each after its executor id")
+    logs.add_argument("job_id")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the job has ended")
+    logs.add_argument("--executor", default="", help="only this executor's (or trainer's) log")
+    logs.add_argument("--tail", type=int, default=0, help="start each log at its last this many lines")
     config = add("config", cmd_config, f"the master contexts in {contexts.config_path()} ({contexts.CONFIG_ENV} moves it)")
     config.add_argument("action", choices=("get-contexts", "current-context", "use-context", "set-context"))
     config.add_argument("name", nargs="?")

@@ -143,6 +143,16 @@ class PrimusClient:
         except grpc.RpcError as exc:
             raise self._error(exc, job_id) from None
 
+    def logs(self, job_id: str, follow: bool = False, executor_id: str = "", tail: int = 0) -> Iterator[tuple[str, str]]:
+        """(executor id, line) of the job's logs; with follow, new lines as they come until the job has ended."""
+        request = master_pb2.GetJobLogsRequest(job_id=job_id, follow=follow, executor_id=executor_id, tail_lines=tail)
+        try:
+            for reply in self._stub.GetJobLogs(request):
+                for line in reply.lines:
+                    yield line.executor_id, line.line
+        except grpc.RpcError as exc:
+            raise self._error(exc, job_id) from None
+
     def _call(self, method: Any, request: Any, job_id: str = "") -> Any:
         try:
             return method(request, timeout=self._timeout)
@@ -154,7 +164,7 @@ class PrimusClient:
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             return MasterUnreachableError(f"no master answers at {self.master} ({code.name}); check the address (--master, PRIMUS_MASTER or the context)")
         if code == grpc.StatusCode.NOT_FOUND:
-            return JobNotFoundError(f"no job {job_id!r} at the master at {self.master}" if job_id else details)
+            return JobNotFoundError(f"{details or f'no job {job_id!r}'} (the master at {self.master})")
         if code == grpc.StatusCode.FAILED_PRECONDITION:
             return JobConflictError(details)
         if code == grpc.StatusCode.INVALID_ARGUMENT:

@@ -123,7 +123,15 @@ def test_a_master_operated_from_elsewhere(cluster: ClusterState, job_file: Path,
     for field in ("State:", "SUCCEEDED", "Run folder:", "Report:", "Sources:", "clicks", "Executors:"):
         assert field in described.stdout, described.stdout
 
-    _one_line_error(_primus(elsewhere, "get", "job", "no-such-job"), f"no job 'no-such-job' at the master at {address}")
+    logs = _primus(elsewhere, "logs", job_id)
+    assert logs.returncode == 0, logs.stderr
+    prefixes = {line.split(" | ", 1)[0] for line in logs.stdout.splitlines() if " | " in line}
+    assert any("trainer" in p for p in prefixes) and any("data-executor" in p for p in prefixes), prefixes
+    (trainer_log,) = [p for p in prefixes if "trainer" in p]
+    followed = _primus(elsewhere, "logs", job_id, "-f", "--executor", trainer_log, "--tail", "5")
+    assert followed.returncode == 0 and 0 < len(followed.stdout.splitlines()) <= 5, "a finished job's follow ends after its last lines"
+    _one_line_error(_primus(elsewhere, "logs", job_id, "--executor", "nobody"), "has no log of 'nobody'")
+    _one_line_error(_primus(elsewhere, "get", "job", "no-such-job"), f"no job 'no-such-job' (the master at {address})")
     _one_line_error(_primus(elsewhere, "cancel", job_id), "already ended as SUCCEEDED")
 
 

@@ -123,7 +123,7 @@ def test_up_submit_status_down(job_file: Path, tmp_path: Path) -> None:
         )
         assert elsewhere.returncode == 0 and json.loads(elsewhere.stdout)[0]["job_id"] == job_id, "from anywhere, through the context"
         missing = _primus(tmp_path, "status", "no-such-job")
-        assert missing.returncode == 2 and "no job 'no-such-job' at the master at" in missing.stderr
+        assert missing.returncode == 2 and "no job 'no-such-job' (the master at" in missing.stderr
         old_planner = next(s for s in state.services if s.name == "planner")
         restarted = _primus(tmp_path, "restart", "planner")
         assert restarted.returncode == 0, restarted.stderr

@@ -107,6 +107,32 @@ class WatchJobResponse(_message.Message):
     job: Job
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
+class GetJobLogsRequest(_message.Message):
+    __slots__ = ("job_id", "follow", "executor_id", "tail_lines")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    follow: bool
+    executor_id: str
+    tail_lines: int
+    def __init__(self, job_id: _Optional[str] = ..., follow: _Optional[bool] = ..., executor_id: _Optional[str] = ..., tail_lines: _Optional[int] = ...) -> None: ...
+
+class LogLine(_message.Message):
+    __slots__ = ("executor_id", "line")
+    EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    executor_id: str
+    line: str
+    def __init__(self, executor_id: _Optional[str] = ..., line: _Optional[str] = ...) -> None: ...
+
+class GetJobLogsResponse(_message.Message):
+    __slots__ = ("lines",)
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    lines: _containers.RepeatedCompositeFieldContainer[LogLine]
+    def __init__(self, lines: _Optional[_Iterable[_Union[LogLine, _Mapping]]] = ...) -> None: ...
+
 class ReportTrainingProgressRequest(_message.Message):
     __slots__ = ("job_id", "trainer_id", "phase", "step", "samples", "loss")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

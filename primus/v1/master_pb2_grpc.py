@@ -59,6 +59,11 @@ class MasterServiceStub:
                 request_serializer=primus_dot_v1_dot_master__pb2.WatchJobRequest.SerializeToString,
                 response_deserializer=primus_dot_v1_dot_master__pb2.WatchJobResponse.FromString,
                 _registered_method=True)
+        self.GetJobLogs = channel.unary_stream(
+                '/primus.v1.MasterService/GetJobLogs',
+                request_serializer=primus_dot_v1_dot_master__pb2.GetJobLogsRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_master__pb2.GetJobLogsResponse.FromString,
+                _registered_method=True)
         self.ReportTrainingProgress = channel.unary_unary(
                 '/primus.v1.MasterService/ReportTrainingProgress',
                 request_serializer=primus_dot_v1_dot_master__pb2.ReportTrainingProgressRequest.SerializeToString,
@@ -106,6 +111,13 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetJobLogs(self, request, context):
+        """The log lines of the job's executors and trainers; with follow, new lines as they come, until the job has ended.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReportTrainingProgress(self, request, context):
         """Trainers report progress while training and their result at the end.
         """
@@ -146,6 +158,11 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.WatchJob,
                     request_deserializer=primus_dot_v1_dot_master__pb2.WatchJobRequest.FromString,
                     response_serializer=primus_dot_v1_dot_master__pb2.WatchJobResponse.SerializeToString,
+            ),
+            'GetJobLogs': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetJobLogs,
+                    request_deserializer=primus_dot_v1_dot_master__pb2.GetJobLogsRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_master__pb2.GetJobLogsResponse.SerializeToString,
             ),
             'ReportTrainingProgress': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportTrainingProgress,
@@ -293,6 +310,33 @@ class MasterService:
             '/primus.v1.MasterService/WatchJob',
             primus_dot_v1_dot_master__pb2.WatchJobRequest.SerializeToString,
             primus_dot_v1_dot_master__pb2.WatchJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJobLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/primus.v1.MasterService/GetJobLogs',
+            primus_dot_v1_dot_master__pb2.GetJobLogsRequest.SerializeToString,
+            primus_dot_v1_dot_master__pb2.GetJobLogsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -10,11 +10,14 @@ from pathlib import Path
 
 import grpc
 
-from primus.errors import ConflictError
+from primus.errors import ConflictError, NotFoundError
 from primus.spec import load_job_text, resolve_paths
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from services.master.driver import JobDriver
+from services.master.logs import LogCursor
 from services.master.store import JobRecord, JobStore
+
+LOG_POLL_SECONDS = 0.5  # a follower of a job's logs looks for new lines this often
 
 
 def job_proto(record: JobRecord) -> master_pb2.Job:
@@ -93,6 +96,21 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             if record.final and (record.report_path or "report not written" in record.message):
                 return
             self._store.wait_for_change(1.0)
+
+    def GetJobLogs(self, request: master_pb2.GetJobLogsRequest, context: grpc.ServicerContext) -> Iterator[master_pb2.GetJobLogsResponse]:
+        record = self._store.get(request.job_id)
+        cursor = LogCursor(Path(record.run_dir) / "logs", request.executor_id, max(0, request.tail_lines))
+        if request.executor_id and not request.follow and request.executor_id not in cursor.executors():
+            known = ", ".join(cursor.executors()) or "none yet"
+            raise NotFoundError(f"job {request.job_id} has no log of {request.executor_id!r} (logs: {known})")
+        while context.is_active():
+            ended = self._store.get(request.job_id).final  # before the read: the lines of the end are in it
+            lines = cursor.read()
+            if lines:
+                yield master_pb2.GetJobLogsResponse(lines=[master_pb2.LogLine(executor_id=e, line=line) for e, line in lines])
+            if not request.follow or ended:
+                return
+            self._store.wait_for_change(LOG_POLL_SECONDS)
 
     def ReportTrainingProgress(self, request: master_pb2.ReportTrainingProgressRequest, context: grpc.ServicerContext) -> master_pb2.ReportTrainingProgressResponse:
         progress = {"phase": request.phase, "step": request.step, "samples": request.samples, "loss": request.loss}
