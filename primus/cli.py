@@ -1,4 +1,4 @@
-"""The primus command: validate, plan, up, down, restart, submit, get, describe, logs, status, cancel, config, run, demo, report, cost,
+"""The primus command: validate, plan, up, down, restart, submit, get, describe, logs, status, cancel, stop, config, run, demo, report, cost,
 scaling and explore. The verbs that talk to a master go through primus.client (the SDK), to the master contexts.py finds."""
 
 from __future__ import annotations
@@ -227,6 +227,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stop(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        job = client.stop(args.job_id)
+        console.print(f"{job.job_id}: stop requested; training finishes where it is, then evaluation and the report")
+        return _follow_and_report(client, job.job_id) if args.watch else 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     path = contexts.config_path()
     config = _config()
@@ -411,6 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
     scaling.add_argument("run", type=Path, help="a job id (asked of the running resource controller), a run folder or its report.json")
     scaling.add_argument("-o", "--output", choices=("table", "json"), default="table")
     add("cancel", cmd_cancel, "cancel a job").add_argument("job_id")
+    stop = add("stop", cmd_stop, "end a job's training where it is (an open-ended job's end), then evaluate and write the report")
+    stop.add_argument("job_id")
+    stop.add_argument("--watch", action="store_true", help="follow the job to its end and print its report")
     run = add("run", cmd_run, "run a job end to end: start services if needed, submit, follow, report, tear down")
     run.add_argument("job", type=Path)
     add_backend_arguments(run, many=False)

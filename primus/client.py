@@ -135,6 +135,10 @@ class PrimusClient:
     def cancel(self, job_id: str) -> JobView:
         return JobView.from_proto(self._call(self._stub.CancelJob, master_pb2.CancelJobRequest(job_id=job_id), job_id).job)
 
+    def stop(self, job_id: str) -> JobView:
+        """Finish training where it is (an open-ended job's end), then evaluate and report: the job succeeds."""
+        return JobView.from_proto(self._call(self._stub.StopJob, master_pb2.StopJobRequest(job_id=job_id), job_id).job)
+
     def watch(self, job_id: str) -> Iterator[JobView]:
         """Every change of the job until it has ended (and its report is written)."""
         try:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ from primus import contexts
 from primus.client import JobNotFoundError, JobState, MasterUnreachableError, PrimusClient
 from primus.cluster import ClusterState
 from primus.contexts import Config, ConfigError, MasterAddress, resolve_master
-from primus.spec import load_job_file
+from primus.spec import load_job_file, load_job_text
+from tests.conftest import DAYS, ROWS_PER_HOUR, START, job_document
 
 # --- where the master is: pure -------------------------------------------------------------------
 
@@ -142,3 +144,39 @@ def test_no_master_to_talk_to_is_one_line(tmp_path: Path) -> None:
     _one_line_error(_primus(tmp_path, "get", "jobs"), "contexts should be a mapping")
     with PrimusClient("127.0.0.1:9", timeout=2) as client, pytest.raises(MasterUnreachableError):
         client.list()
+
+
+def test_stop_ends_an_open_ended_job_with_its_evaluation_and_report(cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
+    """A landing stream with no end beside two days of history: the history trains, then the trainer waits for the
+    stream; `primus stop` ends training there, the evaluation day is scored and the job succeeds with its report."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    document = job_document(dataset)
+    spec: dict[str, object] = document["spec"]  # type: ignore[assignment]
+    train_end, hour = START + timedelta(days=DAYS - 1), datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    spec["data"] = {
+        "sources": [
+            {"name": "live", "kind": "stream", "adapter": "landing", "uri": f"file://{landing}", "timeRange": {"start": f"{hour:%Y-%m-%dT%H:%M}"}},
+            {"name": "old", "uri": f"{dataset}/date={{date}}/hour={{hour}}", "timeRange": {"start": f"{START:%Y-%m-%dT%H:%M}", "end": f"{train_end:%Y-%m-%dT%H:%M}"}},
+        ],
+        "eval": {"source": "old", "timeRange": {"start": f"{train_end:%Y-%m-%dT%H:%M}", "end": f"{train_end + timedelta(days=1):%Y-%m-%dT%H:%M}"}},
+    }
+    address = cluster.address("master")
+    with PrimusClient(address) as client:
+        job_id = client.submit(load_job_text(yaml.safe_dump(document)))
+        history_rows = (DAYS - 1) * 24 * ROWS_PER_HOUR
+        deadline, seen = time.monotonic() + 180, -1
+        while (trained := client.get(job_id).progress.samples_trained) != seen or trained < history_rows // 2:  # the history trained, then still
+            assert time.monotonic() < deadline and not client.get(job_id).state.final, client.get(job_id)
+            seen = trained
+            time.sleep(3)  # over the trainer's idle report (2 s): a still count is a trainer waiting for the stream
+        assert client.get(job_id).state is JobState.RUNNING, "the stream is open-ended: the job waits for it"
+    stopped = _primus(tmp_path, "--master", address, "stop", job_id, "--watch")
+    assert stopped.returncode == 0, stopped.stderr + stopped.stdout
+    with PrimusClient(address) as client:
+        job = client.get(job_id)
+        assert job.state is JobState.SUCCEEDED, job
+        report = json.loads(Path(job.report_path).read_text())
+    assert report["trainer"]["train_samples"] == history_rows
+    assert report["trainer"]["eval_samples"] == 24 * ROWS_PER_HOUR, "the evaluation ran after the stop"
+    _one_line_error(_primus(tmp_path, "--master", address, "stop", job_id), "already ended as SUCCEEDED")

@@ -54,6 +54,11 @@ class MasterServiceStub:
                 request_serializer=primus_dot_v1_dot_master__pb2.CancelJobRequest.SerializeToString,
                 response_deserializer=primus_dot_v1_dot_master__pb2.CancelJobResponse.FromString,
                 _registered_method=True)
+        self.StopJob = channel.unary_unary(
+                '/primus.v1.MasterService/StopJob',
+                request_serializer=primus_dot_v1_dot_master__pb2.StopJobRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_master__pb2.StopJobResponse.FromString,
+                _registered_method=True)
         self.WatchJob = channel.unary_stream(
                 '/primus.v1.MasterService/WatchJob',
                 request_serializer=primus_dot_v1_dot_master__pb2.WatchJobRequest.SerializeToString,
@@ -100,6 +105,13 @@ class MasterServiceServicer:
 
     def CancelJob(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StopJob(self, request, context):
+        """Finish training where it is (an open-ended job's end), evaluate and write the report: the job then succeeds.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -153,6 +165,11 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.CancelJob,
                     request_deserializer=primus_dot_v1_dot_master__pb2.CancelJobRequest.FromString,
                     response_serializer=primus_dot_v1_dot_master__pb2.CancelJobResponse.SerializeToString,
+            ),
+            'StopJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopJob,
+                    request_deserializer=primus_dot_v1_dot_master__pb2.StopJobRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_master__pb2.StopJobResponse.SerializeToString,
             ),
             'WatchJob': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchJob,
@@ -283,6 +300,33 @@ class MasterService:
             '/primus.v1.MasterService/CancelJob',
             primus_dot_v1_dot_master__pb2.CancelJobRequest.SerializeToString,
             primus_dot_v1_dot_master__pb2.CancelJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.MasterService/StopJob',
+            primus_dot_v1_dot_master__pb2.StopJobRequest.SerializeToString,
+            primus_dot_v1_dot_master__pb2.StopJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

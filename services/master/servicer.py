@@ -17,6 +17,7 @@ from services.master.driver import JobDriver
 from services.master.logs import LogCursor
 from services.master.store import JobRecord, JobStore
 
+STOP_REQUESTED = "stop_requested"  # progress key: `primus stop` asked training to finish where it is
 LOG_POLL_SECONDS = 0.5  # a follower of a job's logs looks for new lines this often
 
 
@@ -86,6 +87,16 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             raise ConflictError(f"job {request.job_id} already ended as {record.state}")
         return master_pb2.CancelJobResponse(job=job_proto(self._store.update(request.job_id, cancel_requested=True)))
 
+    def StopJob(self, request: master_pb2.StopJobRequest, context: grpc.ServicerContext) -> master_pb2.StopJobResponse:
+        record = self._store.get(request.job_id)
+        if record.final:
+            raise ConflictError(f"job {request.job_id} already ended as {record.state}")
+        if record.cancel_requested:
+            raise ConflictError(f"job {request.job_id} is being cancelled")
+        message = "stop requested: training finishes where it is, then evaluation and the report"
+        stopped = self._store.update(request.job_id, progress_update={STOP_REQUESTED: True}, message=message)
+        return master_pb2.StopJobResponse(job=job_proto(stopped))
+
     def WatchJob(self, request: master_pb2.WatchJobRequest, context: grpc.ServicerContext) -> Iterator[master_pb2.WatchJobResponse]:
         last = -1.0
         while context.is_active():
@@ -115,7 +126,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     def ReportTrainingProgress(self, request: master_pb2.ReportTrainingProgressRequest, context: grpc.ServicerContext) -> master_pb2.ReportTrainingProgressResponse:
         progress = {"phase": request.phase, "step": request.step, "samples": request.samples, "loss": request.loss}
         record = self._store.update(request.job_id, progress_update=progress)
-        return master_pb2.ReportTrainingProgressResponse(stop=record.cancel_requested or record.final)
+        return master_pb2.ReportTrainingProgressResponse(stop=record.cancel_requested or record.final or bool(record.progress.get(STOP_REQUESTED)))
 
     def ReportTrainingResult(self, request: master_pb2.ReportTrainingResultRequest, context: grpc.ServicerContext) -> master_pb2.ReportTrainingResultResponse:
         result = {

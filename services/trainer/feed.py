@@ -132,9 +132,12 @@ class BatchFeed:
         shared_memory: bool = True,
         stalls: StallClock = STALLS,
         held: int = 0,
+        idle: Callable[[], bool] | None = None,
     ) -> None:
         """held: how many served batches the consumer may keep past the next one (a mixer holds some per source);
-        each stream's shared memory gets room for them."""
+        each stream's shared memory gets room for them. idle: asked whenever a poll finds nothing queued (streams
+        running, none serving: an open-ended source waiting for data); True ends the feed there, as if exhausted."""
+        self._idle = idle
         self._window = window
         self._held = held
         self._shared_memory = shared_memory
@@ -191,6 +194,8 @@ class BatchFeed:
                     waiting_since = None
                 item = self._next(running)
                 if item is None:
+                    if self._idle is not None and self._idle():
+                        return
                     continue
                 kind, executor_id, payload = item
                 if kind == "batch":

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 PLANNER_AWAY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 PLANNER_GRACE_SECONDS = 120.0  # as long as the master waits for a planner that is away
 PLAN_LOST_EXIT_CODE = 75  # EX_TEMPFAIL: the master plans the job again and restarts the trainer from its checkpoint
+IDLE_REPORT_SECONDS = 2.0  # while the feed waits for data, the master is asked this often whether to stop
 OpenFeed = Callable[[int, int], Feed]  # (task purpose, batches the consumer may hold past the next) -> a feed
 
 
@@ -88,9 +89,21 @@ class TrainingSession:
         self._tracer = telemetry.tracer("primus.trainer")
         self._last = {"checkpoint": 0, "report": 0, "export": 0}
         self._example: Minibatch | None = None
+        self._idle_asked = 0.0  # monotonic time of the last _stop_asked that asked the master
 
     def _batch_feed(self, purpose: int, held: int) -> Feed:
-        return BatchFeed(self.discover, self.job_id, self.trainer_id, purpose, held=held)
+        idle = self._stop_asked if purpose == common_pb2.TASK_PURPOSE_TRAIN else None
+        return BatchFeed(self.discover, self.job_id, self.trainer_id, purpose, held=held, idle=idle)
+
+    def _stop_asked(self) -> bool:
+        """While the feed waits for data (an open-ended source between batches), whether the master asks training to
+        stop (`primus stop`, or a cancel): asked at most every IDLE_REPORT_SECONDS, with the progress so far."""
+        now = time.monotonic()
+        if now - self._idle_asked < IDLE_REPORT_SECONDS:
+            return False
+        self._idle_asked = now
+        result = self.trainer.result
+        return self.progress("train", result.steps, result.train_samples, self.trainer.recent_loss())
 
     def resume(self) -> bool:
         """Load the newest checkpoint, if any, and have the planner serve everything after it again; with none, a
