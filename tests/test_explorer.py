@@ -525,15 +525,17 @@ def test_a_real_runs_totals_are_its_reports(cluster: ClusterState, dataset: Path
 
 def test_primus_run_prints_the_explorer_link(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from contextlib import nullcontext
+    from types import SimpleNamespace
 
     from primus import cli
 
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(job_document(tmp_path)))
     monkeypatch.setattr(cli, "_interrupt_on_sigterm", lambda: None)  # leave pytest's SIGTERM handler alone
-    monkeypatch.setattr(cli, "_cluster_for_run", lambda args: nullcontext(None))
-    monkeypatch.setattr(cli, "_submit", lambda state, job_file, backend=None: "ctr-demo-1")
-    monkeypatch.setattr(cli, "_follow_and_report", lambda state, job_id: 0)
+    monkeypatch.setattr(cli, "_cluster_for_run", lambda args: nullcontext(SimpleNamespace(address=lambda name: "127.0.0.1:1")))
+    monkeypatch.setattr(cli, "PrimusClient", lambda address: nullcontext(None))
+    monkeypatch.setattr(cli, "_submit", lambda client, job_file, backend=None: "ctr-demo-1")
+    monkeypatch.setattr(cli, "_follow_and_report", lambda client, job_id: 0)
     assert cli.main(["--runs-dir", "somewhere/runs", "run", str(job)]) == 0
     out = capsys.readouterr().out
     assert "explore: primus explore --runs-dir somewhere/runs ctr-demo-1, then open http://127.0.0.1:8765/#/jobs/ctr-demo-1" in out
