@@ -544,6 +544,14 @@ class Training(_Model):
     warm_start: WarmStart | None = None
     evaluation: Evaluation = Evaluation()
     export: Export | None = None
+    stop_at: datetime | None = Field(
+        None, description="when training ends where it is, then evaluates and reports, as `primus stop` (UTC when naive): how an open-ended job ends by itself"
+    )
+
+    @field_validator("stop_at")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class Metadata(_Model):

@@ -146,10 +146,8 @@ def test_no_master_to_talk_to_is_one_line(tmp_path: Path) -> None:
         client.list()
 
 
-def test_stop_ends_an_open_ended_job_with_its_evaluation_and_report(cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
-    """A landing stream with no end beside two days of history: the history trains, then the trainer waits for the
-    stream; `primus stop` ends training there, the evaluation day is scored and the job succeeds with its report."""
-    landing = tmp_path / "landing"
+def _open_ended_document(dataset: Path, landing: Path) -> dict[str, object]:
+    """A landing stream with no end beside the first two days of history; evaluated on the third."""
     landing.mkdir()
     document = job_document(dataset)
     spec: dict[str, object] = document["spec"]  # type: ignore[assignment]
@@ -161,10 +159,16 @@ def test_stop_ends_an_open_ended_job_with_its_evaluation_and_report(cluster: Clu
         ],
         "eval": {"source": "old", "timeRange": {"start": f"{train_end:%Y-%m-%dT%H:%M}", "end": f"{train_end + timedelta(days=1):%Y-%m-%dT%H:%M}"}},
     }
+    return document
+
+
+def test_stop_ends_an_open_ended_job_with_its_evaluation_and_report(cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
+    """A landing stream with no end beside two days of history: the history trains, then the trainer waits for the
+    stream; `primus stop` ends training there, the evaluation day is scored and the job succeeds with its report."""
     address = cluster.address("master")
+    history_rows = (DAYS - 1) * 24 * ROWS_PER_HOUR
     with PrimusClient(address) as client:
-        job_id = client.submit(load_job_text(yaml.safe_dump(document)))
-        history_rows = (DAYS - 1) * 24 * ROWS_PER_HOUR
+        job_id = client.submit(load_job_text(yaml.safe_dump(_open_ended_document(dataset, tmp_path / "landing"))))
         deadline, seen = time.monotonic() + 180, -1
         while (trained := client.get(job_id).progress.samples_trained) != seen or trained < history_rows // 2:  # the history trained, then still
             assert time.monotonic() < deadline and not client.get(job_id).state.final, client.get(job_id)
@@ -180,3 +184,17 @@ def test_stop_ends_an_open_ended_job_with_its_evaluation_and_report(cluster: Clu
     assert report["trainer"]["train_samples"] == history_rows
     assert report["trainer"]["eval_samples"] == 24 * ROWS_PER_HOUR, "the evaluation ran after the stop"
     _one_line_error(_primus(tmp_path, "--master", address, "stop", job_id), "already ended as SUCCEEDED")
+
+
+def test_stop_at_ends_an_open_ended_job_by_itself(cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
+    document = _open_ended_document(dataset, tmp_path / "landing")
+    stop_at = datetime.now(UTC) + timedelta(seconds=20)
+    document["spec"]["training"]["stopAt"] = stop_at.isoformat()  # type: ignore[index]
+    with PrimusClient(cluster.address("master")) as client:
+        job_id = client.submit(load_job_text(yaml.safe_dump(document)))
+        final = None
+        for final in client.watch(job_id):
+            assert final.state is not JobState.FAILED, final.message
+        assert final is not None and final.state is JobState.SUCCEEDED and datetime.now(UTC) >= stop_at
+        report = json.loads(Path(client.get(job_id).report_path).read_text())
+    assert report["trainer"]["train_samples"] == (DAYS - 1) * 24 * ROWS_PER_HOUR and report["trainer"]["eval_samples"] == 24 * ROWS_PER_HOUR

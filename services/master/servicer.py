@@ -17,7 +17,8 @@ from services.master.driver import JobDriver
 from services.master.logs import LogCursor
 from services.master.store import JobRecord, JobStore
 
-STOP_REQUESTED = "stop_requested"  # progress key: `primus stop` asked training to finish where it is
+STOP_REQUESTED = "stop_requested"  # progress key: `primus stop` (or training.stopAt) asked training to finish where it is
+STOP_MESSAGE = "training finishes where it is, then evaluation and the report"
 LOG_POLL_SECONDS = 0.5  # a follower of a job's logs looks for new lines this often
 
 
@@ -53,6 +54,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         self._store = store
         self._driver = driver
         self._runs_dir = runs_dir.resolve()
+        self._stop_at: dict[str, datetime | None] = {}  # each job's training.stopAt, parsed once
 
     def SubmitJob(self, request: master_pb2.SubmitJobRequest, context: grpc.ServicerContext) -> master_pb2.SubmitJobResponse:
         job = load_job_text(request.spec_yaml, "submitted spec")
@@ -93,8 +95,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             raise ConflictError(f"job {request.job_id} already ended as {record.state}")
         if record.cancel_requested:
             raise ConflictError(f"job {request.job_id} is being cancelled")
-        message = "stop requested: training finishes where it is, then evaluation and the report"
-        stopped = self._store.update(request.job_id, progress_update={STOP_REQUESTED: True}, message=message)
+        stopped = self._store.update(request.job_id, progress_update={STOP_REQUESTED: True}, message=f"stop requested: {STOP_MESSAGE}")
         return master_pb2.StopJobResponse(job=job_proto(stopped))
 
     def WatchJob(self, request: master_pb2.WatchJobRequest, context: grpc.ServicerContext) -> Iterator[master_pb2.WatchJobResponse]:
@@ -126,7 +127,19 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     def ReportTrainingProgress(self, request: master_pb2.ReportTrainingProgressRequest, context: grpc.ServicerContext) -> master_pb2.ReportTrainingProgressResponse:
         progress = {"phase": request.phase, "step": request.step, "samples": request.samples, "loss": request.loss}
         record = self._store.update(request.job_id, progress_update=progress)
-        return master_pb2.ReportTrainingProgressResponse(stop=record.cancel_requested or record.final or bool(record.progress.get(STOP_REQUESTED)))
+        return master_pb2.ReportTrainingProgressResponse(stop=record.cancel_requested or record.final or self._stop_asked(record))
+
+    def _stop_asked(self, record: JobRecord) -> bool:
+        """`primus stop` asked it, or the spec's training.stopAt has come (the first time noted in the job's message)."""
+        if record.progress.get(STOP_REQUESTED):
+            return True
+        if record.job_id not in self._stop_at:
+            self._stop_at[record.job_id] = load_job_text(record.spec_yaml, f"job {record.job_id}").spec.training.stop_at
+        stop_at = self._stop_at[record.job_id]
+        if stop_at is None or datetime.now(UTC) < stop_at:
+            return False
+        self._store.update(record.job_id, progress_update={STOP_REQUESTED: True}, message=f"training.stopAt {stop_at:%Y-%m-%dT%H:%M:%S}Z reached: {STOP_MESSAGE}")
+        return True
 
     def ReportTrainingResult(self, request: master_pb2.ReportTrainingResultRequest, context: grpc.ServicerContext) -> master_pb2.ReportTrainingResultResponse:
         result = {
