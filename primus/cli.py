@@ -1,4 +1,4 @@
-"""The primus command: validate, plan, up, down, restart, submit, get, describe, logs, status, cancel, stop, config, run, demo, report, cost,
+"""The primus command: validate, plan, up, down, restart, submit, get, describe, logs, status, cancel, stop, delete, config, run, demo, report, cost,
 scaling and explore. The verbs that talk to a master go through primus.client (the SDK), to the master contexts.py finds."""
 
 from __future__ import annotations
@@ -234,6 +234,13 @@ def cmd_stop(args: argparse.Namespace) -> int:
         return _follow_and_report(client, job.job_id) if args.watch else 0
 
 
+def cmd_delete(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        run_dir, purged = client.delete(args.job_id, purge=args.purge)
+    console.print(f"{args.job_id}: deleted; its run folder {run_dir} {'deleted too' if purged else 'kept'}", highlight=False)
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     path = contexts.config_path()
     config = _config()
@@ -418,6 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
     scaling.add_argument("run", type=Path, help="a job id (asked of the running resource controller), a run folder or its report.json")
     scaling.add_argument("-o", "--output", choices=("table", "json"), default="table")
     add("cancel", cmd_cancel, "cancel a job").add_argument("job_id")
+    delete = add("delete", cmd_delete, "forget a job that has ended; its run folder stays unless --purge")
+    delete.add_argument("job_id")
+    delete.add_argument("--purge", action="store_true", help="delete its run folder too: report, checkpoints, logs, traces")
     stop = add("stop", cmd_stop, "end a job's training where it is (an open-ended job's end), then evaluate and write the report")
     stop.add_argument("job_id")
     stop.add_argument("--watch", action="store_true", help="follow the job to its end and print its report")

@@ -139,6 +139,11 @@ class PrimusClient:
         """Finish training where it is (an open-ended job's end), then evaluate and report: the job succeeds."""
         return JobView.from_proto(self._call(self._stub.StopJob, master_pb2.StopJobRequest(job_id=job_id), job_id).job)
 
+    def delete(self, job_id: str, purge: bool = False) -> tuple[str, bool]:
+        """Forget an ended job (JobConflictError while it runs); with purge, delete its run folder too. (run folder, purged)."""
+        reply = self._call(self._stub.DeleteJob, master_pb2.DeleteJobRequest(job_id=job_id, purge=purge), job_id)
+        return str(reply.run_dir), bool(reply.purged)
+
     def watch(self, job_id: str) -> Iterator[JobView]:
         """Every change of the job until it has ended (and its report is written)."""
         try:

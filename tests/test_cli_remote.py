@@ -135,6 +135,11 @@ def test_a_master_operated_from_elsewhere(cluster: ClusterState, job_file: Path,
     _one_line_error(_primus(elsewhere, "logs", job_id, "--executor", "nobody"), "has no log of 'nobody'")
     _one_line_error(_primus(elsewhere, "get", "job", "no-such-job"), f"no job 'no-such-job' (the master at {address})")
     _one_line_error(_primus(elsewhere, "cancel", job_id), "already ended as SUCCEEDED")
+    run_dir = Path(json.loads(listed.stdout)[0]["run_dir"])
+    kept = _primus(elsewhere, "delete", job_id)
+    assert kept.returncode == 0 and "kept" in kept.stdout and run_dir.is_dir(), kept.stderr
+    _one_line_error(_primus(elsewhere, "get", "job", job_id), f"no job '{job_id}'")
+    _one_line_error(_primus(elsewhere, "delete", job_id), f"no job '{job_id}'")
 
 
 def test_no_master_to_talk_to_is_one_line(tmp_path: Path) -> None:
@@ -175,6 +180,7 @@ def test_stop_ends_an_open_ended_job_with_its_evaluation_and_report(cluster: Clu
             seen = trained
             time.sleep(3)  # over the trainer's idle report (2 s): a still count is a trainer waiting for the stream
         assert client.get(job_id).state is JobState.RUNNING, "the stream is open-ended: the job waits for it"
+    _one_line_error(_primus(tmp_path, "--master", address, "delete", job_id), "is RUNNING: cancel or stop it first")
     stopped = _primus(tmp_path, "--master", address, "stop", job_id, "--watch")
     assert stopped.returncode == 0, stopped.stderr + stopped.stdout
     with PrimusClient(address) as client:
@@ -184,6 +190,8 @@ def test_stop_ends_an_open_ended_job_with_its_evaluation_and_report(cluster: Clu
     assert report["trainer"]["train_samples"] == history_rows
     assert report["trainer"]["eval_samples"] == 24 * ROWS_PER_HOUR, "the evaluation ran after the stop"
     _one_line_error(_primus(tmp_path, "--master", address, "stop", job_id), "already ended as SUCCEEDED")
+    purged = _primus(tmp_path, "--master", address, "delete", job_id, "--purge")
+    assert purged.returncode == 0 and "deleted too" in purged.stdout and not Path(job.run_dir).exists(), purged.stderr
 
 
 def test_stop_at_ends_an_open_ended_job_by_itself(cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:

@@ -107,6 +107,22 @@ class StopJobResponse(_message.Message):
     job: Job
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
+class DeleteJobRequest(_message.Message):
+    __slots__ = ("job_id", "purge")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PURGE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    purge: bool
+    def __init__(self, job_id: _Optional[str] = ..., purge: _Optional[bool] = ...) -> None: ...
+
+class DeleteJobResponse(_message.Message):
+    __slots__ = ("run_dir", "purged")
+    RUN_DIR_FIELD_NUMBER: _ClassVar[int]
+    PURGED_FIELD_NUMBER: _ClassVar[int]
+    run_dir: str
+    purged: bool
+    def __init__(self, run_dir: _Optional[str] = ..., purged: _Optional[bool] = ...) -> None: ...
+
 class WatchJobRequest(_message.Message):
     __slots__ = ("job_id",)
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

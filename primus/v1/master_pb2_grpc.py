@@ -59,6 +59,11 @@ class MasterServiceStub:
                 request_serializer=primus_dot_v1_dot_master__pb2.StopJobRequest.SerializeToString,
                 response_deserializer=primus_dot_v1_dot_master__pb2.StopJobResponse.FromString,
                 _registered_method=True)
+        self.DeleteJob = channel.unary_unary(
+                '/primus.v1.MasterService/DeleteJob',
+                request_serializer=primus_dot_v1_dot_master__pb2.DeleteJobRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_master__pb2.DeleteJobResponse.FromString,
+                _registered_method=True)
         self.WatchJob = channel.unary_stream(
                 '/primus.v1.MasterService/WatchJob',
                 request_serializer=primus_dot_v1_dot_master__pb2.WatchJobRequest.SerializeToString,
@@ -111,6 +116,13 @@ class MasterServiceServicer:
 
     def StopJob(self, request, context):
         """Finish training where it is (an open-ended job's end), evaluate and write the report: the job then succeeds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteJob(self, request, context):
+        """Forget an ended job; with purge, delete its run folder too (report, checkpoints, logs, traces).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -170,6 +182,11 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.StopJob,
                     request_deserializer=primus_dot_v1_dot_master__pb2.StopJobRequest.FromString,
                     response_serializer=primus_dot_v1_dot_master__pb2.StopJobResponse.SerializeToString,
+            ),
+            'DeleteJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteJob,
+                    request_deserializer=primus_dot_v1_dot_master__pb2.DeleteJobRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_master__pb2.DeleteJobResponse.SerializeToString,
             ),
             'WatchJob': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchJob,
@@ -327,6 +344,33 @@ class MasterService:
             '/primus.v1.MasterService/StopJob',
             primus_dot_v1_dot_master__pb2.StopJobRequest.SerializeToString,
             primus_dot_v1_dot_master__pb2.StopJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.MasterService/DeleteJob',
+            primus_dot_v1_dot_master__pb2.DeleteJobRequest.SerializeToString,
+            primus_dot_v1_dot_master__pb2.DeleteJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import shutil
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -97,6 +98,15 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             raise ConflictError(f"job {request.job_id} is being cancelled")
         stopped = self._store.update(request.job_id, progress_update={STOP_REQUESTED: True}, message=f"stop requested: {STOP_MESSAGE}")
         return master_pb2.StopJobResponse(job=job_proto(stopped))
+
+    def DeleteJob(self, request: master_pb2.DeleteJobRequest, context: grpc.ServicerContext) -> master_pb2.DeleteJobResponse:
+        record = self._store.delete(request.job_id)
+        run_dir = Path(record.run_dir) if record.run_dir else None
+        purged = False
+        if request.purge and run_dir is not None and run_dir.resolve().is_relative_to(self._runs_dir) and run_dir.is_dir():
+            shutil.rmtree(run_dir, ignore_errors=True)  # only a folder under the master's runs folder
+            purged = True
+        return master_pb2.DeleteJobResponse(run_dir=record.run_dir, purged=purged)
 
     def WatchJob(self, request: master_pb2.WatchJobRequest, context: grpc.ServicerContext) -> Iterator[master_pb2.WatchJobResponse]:
         last = -1.0

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from primus.errors import NotFoundError
+from primus.errors import ConflictError, NotFoundError
 
 FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 _SCHEMA = """
@@ -113,6 +113,19 @@ class JobStore:
             )
             self.changed.notify_all()
         return updated
+
+    def delete(self, job_id: str) -> JobRecord:
+        """Forget an ended job; ConflictError while it has not ended (its driver still writes to it)."""
+        with self._lock:
+            row = self._db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no job {job_id!r}")
+            record = _record(row)
+            if not record.final:
+                raise ConflictError(f"job {job_id} is {record.state}: cancel or stop it first, then delete it")
+            self._db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
+            self.changed.notify_all()
+        return record
 
     def wait_for_change(self, timeout: float) -> None:
         with self.changed:
