@@ -1,5 +1,6 @@
 """The executor pool with real processes: a slot that keeps failing is blacklisted, then relaunched once it lapses;
-a controller that restarts from its state file takes back a running executor and knows one that exited."""
+a controller that restarts from its state file takes back a running executor and knows one that exited; a job that
+ends while an executor drains keeps the drain's reason."""
 
 from __future__ import annotations
 
@@ -93,3 +94,18 @@ def test_a_restarted_pool_takes_back_what_runs_and_marks_what_exited(tmp_path: P
         for pid in (kept.pid, gone.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_job_ending_while_an_executor_drains_keeps_the_drains_reason(tmp_path: Path) -> None:
+    pool = ExecutorPool(_backend(SLEEP), own_address="127.0.0.1:3")
+    try:
+        migrating, staying = pool.launch(LaunchRequest("job", "data_executor", 2, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
+        for record, port in ((migrating, 4), (staying, 6)):
+            pool.register(record.executor_id, f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}", record.pid)
+        pool.drain(migrating.executor_id, ExitReason.MIGRATED)  # its streams have not ended yet when the job does
+        released = {r.executor_id: r for r in pool.release("job", grace_seconds=1)}
+        assert released[migrating.executor_id].exit_reason is ExitReason.MIGRATED
+        assert released[staying.executor_id].exit_reason is ExitReason.RELEASED
+        assert all(r.state is ExecutorState.RELEASED for r in released.values())
+    finally:
+        pool.close()

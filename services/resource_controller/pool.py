@@ -295,7 +295,9 @@ class ExecutorPool:
             record = self._records[executor_id]
             if record.handle is None or not record.state.live:
                 return
-            handle, record.exit_reason, backend = record.handle, reason, self._backend(record)
+            if record.state is not ExecutorState.DRAINING or record.exit_reason is None:  # a drain keeps its reason (migrated, scaled in)
+                record.exit_reason = reason
+            handle, backend = record.handle, self._backend(record)
         code = backend.release(handle, grace_seconds)
         with self._lock:
             if record.state.live:
