@@ -1,4 +1,4 @@
-"""The primus command: validate, plan, up, down, restart, submit, get, describe, logs, status, cancel, stop, delete, config, run, demo, report, cost,
+"""The primus command: validate, plan, up, down, restart, submit, get, describe, logs, status, cancel, stop, delete, scale, config, run, demo, report, cost,
 scaling and explore. The verbs that talk to a master go through primus.client (the SDK), to the master contexts.py finds."""
 
 from __future__ import annotations
@@ -241,6 +241,13 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_scale(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        job, launched, draining = client.scale(args.job_id, args.role, args.replicas, args.reason)
+    console.print(f"{job.job_id}: {args.role} set to {args.replicas} ({launched} launched, {draining} draining)", highlight=False)
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     path = contexts.config_path()
     config = _config()
@@ -428,6 +435,11 @@ def build_parser() -> argparse.ArgumentParser:
     delete = add("delete", cmd_delete, "forget a job that has ended; its run folder stays unless --purge")
     delete.add_argument("job_id")
     delete.add_argument("--purge", action="store_true", help="delete its run folder too: report, checkpoints, logs, traces")
+    scale = add("scale", cmd_scale, "set how many data executors a running job has: new ones join its streams, removed ones drain first")
+    scale.add_argument("job_id")
+    scale.add_argument("--role", default="dataExecutor", choices=("dataExecutor", "trainer"), help="the role, as the spec names it (default dataExecutor)")
+    scale.add_argument("--replicas", type=int, required=True)
+    scale.add_argument("--reason", default="", help="kept in the job's scaling log")
     stop = add("stop", cmd_stop, "end a job's training where it is (an open-ended job's end), then evaluate and write the report")
     stop.add_argument("job_id")
     stop.add_argument("--watch", action="store_true", help="follow the job to its end and print its report")

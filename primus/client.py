@@ -144,6 +144,11 @@ class PrimusClient:
         reply = self._call(self._stub.DeleteJob, master_pb2.DeleteJobRequest(job_id=job_id, purge=purge), job_id)
         return str(reply.run_dir), bool(reply.purged)
 
+    def scale(self, job_id: str, role: str, replicas: int, reason: str = "") -> tuple[JobView, int, int]:
+        """Set a running job's count of a role (dataExecutor); (the job, executors launched, executors draining)."""
+        reply = self._call(self._stub.ScaleJob, master_pb2.ScaleJobRequest(job_id=job_id, role=role, replicas=replicas, reason=reason), job_id)
+        return JobView.from_proto(reply.job), int(reply.launched), int(reply.draining)
+
     def watch(self, job_id: str) -> Iterator[JobView]:
         """Every change of the job until it has ended (and its report is written)."""
         try:

@@ -181,6 +181,10 @@ def test_stop_ends_an_open_ended_job_with_its_evaluation_and_report(cluster: Clu
             time.sleep(3)  # over the trainer's idle report (2 s): a still count is a trainer waiting for the stream
         assert client.get(job_id).state is JobState.RUNNING, "the stream is open-ended: the job waits for it"
     _one_line_error(_primus(tmp_path, "--master", address, "delete", job_id), "is RUNNING: cancel or stop it first")
+    scaled = _primus(tmp_path, "--master", address, "scale", job_id, "--replicas", "3", "--reason", "test")
+    assert scaled.returncode == 0 and "dataExecutor set to 3 (1 launched, 0 draining)" in scaled.stdout, scaled.stderr + scaled.stdout
+    _one_line_error(_primus(tmp_path, "--master", address, "scale", job_id, "--replicas", "0"), "dataExecutor replicas 0 lies outside the bounds [1, 64]")
+    _one_line_error(_primus(tmp_path, "--master", address, "scale", job_id, "--role", "trainer", "--replicas", "2"), "only dataExecutor can")
     stopped = _primus(tmp_path, "--master", address, "stop", job_id, "--watch")
     assert stopped.returncode == 0, stopped.stderr + stopped.stdout
     with PrimusClient(address) as client:
@@ -189,6 +193,7 @@ def test_stop_ends_an_open_ended_job_with_its_evaluation_and_report(cluster: Clu
         report = json.loads(Path(job.report_path).read_text())
     assert report["trainer"]["train_samples"] == history_rows
     assert report["trainer"]["eval_samples"] == 24 * ROWS_PER_HOUR, "the evaluation ran after the stop"
+    assert len([s for s in report["services"] if s["role"] == "data_executor"]) == 3, "the scaled-out executor served too"
     _one_line_error(_primus(tmp_path, "--master", address, "stop", job_id), "already ended as SUCCEEDED")
     purged = _primus(tmp_path, "--master", address, "delete", job_id, "--purge")
     assert purged.returncode == 0 and "deleted too" in purged.stdout and not Path(job.run_dir).exists(), purged.stderr

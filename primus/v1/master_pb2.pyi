@@ -123,6 +123,28 @@ class DeleteJobResponse(_message.Message):
     purged: bool
     def __init__(self, run_dir: _Optional[str] = ..., purged: _Optional[bool] = ...) -> None: ...
 
+class ScaleJobRequest(_message.Message):
+    __slots__ = ("job_id", "role", "replicas", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    role: str
+    replicas: int
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[str] = ..., replicas: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ScaleJobResponse(_message.Message):
+    __slots__ = ("job", "launched", "draining")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHED_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    launched: int
+    draining: int
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., launched: _Optional[int] = ..., draining: _Optional[int] = ...) -> None: ...
+
 class WatchJobRequest(_message.Message):
     __slots__ = ("job_id",)
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

@@ -64,6 +64,11 @@ class MasterServiceStub:
                 request_serializer=primus_dot_v1_dot_master__pb2.DeleteJobRequest.SerializeToString,
                 response_deserializer=primus_dot_v1_dot_master__pb2.DeleteJobResponse.FromString,
                 _registered_method=True)
+        self.ScaleJob = channel.unary_unary(
+                '/primus.v1.MasterService/ScaleJob',
+                request_serializer=primus_dot_v1_dot_master__pb2.ScaleJobRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_master__pb2.ScaleJobResponse.FromString,
+                _registered_method=True)
         self.WatchJob = channel.unary_stream(
                 '/primus.v1.MasterService/WatchJob',
                 request_serializer=primus_dot_v1_dot_master__pb2.WatchJobRequest.SerializeToString,
@@ -128,6 +133,13 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ScaleJob(self, request, context):
+        """Set how many data executors a running job has (new ones join the streams, removed ones drain first).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchJob(self, request, context):
         """Streams the job every time it changes, until it reaches a final state.
         """
@@ -187,6 +199,11 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.DeleteJob,
                     request_deserializer=primus_dot_v1_dot_master__pb2.DeleteJobRequest.FromString,
                     response_serializer=primus_dot_v1_dot_master__pb2.DeleteJobResponse.SerializeToString,
+            ),
+            'ScaleJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScaleJob,
+                    request_deserializer=primus_dot_v1_dot_master__pb2.ScaleJobRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_master__pb2.ScaleJobResponse.SerializeToString,
             ),
             'WatchJob': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchJob,
@@ -371,6 +388,33 @@ class MasterService:
             '/primus.v1.MasterService/DeleteJob',
             primus_dot_v1_dot_master__pb2.DeleteJobRequest.SerializeToString,
             primus_dot_v1_dot_master__pb2.DeleteJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScaleJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.MasterService/ScaleJob',
+            primus_dot_v1_dot_master__pb2.ScaleJobRequest.SerializeToString,
+            primus_dot_v1_dot_master__pb2.ScaleJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

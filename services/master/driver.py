@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 
 from primus import telemetry
-from primus.errors import InvalidRequestError
+from primus.errors import ConflictError, InvalidRequestError
 from primus.spec import TrainingJob, load_job_text
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
@@ -23,6 +23,7 @@ from services.master.store import JobRecord, JobStore
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
+SCALED = "scaled_replicas"  # progress key: the counts `primus scale` set, by the spec's role name
 PLANNER_GRACE_SECONDS = 120.0
 CONTROLLER_GRACE_SECONDS = 120.0
 EXIT_GRACE_SECONDS = 3.0
@@ -126,9 +127,27 @@ class JobDriver:
 
     def _launch(self, job: JobRecord) -> None:
         spec = load_job_text(job.spec_yaml, f"job {job.job_id}").spec
-        self._launch_role(job, rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR, spec.resources.data_executor.replicas)
+        self._launch_role(job, rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR, int(job.progress.get(SCALED, {}).get("dataExecutor", spec.resources.data_executor.replicas)))
         self._launch_role(job, rc_pb2.EXECUTOR_ROLE_TRAINER, spec.resources.trainer.replicas)
         self._store.update(job.job_id, state="RUNNING", message="executors launched")
+
+    def scale(self, job_id: str, role: str, replicas: int, reason: str) -> tuple[JobRecord, int, int]:
+        """Set a running job's data-executor count (`primus scale`), kept with the job so that a relaunch from its
+        checkpoint starts that many; (the job, executors launched, executors draining)."""
+        job = self._store.get(job_id)
+        if job.final:
+            raise ConflictError(f"job {job_id} already ended as {job.state}")
+        if role != "dataExecutor":
+            raise InvalidRequestError(f"role {role!r} cannot be scaled: only dataExecutor can (a job has one trainer)")
+        resources = load_job_text(job.spec_yaml, f"job {job_id}").spec.resources.data_executor
+        low, high = (resources.autoscale.min_replicas, resources.autoscale.max_replicas) if resources.autoscale and resources.autoscale.enabled else (1, 64)
+        if not low <= replicas <= high:
+            where = "its autoscale bounds (spec.resources.dataExecutor.autoscale)" if (low, high) != (1, 64) else "the bounds"
+            raise InvalidRequestError(f"dataExecutor replicas {replicas} lies outside {where} [{low}, {high}]")
+        request = rc_pb2.ScaleRoleRequest(job_id=job_id, role=rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR, replicas=replicas, reason=reason or "primus scale")
+        reply = self._peers.rc.ScaleRole(request, timeout=60)
+        scaled = self._store.update(job_id, progress_update={SCALED: {"dataExecutor": replicas}}, message=f"dataExecutor scaled to {replicas}")
+        return scaled, len(reply.launched), len(reply.draining)
 
     def _launch_role(self, job: JobRecord, role: int, count: int, replaces: str = "") -> None:
         spec = load_job_text(job.spec_yaml, f"job {job.job_id}").spec

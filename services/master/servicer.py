@@ -108,6 +108,10 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             purged = True
         return master_pb2.DeleteJobResponse(run_dir=record.run_dir, purged=purged)
 
+    def ScaleJob(self, request: master_pb2.ScaleJobRequest, context: grpc.ServicerContext) -> master_pb2.ScaleJobResponse:
+        job, launched, draining = self._driver.scale(request.job_id, request.role, request.replicas, request.reason)
+        return master_pb2.ScaleJobResponse(job=job_proto(job), launched=launched, draining=draining)
+
     def WatchJob(self, request: master_pb2.WatchJobRequest, context: grpc.ServicerContext) -> Iterator[master_pb2.WatchJobResponse]:
         last = -1.0
         while context.is_active():
