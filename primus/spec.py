@@ -601,8 +601,11 @@ def _message(error: Any) -> str:
         return "unknown field"
     if error["type"] == "missing":
         return "required field is missing"
-    message = str(error["msg"])
-    return message.removeprefix("Value error, ")
+    message = str(error["msg"]).removeprefix("Value error, ")
+    given = error.get("input")
+    if error["type"] != "value_error" and isinstance(given, str | int | float | bool):  # the validators' own messages name it
+        return f"{message}, not {given!r}"
+    return message
 
 
 def parse_job(document: object) -> TrainingJob:

@@ -48,6 +48,17 @@ def test_wrong_type_names_its_path(dataset: Path, tmp_path: Path) -> None:
     assert "integer" in problem
 
 
+def test_a_refused_value_is_named_with_its_field(dataset: Path, tmp_path: Path) -> None:
+    document = job_document(dataset)
+    document["apiVersion"] = "primus/v999"
+    document["spec"]["training"]["batchSize"] = 0  # type: ignore[index]
+    document["spec"]["training"]["optimizer"] = "lion"  # type: ignore[index]
+    problems = _problems(tmp_path, document)
+    assert "apiVersion: Input should be 'primus/v1', not 'primus/v999'" in problems
+    assert "spec.training.batchSize: Input should be greater than or equal to 1, not 0" in problems
+    assert any(p.startswith("spec.training.optimizer: ") and p.endswith("not 'lion'") for p in problems), problems
+
+
 @pytest.mark.parametrize(("start", "end"), [("2026-11-02T00:00", "2026-11-01T00:00"), ("2026-11-01T00:00", "2026-11-01T00:00")])
 def test_inverted_or_empty_time_range(dataset: Path, tmp_path: Path, start: str, end: str) -> None:
     document = job_document(dataset)
