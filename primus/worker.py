@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
+
+import grpc
 
 from primus import hosts, rpc
 from primus.spec import TrainingJob, load_job_text
 from primus.v1 import master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
+
+AWAY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+START_GRACE_SECONDS = 120.0  # as long as the master waits for a peer that is away (restarting)
+RETRY_SECONDS = 1.0
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -37,19 +49,31 @@ def parse_worker_args(prog: str, description: str) -> WorkerArgs:
     return WorkerArgs(ns.job_id, ns.executor_id, ns.planner, ns.master, ns.resource_controller, ns.runs_dir)
 
 
-def fetch_job_spec(master_address: str, job_id: str) -> TrainingJob:
-    """The job's validated spec, as the master holds it."""
+def while_away(call: Callable[[], T], what: str, grace_seconds: float = START_GRACE_SECONDS) -> T:
+    """call(), again every second while its peer is away (UNAVAILABLE, DEADLINE_EXCEEDED: a master or controller
+    restarting), for up to grace_seconds; then, or on any other error, the error."""
+    deadline = time.monotonic() + grace_seconds
+    while True:
+        try:
+            return call()
+        except grpc.RpcError as exc:
+            if exc.code() not in AWAY_CODES or time.monotonic() > deadline:
+                raise
+            log.warning("%s: it is away (%s); trying again", what, exc.code().name)
+            time.sleep(RETRY_SECONDS)
+
+
+def fetch_job_spec(master_address: str, job_id: str, grace_seconds: float = START_GRACE_SECONDS) -> TrainingJob:
+    """The job's validated spec, as the master holds it; waits for a master that is restarting."""
     stub = master_pb2_grpc.MasterServiceStub(rpc.connect(master_address))
-    job = stub.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=30).job
-    return load_job_text(job.spec_yaml, f"job {job_id}")
+    reply = while_away(lambda: stub.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10), f"the job's spec from the master at {master_address}", grace_seconds)
+    return load_job_text(reply.job.spec_yaml, f"job {job_id}")
 
 
 def register(args: WorkerArgs, address: str, data_address: str = "") -> None:
     """Tell the resource controller that this executor is up and where it listens."""
     stub = rc_grpc.ResourceControllerServiceStub(rpc.connect(args.resource_controller))
-    stub.RegisterExecutor(
-        rc_pb2.RegisterExecutorRequest(
-            job_id=args.job_id, executor_id=args.executor_id, address=address, data_address=data_address, pid=os.getpid(), host_id=hosts.host_id()
-        ),
-        timeout=30,
+    request = rc_pb2.RegisterExecutorRequest(
+        job_id=args.job_id, executor_id=args.executor_id, address=address, data_address=data_address, pid=os.getpid(), host_id=hosts.host_id()
     )
+    while_away(lambda: stub.RegisterExecutor(request, timeout=10), f"registering with the resource controller at {args.resource_controller}")

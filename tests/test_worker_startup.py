@@ -1,0 +1,44 @@
+"""A worker that starts while its master is restarting waits for it (within a grace), instead of failing at start-up."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from primus.client import JobState, PrimusClient
+from primus.cluster import ClusterState, restart_service, stop_services
+from primus.spec import load_job_file
+from primus.worker import fetch_job_spec
+
+
+def test_the_spec_is_fetched_once_the_master_is_back(cluster: ClusterState, job_file: Path, tmp_path: Path) -> None:
+    address = cluster.address("master")
+    with PrimusClient(address) as client:
+        job_id = client.submit(load_job_file(job_file))
+        deadline = time.monotonic() + 240
+        while not client.get(job_id).state.final:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        assert client.get(job_id).state is JobState.SUCCEEDED
+    stop_services([s for s in cluster.services if s.name == "master"])
+    fetched: list[object] = []
+    worker = threading.Thread(target=lambda: fetched.append(fetch_job_spec(address, job_id)), daemon=True)
+    worker.start()
+    time.sleep(3)
+    assert worker.is_alive() and not fetched, "the master is down: the worker waits"
+    restart_service(cluster, tmp_path / "state", "master")
+    worker.join(60)
+    (job,) = fetched
+    assert job.metadata.name == load_job_file(job_file).metadata.name
+
+
+def test_a_master_that_stays_away_fails_after_the_grace() -> None:
+    started = time.monotonic()
+    with pytest.raises(grpc.RpcError) as caught:
+        fetch_job_spec("127.0.0.1:9", "no-job", grace_seconds=2)
+    assert caught.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)  # type: ignore[attr-defined]  # RpcError is also a Call
+    assert time.monotonic() - started >= 2
