@@ -1,5 +1,6 @@
-"""The primus command: validate, plan, up, down, restart, submit, get, describe, logs, status, cancel, stop, delete, scale, config, run, demo, report, cost,
-scaling and explore. The verbs that talk to a master go through primus.client (the SDK), to the master contexts.py finds."""
+"""The primus command: the services (up, down, restart), jobs (submit, run, demo, get, describe, logs, status, cancel,
+stop, suspend, resume, scale, delete), specs (validate, plan), runs (report, cost, scaling, explore) and config. The
+verbs that talk to a master go through primus.client (the SDK), to the master contexts.py finds."""
 
 from __future__ import annotations
 
@@ -248,6 +249,20 @@ def cmd_scale(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_suspend(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        job = client.suspend(args.job_id)
+    console.print(f"{job.job_id}: suspend requested; its executors are released, its plan and last checkpoint kept")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        job = client.resume(args.job_id)
+    console.print(f"{job.job_id}: resuming from its last committed checkpoint")
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     path = contexts.config_path()
     config = _config()
@@ -440,6 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--role", default="dataExecutor", choices=("dataExecutor", "trainer"), help="the role, as the spec names it (default dataExecutor)")
     scale.add_argument("--replicas", type=int, required=True)
     scale.add_argument("--reason", default="", help="kept in the job's scaling log")
+    add("suspend", cmd_suspend, "release a running job's executors, keeping its plan and last committed checkpoint").add_argument("job_id")
+    add("resume", cmd_resume, "launch a suspended job's executors again; training goes on from its last committed checkpoint").add_argument("job_id")
     stop = add("stop", cmd_stop, "end a job's training where it is (an open-ended job's end), then evaluate and write the report")
     stop.add_argument("job_id")
     stop.add_argument("--watch", action="store_true", help="follow the job to its end and print its report")

@@ -149,6 +149,14 @@ class PrimusClient:
         reply = self._call(self._stub.ScaleJob, master_pb2.ScaleJobRequest(job_id=job_id, role=role, replicas=replicas, reason=reason), job_id)
         return JobView.from_proto(reply.job), int(reply.launched), int(reply.draining)
 
+    def suspend(self, job_id: str) -> JobView:
+        """Release the job's executors; its plan and last committed checkpoint are kept (work since is done again)."""
+        return JobView.from_proto(self._call(self._stub.SuspendJob, master_pb2.SuspendJobRequest(job_id=job_id), job_id).job)
+
+    def resume(self, job_id: str) -> JobView:
+        """Launch a suspended job's executors again; the trainer goes on from the last committed checkpoint."""
+        return JobView.from_proto(self._call(self._stub.ResumeJob, master_pb2.ResumeJobRequest(job_id=job_id), job_id).job)
+
     def watch(self, job_id: str) -> Iterator[JobView]:
         """Every change of the job until it has ended (and its report is written)."""
         try:

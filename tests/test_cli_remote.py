@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from primus import contexts
+from primus import contexts, rpc
 from primus.client import JobNotFoundError, JobState, MasterUnreachableError, PrimusClient
 from primus.cluster import ClusterState
 from primus.contexts import Config, ConfigError, MasterAddress, resolve_master
 from primus.spec import load_job_file, load_job_text
+from primus.v1 import resource_controller_pb2 as rc_pb2
+from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from tests.conftest import DAYS, ROWS_PER_HOUR, START, job_document
 
 # --- where the master is: pure -------------------------------------------------------------------
@@ -211,3 +213,49 @@ def test_stop_at_ends_an_open_ended_job_by_itself(cluster: ClusterState, dataset
         assert final is not None and final.state is JobState.SUCCEEDED and datetime.now(UTC) >= stop_at
         report = json.loads(Path(client.get(job_id).report_path).read_text())
     assert report["trainer"]["train_samples"] == (DAYS - 1) * 24 * ROWS_PER_HOUR and report["trainer"]["eval_samples"] == 24 * ROWS_PER_HOUR
+
+
+def _history_trained(client: PrimusClient, job_id: str) -> None:
+    """Until the trainer has trained the history and waits for the stream: a count still over its idle report."""
+    deadline, seen = time.monotonic() + 180, -1
+    while (trained := client.get(job_id).progress.samples_trained) != seen or trained == 0:
+        assert time.monotonic() < deadline and not client.get(job_id).state.final, client.get(job_id)
+        seen = trained
+        time.sleep(3)
+
+
+def _until_state(client: PrimusClient, job_id: str, state: JobState, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while client.get(job_id).state is not state:
+        assert time.monotonic() < deadline, client.get(job_id)
+        time.sleep(0.3)
+
+
+def test_suspend_releases_and_resume_goes_on_exactly(cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
+    address = cluster.address("master")
+    rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(cluster.address("resource_controller")))
+    with PrimusClient(address) as client:
+        job_id = client.submit(load_job_text(yaml.safe_dump(_open_ended_document(dataset, tmp_path / "landing"))))
+        _history_trained(client, job_id)
+        assert _primus(tmp_path, "--master", address, "suspend", job_id).returncode == 0
+        _until_state(client, job_id, JobState.SUSPENDED)
+        executors = rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id), timeout=10).executors
+        assert executors and all(e.state == rc_pb2.EXECUTOR_STATE_RELEASED for e in executors), "every executor released"
+        _one_line_error(_primus(tmp_path, "--master", address, "suspend", job_id), "only a running job can be suspended")
+        assert _primus(tmp_path, "--master", address, "resume", job_id).returncode == 0
+        _until_state(client, job_id, JobState.RUNNING)
+        _history_trained(client, job_id)
+        live = [e for e in rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id), timeout=10).executors if e.state == rc_pb2.EXECUTOR_STATE_READY]
+        assert len(live) == 3, "two data executors and a trainer again"
+        stopped = _primus(tmp_path, "--master", address, "stop", job_id, "--watch")
+        assert stopped.returncode == 0, stopped.stderr + stopped.stdout
+        report = json.loads(Path(client.get(job_id).report_path).read_text())
+        assert report["trainer"]["train_samples"] == (DAYS - 1) * 24 * ROWS_PER_HOUR, "every history row trained once, across the suspend"
+        _one_line_error(_primus(tmp_path, "--master", address, "resume", job_id), "only a suspended job can be resumed")
+
+        other = client.submit(load_job_text(yaml.safe_dump(_open_ended_document(dataset, tmp_path / "landing-2"))))
+        _until_state(client, other, JobState.RUNNING)
+        client.suspend(other)
+        _until_state(client, other, JobState.SUSPENDED)
+        client.cancel(other)
+        _until_state(client, other, JobState.CANCELLED)

@@ -69,6 +69,16 @@ class MasterServiceStub:
                 request_serializer=primus_dot_v1_dot_master__pb2.ScaleJobRequest.SerializeToString,
                 response_deserializer=primus_dot_v1_dot_master__pb2.ScaleJobResponse.FromString,
                 _registered_method=True)
+        self.SuspendJob = channel.unary_unary(
+                '/primus.v1.MasterService/SuspendJob',
+                request_serializer=primus_dot_v1_dot_master__pb2.SuspendJobRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_master__pb2.SuspendJobResponse.FromString,
+                _registered_method=True)
+        self.ResumeJob = channel.unary_unary(
+                '/primus.v1.MasterService/ResumeJob',
+                request_serializer=primus_dot_v1_dot_master__pb2.ResumeJobRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_master__pb2.ResumeJobResponse.FromString,
+                _registered_method=True)
         self.WatchJob = channel.unary_stream(
                 '/primus.v1.MasterService/WatchJob',
                 request_serializer=primus_dot_v1_dot_master__pb2.WatchJobRequest.SerializeToString,
@@ -140,6 +150,19 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SuspendJob(self, request, context):
+        """Release a running job's executors, keeping its plan and last committed checkpoint; resume launches them again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchJob(self, request, context):
         """Streams the job every time it changes, until it reaches a final state.
         """
@@ -204,6 +227,16 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.ScaleJob,
                     request_deserializer=primus_dot_v1_dot_master__pb2.ScaleJobRequest.FromString,
                     response_serializer=primus_dot_v1_dot_master__pb2.ScaleJobResponse.SerializeToString,
+            ),
+            'SuspendJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.SuspendJob,
+                    request_deserializer=primus_dot_v1_dot_master__pb2.SuspendJobRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_master__pb2.SuspendJobResponse.SerializeToString,
+            ),
+            'ResumeJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeJob,
+                    request_deserializer=primus_dot_v1_dot_master__pb2.ResumeJobRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_master__pb2.ResumeJobResponse.SerializeToString,
             ),
             'WatchJob': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchJob,
@@ -415,6 +448,60 @@ class MasterService:
             '/primus.v1.MasterService/ScaleJob',
             primus_dot_v1_dot_master__pb2.ScaleJobRequest.SerializeToString,
             primus_dot_v1_dot_master__pb2.ScaleJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SuspendJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.MasterService/SuspendJob',
+            primus_dot_v1_dot_master__pb2.SuspendJobRequest.SerializeToString,
+            primus_dot_v1_dot_master__pb2.SuspendJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.MasterService/ResumeJob',
+            primus_dot_v1_dot_master__pb2.ResumeJobRequest.SerializeToString,
+            primus_dot_v1_dot_master__pb2.ResumeJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

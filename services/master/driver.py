@@ -24,6 +24,8 @@ from services.master.store import JobRecord, JobStore
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
 SCALED = "scaled_replicas"  # progress key: the counts `primus scale` set, by the spec's role name
+SUSPEND_REQUESTED = "suspend_requested"  # progress key: `primus suspend` asked the job's driver to release its executors
+SUSPENDED = "SUSPENDED"
 PLANNER_GRACE_SECONDS = 120.0
 CONTROLLER_GRACE_SECONDS = 120.0
 EXIT_GRACE_SECONDS = 3.0
@@ -70,8 +72,10 @@ class JobDriver:
         if problem:
             raise InvalidRequestError(f"{problem} (resource controller at {self._peers.rc_address}; see docs/backends.md)")
 
-    def start(self, job_id: str, resume: bool = False) -> None:
-        thread = threading.Thread(target=self._drive, args=(job_id, resume), name=f"job-{job_id}", daemon=True)
+    def start(self, job_id: str, resume: bool = False, relaunch: bool = False) -> None:
+        """Drive a job in a thread of its own: plan and launch it, or (resume) follow it where it is, or (relaunch)
+        launch its executors again for the plan the planner holds (after a suspend)."""
+        thread = threading.Thread(target=self._drive, args=(job_id, resume, relaunch), name=f"job-{job_id}", daemon=True)
         self._threads[job_id] = thread
         thread.start()
 
@@ -82,19 +86,44 @@ class JobDriver:
         one is planned again (planning is idempotent per job id: the planner answers with the plan it holds).
         """
         for job in self._store.list():
-            if not job.final:
+            if job.state == SUSPENDED:
+                log.info("job %s: suspended; `primus resume` goes on with it", job.job_id)
+            elif not job.final:
                 log.info("job %s: resuming after a master restart (was %s)", job.job_id, job.state)
                 self.start(job.job_id, resume=job.state == "RUNNING")
 
-    def _drive(self, job_id: str, resume: bool = False) -> None:
+    def suspend(self, job_id: str) -> JobRecord:
+        """`primus suspend`: the job's driver releases its executors and leaves the job SUSPENDED, its plan and its
+        last committed checkpoint kept; work since that checkpoint is done again after `resume`."""
+        job = self._store.get(job_id)
+        if job.final or job.state == SUSPENDED:
+            raise ConflictError(f"job {job_id} is {job.state}: only a running job can be suspended")
+        if job.cancel_requested or job.progress.get(SUSPEND_REQUESTED):
+            raise ConflictError(f"job {job_id} is being cancelled or suspended already")
+        return self._store.update(job_id, progress_update={SUSPEND_REQUESTED: True}, message="suspend requested: releasing the executors")
+
+    def resume(self, job_id: str) -> JobRecord:
+        """`primus resume`: executors again, the trainer from the job's last committed checkpoint."""
+        job = self._store.get(job_id)
+        if job.state != SUSPENDED:
+            raise ConflictError(f"job {job_id} is {job.state}: only a suspended job can be resumed")
+        resumed = self._store.update(job_id, state="RUNNING", progress_update={SUSPEND_REQUESTED: False}, message="resuming from the last checkpoint")
+        self.start(job_id, relaunch=True)
+        return resumed
+
+    def _drive(self, job_id: str, resume: bool = False, relaunch: bool = False) -> None:
         with telemetry.job_context(job_id), telemetry.tracer("primus.master").start_as_current_span("job") as span:
             job = self._store.get(job_id)
             span.set_attributes({"primus.job_name": job.name, "primus.resumed": resume})
             try:
-                if not resume:
+                if relaunch:
+                    self._launch(job)
+                elif not resume:
                     self._plan(job)
                     self._launch(job)
                 state, message = self._follow(job_id)
+                if state == SUSPENDED:
+                    return
             except JobFailedError as exc:
                 state, message = "FAILED", str(exc)
             except grpc.RpcError as exc:
@@ -186,6 +215,8 @@ class JobDriver:
             job = self._store.get(job_id)
             if job.cancel_requested:
                 return "CANCELLED", "cancelled by request"
+            if job.progress.get(SUSPEND_REQUESTED):
+                return self._suspend(job)
             if job.result:
                 if job.result.get("error"):
                     return "FAILED", f"trainer failed: {job.result['error']}"
@@ -238,6 +269,14 @@ class JobDriver:
                     f"{len(plan.quarantined)} task(s) quarantined and data.onQuarantine is 'fail'; first: {first.source} {first.partition}: {first.reason}"
                 )
             self._store.wait_for_change(POLL_SECONDS)
+
+    def _suspend(self, job: JobRecord) -> tuple[str, str]:
+        released = self._peers.rc.ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id), timeout=60).executors
+        handled = sorted(set(job.progress.get("crashes_handled", [])) | {e.executor_id for e in released})
+        message = f"suspended: {len(released)} executors released; `primus resume` goes on from the last committed checkpoint"
+        self._store.update(job.job_id, state=SUSPENDED, message=message, progress_update={"crashes_handled": handled})
+        log.info("job %s: %s", job.job_id, message)
+        return SUSPENDED, message
 
     def _relaunch(self, job: JobRecord, crashed: rc_pb2.Executor, budget: dict[int, int]) -> None:
         role_name = "trainer" if crashed.role == rc_pb2.EXECUTOR_ROLE_TRAINER else "data executor"

@@ -14,7 +14,7 @@ import grpc
 from primus.errors import ConflictError, NotFoundError
 from primus.spec import load_job_text, resolve_paths
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
-from services.master.driver import JobDriver
+from services.master.driver import SUSPENDED, JobDriver
 from services.master.logs import LogCursor
 from services.master.store import JobRecord, JobStore
 
@@ -88,7 +88,10 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         record = self._store.get(request.job_id)
         if record.final:
             raise ConflictError(f"job {request.job_id} already ended as {record.state}")
-        return master_pb2.CancelJobResponse(job=job_proto(self._store.update(request.job_id, cancel_requested=True)))
+        cancelled = self._store.update(request.job_id, cancel_requested=True)
+        if record.state == SUSPENDED:  # no driver follows it: one ends it (its executors are already released)
+            self._driver.start(request.job_id, resume=True)
+        return master_pb2.CancelJobResponse(job=job_proto(cancelled))
 
     def StopJob(self, request: master_pb2.StopJobRequest, context: grpc.ServicerContext) -> master_pb2.StopJobResponse:
         record = self._store.get(request.job_id)
@@ -111,6 +114,12 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     def ScaleJob(self, request: master_pb2.ScaleJobRequest, context: grpc.ServicerContext) -> master_pb2.ScaleJobResponse:
         job, launched, draining = self._driver.scale(request.job_id, request.role, request.replicas, request.reason)
         return master_pb2.ScaleJobResponse(job=job_proto(job), launched=launched, draining=draining)
+
+    def SuspendJob(self, request: master_pb2.SuspendJobRequest, context: grpc.ServicerContext) -> master_pb2.SuspendJobResponse:
+        return master_pb2.SuspendJobResponse(job=job_proto(self._driver.suspend(request.job_id)))
+
+    def ResumeJob(self, request: master_pb2.ResumeJobRequest, context: grpc.ServicerContext) -> master_pb2.ResumeJobResponse:
+        return master_pb2.ResumeJobResponse(job=job_proto(self._driver.resume(request.job_id)))
 
     def WatchJob(self, request: master_pb2.WatchJobRequest, context: grpc.ServicerContext) -> Iterator[master_pb2.WatchJobResponse]:
         last = -1.0
