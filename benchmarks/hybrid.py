@@ -19,10 +19,13 @@ Settings (Settings below; chosen on a development dataset of another seed, --dat
 dataset's evaluation day): Adam, batch 256, lr 0.01 from scratch (the spec's default) and 0.001 after a warm start
 (fine-tuning at a tenth: with the optimizer reset, Adam's first steps move every parameter by about lr and undo much
 of the batch model); stream priority above history; impressions weight 1 and maxLagRows 4 hours of its rows; clicks
-weight = its late rows (those it serves as samples) / the impressions' rows, so that both are trained at the pace of
-the stream's hours; mixed: history weight = history rows / stream
-rows (the two end together) and history lossWeight = stream rows / history rows (the replayed history and the fresh
-day carry the same loss mass); no per-source learning-rate scale.
+`after: [impressions]` (an hour of clicks is served only once that hour of impressions is, so late positives never
+run ahead of their impressions), weight twice its late rows / the impressions' rows (headroom: paced by `after`, not
+held back by its share, so it does not trail and land in all-positive minibatches at the end), and its range ending
+windowHours after the stream day (later clicks belong to the next day's training); mixed: the history replayed
+recency-weighted, one source per history day, each weight = its rows / stream rows (all end together) and lossWeight =
+stream rows / history rows halved for every history_half_life_days (0.25) of the day's age (days under 1e-4 of the
+newest's weight left out); no per-source learning-rate scale.
 
 Comparison: AUC, tail AUC (the dataset's long-tail segments) and calibration (mean prediction / observed rate) per
 job on the same eval rows, mean over the seeds; mixed minus the best single arm (by mean AUC) is a paired bootstrap
@@ -78,6 +81,7 @@ DAY = timedelta(days=1)
 STREAM_PRIORITY, HISTORY_PRIORITY = 10, 1
 JOB_TIMEOUT_S = 900.0
 BOOTSTRAP_ROUNDS = 1000
+MIN_DECAY = 1e-4  # recency-weighted replay: history days whose lossWeight would decay below this share are left out
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "primus" / "movielens"
 
 
@@ -96,6 +100,10 @@ class Settings:
     history_loss_weight: float = 0.0  # mixed arms: lossWeight of the history source; 0: stream rows / history rows (equal loss mass)
     history_update: str = "all"  # mixed arms: the parameters the history's rows update (all, embeddings, dense)
     replay_days: int = 0  # mixed arms: replay the newest this many history days (0: all of them)
+    clicks_after: bool = True  # the clicks of an hour are served after the impressions of that hour (spec `after`)
+    clicks_within_window: bool = True  # the clicks source ends windowHours after the stream day (later clicks belong to the next day's training)
+    clicks_headroom: float = 2.0  # the clicks source's weight = this times its late rows / the impressions' rows
+    history_half_life_days: float = 0.25  # mixed arms: one source per history day, lossWeight halving every this many days of age (0: one source)
 
     def describe(self) -> str:
         history = "history rows / stream rows (history and stream end together)" if not self.history_weight else f"{self.history_weight:g}"
@@ -111,6 +119,9 @@ class Settings:
             f"history (mixed) {history}; impressions maxLagRows = {self.max_lag_hours:g} hours of its rows; "
             f"history (mixed) lossWeight {loss}, learningRateScale {self.history_lr_scale:g}, update {self.history_update}, "
             f"replaying {'all' if not self.replay_days else f'the newest {self.replay_days}'} history days"
+            + (f", one source per day, lossWeight halving every {self.history_half_life_days:g} days of age" if self.history_half_life_days else "")
+            + f"; clicks {'after impressions, ' if self.clicks_after else ''}weight x{self.clicks_headroom:g}"
+            + (", ending windowHours after the stream day" if self.clicks_within_window else "")
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -125,6 +136,10 @@ class Settings:
             "history_lr_scale": self.history_lr_scale,
             "history_update": self.history_update,
             "replay_days": self.replay_days or "all",
+            "history_half_life_days": self.history_half_life_days or "one history source",
+            "clicks_after": self.clicks_after,
+            "clicks_headroom": self.clicks_headroom,
+            "clicks_within_window": self.clicks_within_window,
         }
 
 
@@ -237,9 +252,10 @@ def _stream_sources(ds: HybridDataset, correction: str, settings: Settings, clic
             "kind": "stream",
             "adapter": "landing",
             "uri": ds.clicks_uri,
-            "timeRange": _hours(ds.stream_start, ds.clicks_end),
+            "timeRange": _hours(ds.stream_start, ds.stream_end + ds.window_hours * HOUR if settings.clicks_within_window else ds.clicks_end),
             "priority": STREAM_PRIORITY,
-            "weight": clicks_weight,
+            "weight": round(settings.clicks_headroom * clicks_weight, 4),
+            **({"after": ["impressions"]} if settings.clicks_after else {}),
         },
     ]
 
@@ -278,11 +294,23 @@ def job_yaml(ds: HybridDataset, arm: str, seed: int, settings: Settings, batch_u
         replay_rows = ds.history_rows * replay / days
         history["timeRange"] = _hours(ds.history_end - replay * DAY, ds.history_end)
         history["weight"] = settings.history_weight or round(replay_rows / max(1, ds.stream_rows), 4)
-        data["sources"].append(history)
         loss_weight = settings.history_loss_weight or round(ds.stream_rows / max(1, replay_rows), 4)
         control = {"learningRateScale": settings.history_lr_scale, "lossWeight": loss_weight, "update": settings.history_update}
-        if control != {"learningRateScale": 1.0, "lossWeight": 1.0, "update": "all"}:
-            training["sources"] = {"history": control}
+        if settings.history_half_life_days > 0:
+            training["sources"] = {}
+            for age in range(int(replay)):
+                decay = 0.5 ** (age / settings.history_half_life_days)
+                if decay < MIN_DECAY:
+                    break  # older days would weigh next to nothing: left out
+                day = {**history, "name": "history" if age == 0 else f"history-{age}d", "shuffle": "all"}
+                day["timeRange"] = _hours(ds.history_end - (age + 1) * DAY, ds.history_end - age * DAY)
+                day["weight"] = round(ds.history_rows / days / max(1, ds.stream_rows), 4)
+                data["sources"].append(day)
+                training["sources"][day["name"]] = {**control, "lossWeight": round(loss_weight * decay, 5)}
+        else:
+            data["sources"].append(history)
+            if control != {"learningRateScale": 1.0, "lossWeight": 1.0, "update": "all"}:
+                training["sources"] = {"history": control}
     if warm_from is not None:
         training["warmStart"] = {"checkpoint": warm_from, "optimizer": "reset"}
     if any(s["name"] == "history" for s in data["sources"]):
@@ -455,6 +483,22 @@ def main() -> None:
     parser.add_argument("--history-loss-weight", type=float, default=defaults.history_loss_weight, help="mixed: the history's lossWeight (0: stream rows / history rows)")
     parser.add_argument("--history-update", default=defaults.history_update, choices=("all", "embeddings", "dense"), help="mixed: what the history's rows update")
     parser.add_argument("--replay-days", type=int, default=defaults.replay_days, help="mixed: replay the newest this many history days (0: all)")
+    parser.add_argument(
+        "--history-half-life-days",
+        type=float,
+        default=defaults.history_half_life_days,
+        help="mixed: per-day history sources, lossWeight halving every this many days (0: one source)",
+    )
+    parser.add_argument(
+        "--clicks-after", action=argparse.BooleanOptionalAction, default=defaults.clicks_after, help="serve each hour of clicks after that hour of impressions"
+    )
+    parser.add_argument("--clicks-headroom", type=float, default=defaults.clicks_headroom, help="the clicks source's weight over its row ratio to the impressions")
+    parser.add_argument(
+        "--clicks-within-window",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.clicks_within_window,
+        help="the clicks source ends windowHours after the stream day",
+    )
     parser.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it (default: a temporary one)")
     args = parser.parse_args()
     if args.quick:
@@ -474,6 +518,10 @@ def main() -> None:
         history_loss_weight=args.history_loss_weight,
         history_update=args.history_update,
         replay_days=args.replay_days,
+        history_half_life_days=args.history_half_life_days,
+        clicks_after=args.clicks_after,
+        clicks_headroom=args.clicks_headroom,
+        clicks_within_window=args.clicks_within_window,
     )
     started = time.monotonic()
     print(f"settings: {settings.describe()}", flush=True)
