@@ -115,7 +115,7 @@ class Settings:
         return (
             f"batch {self.batch_size}, {self.optimizer} lr {self.learning_rate:g} from scratch, {self.warm_learning_rate:g} after a warm start "
             f"(the batch run's last checkpoint, optimizer reset); stream priority {STREAM_PRIORITY} over history {HISTORY_PRIORITY}; "
-            f"weights: impressions 1, clicks = its late rows / impressions rows (both at the pace of the stream's hours), "
+            f"weights: impressions 1, clicks = {self.clicks_headroom:g} x its late rows / impressions rows, "
             f"history (mixed) {history}; impressions maxLagRows = {self.max_lag_hours:g} hours of its rows; "
             f"history (mixed) lossWeight {loss}, learningRateScale {self.history_lr_scale:g}, update {self.history_update}, "
             f"replaying {'all' if not self.replay_days else f'the newest {self.replay_days}'} history days"
