@@ -221,10 +221,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_cancel(args: argparse.Namespace) -> int:
+# One-job verbs that ask the master for a change of state: what each does (its help), and what it then says.
+LIFECYCLE_VERBS = {
+    "cancel": ("cancel a job; its executors are released", "cancellation requested"),
+    "suspend": ("release a running job's executors, keeping its plan and last committed checkpoint", "suspend requested; executors released, plan and checkpoint kept"),
+    "resume": ("launch a suspended job's executors again; training goes on from its last committed checkpoint", "resuming from its last committed checkpoint"),
+}
+
+
+def cmd_lifecycle(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        job = client.cancel(args.job_id)
-    console.print(f"{job.job_id}: cancellation requested")
+        job = {"cancel": client.cancel, "suspend": client.suspend, "resume": client.resume}[args.command](args.job_id)
+    console.print(f"{job.job_id}: {LIFECYCLE_VERBS[args.command][1]}")
     return 0
 
 
@@ -246,20 +254,6 @@ def cmd_scale(args: argparse.Namespace) -> int:
     with _client(args) as client:
         job, launched, draining = client.scale(args.job_id, args.role, args.replicas, args.reason)
     console.print(f"{job.job_id}: {args.role} set to {args.replicas} ({launched} launched, {draining} draining)", highlight=False)
-    return 0
-
-
-def cmd_suspend(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        job = client.suspend(args.job_id)
-    console.print(f"{job.job_id}: suspend requested; its executors are released, its plan and last checkpoint kept")
-    return 0
-
-
-def cmd_resume(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        job = client.resume(args.job_id)
-    console.print(f"{job.job_id}: resuming from its last committed checkpoint")
     return 0
 
 
@@ -446,7 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
     scaling = add("scaling", cmd_scaling, "print a job's scaling decisions: signals, reason, action, samples/s before and after")
     scaling.add_argument("run", type=Path, help="a job id (asked of the running resource controller), a run folder or its report.json")
     scaling.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    add("cancel", cmd_cancel, "cancel a job").add_argument("job_id")
+    for verb, (help_text, _) in LIFECYCLE_VERBS.items():
+        add(verb, cmd_lifecycle, help_text).add_argument("job_id")
     delete = add("delete", cmd_delete, "forget a job that has ended; its run folder stays unless --purge")
     delete.add_argument("job_id")
     delete.add_argument("--purge", action="store_true", help="delete its run folder too: report, checkpoints, logs, traces")
@@ -455,8 +450,6 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--role", default="dataExecutor", choices=("dataExecutor", "trainer"), help="the role, as the spec names it (default dataExecutor)")
     scale.add_argument("--replicas", type=int, required=True)
     scale.add_argument("--reason", default="", help="kept in the job's scaling log")
-    add("suspend", cmd_suspend, "release a running job's executors, keeping its plan and last committed checkpoint").add_argument("job_id")
-    add("resume", cmd_resume, "launch a suspended job's executors again; training goes on from its last committed checkpoint").add_argument("job_id")
     stop = add("stop", cmd_stop, "end a job's training where it is (an open-ended job's end), then evaluate and write the report")
     stop.add_argument("job_id")
     stop.add_argument("--watch", action="store_true", help="follow the job to its end and print its report")
