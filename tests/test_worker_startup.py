@@ -30,10 +30,13 @@ def test_the_spec_is_fetched_once_the_master_is_back(cluster: ClusterState, job_
     worker.start()
     time.sleep(3)
     assert worker.is_alive() and not fetched, "the master is down: the worker waits"
-    restart_service(cluster, tmp_path / "state", "master")
-    worker.join(60)
-    (job,) = fetched
-    assert job.metadata.name == load_job_file(job_file).metadata.name
+    restarted = restart_service(cluster, tmp_path / "state", "master")
+    try:
+        worker.join(60)
+        (job,) = fetched
+        assert job.metadata.name == load_job_file(job_file).metadata.name
+    finally:
+        stop_services([s for s in restarted.services if s.name == "master"])  # the fixture stops the services it started
 
 
 def test_a_master_that_stays_away_fails_after_the_grace() -> None:
