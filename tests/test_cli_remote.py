@@ -176,11 +176,7 @@ def test_stop_ends_an_open_ended_job_with_its_evaluation_and_report(cluster: Clu
     history_rows = (DAYS - 1) * 24 * ROWS_PER_HOUR
     with PrimusClient(address) as client:
         job_id = client.submit(load_job_text(yaml.safe_dump(_open_ended_document(dataset, tmp_path / "landing"))))
-        deadline, seen = time.monotonic() + 180, -1
-        while (trained := client.get(job_id).progress.samples_trained) != seen or trained < history_rows // 2:  # the history trained, then still
-            assert time.monotonic() < deadline and not client.get(job_id).state.final, client.get(job_id)
-            seen = trained
-            time.sleep(3)  # over the trainer's idle report (2 s): a still count is a trainer waiting for the stream
+        _history_trained(client, job_id)
         assert client.get(job_id).state is JobState.RUNNING, "the stream is open-ended: the job waits for it"
     _one_line_error(_primus(tmp_path, "--master", address, "delete", job_id), "is RUNNING: cancel or stop it first")
     scaled = _primus(tmp_path, "--master", address, "scale", job_id, "--replicas", "3", "--reason", "test")
@@ -216,9 +212,11 @@ def test_stop_at_ends_an_open_ended_job_by_itself(cluster: ClusterState, dataset
 
 
 def _history_trained(client: PrimusClient, job_id: str) -> None:
-    """Until the trainer has trained the history and waits for the stream: a count still over its idle report."""
-    deadline, seen = time.monotonic() + 180, -1
-    while (trained := client.get(job_id).progress.samples_trained) != seen or trained == 0:
+    """Until the trainer has trained every full minibatch of the history (the mixer keeps less than one back until more
+    rows come, or the stop) and waits for the stream: the count at that mark and still over the idle report (2 s)."""
+    at_least = (DAYS - 1) * 24 * ROWS_PER_HOUR - int(load_job_text(client.get(job_id).spec_yaml).spec.training.batch_size)
+    deadline, seen = time.monotonic() + 240, -1
+    while (trained := client.get(job_id).progress.samples_trained) != seen or trained < at_least:
         assert time.monotonic() < deadline and not client.get(job_id).state.final, client.get(job_id)
         seen = trained
         time.sleep(3)
