@@ -64,11 +64,6 @@ def _config() -> contexts.Config:
         raise UserError(str(exc)) from None
 
 
-def _submit(client: PrimusClient, job_file: Path, backend: str | None = None) -> str:
-    job = load_job_file(job_file)
-    return client.submit(job.with_backend(backend) if backend else job)
-
-
 def _follow_and_report(client: PrimusClient, job_id: str) -> int:
     job = follow(client.watch(job_id))
     if job is not None and job.report_path and Path(job.report_path).exists():
@@ -185,9 +180,9 @@ def cmd_restart(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    load_job_file(args.job)  # a spec error is the user's to fix whether or not a master answers
+    job = load_job_file(args.job)  # a spec error is the user's to fix whether or not a master answers
     with _client(args) as client:
-        job_id = _submit(client, args.job)
+        job_id = client.submit(job)
         console.print(job_id)
         return _follow_and_report(client, job_id) if args.watch else 0
 
@@ -286,9 +281,9 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    load_job_file(args.job)
+    job = load_job_file(args.job)
     with _cluster_for_run(args) as state, PrimusClient(state.address("master")) as client:
-        job_id = _submit(client, args.job, args.backend)
+        job_id = client.submit(job.with_backend(args.backend) if args.backend else job)
         err_console.print(f"submitted {job_id}")
         code = _follow_and_report(client, job_id)
     console.print(f"explore: {explore_hint(args.runs_dir, job_id)}", highlight=False, soft_wrap=True)

@@ -533,8 +533,7 @@ def test_primus_run_prints_the_explorer_link(monkeypatch: pytest.MonkeyPatch, ca
     job.write_text(yaml.safe_dump(job_document(tmp_path)))
     monkeypatch.setattr(cli, "_interrupt_on_sigterm", lambda: None)  # leave pytest's SIGTERM handler alone
     monkeypatch.setattr(cli, "_cluster_for_run", lambda args: nullcontext(SimpleNamespace(address=lambda name: "127.0.0.1:1")))
-    monkeypatch.setattr(cli, "PrimusClient", lambda address: nullcontext(None))
-    monkeypatch.setattr(cli, "_submit", lambda client, job_file, backend=None: "ctr-demo-1")
+    monkeypatch.setattr(cli, "PrimusClient", lambda address: nullcontext(SimpleNamespace(submit=lambda job: "ctr-demo-1")))
     monkeypatch.setattr(cli, "_follow_and_report", lambda client, job_id: 0)
     assert cli.main(["--runs-dir", "somewhere/runs", "run", str(job)]) == 0
     out = capsys.readouterr().out
