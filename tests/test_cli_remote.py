@@ -193,6 +193,15 @@ def test_stop_ends_an_open_ended_job_with_its_evaluation_and_report(cluster: Clu
     assert report["trainer"]["eval_samples"] == 24 * ROWS_PER_HOUR, "the evaluation ran after the stop"
     assert len([s for s in report["services"] if s["role"] == "data_executor"]) == 3, "the scaled-out executor served too"
     _one_line_error(_primus(tmp_path, "--master", address, "stop", job_id), "already ended as SUCCEEDED")
+    rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(cluster.address("resource_controller")))
+    deadline = time.monotonic() + 60  # the job's processes still flush their traces into its run folder as they exit
+    while any(
+        e.state in (rc_pb2.EXECUTOR_STATE_READY, rc_pb2.EXECUTOR_STATE_STARTING, rc_pb2.EXECUTOR_STATE_DRAINING)
+        for e in rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id), timeout=10).executors
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    time.sleep(1)
     purged = _primus(tmp_path, "--master", address, "delete", job_id, "--purge")
     assert purged.returncode == 0 and "deleted too" in purged.stdout and not Path(job.run_dir).exists(), purged.stderr
 
