@@ -143,7 +143,8 @@ def local_security(state_dir: Path, tls: bool = False, mtls: bool = False, auth:
         secret_file.write_bytes(security.new_secret())
         os.chmod(secret_file, 0o600)
         secret = security.read_secret(str(secret_file))
-        services = security.Settings(services.ca, services.cert, services.key, services.mtls, security.create_token(secret, "primus-services", SERVICE_TOKEN_TTL_SECONDS), str(secret_file))
+        service_token = security.create_token(secret, "primus-services", SERVICE_TOKEN_TTL_SECONDS)
+        services = security.Settings(services.ca, services.cert, services.key, services.mtls, service_token, str(secret_file))
         user = user.with_client(token=security.create_token(secret, "local-user", SERVICE_TOKEN_TTL_SECONDS))
     return services, user
 

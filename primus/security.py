@@ -158,7 +158,7 @@ def parse_ttl(text: str) -> float:
     return value
 
 
-class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
     """Requires a valid `authorization: Bearer <token>` on the protected services; refuses with UNAUTHENTICATED and logs."""
 
     def __init__(self, secret: bytes, services: tuple[str, ...] = PROTECTED_SERVICES) -> None:
@@ -179,7 +179,7 @@ class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         return handler
 
 
-def _refusal(handler: grpc.RpcMethodHandler, method: str, reason: str) -> grpc.RpcMethodHandler:
+def _refusal(handler: Any, method: str, reason: str) -> Any:
     def refuse(request: Any, context: grpc.ServicerContext) -> Any:
         log.warning("refused %s from %s: UNAUTHENTICATED: %s", method, context.peer(), reason)
         context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
@@ -193,7 +193,7 @@ def _refusal(handler: grpc.RpcMethodHandler, method: str, reason: str) -> grpc.R
     return grpc.unary_unary_rpc_method_handler(refuse, handler.request_deserializer, handler.response_serializer)
 
 
-def server_interceptors(settings: Settings, service_names: tuple[str, ...] | list[str]) -> list[grpc.ServerInterceptor]:
+def server_interceptors(settings: Settings, service_names: tuple[str, ...] | list[str]) -> list[TokenInterceptor]:
     """The token check, for a server that serves a protected service while a token secret is configured."""
     protected = tuple(name for name in service_names if name in PROTECTED_SERVICES)
     if not settings.token_secret_file or not protected:
