@@ -225,6 +225,7 @@ def start_server(
     server.start()
     for service in ("", *names):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    log.info("%s serves gRPC at %s over %s%s", name, address, security.describe(settings), ", its API behind bearer tokens" if len(interceptors) > 1 else "")
     return RunningServer(name=name, server=server, address=address, health=health_servicer, metrics=metrics)
 
 

@@ -69,6 +69,11 @@ class Settings:
         return {name: value for name, value in pairs.items() if value}
 
 
+def describe(settings: Settings) -> str:
+    """'mutual TLS', 'TLS' or 'plaintext', for logs."""
+    return "mutual TLS" if settings.tls and settings.mtls else "TLS" if settings.tls else "plaintext"
+
+
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
     """The settings the environment names (PRIMUS_TLS_CA, _CERT, _KEY, _MTLS, PRIMUS_TOKEN, PRIMUS_TOKEN_SECRET_FILE)."""
     env = os.environ if env is None else env
@@ -252,6 +257,7 @@ def flight_server_kwargs(settings: Settings | None = None) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"tls_certificates": [flight.CertKeyPair(_read(settings.cert, CERT_ENV), _read(settings.key, KEY_ENV))]}
     if settings.mtls:
         kwargs.update(verify_client=True, root_certificates=_read(settings.ca, CA_ENV))
+    log.info("Arrow Flight serves over %s", describe(settings))
     return kwargs
 
 

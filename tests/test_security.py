@@ -116,8 +116,13 @@ def test_a_job_runs_end_to_end_under_mutual_tls_and_tokens(job_file: Path, tmp_p
     assert source["samples"] == DAYS * 24 * ROWS_PER_HOUR and source["retries"] == 0
     assert report["trainer"]["train_samples"] == (DAYS - 1) * 24 * ROWS_PER_HOUR
     assert report["trainer"]["eval_samples"] == 24 * ROWS_PER_HOUR
-    logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "runs").glob("ctr-demo-*/**/*.log"))
-    assert "grpc+tls://" in logs or "Arrow Flight" in logs or "shared memory" in logs
+    executors = list((tmp_path / "runs").glob("ctr-demo-*/logs/*data-executor-*.log"))
+    assert len(executors) == 2
+    for log in executors:
+        text = log.read_text(errors="replace")
+        assert "Arrow Flight serves over mutual TLS" in text and "data_executor serves gRPC" in text and "over mutual TLS" in text, text[-2000:]
+    master = (tmp_path / "state" / "logs" / "master.log").read_text(errors="replace")
+    assert "over mutual TLS, its API behind bearer tokens" in master
 
 
 def test_cli_refuses_without_credentials_and_accepts_a_created_token(tmp_path: Path) -> None:
