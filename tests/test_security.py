@@ -27,7 +27,7 @@ def test_token_round_trip_and_each_refusal() -> None:
         security.verify_token(secret, token, now=1060.0)
     with pytest.raises(security.TokenError, match="another secret"):
         security.verify_token(security.new_secret(), token, now=1001.0)
-    version, claims, signature = token.split(".")
+    version, _claims, signature = token.split(".")
     forged = security._b64(json.dumps({"sub": "root", "iat": 1000, "exp": 99999999999}).encode())
     with pytest.raises(security.TokenError, match="another secret"):
         security.verify_token(secret, f"{version}.{forged}.{signature}", now=1001.0)
