@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from primus import certs, security
+from primus import certs, contexts, security
 from primus.client import CredentialsRefusedError, PrimusClient
 from primus.cluster import ClusterState, local_security, start_cluster, stop_services
 from tests.conftest import DAYS, ROWS_PER_HOUR
@@ -133,6 +133,9 @@ def test_cli_refuses_without_credentials_and_accepts_a_created_token(tmp_path: P
         assert state is not None
         master, ca = state.address("master"), state.client_security.ca
         assert _primus(tmp_path, "get", "jobs").returncode == 0, "the local user's credentials come from the state folder"
+        config = contexts.Config.load(contexts.config_path())
+        assert config.current == contexts.LOCAL_CONTEXT and set(config.credentials[contexts.LOCAL_CONTEXT]) == {"ca", "token"}
+        assert _primus(tmp_path, "get", "jobs", state="elsewhere").returncode == 0, "from elsewhere, the context's credentials"
         refused = _primus(tmp_path, "--master", master, "--ca", ca, "get", "jobs", state="elsewhere")
         assert refused.returncode == 3 and "refused the token" in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
