@@ -15,7 +15,7 @@ import pytest
 
 from primus import certs, contexts, security
 from primus.client import CredentialsRefusedError, PrimusClient
-from primus.cluster import ClusterState, local_security, start_cluster, stop_services
+from primus.cluster import ClusterState, local_security, restart_service, start_cluster, stop_services
 from tests.conftest import DAYS, ROWS_PER_HOUR
 
 
@@ -44,7 +44,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterS
     root = tmp_path_factory.mktemp("secured")
     state = start_cluster(root / "runs", root / "state", secured=local_security(root / "state", mtls=True, auth=True))
     yield state, root
-    stop_services(state.services)
+    final = ClusterState.load(root / "state" / "cluster.json")
+    stop_services((final or state).services)
 
 
 def _master_log(state: ClusterState) -> str:
@@ -149,3 +150,14 @@ def test_cli_refuses_without_credentials_and_accepts_a_created_token(tmp_path: P
         assert short.returncode == 2 and "--ttl: 'soon'" in short.stderr
     finally:
         _primus(tmp_path, "down")
+
+
+def test_a_restarted_master_serves_the_same_credentials(secured: tuple[ClusterState, Path]) -> None:
+    state, root = secured
+    restarted = restart_service(state, root / "state", "master")
+    assert restarted.security_env == state.security_env and restarted.client == state.client
+    with PrimusClient(restarted.address("master"), timeout=10, credentials=restarted.client_security) as client:
+        assert client.list() == []
+    no_certificate = security.Settings(ca=state.client_security.ca, token=state.client_security.token)
+    with PrimusClient(restarted.address("master"), timeout=10, credentials=no_certificate) as client, pytest.raises(CredentialsRefusedError, match="TLS handshake"):
+        client.list()
