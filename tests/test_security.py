@@ -78,6 +78,7 @@ def test_the_local_user_gets_in_and_every_wrong_credential_is_refused(secured: t
     log = _master_log(state)
     assert log.count("refused /primus.v1.MasterService/ListJobs") >= 3, log[-2000:]
     assert "UNAUTHENTICATED: missing bearer token" in log and "expired at" in log and "another secret" in log
+    assert "Handshake failed" in log and "PEER_DID_NOT_RETURN_A_CERTIFICATE" in log, "gRPC's core logs each refused handshake"
 
 
 def test_flight_serves_over_mutual_tls_only(tmp_path: Path) -> None:
