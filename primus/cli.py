@@ -179,6 +179,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     state = _start_cluster(args)
     for service in state.services:
         console.print(f"{service.name:<20} pid {service.pid:<8} {service.address}  log {service.log}")
+    secured = state.services_security
+    if secured.tls or secured.token_secret_file:
+        said = [security.describe(secured), *(["the master's API behind tokens"] if secured.token_secret_file else [])]
+        console.print(f"security: {', '.join(said)}; certificates and secret in {args.state_dir / 'security'}", highlight=False)
     path, config = contexts.config_path(), _config()
     config.set_context(contexts.LOCAL_CONTEXT, state.address("master"), make_current=True, credentials=dict(state.client))
     config.save(path)

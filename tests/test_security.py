@@ -130,6 +130,7 @@ def test_a_job_runs_end_to_end_under_mutual_tls_and_tokens(job_file: Path, tmp_p
 def test_cli_refuses_without_credentials_and_accepts_a_created_token(tmp_path: Path) -> None:
     up = _primus(tmp_path, "up", "--tls", "--auth")
     assert up.returncode == 0, up.stderr + up.stdout
+    assert "security: TLS, the master's API behind tokens" in up.stdout
     try:
         state = ClusterState.load(tmp_path / "state" / "cluster.json")
         assert state is not None
@@ -162,3 +163,15 @@ def test_a_restarted_master_serves_the_same_credentials(secured: tuple[ClusterSt
     no_certificate = security.Settings(ca=state.client_security.ca, token=state.client_security.token)
     with PrimusClient(restarted.address("master"), timeout=10, credentials=no_certificate) as client, pytest.raises(CredentialsRefusedError, match="TLS handshake"):
         client.list()
+
+
+def test_a_context_keeps_its_credentials(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    config = contexts.Config()
+    config.set_context("prod", "h:1", credentials={"ca": "/ca.pem", "token": "v1.a.b", "cert": ""})
+    config.save(path)
+    loaded = contexts.Config.load(path)
+    assert loaded.contexts == {"prod": "h:1"} and loaded.credentials == {"prod": {"ca": "/ca.pem", "token": "v1.a.b"}}
+    path.write_text("contexts:\n  prod: {master: 'h:1', token: 7}\n")
+    with pytest.raises(contexts.ConfigError, match=r"contexts\.prod\.token should be a string, not 7"):
+        contexts.Config.load(path)
