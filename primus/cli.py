@@ -18,10 +18,21 @@ from typing import Any
 
 import grpc
 
-from primus import contexts, rpc
+from primus import contexts, rpc, security
 from primus.backend_flags import add_backend_arguments, controller_argv
-from primus.client import JobConflictError, JobNotFoundError, JobState, MasterUnreachableError, PrimusClient
-from primus.cluster import RESTARTABLE, ClusterState, ServiceProcess, StartError, restart_service, running_cluster, start_cluster, start_planner, stop_services
+from primus.client import CredentialsRefusedError, JobConflictError, JobNotFoundError, JobState, MasterUnreachableError, PrimusClient
+from primus.cluster import (
+    RESTARTABLE,
+    ClusterState,
+    ServiceProcess,
+    StartError,
+    local_security,
+    restart_service,
+    running_cluster,
+    start_cluster,
+    start_planner,
+    stop_services,
+)
 from primus.console import console, err_console, print_plan, print_report
 from primus.cost import load_cost, print_cost
 from primus.errors import PrimusError, SpecError
@@ -34,6 +45,7 @@ from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 
 EXIT_USER_ERROR = 2
+EXIT_CREDENTIALS = 3  # the master refused this client's token or TLS handshake
 
 
 class UserError(PrimusError):
@@ -47,14 +59,29 @@ PREVIEW_TIMEOUT_SECONDS = 600.0
 
 def _client(args: argparse.Namespace) -> PrimusClient:
     """The master named by --master, PRIMUS_MASTER, this state folder's services or the current context, in that order."""
-    local = running_cluster(args.state_dir)
-    found = contexts.resolve_master(args.master, dict(os.environ), local.address("master") if local else "", _config())
+    local, config = running_cluster(args.state_dir), _config()
+    found = contexts.resolve_master(args.master, dict(os.environ), local.address("master") if local else "", config)
     if found is None:
         raise UserError(
             f"no master to talk to: none runs for {args.state_dir} and no context is set; start one here with `primus up`, "
             f"or name one with --master, {contexts.MASTER_ENV} or `primus config set-context NAME --master HOST:PORT`"
         )
-    return PrimusClient(found.address)
+    base = security.Settings()  # the credentials of where the address came from: the local services', or the context's
+    if local is not None and found.address == local.address("master"):
+        base = local.client_security
+    elif config.current and found.source.startswith("context"):
+        given = config.credentials.get(config.current, {})
+        base = security.Settings(given.get("ca", ""), given.get("cert", ""), given.get("key", ""), token=given.get("token", ""))
+    return PrimusClient(found.address, credentials=_credentials(args, base))
+
+
+def _credentials(args: argparse.Namespace, base: security.Settings) -> security.Settings:
+    """Each of CA, certificate, key and token from its flag, else the environment (primus.security), else base (the
+    local services' or the context's)."""
+    env = security.from_env()
+    return security.Settings(
+        args.ca or env.ca or base.ca, args.cert or env.cert or base.cert, args.key or env.key or base.key, token=args.token or env.token or base.token
+    )
 
 
 def _config() -> contexts.Config:
@@ -95,7 +122,8 @@ def _start_cluster(args: argparse.Namespace) -> ClusterState:
     chosen = getattr(args, "backend", None) or []
     remote = any(kind != "local" for kind in ([chosen] if isinstance(chosen, str) else chosen))
     try:
-        return start_cluster(args.runs_dir, args.state_dir, controller, bind_host="0.0.0.0" if remote else "127.0.0.1")
+        secured = local_security(args.state_dir, tls=getattr(args, "tls", False), mtls=getattr(args, "mtls", False), auth=getattr(args, "auth", False))
+        return start_cluster(args.runs_dir, args.state_dir, controller, bind_host="0.0.0.0" if remote else "127.0.0.1", secured=secured)
     except StartError as exc:
         raise UserError(str(exc)) from None
 
@@ -151,8 +179,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     state = _start_cluster(args)
     for service in state.services:
         console.print(f"{service.name:<20} pid {service.pid:<8} {service.address}  log {service.log}")
+    secured = state.services_security
+    if secured.tls or secured.token_secret_file:
+        said = [security.describe(secured), *(["the master's API behind tokens"] if secured.token_secret_file else [])]
+        console.print(f"security: {', '.join(said)}; certificates and secret in {args.state_dir / 'security'}", highlight=False)
     path, config = contexts.config_path(), _config()
-    config.set_context(contexts.LOCAL_CONTEXT, state.address("master"), make_current=True)
+    config.set_context(contexts.LOCAL_CONTEXT, state.address("master"), make_current=True, credentials=dict(state.client))
     config.save(path)
     console.print(f"context {contexts.LOCAL_CONTEXT!r} in {path} now names this master; from anywhere: primus get jobs", highlight=False)
     return 0
@@ -269,7 +301,8 @@ def cmd_config(args: argparse.Namespace) -> int:
     if args.action == "set-context":
         if not args.context_master:
             raise UserError("primus config set-context needs --master HOST:PORT")
-        config.set_context(args.name, args.context_master)
+        given = {"ca": args.ca, "cert": args.cert, "key": args.key, "token": args.token}  # `primus --ca X --token T config set-context ...`
+        config.set_context(args.name, args.context_master, credentials=given if any(given.values()) else None)
     else:  # use-context
         try:
             config.use(args.name, path)
@@ -280,9 +313,24 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_token(args: argparse.Namespace) -> int:
+    """Print a bearer token signed with the master's secret (--secret-file, PRIMUS_TOKEN_SECRET_FILE, or the one
+    `primus up --auth` made for this state folder)."""
+    local = ClusterState.load(args.state_dir / "cluster.json")
+    secret_file = args.secret_file or security.from_env().token_secret_file or (local.services_security.token_secret_file if local is not None else "")
+    if not secret_file:
+        raise UserError(f"primus token create needs the master's secret: --secret-file, {security.SECRET_ENV}, or services started here with `primus up --auth`")
+    try:
+        token = security.create_token(security.read_secret(secret_file), args.subject, security.parse_ttl(args.ttl))
+    except (security.SecurityError, security.TokenError) as exc:
+        raise UserError(str(exc)) from None
+    print(token)
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     job = load_job_file(args.job)
-    with _cluster_for_run(args) as state, PrimusClient(state.address("master")) as client:
+    with _cluster_for_run(args) as state, PrimusClient(state.address("master"), credentials=_credentials(args, state.client_security)) as client:
         job_id = client.submit(job.with_backend(args.backend) if args.backend else job)
         err_console.print(f"submitted {job_id}")
         code = _follow_and_report(client, job_id)
@@ -358,7 +406,7 @@ def _scaling_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     """From the running resource controller, or else from the job's saved report."""
     state = running_cluster(args.state_dir)
     if state is not None:
-        stub = rc_grpc.ResourceControllerServiceStub(rpc.connect(state.address("resource_controller")))
+        stub = rc_grpc.ResourceControllerServiceStub(rpc.connect(state.address("resource_controller"), credentials=_credentials(args, state.client_security)))
         try:
             decisions = stub.GetScalingLog(rc_pb2.GetScalingLogRequest(job_id=str(args.run)), timeout=10).decisions
         except grpc.RpcError as exc:
@@ -389,6 +437,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--master", default="", help=f"the master's host:port (default: {contexts.MASTER_ENV}, then the services `primus up` started here, then the current context)"
     )
+    parser.add_argument("--token", default="", help=f"bearer token for the master (default: {security.TOKEN_ENV}, then the context's)")
+    parser.add_argument("--ca", default="", help=f"PEM file of the CA that signed the master's certificate: TLS on (default: {security.CA_ENV}, then the context's)")
+    parser.add_argument("--cert", default="", help=f"PEM client certificate, for mutual TLS (default: {security.CERT_ENV}, then the context's)")
+    parser.add_argument("--key", default="", help=f"PEM key of --cert (default: {security.KEY_ENV}, then the context's)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
@@ -401,7 +453,14 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("job", type=Path)
     plan.add_argument("--explain", action="store_true", help="one line per partition: included, waiting or skipped, and why")
     plan.add_argument("--replicas", type=int, default=0, help="spread partition discovery over this many extra planner processes")
-    add_backend_arguments(add("up", cmd_up, "start master, planner and resource_controller as local processes"), many=True)
+    up = add("up", cmd_up, "start master, planner and resource_controller as local processes")
+    add_backend_arguments(up, many=True)
+    _add_security_switches(up)
+    token = add("token", cmd_token, "print a bearer token for the master's API, signed with its secret")
+    token.add_argument("action", choices=("create",))
+    token.add_argument("--subject", required=True, help="who the token is for (logged by the master on refusals)")
+    token.add_argument("--ttl", default="1h", help="how long it is valid: 90s, 15m, 1h, 7d (default 1h)")
+    token.add_argument("--secret-file", default="", help=f"the master's secret (default: {security.SECRET_ENV}, then the one `primus up --auth` made here)")
     add("down", cmd_down, "stop the services `primus up` started")
     restart = add("restart", cmd_restart, "stop one service `primus up` started and start it again at its address; running jobs carry on")
     restart.add_argument(
@@ -451,12 +510,14 @@ def build_parser() -> argparse.ArgumentParser:
     run = add("run", cmd_run, "run a job end to end: start services if needed, submit, follow, report, tear down")
     run.add_argument("job", type=Path)
     add_backend_arguments(run, many=False)
+    _add_security_switches(run)
     demo = add("demo", cmd_demo, "generate a synthetic CTR dataset with drift and train on it")
     demo.add_argument("--data-dir", type=Path, default=Path("runs/demo-data"))
     demo.add_argument("--days", type=int, default=4, help="days of data; the last one is held out for evaluation")
     demo.add_argument("--rows-per-hour", type=int, default=600)
     demo.add_argument("--seed", type=int, default=7)
     add_backend_arguments(demo, many=False)
+    _add_security_switches(demo)
     add("report", cmd_report, "print a run's report").add_argument("run", type=Path, help="a run folder, its report.json, or a job id")
     add("cost", cmd_cost, "per source: bytes read, CPU, retries, useful samples and waste, checked against the traces").add_argument(
         "run", type=Path, help="a run folder, its report.json, or a job id"
@@ -468,6 +529,13 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--runs-dir", type=Path, default=argparse.SUPPRESS, help="where the runs are (the global --runs-dir, given after the verb)")
     explore.add_argument("-v", "--verbose", action="store_true", help="log every request")
     return parser
+
+
+def _add_security_switches(command: argparse.ArgumentParser) -> None:
+    """up, run and demo: the services they start serve TLS, mutual TLS, or require a token (a local CA and secret)."""
+    command.add_argument("--tls", action="store_true", help="serve every gRPC service and the Flight data plane over TLS (a local CA under --state-dir)")
+    command.add_argument("--mtls", action="store_true", help="mutual TLS: like --tls, and every client must present a certificate of that CA")
+    command.add_argument("--auth", action="store_true", help="the master's API requires a bearer token (a secret under --state-dir; `primus token create`)")
 
 
 def _interrupt_on_sigterm() -> None:
@@ -488,6 +556,12 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as exc:
         for problem in exc.problems:
             err_console.print(f"[red]error[/red]: {problem}", highlight=False)
+        return EXIT_USER_ERROR
+    except CredentialsRefusedError as exc:
+        err_console.print(f"[red]error[/red]: {exc}", highlight=False)
+        return EXIT_CREDENTIALS
+    except security.SecurityError as exc:
+        err_console.print(f"[red]error[/red]: {exc}", highlight=False)
         return EXIT_USER_ERROR
     except (UserError, MasterUnreachableError, JobNotFoundError, JobConflictError) as exc:
         err_console.print(f"[red]error[/red]: {exc}", highlight=False)

@@ -6,8 +6,10 @@
     for job in client.watch(job_id): print(job.state, job.progress.tasks_done)
 
 Every call raises a PrimusError subclass for what the user can act on: MasterUnreachableError (nothing answers at the
-address, or not in time), JobNotFoundError, JobConflictError (cancel a job that already ended), and SpecError for a
-spec the master refuses.
+address, or not in time), CredentialsRefusedError (a missing, wrong or expired token, or a TLS handshake the master
+refused), JobNotFoundError, JobConflictError (cancel a job that already ended), and SpecError for a spec the master
+refuses. Credentials (CA, client certificate and key, token) come from `credentials`, else from the environment
+(PRIMUS_TLS_CA, PRIMUS_TLS_CERT, PRIMUS_TLS_KEY, PRIMUS_TOKEN: primus.security).
 """
 
 from __future__ import annotations
@@ -19,12 +21,21 @@ from typing import Any
 
 import grpc
 
-from primus import rpc
+from primus import rpc, security
 from primus.errors import ConflictError, NotFoundError, PrimusError, SpecError, UnavailableError
 from primus.spec import TrainingJob
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 
 CALL_TIMEOUT_SECONDS = 30.0
+
+
+CredentialsRefusedError = security.CredentialsRefusedError  # re-exported: the SDK's users catch it from here
+
+
+def _handshake_failed(details: str) -> bool:
+    """Whether an UNAVAILABLE's details tell of TLS (a handshake refused, a certificate not trusted, plaintext to TLS)."""
+    lowered = details.lower()
+    return any(word in lowered for word in ("handshake", "ssl", "tls", "certificate", "socket closed", "connection reset"))
 
 
 class MasterUnreachableError(UnavailableError):
@@ -106,10 +117,10 @@ class JobView:
 class PrimusClient:
     """A master's API at an address (host:port)."""
 
-    def __init__(self, master: str, timeout: float = CALL_TIMEOUT_SECONDS) -> None:
+    def __init__(self, master: str, timeout: float = CALL_TIMEOUT_SECONDS, credentials: security.Settings | None = None) -> None:
         self.master = master
         self._timeout = timeout
-        self._channel = rpc.connect(master)
+        self._channel = rpc.connect(master, credentials=credentials)
         self._stub = master_pb2_grpc.MasterServiceStub(self._channel)
 
     def close(self) -> None:
@@ -183,6 +194,12 @@ class PrimusClient:
 
     def _error(self, exc: grpc.RpcError, job_id: str) -> PrimusError:
         code, details = exc.code(), exc.details() or ""
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            return CredentialsRefusedError(f"the master at {self.master} refused the token: {details}; give one with --token, PRIMUS_TOKEN or the context")
+        if code == grpc.StatusCode.UNAVAILABLE and _handshake_failed(details):
+            return CredentialsRefusedError(
+                f"the TLS handshake with the master at {self.master} failed; check --ca, --cert and --key (or PRIMUS_TLS_CA, _CERT, _KEY, the context)"
+            )
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             return MasterUnreachableError(f"no master answers at {self.master} ({code.name}); check the address (--master, PRIMUS_MASTER or the context)")
         if code == grpc.StatusCode.NOT_FOUND:

@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from primus import cores, rpc
+from primus import certs, cores, rpc, security
 from primus.errors import UnavailableError
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,18 @@ class ClusterState:
     services: tuple[ServiceProcess, ...]
     controller_args: tuple[str, ...] = ()  # the resource controller's backend flags, kept for a restart
     planner_args: tuple[str, ...] = ()  # the planner's flags (its journal), kept for a restart
+    security_env: tuple[tuple[str, str], ...] = ()  # the services' TLS and token variables (primus.security), kept for a restart
+    client: tuple[tuple[str, str], ...] = ()  # the local user's credentials: ca, cert, key, token
+
+    @property
+    def services_security(self) -> security.Settings:
+        return security.from_env(dict(self.security_env))
+
+    @property
+    def client_security(self) -> security.Settings:
+        """What a client of these services presents: the local user's CA, certificate and token."""
+        given = dict(self.client)
+        return security.Settings(given.get("ca", ""), given.get("cert", ""), given.get("key", ""), token=given.get("token", ""))
 
     def address(self, name: str) -> str:
         return next(s.address for s in self.services if s.name == name)
@@ -48,6 +60,8 @@ class ClusterState:
             "services": [asdict(s) for s in self.services],
             "controller_args": list(self.controller_args),
             "planner_args": list(self.planner_args),
+            "security_env": dict(self.security_env),
+            "client": dict(self.client),
         }
         path.write_text(json.dumps(data, indent=2))
 
@@ -57,7 +71,10 @@ class ClusterState:
             return None
         data = json.loads(path.read_text())
         services = tuple(ServiceProcess(**s) for s in data["services"])
-        return ClusterState(data["runs_dir"], services, tuple(data.get("controller_args", ())), tuple(data.get("planner_args", ())))
+        return ClusterState(
+            data["runs_dir"], services, tuple(data.get("controller_args", ())), tuple(data.get("planner_args", ())),
+            tuple(sorted((data.get("security_env") or {}).items())), tuple(sorted((data.get("client") or {}).items())),
+        )  # fmt: skip
 
 
 def _alive(pid: int) -> bool:
@@ -70,8 +87,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _start(name: str, extra: list[str], runs_dir: Path, state_dir: Path, label: str | None = None) -> ServiceProcess:
-    """Start services.<name>; its ready file and log are named by label (default: the name)."""
+def _start(name: str, extra: list[str], runs_dir: Path, state_dir: Path, label: str | None = None, settings: security.Settings | None = None) -> ServiceProcess:
+    """Start services.<name>; its ready file and log are named by label (default: the name). settings: its TLS files and
+    token secret (default: what this process's environment names), handed over in its environment."""
     label = label or name
     ready = state_dir / f"{label}.ready.json"
     ready.unlink(missing_ok=True)
@@ -79,7 +97,8 @@ def _start(name: str, extra: list[str], runs_dir: Path, state_dir: Path, label: 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", f"services.{name}", "--runs-dir", str(runs_dir), "--ready-file", str(ready), *extra]
     with log_path.open("ab") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        env = None if settings is None else {**{k: v for k, v in os.environ.items() if k not in _SECURITY_VARS}, **settings.env()}
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while not ready.exists():
         if process.poll() is not None:
@@ -93,8 +112,41 @@ def _start(name: str, extra: list[str], runs_dir: Path, state_dir: Path, label: 
         time.sleep(0.05)
     said = json.loads(ready.read_text())
     address = said["address"]
-    rpc.wait_until_serving(address)
+    rpc.wait_until_serving(address, credentials=settings)
     return ServiceProcess(name=name, pid=process.pid, address=address, log=str(log_path), metrics_address=said.get("metrics_address", ""))
+
+
+_SECURITY_VARS = (security.CA_ENV, security.CERT_ENV, security.KEY_ENV, security.MTLS_ENV, security.TOKEN_ENV, security.SECRET_ENV)
+SERVICE_TOKEN_TTL_SECONDS = 30 * 86400.0  # the local services' and user's tokens: as long as a local cluster lives
+
+
+def local_security(state_dir: Path, tls: bool = False, mtls: bool = False, auth: bool = False) -> tuple[security.Settings, security.Settings]:
+    """(the services' settings, the local user's) for `primus up --tls/--mtls/--auth`: a CA, a certificate for the
+    services (server and client use, for 127.0.0.1, localhost and this host), one for the user under mTLS, and a token
+    secret with a token for each, all under STATE_DIR/security. Nothing with every switch off."""
+    tls = tls or mtls
+    if not (tls or auth):
+        return security.Settings(), security.Settings()
+    directory = (state_dir / "security").resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    services, user = security.Settings(), security.Settings()
+    if tls:
+        ca = certs.create_ca(directory)
+        service = certs.issue(ca, directory, "service")
+        services = security.Settings(str(ca.cert), str(service.cert), str(service.key), mtls=mtls)
+        user = security.Settings(ca=str(ca.cert))
+        if mtls:
+            client = certs.issue(ca, directory, "client", hosts=[], server=False)
+            user = security.Settings(str(ca.cert), str(client.cert), str(client.key))
+    if auth:
+        secret_file = directory / "token.secret"
+        secret_file.write_bytes(security.new_secret())
+        os.chmod(secret_file, 0o600)
+        secret = security.read_secret(str(secret_file))
+        service_token = security.create_token(secret, "primus-services", SERVICE_TOKEN_TTL_SECONDS)
+        services = security.Settings(services.ca, services.cert, services.key, services.mtls, service_token, str(secret_file))
+        user = user.with_client(token=security.create_token(secret, "local-user", SERVICE_TOKEN_TTL_SECONDS))
+    return services, user
 
 
 def _flag_values(argv: list[str] | tuple[str, ...] | None, flag: str) -> list[str]:
@@ -147,26 +199,35 @@ def _planner_args(planner_args: list[str] | None) -> list[str]:
 
 
 def start_cluster(
-    runs_dir: Path, state_dir: Path, controller_args: list[str] | None = None, bind_host: str = "127.0.0.1", planner_args: list[str] | None = None
+    runs_dir: Path,
+    state_dir: Path,
+    controller_args: list[str] | None = None,
+    bind_host: str = "127.0.0.1",
+    planner_args: list[str] | None = None,
+    secured: tuple[security.Settings, security.Settings] | None = None,
 ) -> ClusterState:
     """Start planner and resource controller, then the master pointed at both; stop all on failure. controller_args
     configure the resource controller's backends; bind_host is where the services listen (an address executors on other
-    machines can reach, when the backend places them there); planner_args are the planner's own flags (--journal)."""
+    machines can reach, when the backend places them there); planner_args are the planner's own flags (--journal);
+    secured: (the services' settings, the user's) from local_security, handed to every service and what they launch."""
+    services_settings, user_settings = secured if secured is not None else (None, security.Settings())
     runs_dir = runs_dir.resolve()
     started: list[ServiceProcess] = []
     bind = ["--bind", f"{bind_host}:0"]
     planner = _planner_args(planner_args)
     try:
-        started.append(_start("planner", [*bind, *planner], runs_dir, state_dir))
-        started.append(_start("resource_controller", [*bind, *(controller_args or [])], runs_dir, state_dir))
+        started.append(_start("planner", [*bind, *planner], runs_dir, state_dir, settings=services_settings))
+        started.append(_start("resource_controller", [*bind, *(controller_args or [])], runs_dir, state_dir, settings=services_settings))
         master_args = [*bind, "--planner", started[0].address, "--resource-controller", started[1].address]
-        started.append(_start("master", master_args, runs_dir, state_dir))
+        started.append(_start("master", master_args, runs_dir, state_dir, settings=services_settings))
         if "shared" not in _flag_values(controller_args, "--local-trainer-cores"):
             _keep_off_trainer_cores(started)
     except BaseException:
         stop_services(started)
         raise
-    state = ClusterState(str(runs_dir), tuple(started), tuple(controller_args or ()), tuple(planner))
+    kept = tuple(sorted(services_settings.env().items())) if services_settings is not None else ()
+    user = (("ca", user_settings.ca), ("cert", user_settings.cert), ("key", user_settings.key), ("token", user_settings.token))
+    state = ClusterState(str(runs_dir), tuple(started), tuple(controller_args or ()), tuple(planner), kept, tuple((k, v) for k, v in user if v))
     state.save(state_dir / "cluster.json")
     return state
 
@@ -193,10 +254,12 @@ def restart_service(state: ClusterState, state_dir: Path, name: str) -> ClusterS
         args += list(state.controller_args)
     if name == "planner":
         args += list(state.planner_args)
-    started = _start(name, args, Path(state.runs_dir), state_dir)
+    started = _start(name, args, Path(state.runs_dir), state_dir, settings=state.services_security if state.security_env else None)
     if "shared" not in _flag_values(state.controller_args, "--local-trainer-cores"):
         _keep_off_trainer_cores([started])
-    restarted = ClusterState(state.runs_dir, tuple(started if s.name == name else s for s in state.services), state.controller_args, state.planner_args)
+    restarted = ClusterState(
+        state.runs_dir, tuple(started if s.name == name else s for s in state.services), state.controller_args, state.planner_args, state.security_env, state.client
+    )  # fmt: skip
     restarted.save(state_dir / "cluster.json")
     return restarted
 

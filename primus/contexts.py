@@ -5,8 +5,11 @@ The config file is YAML, kubectl-like:
 
     current-context: prod
     contexts:
-      prod: {master: "primus-master.example.com:50051"}
+      prod: {master: "primus-master.example.com:50051", ca: /etc/primus/ca.pem, token: "v1...."}
       local: {master: "127.0.0.1:41233"}
+
+A context may carry credentials beside its master (primus.security): ca, cert, key (PEM files) and token; the flags
+--ca/--cert/--key/--token and PRIMUS_TLS_CA/_CERT/_KEY and PRIMUS_TOKEN win over them.
 
 `primus up` writes the `local` context (and makes it current); `primus config` lists, sets and switches them.
 """
@@ -23,6 +26,7 @@ from primus.errors import PrimusError
 
 CONFIG_ENV = "PRIMUS_CONFIG"
 MASTER_ENV = "PRIMUS_MASTER"
+CREDENTIAL_FIELDS = ("ca", "cert", "key", "token")
 LOCAL_CONTEXT = "local"
 
 
@@ -42,6 +46,7 @@ class MasterAddress:
 class Config:
     current: str = ""
     contexts: dict[str, str] = field(default_factory=dict)  # context name -> master address
+    credentials: dict[str, dict[str, str]] = field(default_factory=dict)  # context name -> its ca, cert, key, token
 
     @classmethod
     def load(cls, path: Path) -> Config:
@@ -67,19 +72,35 @@ class Config:
             if not isinstance(master, str) or not master:
                 raise ConfigError(f"{path}: contexts.{name}.master should be a host:port, not {master!r}")
             config.contexts[str(name)] = master
+            given = {key: value[key] for key in CREDENTIAL_FIELDS if value.get(key)}
+            for key, item in given.items():
+                if not isinstance(item, str):
+                    raise ConfigError(f"{path}: contexts.{name}.{key} should be a string, not {item!r}")
+            if given:
+                config.credentials[str(name)] = given
         if config.current and config.current not in config.contexts:
             raise ConfigError(f"{path}: current-context {config.current!r} is not one of the contexts ({', '.join(sorted(config.contexts)) or 'none'})")
         return config
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"current-context": self.current, "contexts": {name: {"master": master} for name, master in sorted(self.contexts.items())}}
+        data = {
+            "current-context": self.current,
+            "contexts": {name: {"master": master, **self.credentials.get(name, {})} for name, master in sorted(self.contexts.items())},
+        }
         scratch = path.with_name(path.name + ".tmp")
         scratch.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         scratch.replace(path)
 
-    def set_context(self, name: str, master: str, make_current: bool = False) -> None:
+    def set_context(self, name: str, master: str, make_current: bool = False, credentials: dict[str, str] | None = None) -> None:
+        """Name master (and, when given, its credentials: ca, cert, key, token; {} clears them) as context name."""
         self.contexts[name] = master
+        if credentials is not None:
+            kept = {key: value for key, value in credentials.items() if key in CREDENTIAL_FIELDS and value}
+            if kept:
+                self.credentials[name] = kept
+            else:
+                self.credentials.pop(name, None)
         if make_current or not self.current:
             self.current = name
 

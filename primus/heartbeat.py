@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import grpc
 
+from primus import rpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 
@@ -34,7 +35,7 @@ Collect = Callable[[], rc_pb2.ExecutorTelemetry]
 def controller_channel(address: str) -> grpc.Channel:
     """A channel to the resource controller for calls made again and again (heartbeats, discovery): it fails fast
     while the controller is away and reconnects within about a second of its return."""
-    return grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+    return rpc.channel(address, _CHANNEL_OPTIONS)
 
 
 def launch_limits() -> tuple[float, int]:

@@ -18,7 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry import context, trace
 
-from primus import hosts, telemetry
+from primus import hosts, security, telemetry
 from primus.errors import PrimusError
 from primus.metrics_http import MetricsEndpoint
 from primus.v1 import common_pb2, common_pb2_grpc
@@ -108,15 +108,16 @@ class _PropagatingInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStream
     """Sends the current trace context and baggage with every call. The headers of the last context are kept: a
     Context never changes in place, and a stream's many calls to the planner all run in the same one."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra: tuple[tuple[str, str], ...] = ()) -> None:
         self._last: tuple[context.Context, tuple[tuple[str, str], ...]] | None = None  # replaced whole, so threads may share it
+        self._extra = extra  # sent with every call: the bearer token
 
     def _details(self, details: grpc.ClientCallDetails) -> _CallDetails:
         current, last = context.get_current(), self._last
         if last is not None and last[0] is current:
             headers = last[1]
         else:
-            headers = tuple(telemetry.inject_headers(current).items())
+            headers = (*telemetry.inject_headers(current).items(), *self._extra)
             self._last = (current, headers)
         metadata = (*details.metadata, *headers) if details.metadata else headers
         return _CallDetails(details.method, details.timeout, metadata, details.credentials, details.wait_for_ready, details.compression)
@@ -128,23 +129,35 @@ class _PropagatingInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStream
         return continuation(self._details(details), request)
 
 
-def connect(address: str, eager: bool = False) -> grpc.Channel:
-    """A channel to a Primus service that propagates traces and retries UNAVAILABLE. Eager: start connecting now, in
-    the background, so that the first call does not wait for the connection."""
-    channel = grpc.insecure_channel(address, options=[*_OPTIONS, ("grpc.service_config", _SERVICE_CONFIG)])
+def channel(target: str, options: Sequence[tuple[str, Any]] = (), credentials: security.Settings | None = None) -> grpc.Channel:
+    """A plain channel to target: TLS (and the client certificate under mTLS) when the settings (default: this process's
+    environment, primus.security) name a CA or certificate, plaintext otherwise."""
+    settings = security.from_env() if credentials is None else credentials
+    tls = security.channel_credentials(settings)
+    if tls is None:
+        return grpc.insecure_channel(target, options=list(options))
+    return grpc.secure_channel(target, tls, options=list(options))
+
+
+def connect(address: str, eager: bool = False, credentials: security.Settings | None = None) -> grpc.Channel:
+    """A channel to a Primus service that propagates traces, retries UNAVAILABLE and sends the bearer token. Eager:
+    start connecting now, in the background, so that the first call does not wait for the connection. credentials:
+    TLS files and token (default: this process's environment, primus.security)."""
+    settings = security.from_env() if credentials is None else credentials
+    raw = channel(address, [*_OPTIONS, ("grpc.service_config", _SERVICE_CONFIG)], settings)
     if eager:
-        grpc.channel_ready_future(channel)  # subscribing with try_to_connect starts the connection; nothing waits on it
-    return grpc.intercept_channel(channel, _PropagatingInterceptor())
+        grpc.channel_ready_future(raw)  # subscribing with try_to_connect starts the connection; nothing waits on it
+    return grpc.intercept_channel(raw, _PropagatingInterceptor(security.auth_metadata(settings)))
 
 
-def wait_until_serving(address: str, timeout: float = 30.0) -> None:
+def wait_until_serving(address: str, timeout: float = 30.0, credentials: security.Settings | None = None) -> None:
     """Block until the server at address reports SERVING on its health service."""
-    channel = grpc.insecure_channel(address)
+    probe = channel(address, credentials=credentials)
     try:
-        grpc.channel_ready_future(channel).result(timeout=timeout)
-        health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+        grpc.channel_ready_future(probe).result(timeout=timeout)
+        health_pb2_grpc.HealthStub(probe).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
     finally:
-        channel.close()
+        probe.close()
 
 
 class _InfoServicer(common_pb2_grpc.InfoServiceServicer):
@@ -184,17 +197,22 @@ def start_server(
     service_names: Sequence[str],
     max_workers: int = 32,
     metrics: MetricsEndpoint | None = None,
+    credentials: security.Settings | None = None,
 ) -> RunningServer:
     """Assemble and start a server with the given servicers, health, reflection and the info service.
 
     bind may end in ':0' to take a free port; the returned address names the bound one. metrics: the process's
-    Prometheus endpoint, whose address the info service names; it stops with the server.
+    Prometheus endpoint, whose address the info service names; it stops with the server. credentials: TLS files and
+    token secret (default: this process's environment, primus.security); with a secret, the master's API needs a token.
     """
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), interceptors=[_ServerInterceptor()], options=_OPTIONS)
+    settings = security.from_env() if credentials is None else credentials
+    interceptors = [*security.server_interceptors(settings, list(service_names)), _ServerInterceptor()]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), interceptors=interceptors, options=_OPTIONS)
     for register in registrations:
         register(server)
     host = bind.rsplit(":", 1)[0]
-    port = server.add_insecure_port(bind)
+    tls = security.server_credentials(settings)
+    port = server.add_insecure_port(bind) if tls is None else server.add_secure_port(bind, tls)
     if port == 0:
         raise OSError(f"{name}: cannot bind {bind}")
     address = hosts.advertised(f"{host}:{port}")
@@ -207,6 +225,7 @@ def start_server(
     server.start()
     for service in ("", *names):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    log.info("%s serves gRPC at %s over %s%s", name, address, security.describe(settings), ", its API behind bearer tokens" if len(interceptors) > 1 else "")
     return RunningServer(name=name, server=server, address=address, health=health_servicer, metrics=metrics)
 
 

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from google.protobuf.message import DecodeError
 
+from primus import security
 from primus.arena import Arena
 from primus.dataplane import END_OF_STREAM
 from primus.v1 import data_executor_pb2
@@ -32,7 +33,7 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
     """DoGet(ticket=DataTicket) -> record batches, each with a BatchOrigin as app_metadata."""
 
     def __init__(self, location: str, job_id: str, schema: pa.Schema, streamer: TaskStreamer, drop: SharedMemoryDrop | None = None, arena: Arena | None = None) -> None:
-        super().__init__(location)
+        super().__init__(location, **security.flight_server_kwargs())
         self._job_id = job_id
         self._schema = schema
         self._streamer = streamer

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from primus import arena, hosts, metrics_http, rpc
+from primus import arena, hosts, metrics_http, rpc, security
 from primus.samples import training_schema
 from primus.spec import TrainingJob
 from primus.v1 import data_executor_pb2, data_executor_pb2_grpc, planner_pb2_grpc
@@ -52,7 +52,7 @@ def create_executor(
     schema = training_schema(job.spec.training.features)
     planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(planner_address, eager=True))  # connected before the first lease
     streamer = TaskStreamer(planner, executor_id, job, schema, counters, quarantine_dir)
-    flight = SampleFlightServer(f"grpc://{host}:0", job_id, schema, streamer, drop, shared_arena)
+    flight = SampleFlightServer(security.flight_location(f"{host}:0"), job_id, schema, streamer, drop, shared_arena)
     flight.serve_in_background()
     controls = ExecutorControls(executor_id, job_id, streamer, counters, shared_arena)
     servicer = DataExecutorServicer(controls)

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from primus import cores, hosts, telemetry
+from primus import cores, hosts, security, telemetry
 from primus.dataplane import END_OF_STREAM, SharedMemoryMaps
 from primus.errors import UnavailableError
 from primus.v1 import data_executor_pb2
@@ -263,7 +263,7 @@ class BatchFeed:
             ticket.shared_memory_slots = self._window + self._queue.maxsize + self._held + 4
         ended = False  # the executor sent END_OF_STREAM: every batch has arrived
         try:
-            client = flight.connect(f"grpc://{address}")
+            client = security.flight_connect(address)
             writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(ticket.SerializeToString()))
             _signal(writer, self._window, [])
             owed, grant = 0, max(1, self._window // 2)

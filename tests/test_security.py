@@ -1,0 +1,177 @@
+"""TLS, mutual TLS and bearer tokens against real services: refusals for each wrong credential, and a job end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+from primus import certs, contexts, security
+from primus.client import CredentialsRefusedError, PrimusClient
+from primus.cluster import ClusterState, local_security, restart_service, start_cluster, stop_services
+from tests.conftest import DAYS, ROWS_PER_HOUR
+
+
+def test_token_round_trip_and_each_refusal() -> None:
+    secret = security.new_secret()
+    token = security.create_token(secret, "alice", 60, now=1000.0)
+    assert security.verify_token(secret, token, now=1059.0).subject == "alice"
+    with pytest.raises(security.TokenError, match="expired"):
+        security.verify_token(secret, token, now=1060.0)
+    with pytest.raises(security.TokenError, match="another secret"):
+        security.verify_token(security.new_secret(), token, now=1001.0)
+    version, _claims, signature = token.split(".")
+    forged = security._b64(json.dumps({"sub": "root", "iat": 1000, "exp": 99999999999}).encode())
+    with pytest.raises(security.TokenError, match="another secret"):
+        security.verify_token(secret, f"{version}.{forged}.{signature}", now=1001.0)
+    with pytest.raises(security.TokenError, match="malformed"):
+        security.verify_token(secret, "Bearer nonsense", now=1001.0)
+    assert security.parse_ttl("1h") == 3600 and security.parse_ttl("90s") == 90 and security.parse_ttl("2d") == 172800
+    with pytest.raises(security.TokenError, match="--ttl"):
+        security.parse_ttl("soon")
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterState, Path]]:
+    """Planner, resource controller and master under mutual TLS, the master's API behind a token."""
+    root = tmp_path_factory.mktemp("secured")
+    state = start_cluster(root / "runs", root / "state", secured=local_security(root / "state", mtls=True, auth=True))
+    yield state, root
+    final = ClusterState.load(root / "state" / "cluster.json")
+    stop_services((final or state).services)
+
+
+def _master_log(state: ClusterState) -> str:
+    return Path(next(s.log for s in state.services if s.name == "master")).read_text(errors="replace")
+
+
+def test_the_local_user_gets_in_and_every_wrong_credential_is_refused(secured: tuple[ClusterState, Path]) -> None:
+    state, root = secured
+    user = state.client_security
+    assert user.ca and user.cert and user.key and user.token
+    with PrimusClient(state.address("master"), timeout=10, credentials=user) as client:
+        assert client.list() == []
+    secret = security.read_secret(state.services_security.token_secret_file)
+    other_ca = certs.create_ca(root / "other")
+    other_client = certs.issue(other_ca, root / "other", "client", hosts=[], server=False)
+    wrong = {
+        "missing token": (security.Settings(user.ca, user.cert, user.key), "missing bearer token"),
+        "expired token": (user.with_client(token=security.create_token(secret, "bob", 1, now=time.time() - 10)), "expired"),
+        "token of another secret": (user.with_client(token=security.create_token(security.new_secret(), "eve", 60)), "another secret"),
+        "no client certificate (mTLS)": (security.Settings(ca=user.ca, token=user.token), "TLS handshake"),
+        "client certificate of another CA": (security.Settings(user.ca, str(other_client.cert), str(other_client.key), token=user.token), "TLS handshake"),
+        "server not trusted (wrong CA)": (security.Settings(str(other_ca.cert), user.cert, user.key, token=user.token), "TLS handshake"),
+        "plaintext": (security.Settings(token=user.token), "TLS handshake"),
+    }
+    for case, (credentials, said) in wrong.items():
+        with PrimusClient(state.address("master"), timeout=10, credentials=credentials) as client:
+            with pytest.raises(CredentialsRefusedError, match=said):
+                client.list()
+            print(case, "refused")
+    log = _master_log(state)
+    assert log.count("refused /primus.v1.MasterService/ListJobs") >= 3, log[-2000:]
+    assert "UNAUTHENTICATED: missing bearer token" in log and "expired at" in log and "another secret" in log
+    assert "Handshake failed" in log and "PEER_DID_NOT_RETURN_A_CERTIFICATE" in log, "gRPC's core logs each refused handshake"
+
+
+def test_flight_serves_over_mutual_tls_only(tmp_path: Path) -> None:
+    ca = certs.create_ca(tmp_path)
+    server_cert = certs.issue(ca, tmp_path, "service")
+    settings = security.Settings(str(ca.cert), str(server_cert.cert), str(server_cert.key), mtls=True)
+    table = pa.table({"x": list(range(100))})
+
+    class Tables(flight.FlightServerBase):  # type: ignore[misc]
+        def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.RecordBatchStream:
+            return flight.RecordBatchStream(table)
+
+    server = Tables(security.flight_location("127.0.0.1:0", settings), **security.flight_server_kwargs(settings))
+    try:
+        address = f"127.0.0.1:{server.port}"
+        client = security.flight_connect(address, settings)
+        assert client.do_get(flight.Ticket(b"t")).read_all().equals(table)
+        for refused in (security.Settings(ca=str(ca.cert)), security.Settings()):
+            with pytest.raises(flight.FlightUnavailableError):
+                security.flight_connect(address, refused).do_get(flight.Ticket(b"t"), options=flight.FlightCallOptions(timeout=5)).read_all()
+    finally:
+        server.shutdown()
+
+
+def _primus(tmp_path: Path, *args: str, state: str = "state", timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "primus.cli", "--state-dir", str(tmp_path / state), "--runs-dir", str(tmp_path / "runs"), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+
+
+def test_a_job_runs_end_to_end_under_mutual_tls_and_tokens(job_file: Path, tmp_path: Path) -> None:
+    result = _primus(tmp_path, "run", "--mtls", "--auth", str(job_file))
+    assert result.returncode == 0, result.stderr + result.stdout
+    (path,) = (tmp_path / "runs").glob("ctr-demo-*/report.json")
+    report = json.loads(path.read_text())
+    assert report["state"] == "SUCCEEDED"
+    (source,) = report["sources"]
+    assert source["samples"] == DAYS * 24 * ROWS_PER_HOUR and source["retries"] == 0
+    assert report["trainer"]["train_samples"] == (DAYS - 1) * 24 * ROWS_PER_HOUR
+    assert report["trainer"]["eval_samples"] == 24 * ROWS_PER_HOUR
+    executors = list((tmp_path / "runs").glob("ctr-demo-*/logs/*data-executor-*.log"))
+    assert len(executors) == 2
+    for log in executors:
+        text = log.read_text(errors="replace")
+        assert "Arrow Flight serves over mutual TLS" in text and "data_executor serves gRPC" in text and "over mutual TLS" in text, text[-2000:]
+    master = (tmp_path / "state" / "logs" / "master.log").read_text(errors="replace")
+    assert "over mutual TLS, its API behind bearer tokens" in master
+
+
+def test_cli_refuses_without_credentials_and_accepts_a_created_token(tmp_path: Path) -> None:
+    up = _primus(tmp_path, "up", "--tls", "--auth")
+    assert up.returncode == 0, up.stderr + up.stdout
+    assert "security: TLS, the master's API behind tokens" in up.stdout
+    try:
+        state = ClusterState.load(tmp_path / "state" / "cluster.json")
+        assert state is not None
+        master, ca = state.address("master"), state.client_security.ca
+        assert _primus(tmp_path, "get", "jobs").returncode == 0, "the local user's credentials come from the state folder"
+        config = contexts.Config.load(contexts.config_path())
+        assert config.current == contexts.LOCAL_CONTEXT and set(config.credentials[contexts.LOCAL_CONTEXT]) == {"ca", "token"}
+        assert _primus(tmp_path, "get", "jobs", state="elsewhere").returncode == 0, "from elsewhere, the context's credentials"
+        refused = _primus(tmp_path, "--master", master, "--ca", ca, "get", "jobs", state="elsewhere")
+        assert refused.returncode == 3 and "refused the token" in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+        plaintext = _primus(tmp_path, "--master", master, "get", "jobs", state="elsewhere")
+        assert plaintext.returncode == 3 and "TLS handshake" in plaintext.stderr, plaintext.stderr
+        token = _primus(tmp_path, "token", "create", "--subject", "alice", "--ttl", "1h")
+        assert token.returncode == 0 and token.stdout.startswith("v1."), token.stderr
+        env_ok = _primus(tmp_path, "--master", master, "--ca", ca, "--token", token.stdout.strip(), "get", "jobs", "-o", "json", state="elsewhere")
+        assert env_ok.returncode == 0 and json.loads(env_ok.stdout) == [], env_ok.stderr
+        short = _primus(tmp_path, "token", "create", "--subject", "alice", "--ttl", "soon")
+        assert short.returncode == 2 and "--ttl: 'soon'" in short.stderr
+    finally:
+        _primus(tmp_path, "down")
+
+
+def test_a_restarted_master_serves_the_same_credentials(secured: tuple[ClusterState, Path]) -> None:
+    state, root = secured
+    restarted = restart_service(state, root / "state", "master")
+    assert restarted.security_env == state.security_env and restarted.client == state.client
+    with PrimusClient(restarted.address("master"), timeout=10, credentials=restarted.client_security) as client:
+        assert client.list() == []
+    no_certificate = security.Settings(ca=state.client_security.ca, token=state.client_security.token)
+    with PrimusClient(restarted.address("master"), timeout=10, credentials=no_certificate) as client, pytest.raises(CredentialsRefusedError, match="TLS handshake"):
+        client.list()
+
+
+def test_a_context_keeps_its_credentials(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    config = contexts.Config()
+    config.set_context("prod", "h:1", credentials={"ca": "/ca.pem", "token": "v1.a.b", "cert": ""})
+    config.save(path)
+    loaded = contexts.Config.load(path)
+    assert loaded.contexts == {"prod": "h:1"} and loaded.credentials == {"prod": {"ca": "/ca.pem", "token": "v1.a.b"}}
+    path.write_text("contexts:\n  prod: {master: 'h:1', token: 7}\n")
+    with pytest.raises(contexts.ConfigError, match=r"contexts\.prod\.token should be a string, not 7"):
+        contexts.Config.load(path)
