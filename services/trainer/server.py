@@ -8,13 +8,13 @@ import time
 import grpc
 
 from primus import heartbeat, hosts, metrics_http, rpc
+from primus.data.feed import STALLS, DataEndpoint, Discover
 from primus.metrics import Metrics
 from primus.spec import TrainingJob
 from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2_grpc, trainer_pb2, trainer_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from primus.worker import WorkerArgs
-from services.trainer.feed import STALLS, DataEndpoint, Discover
 from services.trainer.prometheus import trainer_metrics
 from services.trainer.servicer import TrainerServicer, TrainerStatus
 from services.trainer.session import TrainingSession

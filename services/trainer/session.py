@@ -11,16 +11,16 @@ from typing import Any
 import grpc
 
 from primus import telemetry
+from primus.data.consumed import ConsumedTasks
+from primus.data.feed import BatchFeed, Discover, Feed, Lost
+from primus.data.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
 from primus.errors import ConflictError, DataError
 from primus.metrics import EvalAccumulator
 from primus.spec import TrainingJob, WarmStart
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.trainer import checkpoint as ckpt
-from services.trainer.consumed import ConsumedTasks
 from services.trainer.delayed_labels import JoinedFraction
 from services.trainer.export import export_snapshot
-from services.trainer.feed import BatchFeed, Discover, Feed, Lost
-from services.trainer.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
 from services.trainer.model import batch_to_tensors
 from services.trainer.training import CtrTrainer, ProgressFn, TrainingResult, finite
 

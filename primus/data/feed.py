@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from primus import cores, hosts, telemetry
+from primus.data.handoff import Handoff
 from primus.dataplane import END_OF_STREAM, SharedMemoryMaps
 from primus.errors import UnavailableError
 from primus.v1 import data_executor_pb2
-from services.trainer.handoff import Handoff
 
 Discover = Callable[[], dict[str, "DataEndpoint"]]
 CREDIT_WINDOW = 8  # batches in flight per stream (a task of 4 MiB batches fits); credits go back in halves of it
