@@ -19,6 +19,7 @@ from services.trainer.prometheus import trainer_metrics
 from services.trainer.servicer import TrainerServicer, TrainerStatus
 from services.trainer.session import TrainingSession
 from services.trainer.training import TrainingResult, finite
+from services.trainer.user_script import run_script
 
 log = logging.getLogger(__name__)
 RESULT_DEADLINE_SECONDS = 300.0
@@ -63,6 +64,11 @@ def run_trainer(args: WorkerArgs, job: TrainingJob, status: TrainerStatus) -> Tr
             log.warning("could not report progress to the master: %s", exc.details())
             return False
 
+    if job.spec.training.script is not None:  # the user's own loop over primus.data
+        result, request = run_script(args, job, progress)
+        status.update(DONE_PHASE, result.steps, result.train_samples, result.final_loss)
+        deliver_result(master, request)
+        return result
     planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(args.planner))
     session = TrainingSession(
         args.job_id, args.executor_id, job, planner, args.run_dir / "checkpoints", executor_discovery(args.resource_controller, args.job_id), progress
