@@ -98,8 +98,9 @@ def test_a_client_resumed_from_a_committed_state_consumes_the_rest_exactly_once(
     try:
         first = DataClient(job, "job-r", "t0", stub, fixed({"e0": executor.data_address}))
         committed: dict[str, object] = {}
+        at_commit: dict[str, int] = {}
         batches = first.batches()
-        for count, batch in enumerate(batches, start=1):
+        for count, _batch in enumerate(batches, start=1):
             if count == 20:
                 committed = first.state_dict()
                 first.commit(committed)
@@ -137,7 +138,7 @@ def test_tensors_turn_a_list_column_into_a_bag_of_ids_with_offsets() -> None:
 
 
 def test_from_env_outside_a_job_names_what_is_missing() -> None:
-    with pytest.raises(SpecError, match="PRIMUS_JOB_ID.*not set"):
+    with pytest.raises(SpecError, match=r"PRIMUS_JOB_ID.*not set"):
         DataContext.from_env({})
     context = DataContext("j", "t", "m:1", "p:2", "r:3", Path("/runs/j"))
     assert DataContext.from_env(context.to_env()) == context and context.checkpoint_dir == Path("/runs/j/checkpoints")

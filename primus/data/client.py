@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 import grpc
@@ -149,7 +149,7 @@ class DataClient:
         records = minibatch.table.combine_chunks().to_batches()[0]
         return DataBatch(records, minibatch.source_index, tuple(self._mixer.names), self.job.spec.training.features, self._loss_weights)
 
-    def batches(self) -> Iterator[DataBatch]:
+    def batches(self) -> Generator[DataBatch, None, None]:
         """Training batches of batchSize rows, mixed across sources, until every source is served or a stop."""
         self._resume()
         feed = BatchFeed(self._discover, self.job_id, self.consumer_id, common_pb2.TASK_PURPOSE_TRAIN, held=MAX_HELD_BATCHES, idle=self._idle)
@@ -179,7 +179,7 @@ class DataClient:
             feed.close()
             self._feed = None
 
-    def eval_batches(self) -> Iterator[DataBatch]:
+    def eval_batches(self) -> Generator[DataBatch, None, None]:
         """The held-out rows (data.eval), each served batch once; they are not part of the training progress."""
         self._resume()
         seen = ConsumedTasks()
