@@ -88,7 +88,7 @@ def main() -> None:
             state = client.state_dict()
             save(folder, model, optimizer, state)
             client.commit(state)
-            client.report({"loss": float(loss)})
+            client.report({"loss": loss.item()})
     state = client.state_dict()  # the end: everything consumed is committed with the final model
     save(folder, model, optimizer, state)
     client.commit(state)
