@@ -16,7 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROWS_PER_HOUR, START
+from primus import rpc
+from primus.cluster import ClusterState
+from primus.spec import load_job_file
+from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+from tests.conftest import ROWS_PER_HOUR, START, finish_job
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = {"clicks": 2 * 24 * ROWS_PER_HOUR, "older": 24 * ROWS_PER_HOUR}  # the dataset's first two days, and its first day again
@@ -58,8 +62,8 @@ def _trainer_pid(runs: Path) -> int | None:
     return None
 
 
-def _checkpoints(runs: Path) -> int:
-    return max((int(p.stem.split("-")[1]) for p in runs.glob("*/checkpoints/user-*.pt")), default=0)
+def _checkpoints(runs: Path, pattern: str = "*/checkpoints/user-*.pt") -> int:
+    return max((int(p.stem.split("-")[1]) for p in runs.glob(pattern)), default=0)
 
 
 @pytest.mark.timeout(400)
@@ -107,3 +111,53 @@ def test_a_bad_script_path_is_one_line_naming_it(dataset: Path, tmp_path: Path) 
     assert "Traceback" not in result.stderr + result.stdout
     lines = [line for line in result.stderr.splitlines() if "spec.training.script.path" in line]
     assert len(lines) == 1 and "'nowhere/loop.py'" in lines[0], result.stderr
+
+
+def _submit_until_checkpoint(master: master_pb2_grpc.MasterServiceStub, job: Path, seq: int) -> tuple[str, Path]:
+    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=load_job_file(job).to_yaml()), timeout=30).job_id
+    deadline = time.monotonic() + 240
+    while True:
+        record = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job
+        assert record.state <= common_pb2.JOB_STATE_RUNNING, "still training"
+        if record.run_dir and _checkpoints(Path(record.run_dir), "checkpoints/user-*.pt") >= seq:
+            return job_id, Path(record.run_dir)
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+@pytest.mark.timeout(400)
+def test_stop_ends_the_script_with_its_evaluation_and_cancel_ends_it_with_sigterm(cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
+    """`primus stop`: the script's client ends its batches at the next report, the script commits, evaluates and
+    reports, the job succeeds with what it trained. A cancel: SIGTERM ends the script (exit 143), no traceback."""
+    master = master_pb2_grpc.MasterServiceStub(rpc.connect(cluster.address("master")))
+    job = _job(dataset, tmp_path, str(ROOT / "examples" / "user_loop.py"), "--checkpoint-every", "5", "--step-delay", "0.1")
+    job_id, _ = _submit_until_checkpoint(master, job, 3)
+    master.StopJob(master_pb2.StopJobRequest(job_id=job_id), timeout=30)
+    report = finish_job(master, job_id)
+    assert report["state"] == "SUCCEEDED", report["message"]
+    trainer = report["trainer"]
+    trained = {s["source"]: s["rows_trained"] for s in trainer["sources"]}
+    assert 15 * 256 <= trainer["train_samples"] == sum(trained.values()) < sum(EXPECTED.values()), "stopped mid-way, at a report"
+    assert trainer["eval_samples"] == EVAL_ROWS and trainer["metrics"]["eval_rows"] == EVAL_ROWS, "the evaluation ran after the stop"
+
+    cancelled_id, cancelled_dir = _submit_until_checkpoint(master, job, 3)
+    master.CancelJob(master_pb2.CancelJobRequest(job_id=cancelled_id), timeout=30)
+    report = finish_job(master, cancelled_id)
+    assert report["state"] == "CANCELLED", report["message"]
+    (trainer_service,) = [s for s in report["services"] if s["role"] == "trainer"]
+    assert trainer_service["exit_code"] in (143, -signal.SIGTERM), trainer_service
+    log = "".join(p.read_text(errors="replace") for p in cancelled_dir.glob("logs/*trainer*.log"))
+    assert "running " in log and "Traceback" not in log, log[-2000:]
+
+
+def test_script_spec_errors_name_the_field_path_and_value(tmp_path: Path, dataset: Path) -> None:
+    job = _job(dataset, tmp_path, str(ROOT / "examples" / "user_loop.py"))
+    document = yaml.safe_load(job.read_text())
+    document["spec"]["training"]["script"]["workingDir"] = "no/such/folder"
+    job.write_text(yaml.safe_dump(document))
+    result = subprocess.run(_primus(tmp_path, "validate", str(job)), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "spec.training.script.workingDir: 'no/such/folder' is not a folder" in result.stderr, result.stderr
+    document["spec"]["training"]["script"] = {"path": "x.py", "argv": []}
+    job.write_text(yaml.safe_dump(document))
+    result = subprocess.run(_primus(tmp_path, "validate", str(job)), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "spec.training.script.argv: unknown field" in result.stderr, result.stderr
