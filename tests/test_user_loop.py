@@ -161,3 +161,17 @@ def test_script_spec_errors_name_the_field_path_and_value(tmp_path: Path, datase
     job.write_text(yaml.safe_dump(document))
     result = subprocess.run(_primus(tmp_path, "validate", str(job)), cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "spec.training.script.argv: unknown field" in result.stderr, result.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_script_that_raises_fails_the_job_with_its_error(cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
+    script = tmp_path / "broken.py"
+    script.write_text(
+        "from primus.data.client import DataClient\nfor batch in DataClient.from_env().batches():\n    raise ValueError(f'no model for {batch.num_rows} rows')\n"
+    )
+    master = master_pb2_grpc.MasterServiceStub(rpc.connect(cluster.address("master")))
+    job = load_job_file(_job(dataset, tmp_path, str(script)))
+    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=job.to_yaml()), timeout=30).job_id
+    report = finish_job(master, job_id)
+    assert report["state"] == "FAILED"
+    assert "ValueError: no model for 256 rows" in report["message"], report["message"]
