@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from primus.data.client import DataClient
+from primus.data import DataClient
 from primus.data.databatch import Tensors
 from primus.metrics import log_loss, roc_auc
 from primus.spec import Features
