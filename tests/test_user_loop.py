@@ -140,14 +140,24 @@ def test_stop_ends_the_script_with_its_evaluation_and_cancel_ends_it_with_sigter
     assert 15 * 256 <= trainer["train_samples"] == sum(trained.values()) < sum(EXPECTED.values()), "stopped mid-way, at a report"
     assert trainer["eval_samples"] == EVAL_ROWS and trainer["metrics"]["eval_rows"] == EVAL_ROWS, "the evaluation ran after the stop"
 
-    cancelled_id, cancelled_dir = _submit_until_checkpoint(master, job, 3)
+    # A script that never reports learns of no stop: the cancel ends it with SIGTERM, wherever it is.
+    script = tmp_path / "deaf.py"
+    script.write_text("import time\nfrom primus.data import DataClient\nfor batch in DataClient.from_env().batches():\n    time.sleep(0.2)\n")
+    deaf = load_job_file(_job(dataset, tmp_path, str(script)))
+    cancelled_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=deaf.to_yaml()), timeout=30).job_id
+    deadline = time.monotonic() + 120
+    run_dir = Path(master.GetJob(master_pb2.GetJobRequest(job_id=cancelled_id), timeout=10).job.run_dir)
+    while "batches through" not in "".join(p.read_text(errors="replace") for p in run_dir.glob("logs/*trainer*.log")):
+        assert time.monotonic() < deadline, "the script reads batches"
+        time.sleep(0.1)
+    time.sleep(1.0)  # a few batches into the loop
     master.CancelJob(master_pb2.CancelJobRequest(job_id=cancelled_id), timeout=30)
     report = finish_job(master, cancelled_id)
     assert report["state"] == "CANCELLED", report["message"]
     (trainer_service,) = [s for s in report["services"] if s["role"] == "trainer"]
-    assert trainer_service["exit_code"] in (143, -signal.SIGTERM), trainer_service
-    log = "".join(p.read_text(errors="replace") for p in cancelled_dir.glob("logs/*trainer*.log"))
-    assert "running " in log and "Traceback" not in log, log[-2000:]
+    assert trainer_service["exit_code"] == 143, trainer_service
+    log = "".join(p.read_text(errors="replace") for p in run_dir.glob("logs/*trainer*.log"))
+    assert "signal 15: stopping before the work was done" in log and "Traceback" not in log, log[-2000:]
 
 
 def test_script_spec_errors_name_the_field_path_and_value(tmp_path: Path, dataset: Path) -> None:
