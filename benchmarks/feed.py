@@ -47,6 +47,7 @@ from rich.table import Table
 
 from primus import cores, rpc
 from primus.console import console
+from primus.data.feed import BatchFeed, Feed, Lost, ReplayFeed, Served, fixed
 from primus.demo import DEMO_START, demo_job, write_demo
 from primus.demo_data import generate_dataset
 from primus.spec import TrainingJob, load_job_file
@@ -54,7 +55,6 @@ from primus.v1 import data_executor_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor.server import DataExecutor, create_executor
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server
-from services.trainer.feed import BatchFeed, Feed, Lost, ReplayFeed, Served, fixed
 from services.trainer.session import TrainingSession
 
 SEED = 7

@@ -48,6 +48,7 @@ import primus
 from primus import arena, rpc, telemetry
 from primus.console import console
 from primus.cost import load_cost
+from primus.data.feed import BatchFeed, Lost, fixed
 from primus.demo import DEMO_START, demo_job
 from primus.demo_data import generate_dataset
 from primus.samples import training_schema
@@ -59,7 +60,6 @@ from services.data_executor.shared_memory import SLOT_BYTES
 from services.planner import servicer
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server
-from services.trainer.feed import BatchFeed, Lost, fixed
 
 DAYS = 2
 SEED = 7

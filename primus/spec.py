@@ -519,6 +519,14 @@ class WarmStart(_Model):
     optimizer: Literal["reset", "keep"] = Field("reset", description="reset: fresh optimizer state at the switch; keep: continue the batch run's state")
 
 
+class UserScript(_Model):
+    """A user's own training loop: a Python script the trainer role runs, reading its data through primus.data."""
+
+    path: str = Field(min_length=1, description="the script (relative to the job file's folder); it reads its batches through primus.data.DataClient.from_env()")
+    args: list[str] = Field(default_factory=list, description="the script's command-line arguments (sys.argv[1:])")
+    working_dir: str | None = Field(None, description="the folder the script runs in; default: the script's own folder")
+
+
 class Evaluation(_Model):
     recent_rows: int = Field(10_000, ge=100, description="the recent window: the last this many evaluation rows")
     progressive: bool = Field(False, description="score every training sample before training on it (progressive validation)")
@@ -544,6 +552,7 @@ class Training(_Model):
     warm_start: WarmStart | None = None
     evaluation: Evaluation = Evaluation()
     export: Export | None = None
+    script: UserScript | None = Field(None, description="run this script as the trainer (your own loop over primus.data) instead of the built-in model")
     stop_at: datetime | None = Field(
         None, description="when training ends where it is, then evaluates and reports, as `primus stop` (UTC when naive): how an open-ended job ends by itself"
     )
@@ -702,7 +711,23 @@ def resolve_paths(job: TrainingJob, base: Path) -> TrainingJob:
         if not existing.exists():
             problems.append(f"spec.data.sources[{index}].uri: path {existing} does not exist (source {source.name!r})")
         sources.append(source.model_copy(update={"uri": f"file://{absolute}"}))
+    training = job.spec.training
+    if training.script is not None:
+        training = training.model_copy(update={"script": _resolved_script(training.script, base, problems)})
     if problems:
         raise SpecError(problems)
     data = job.spec.data.model_copy(update={"sources": sources})
-    return job.model_copy(update={"spec": job.spec.model_copy(update={"data": data})})
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"data": data, "training": training})})
+
+
+def _resolved_script(script: UserScript, base: Path, problems: list[str]) -> UserScript:
+    """The script and its working folder as absolute paths; a missing one is a problem naming the field and value."""
+    path = Path(script.path) if Path(script.path).is_absolute() else base / script.path
+    if not path.is_file():
+        problems.append(f"spec.training.script.path: {script.path!r} is not a file (looked for {path})")
+    working = None
+    if script.working_dir is not None:
+        working = Path(script.working_dir) if Path(script.working_dir).is_absolute() else base / script.working_dir
+        if not working.is_dir():
+            problems.append(f"spec.training.script.workingDir: {script.working_dir!r} is not a folder (looked for {working})")
+    return script.model_copy(update={"path": str(path), "working_dir": str(working) if working is not None else None})

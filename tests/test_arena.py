@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from primus import arena, dataplane, rpc, transform
+from primus.data.feed import BatchFeed, Lost, Served, fixed
 from primus.dataplane import SharedMemoryMaps
 from primus.samples import training_schema
 from primus.spec import SchemaVersion, TrainingJob, load_job_file
@@ -24,7 +25,6 @@ from primus.v1 import common_pb2, data_executor_pb2, planner_pb2, planner_pb2_gr
 from primus.value_checks import CheckedValues
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server as create_planner
-from services.trainer.feed import BatchFeed, Lost, Served, fixed
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 
 REQUIRE_ENV = "PRIMUS_REQUIRE_NATIVE"

@@ -28,6 +28,8 @@ def _copy(example: Path, root: Path) -> Path:
     copy = root / "examples" / example.name
     copy.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(example, copy)
+    for script in example.parent.glob("*.py"):  # a training.script names one beside the spec
+        shutil.copy(script, copy.parent / script.name)
     return copy
 
 

@@ -14,13 +14,13 @@ import pytest
 import yaml
 
 from primus import rpc
+from primus.data.feed import BatchFeed, DataEndpoint, Lost, Served, fixed
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2, data_executor_pb2, data_executor_pb2_grpc, planner_pb2, planner_pb2_grpc
 from services.data_executor import sizing
 from services.data_executor.server import DataExecutor, create_executor
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server as create_planner
-from services.trainer.feed import BatchFeed, DataEndpoint, Lost, Served, fixed
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 
 pytestmark = pytest.mark.timeout(180)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from services.trainer.handoff import Handoff
+from primus.data.handoff import Handoff
 
 
 def test_items_come_out_in_order() -> None:

@@ -15,6 +15,9 @@ import pytest
 import yaml
 
 from primus import heartbeat, rpc
+from primus.data import feed as feed_module
+from primus.data.discovery import ExecutorDiscovery
+from primus.data.feed import BatchFeed, DataEndpoint, Served, StallClock, fixed
 from primus.spec import load_job_file
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
@@ -24,9 +27,7 @@ from services.data_executor import reader
 from services.data_executor.server import create_executor
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server as create_planner
-from services.trainer import feed as feed_module
-from services.trainer.feed import BatchFeed, DataEndpoint, Served, StallClock, fixed
-from services.trainer.server import ExecutorDiscovery, start_heartbeats
+from services.trainer.server import start_heartbeats
 from services.trainer.servicer import TrainerStatus
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from primus import hosts
-from services.trainer.feed import DataEndpoint
+from primus.data.feed import DataEndpoint
 
 
 def test_a_wildcard_bind_advertises_the_routable_address_or_the_one_given(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from services.trainer.mixer import MAX_HELD_BATCHES, Mixer, SourcePolicy, allocate
+from primus.data.mixer import MAX_HELD_BATCHES, Mixer, SourcePolicy, allocate
 
 
 def _batch(start: int, rows: int) -> pa.RecordBatch:

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from primus import metrics_http, rpc
 from primus.cluster import ClusterState
+from primus.data.feed import StallClock
 from primus.v1 import common_pb2, common_pb2_grpc, data_executor_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
@@ -39,7 +40,6 @@ from services.resource_controller.decisions import LoggedAction, LoggedDecision
 from services.resource_controller.pool import ExecutorPool
 from services.resource_controller.prometheus import controller_metrics
 from services.resource_controller.records import ExecutorRecord, ExecutorState
-from services.trainer.feed import StallClock
 from services.trainer.prometheus import trainer_metrics
 from services.trainer.training import SampleCounts
 from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document

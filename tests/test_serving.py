@@ -22,6 +22,8 @@ import yaml
 from opentelemetry import baggage, context
 
 from primus import hosts, rpc, telemetry
+from primus.data.consumed import ConsumedTasks
+from primus.data.feed import BatchFeed, DataEndpoint, Lost, Served, fixed
 from primus.errors import DataError, UnavailableError
 from primus.samples import training_schema
 from primus.sources.base import Piece
@@ -33,8 +35,6 @@ from services.data_executor.server import DataExecutor, create_executor
 from services.data_executor.serving import ExecutorCounters, TaskStreamer
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server as create_planner
-from services.trainer.consumed import ConsumedTasks
-from services.trainer.feed import BatchFeed, DataEndpoint, Lost, Served, fixed
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 
 TRAIN = common_pb2.TASK_PURPOSE_TRAIN

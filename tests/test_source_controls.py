@@ -10,11 +10,11 @@ import pyarrow as pa
 import pytest
 import torch
 
+from primus.data.consumed import ConsumedTasks
 from primus.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES
 from primus.errors import DataError
 from primus.spec import TrainingJob, WarmStart, parse_job
 from services.trainer import checkpoint as ckpt
-from services.trainer.consumed import ConsumedTasks
 from services.trainer.session import TrainingSession
 from services.trainer.training import CtrTrainer
 from tests.conftest import job_document

@@ -9,13 +9,13 @@ import pytest
 import yaml
 
 from primus import rpc
+from primus.data.feed import BatchFeed, Feed, Lost, ReplayFeed, Served, fixed
+from primus.data.mixer import MAX_HELD_BATCHES
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor.server import create_executor
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server
-from services.trainer.feed import BatchFeed, Feed, Lost, ReplayFeed, Served, fixed
-from services.trainer.mixer import MAX_HELD_BATCHES
 from services.trainer.session import TrainingSession
 from tests.conftest import ROWS_PER_HOUR, job_document
 

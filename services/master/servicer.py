@@ -183,6 +183,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             "snapshot": request.snapshot_path,
             "minibatches": request.minibatches,
             "mixed_minibatches": request.mixed_minibatches,
+            "metrics": dict(sorted(request.metrics.items())),  # a user's own loop (training.script): what it reported
         }
         if request.error:
             result = {"trainer_id": request.trainer_id, "error": request.error}

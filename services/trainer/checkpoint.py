@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from services.trainer.consumed import ConsumedTasks
+from primus.data.consumed import ConsumedTasks
 
 KEEP = 2
 

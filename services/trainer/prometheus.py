@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from services.trainer.feed import STALLS, StallClock
+from primus.data.feed import STALLS, StallClock
 from services.trainer.training import SAMPLES, SampleCounts
 
 

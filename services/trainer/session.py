@@ -8,55 +8,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import grpc
-
 from primus import telemetry
-from primus.errors import ConflictError, DataError
+from primus.data.consumed import ConsumedTasks
+from primus.data.feed import BatchFeed, Discover, Feed, Lost
+from primus.data.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
+from primus.data.planner_calls import to_planner
+from primus.errors import DataError
 from primus.metrics import EvalAccumulator
 from primus.spec import TrainingJob, WarmStart
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.trainer import checkpoint as ckpt
-from services.trainer.consumed import ConsumedTasks
 from services.trainer.delayed_labels import JoinedFraction
 from services.trainer.export import export_snapshot
-from services.trainer.feed import BatchFeed, Discover, Feed, Lost
-from services.trainer.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
 from services.trainer.model import batch_to_tensors
 from services.trainer.training import CtrTrainer, ProgressFn, TrainingResult, finite
 
 log = logging.getLogger(__name__)
-PLANNER_AWAY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-PLANNER_GRACE_SECONDS = 120.0  # as long as the master waits for a planner that is away
-PLAN_LOST_EXIT_CODE = 75  # EX_TEMPFAIL: the master plans the job again and restarts the trainer from its checkpoint
 IDLE_REPORT_SECONDS = 2.0  # while the feed waits for data, the master is asked this often whether to stop
 OpenFeed = Callable[[int, int], Feed]  # (task purpose, batches the consumer may hold past the next) -> a feed
-
-
-class PlanLostError(Exception):
-    """The planner no longer holds this job's plan (it restarted) or cannot be reached: the master decides what next."""
-
-
-def _to_planner(call: Callable[..., Any], request: Any) -> Any:
-    """One planner call, retried while the planner is away (a restarting planner takes its plan over from its journal;
-    commits and resumes carry absolute offsets, so a retry is harmless). A plan the planner no longer has, or a planner
-    away past the grace, becomes PlanLostError, so the trainer exits without failing the job."""
-    away_since: float | None = None
-    while True:
-        try:
-            return call(request, timeout=30)
-        except grpc.RpcError as exc:
-            code = exc.code()
-            if code in PLANNER_AWAY_CODES:
-                away_since = away_since or time.monotonic()
-                if time.monotonic() - away_since < PLANNER_GRACE_SECONDS:
-                    log.warning("the planner is away (%s); retrying", code.name)
-                    time.sleep(1.0)
-                    continue
-            if code == grpc.StatusCode.NOT_FOUND or code in PLANNER_AWAY_CODES:
-                raise PlanLostError(f"the planner lost this job's plan or is unreachable ({code.name}: {exc.details()})") from None
-            if code == grpc.StatusCode.FAILED_PRECONDITION:
-                raise ConflictError(f"the planner refused: {exc.details()}") from None
-            raise
 
 
 class TrainingSession:
@@ -120,7 +89,7 @@ class TrainingSession:
         steps = self.trainer.result.steps
         self._last = {"checkpoint": steps, "report": steps, "export": steps}
         request = planner_pb2.ResumeTrainingRequest(job_id=self.job_id, trainer_id=self.trainer_id, checkpoint_seq=self.seq, progress=self.consumed.progress())
-        reset = _to_planner(self.planner.ResumeTraining, request).tasks_reset
+        reset = to_planner(self.planner.ResumeTraining, request).tasks_reset
         if saved is not None:
             log.info("resumed from checkpoint %d at step %d; %d tasks will be served again", saved.seq, saved.steps, reset)
         return saved is not None
@@ -178,7 +147,7 @@ class TrainingSession:
             request = planner_pb2.CommitProgressRequest(
                 job_id=self.job_id, trainer_id=self.trainer_id, checkpoint_seq=self.seq, progress=changed, lost_executors=lost or []
             )
-            _to_planner(self.planner.CommitProgress, request)
+            to_planner(self.planner.CommitProgress, request)
             self._committed.update({p.task_id: (p.rows_consumed, p.finished) for p in changed})
 
     def train(self) -> TrainingResult:
@@ -251,7 +220,7 @@ class TrainingSession:
             for event in feed:
                 if isinstance(event, Lost):
                     lost = planner_pb2.CommitProgressRequest(job_id=self.job_id, trainer_id=self.trainer_id, checkpoint_seq=self.seq, lost_executors=[event.executor_id])
-                    _to_planner(self.planner.CommitProgress, lost)
+                    to_planner(self.planner.CommitProgress, lost)
                     feed.reopen()
                     continue
                 fresh = seen.accept(event.batch, event.origin)

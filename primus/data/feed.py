@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -14,10 +15,10 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from primus import cores, hosts, security, telemetry
+from primus.data.handoff import Handoff
 from primus.dataplane import END_OF_STREAM, SharedMemoryMaps
 from primus.errors import UnavailableError
 from primus.v1 import data_executor_pb2
-from services.trainer.handoff import Handoff
 
 Discover = Callable[[], dict[str, "DataEndpoint"]]
 CREDIT_WINDOW = 8  # batches in flight per stream (a task of 4 MiB batches fits); credits go back in halves of it
@@ -154,6 +155,17 @@ class BatchFeed:
         self._next_discovery = 0.0  # monotonic time of the next discover(): now, the first time
         self._stalls = stalls
         self._stall_seconds = 0.0
+        self._readers: dict[str, flight.FlightStreamReader] = {}  # the open streams, cancelled by close()
+        self._readers_lock = threading.Lock()
+
+    def close(self) -> None:
+        """Stop early (a stop, a cancel, a consumer that leaves): every open stream is cancelled, its thread ends."""
+        self._stop.set()
+        with self._readers_lock:
+            readers = list(self._readers.values())
+        for reader in readers:
+            with contextlib.suppress(Exception):  # a stream that already ended has nothing to cancel
+                reader.cancel()
 
     def reopen(self) -> None:
         """After a loss: every stream that ends without having started after it is opened again."""
@@ -206,7 +218,7 @@ class BatchFeed:
                     self._states[executor_id] = "lost"
                     yield Lost(executor_id, payload)
         finally:
-            self._stop.set()
+            self.close()
 
     def _running(self) -> bool:
         return any(s == "running" for s in self._states.values())
@@ -265,6 +277,10 @@ class BatchFeed:
         try:
             client = security.flight_connect(address)
             writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(ticket.SerializeToString()))
+            with self._readers_lock:
+                self._readers[executor_id] = reader
+            if self._stop.is_set():
+                reader.cancel()
             _signal(writer, self._window, [])
             owed, grant = 0, max(1, self._window // 2)
             while not self._stop.is_set() or ended:
@@ -275,6 +291,8 @@ class BatchFeed:
                 meta = chunk.app_metadata.to_pybytes() if chunk.app_metadata is not None else b""
                 if chunk.data is None and meta == END_OF_STREAM:  # every batch is here: the trainer goes on while the call closes
                     ended = True
+                    with self._readers_lock:  # ended: it closes by itself, after giving back its holds; close() leaves it be
+                        self._readers.pop(executor_id, None)
                     self._put(("done", executor_id, None))
                     if maps.holds_out:  # arena batches still out: they come back before our side closes
                         self._give_back_holds(writer, maps)
@@ -303,6 +321,8 @@ class BatchFeed:
             if not ended:  # after the end of the stream every batch has arrived: nothing is lost
                 self._put(("lost", executor_id, f"data executor {executor_id} at {address}: {exc}"))
         finally:
+            with self._readers_lock:
+                self._readers.pop(executor_id, None)
             maps.close()
 
     def _give_back_holds(self, writer: flight.FlightStreamWriter, maps: SharedMemoryMaps) -> None:
