@@ -16,9 +16,9 @@ from primus.spec import load_job_text, resolve_paths
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from services.master.driver import SUSPENDED, JobDriver
 from services.master.logs import LogCursor
+from services.master.status import STOP_REQUESTED  # progress key: `primus stop` (or training.stopAt) asked training to finish where it is
 from services.master.store import JobRecord, JobStore
 
-STOP_REQUESTED = "stop_requested"  # progress key: `primus stop` (or training.stopAt) asked training to finish where it is
 STOP_MESSAGE = "training finishes where it is, then evaluation and the report"
 LOG_POLL_SECONDS = 0.5  # a follower of a job's logs looks for new lines this often
 
@@ -128,7 +128,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             if record.updated != last:
                 last = record.updated
                 yield master_pb2.WatchJobResponse(job=job_proto(record))
-            if record.final and (record.report_path or "report not written" in record.message):
+            if record.final and (record.report_path or record.error):
                 return
             self._store.wait_for_change(1.0)
 
