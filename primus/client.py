@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from primus import rpc
+from primus import masters
 from primus.errors import ConflictError, NotFoundError, PrimusError, SpecError, UnavailableError
 from primus.spec import TrainingJob
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
@@ -109,7 +109,7 @@ class PrimusClient:
     def __init__(self, master: str, timeout: float = CALL_TIMEOUT_SECONDS) -> None:
         self.master = master
         self._timeout = timeout
-        self._channel = rpc.connect(master)
+        self._channel = masters.connect(master)
         self._stub = master_pb2_grpc.MasterServiceStub(self._channel)
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import grpc
 
-from primus import hosts, rpc
+from primus import hosts, masters, rpc
 from primus.spec import TrainingJob, load_job_text
 from primus.v1 import master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
@@ -65,7 +65,7 @@ def while_away(call: Callable[[], T], what: str, grace_seconds: float = START_GR
 
 def fetch_job_spec(master_address: str, job_id: str, grace_seconds: float = START_GRACE_SECONDS) -> TrainingJob:
     """The job's validated spec, as the master holds it; waits for a master that is restarting."""
-    stub = master_pb2_grpc.MasterServiceStub(rpc.connect(master_address))
+    stub = master_pb2_grpc.MasterServiceStub(masters.connect(master_address))
     reply = while_away(lambda: stub.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10), f"the job's spec from the master at {master_address}", grace_seconds)
     return load_job_text(reply.job.spec_yaml, f"job {job_id}")
 
