@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 
 import psycopg
 
 log = logging.getLogger(__name__)
-LOCK_KEY = 0x5052494D  # "PRIM": one lock per store database
 POLL_SECONDS = 1.0
 
 
@@ -16,9 +16,9 @@ class Leadership:
     """Holds the lock on a connection of its own: a leader that dies loses it with its connection, and a standby's
     next try takes it. Keep the object (and its connection) alive as long as the master leads."""
 
-    def __init__(self, url: str, key: int = LOCK_KEY) -> None:
+    def __init__(self, url: str) -> None:
         self._conn = psycopg.connect(url, autocommit=True)
-        self._key = key
+        self._key = zlib.crc32(url.encode())  # one lock per store: the masters that share a URL share it
 
     def try_acquire(self) -> bool:
         row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (self._key,)).fetchone()
