@@ -121,9 +121,9 @@ class PrimusClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def submit(self, job: TrainingJob) -> str:
-        """Hand a validated job to the master; its job id."""
-        reply = self._call(self._stub.SubmitJob, master_pb2.SubmitJobRequest(spec_yaml=job.to_yaml()))
+    def submit(self, job: TrainingJob, from_savepoint: str = "") -> str:
+        """Hand a validated job to the master; its job id. from_savepoint: a savepoint's name, the model it starts from."""
+        reply = self._call(self._stub.SubmitJob, master_pb2.SubmitJobRequest(spec_yaml=job.to_yaml(), from_savepoint=from_savepoint))
         return str(reply.job_id)
 
     def get(self, job_id: str) -> JobView:
@@ -156,6 +156,11 @@ class PrimusClient:
     def resume(self, job_id: str) -> JobView:
         """Launch a suspended job's executors again; the trainer goes on from the last committed checkpoint."""
         return JobView.from_proto(self._call(self._stub.ResumeJob, master_pb2.ResumeJobRequest(job_id=job_id), job_id).job)
+
+    def savepoint(self, job_id: str, name: str) -> dict[str, Any]:
+        """Keep the job's last committed checkpoint under a name (a new job starts from it with from_savepoint)."""
+        reply = self._call(self._stub.SavepointJob, master_pb2.SavepointJobRequest(job_id=job_id, name=name), job_id)
+        return {"name": reply.name, "job_id": reply.job_id, "path": reply.path, "steps": reply.steps, "created_unix": reply.created_unix}
 
     def watch(self, job_id: str) -> Iterator[JobView]:
         """Every change of the job until it has ended (and its report is written)."""
