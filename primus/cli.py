@@ -264,8 +264,14 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 def cmd_scale(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        job, launched, draining = client.scale(args.job_id, args.role, args.replicas, args.reason)
-    console.print(f"{job.job_id}: {args.role} set to {args.replicas} ({launched} launched, {draining} draining)", highlight=False)
+        if (args.min is None) != (args.max is None):
+            raise UserError("primus scale: --min and --max go together (the autoscale bounds)")
+        if args.replicas is None and args.min is None:
+            raise UserError("primus scale needs --replicas N, or --min N --max M")
+        bounds = (args.min, args.max) if args.min is not None and args.max is not None else None
+        job, launched, draining = client.scale(args.job_id, args.role, args.replicas or 0, args.reason, bounds)
+    said = f"{args.role} set to {args.replicas}" if bounds is None else job.message
+    console.print(f"{job.job_id}: {said} ({launched} launched, {draining} draining)", highlight=False)
     return 0
 
 
@@ -468,7 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
     scale = add("scale", cmd_scale, "set how many data executors a running job has: new ones join its streams, removed ones drain first")
     scale.add_argument("job_id")
     scale.add_argument("--role", default="dataExecutor", choices=("dataExecutor", "trainer"), help="the role, as the spec names it (default dataExecutor)")
-    scale.add_argument("--replicas", type=int, required=True)
+    scale.add_argument("--replicas", type=int, default=None)
+    scale.add_argument("--min", type=int, default=None, help="the autoscale bounds' minimum (with --max; needs the role's autoscaling on)")
+    scale.add_argument("--max", type=int, default=None, help="the autoscale bounds' maximum")
     scale.add_argument("--reason", default="", help="kept in the job's scaling log")
     stop = add("stop", cmd_stop, "end a job's training where it is (an open-ended job's end), then evaluate and write the report")
     stop.add_argument("job_id")

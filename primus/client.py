@@ -144,9 +144,12 @@ class PrimusClient:
         reply = self._call(self._stub.DeleteJob, master_pb2.DeleteJobRequest(job_id=job_id, purge=purge), job_id)
         return str(reply.run_dir), bool(reply.purged)
 
-    def scale(self, job_id: str, role: str, replicas: int, reason: str = "") -> tuple[JobView, int, int]:
-        """Set a running job's count of a role (dataExecutor); (the job, executors launched, executors draining)."""
-        reply = self._call(self._stub.ScaleJob, master_pb2.ScaleJobRequest(job_id=job_id, role=role, replicas=replicas, reason=reason), job_id)
+    def scale(self, job_id: str, role: str, replicas: int, reason: str = "", bounds: tuple[int, int] | None = None) -> tuple[JobView, int, int]:
+        """Set a running job's count of a role (dataExecutor; 0: kept) and/or its autoscale bounds (min, max); (the job,
+        executors launched, executors draining)."""
+        low, high = bounds or (0, 0)
+        request = master_pb2.ScaleJobRequest(job_id=job_id, role=role, replicas=replicas, reason=reason, min_replicas=low, max_replicas=high)
+        reply = self._call(self._stub.ScaleJob, request, job_id)
         return JobView.from_proto(reply.job), int(reply.launched), int(reply.draining)
 
     def suspend(self, job_id: str) -> JobView:

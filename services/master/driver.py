@@ -23,6 +23,7 @@ from services.master import reconcile as rc
 from services.master.peers import Peers
 from services.master.report import build_report, carry_costs, write_report
 from services.master.status import (
+    AUTOSCALE_BOUNDS,
     CRASHES_HANDLED,
     EARLIER_LEDGERS,
     LAUNCH_PENDING,
@@ -38,6 +39,7 @@ from services.master.store import JobRecord, JobStore
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
 SUSPENDED = JobState.SUSPENDED.value
+RESUMING = {"phase": "resuming", "step": 0, "samples": 0}  # until the new trainer reports: the old one's count is not its
 AUTOSCALE_FREE = (1, 64)  # a role's replica bounds without autoscaling
 EXIT_AFTER_LAUNCH_ENV = "PRIMUS_TEST_MASTER_EXIT_AFTER_LAUNCH"  # tests: the master dies right after launching executors
 EXIT_AFTER_RELAUNCH_ENV = "PRIMUS_TEST_MASTER_EXIT_AFTER_RELAUNCH"  # tests: ... right after relaunching a crashed one
@@ -132,29 +134,50 @@ class JobDriver:
         resumed = self._store.update(
             job_id,
             state="RUNNING",
-            progress_update={SUSPEND_REQUESTED: False, LAUNCH_PENDING: True},
+            progress_update={SUSPEND_REQUESTED: False, LAUNCH_PENDING: True, **RESUMING},
             message="resuming from the last checkpoint",
             expected_version=job.version,
         )
         self.start(job_id)
         return resumed
 
-    def scale(self, job_id: str, role: str, replicas: int, reason: str) -> tuple[JobRecord, int, int]:
-        """Set a running job's data-executor count (`primus scale`), kept with the job so that a relaunch from its
-        checkpoint starts that many; (the job, executors launched, executors draining)."""
+    def scale(self, job_id: str, role: str, replicas: int, reason: str, bounds: tuple[int, int] | None = None) -> tuple[JobRecord, int, int]:
+        """Set a running job's data-executor count (`primus scale --replicas`) and/or its autoscale bounds (`--min --max`),
+        kept with the job so that a relaunch from its checkpoint starts that many; (the job, launched, draining).
+        replicas 0: the count stays, unless it lies outside the new bounds (then it moves to the nearest one)."""
         job = self._store.get(job_id)
         if job.final:
             raise ConflictError(f"job {job_id} already ended as {job.state}")
         if role != Role.DATA_EXECUTOR.value:
             raise InvalidRequestError(f"role {role!r} cannot be scaled: only dataExecutor can (a job has one trainer)")
         resources = load_job_text(job.spec_yaml, f"job {job_id}").spec.resources.data_executor
-        low, high = (resources.autoscale.min_replicas, resources.autoscale.max_replicas) if resources.autoscale and resources.autoscale.enabled else AUTOSCALE_FREE
-        if not low <= replicas <= high:
-            where = "its autoscale bounds (spec.resources.dataExecutor.autoscale)" if (low, high) != AUTOSCALE_FREE else "the bounds"
+        autoscaling = bool(resources.autoscale and resources.autoscale.enabled)
+        low, high = (resources.autoscale.min_replicas, resources.autoscale.max_replicas) if resources.autoscale and autoscaling else AUTOSCALE_FREE
+        low, high = job.progress.get(AUTOSCALE_BOUNDS, [low, high])
+        if bounds is not None:
+            if not autoscaling:
+                raise InvalidRequestError(f"spec.resources.dataExecutor.autoscale is not enabled: --min {bounds[0]} --max {bounds[1]} has nothing to bound")
+            if not 1 <= bounds[0] <= bounds[1] <= AUTOSCALE_FREE[1]:
+                raise InvalidRequestError(f"autoscale bounds --min {bounds[0]} --max {bounds[1]}: need 1 <= min <= max <= {AUTOSCALE_FREE[1]}")
+            low, high = bounds
+            current = int(job.progress.get(SCALED, {}).get(Role.DATA_EXECUTOR.value, resources.replicas))
+            replicas = replicas or (min(max(current, low), high) if not low <= current <= high else 0)
+        if (replicas or bounds is None) and not low <= replicas <= high:
+            where = "its autoscale bounds (spec.resources.dataExecutor.autoscale)" if autoscaling else "the bounds"
             raise InvalidRequestError(f"dataExecutor replicas {replicas} lies outside {where} [{low}, {high}]")
         request = rc_pb2.ScaleRoleRequest(job_id=job_id, role=rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR, replicas=replicas, reason=reason or "primus scale")
+        if bounds is not None:
+            request.min_replicas, request.max_replicas = bounds
         reply = self._peers.rc.ScaleRole(request, timeout=60)
-        scaled = self._store.update(job_id, progress_update={SCALED: {"dataExecutor": replicas}}, message=f"dataExecutor scaled to {replicas}")
+        update: dict[str, object] = {}
+        said = []
+        if replicas:
+            update[SCALED] = {Role.DATA_EXECUTOR.value: replicas}
+            said.append(f"scaled to {replicas}")
+        if bounds is not None:
+            update[AUTOSCALE_BOUNDS] = list(bounds)
+            said.append(f"autoscale bounds [{low}, {high}]")
+        scaled = self._store.update(job_id, progress_update=update, message=f"dataExecutor {' and '.join(said)}")
         return scaled, len(reply.launched), len(reply.draining)
 
     # The loop.

@@ -117,7 +117,8 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         return master_pb2.DeleteJobResponse(run_dir=record.run_dir, purged=purged)
 
     def ScaleJob(self, request: master_pb2.ScaleJobRequest, context: grpc.ServicerContext) -> master_pb2.ScaleJobResponse:
-        job, launched, draining = self._driver.scale(request.job_id, request.role, request.replicas, request.reason)
+        bounds = (request.min_replicas, request.max_replicas) if request.min_replicas or request.max_replicas else None
+        job, launched, draining = self._driver.scale(request.job_id, request.role, request.replicas, request.reason, bounds)
         return master_pb2.ScaleJobResponse(job=job_proto(job), launched=launched, draining=draining)
 
     def SuspendJob(self, request: master_pb2.SuspendJobRequest, context: grpc.ServicerContext) -> master_pb2.SuspendJobResponse:

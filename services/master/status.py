@@ -30,6 +30,7 @@ EARLIER_LEDGERS = "earlier_ledgers"
 PLAN_RECOVERIES = "plan_recoveries"
 LAUNCH_PENDING = "launch_pending"  # the launch intent: recorded before executors are launched, cleared after
 SCALED = "scaled_replicas"  # the counts `primus scale` set, by role name
+AUTOSCALE_BOUNDS = "autoscale_bounds"  # [min, max] `primus scale --min --max` set for dataExecutor
 SUSPEND_REQUESTED = "suspend_requested"
 STOP_REQUESTED = "stop_requested"
 
