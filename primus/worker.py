@@ -22,6 +22,7 @@ from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 AWAY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 START_GRACE_SECONDS = 120.0  # as long as the master waits for a peer that is away (restarting)
 RETRY_SECONDS = 1.0
+MAX_RETRY_SECONDS = 5.0
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -50,17 +51,19 @@ def parse_worker_args(prog: str, description: str) -> WorkerArgs:
 
 
 def while_away(call: Callable[[], T], what: str, grace_seconds: float = START_GRACE_SECONDS) -> T:
-    """call(), again every second while its peer is away (UNAVAILABLE, DEADLINE_EXCEEDED: a master or controller
-    restarting), for up to grace_seconds; then, or on any other error, the error."""
+    """call(), again while its peer is away (UNAVAILABLE, DEADLINE_EXCEEDED: a master or controller restarting, a
+    standby taking over), backing off from 1 s to 5 s, for up to grace_seconds; then, or on any other error, the error."""
     deadline = time.monotonic() + grace_seconds
+    wait = RETRY_SECONDS
     while True:
         try:
             return call()
         except grpc.RpcError as exc:
             if exc.code() not in AWAY_CODES or time.monotonic() > deadline:
                 raise
-            log.warning("%s: it is away (%s); trying again", what, exc.code().name)
-            time.sleep(RETRY_SECONDS)
+            log.warning("%s: it is away (%s); trying again in %.0f s", what, exc.code().name, wait)
+            time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
+            wait = min(wait * 2, MAX_RETRY_SECONDS)
 
 
 def fetch_job_spec(master_address: str, job_id: str, grace_seconds: float = START_GRACE_SECONDS) -> TrainingJob:
