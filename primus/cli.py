@@ -37,7 +37,7 @@ from primus.console import console, err_console, print_plan, print_report
 from primus.cost import load_cost, print_cost
 from primus.errors import PrimusError, SpecError
 from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
-from primus.job_output import OUTPUTS, describe_job, follow, print_jobs
+from primus.job_output import OUTPUTS, describe_job, follow, print_data, print_jobs
 from primus.scaling_log import decision_row, scaling_table
 from primus.spec import load_job_file
 from primus.v1 import planner_pb2, planner_pb2_grpc
@@ -214,7 +214,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     job = load_job_file(args.job)  # a spec error is the user's to fix whether or not a master answers
     with _client(args) as client:
-        job_id = client.submit(job)
+        job_id = client.submit(job, from_savepoint=args.from_savepoint)
         console.print(job_id)
         return _follow_and_report(client, job_id) if args.watch else 0
 
@@ -228,7 +228,21 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 def cmd_describe(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        describe_job(client.get(args.job_id))
+        job = client.get(args.job_id)
+    if args.output == "table":
+        describe_job(job)
+    else:
+        print_jobs([job], args.output)
+    return 0
+
+
+def cmd_savepoint(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        taken = client.savepoint(args.job_id, args.name)
+    if args.output == "table":
+        console.print(f"{taken['job_id']}: savepoint {taken['name']!r} at step {taken['steps']}: {taken['path']}", highlight=False)
+    else:
+        print_data(taken, args.output)
     return 0
 
 
@@ -242,6 +256,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     with _client(args) as client:
         jobs = [client.get(args.job_id)] if args.job_id else client.list()
+    if args.output != "table":
+        print_jobs(jobs, args.output)
+        return 0
     for job in jobs:
         p = job.progress
         console.print(f"{job.job_id:<40} {job.state.value:<10} tasks {p.tasks_done}/{p.tasks_total} step {p.step}  {job.message}")
@@ -279,8 +296,14 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 def cmd_scale(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        job, launched, draining = client.scale(args.job_id, args.role, args.replicas, args.reason)
-    console.print(f"{job.job_id}: {args.role} set to {args.replicas} ({launched} launched, {draining} draining)", highlight=False)
+        if (args.min is None) != (args.max is None):
+            raise UserError("primus scale: --min and --max go together (the autoscale bounds)")
+        if args.replicas is None and args.min is None:
+            raise UserError("primus scale needs --replicas N, or --min N --max M")
+        bounds = (args.min, args.max) if args.min is not None and args.max is not None else None
+        job, launched, draining = client.scale(args.job_id, args.role, args.replicas or 0, args.reason, bounds)
+    said = f"{args.role} set to {args.replicas}" if bounds is None else job.message
+    console.print(f"{job.job_id}: {said} ({launched} launched, {draining} draining)", highlight=False)
     return 0
 
 
@@ -474,7 +497,14 @@ def build_parser() -> argparse.ArgumentParser:
     submit = add("submit", cmd_submit, "hand a job to the running master")
     submit.add_argument("job", type=Path)
     submit.add_argument("--watch", action="store_true", help="follow the job and print its report")
-    add("status", cmd_status, "list jobs, or show one, one line each").add_argument("job_id", nargs="?")
+    submit.add_argument("--from-savepoint", default="", metavar="NAME", help="start from a savepoint's model (`primus savepoint JOB NAME`)")
+    status = add("status", cmd_status, "list jobs, or show one, one line each")
+    status.add_argument("job_id", nargs="?")
+    status.add_argument("-o", "--output", choices=OUTPUTS, default="table")
+    savepoint = add("savepoint", cmd_savepoint, "keep a job's last committed checkpoint under a name; `submit --from-savepoint NAME` starts from it")
+    savepoint.add_argument("job_id")
+    savepoint.add_argument("name")
+    savepoint.add_argument("-o", "--output", choices=OUTPUTS, default="table")
     get = add("get", cmd_get, "list jobs (`get jobs`) or show one (`get job ID`)")
     get.add_argument("kind", choices=("jobs", "job"))
     get.add_argument("job_id", nargs="?")
@@ -482,6 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
     describe = add("describe", cmd_describe, "show one job in full: state, progress, times, where its files are, what its spec asks for")
     describe.add_argument("kind", choices=("job",))
     describe.add_argument("job_id")
+    describe.add_argument("-o", "--output", choices=OUTPUTS, default="table")
     logs = add("logs", cmd_logs, "print the log lines of a job's executors and trainers, each after its executor id")
     logs.add_argument("job_id")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the job has ended")
@@ -502,7 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
     scale = add("scale", cmd_scale, "set how many data executors a running job has: new ones join its streams, removed ones drain first")
     scale.add_argument("job_id")
     scale.add_argument("--role", default="dataExecutor", choices=("dataExecutor", "trainer"), help="the role, as the spec names it (default dataExecutor)")
-    scale.add_argument("--replicas", type=int, required=True)
+    scale.add_argument("--replicas", type=int, default=None)
+    scale.add_argument("--min", type=int, default=None, help="the autoscale bounds' minimum (with --max; needs the role's autoscaling on)")
+    scale.add_argument("--max", type=int, default=None, help="the autoscale bounds' maximum")
     scale.add_argument("--reason", default="", help="kept in the job's scaling log")
     stop = add("stop", cmd_stop, "end a job's training where it is (an open-ended job's end), then evaluate and write the report")
     stop.add_argument("job_id")

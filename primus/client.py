@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from primus import rpc, security
+from primus import masters, rpc, security
 from primus.errors import ConflictError, NotFoundError, PrimusError, SpecError, UnavailableError
 from primus.spec import TrainingJob
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
@@ -120,7 +120,7 @@ class PrimusClient:
     def __init__(self, master: str, timeout: float = CALL_TIMEOUT_SECONDS, credentials: security.Settings | None = None) -> None:
         self.master = master
         self._timeout = timeout
-        self._channel = rpc.connect(master, credentials=credentials)
+        self._channel = masters.connect(master, credentials=credentials)
         self._stub = master_pb2_grpc.MasterServiceStub(self._channel)
 
     def close(self) -> None:
@@ -132,9 +132,9 @@ class PrimusClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def submit(self, job: TrainingJob) -> str:
-        """Hand a validated job to the master; its job id."""
-        reply = self._call(self._stub.SubmitJob, master_pb2.SubmitJobRequest(spec_yaml=job.to_yaml()))
+    def submit(self, job: TrainingJob, from_savepoint: str = "") -> str:
+        """Hand a validated job to the master; its job id. from_savepoint: a savepoint's name, the model it starts from."""
+        reply = self._call(self._stub.SubmitJob, master_pb2.SubmitJobRequest(spec_yaml=job.to_yaml(), from_savepoint=from_savepoint))
         return str(reply.job_id)
 
     def get(self, job_id: str) -> JobView:
@@ -155,9 +155,12 @@ class PrimusClient:
         reply = self._call(self._stub.DeleteJob, master_pb2.DeleteJobRequest(job_id=job_id, purge=purge), job_id)
         return str(reply.run_dir), bool(reply.purged)
 
-    def scale(self, job_id: str, role: str, replicas: int, reason: str = "") -> tuple[JobView, int, int]:
-        """Set a running job's count of a role (dataExecutor); (the job, executors launched, executors draining)."""
-        reply = self._call(self._stub.ScaleJob, master_pb2.ScaleJobRequest(job_id=job_id, role=role, replicas=replicas, reason=reason), job_id)
+    def scale(self, job_id: str, role: str, replicas: int, reason: str = "", bounds: tuple[int, int] | None = None) -> tuple[JobView, int, int]:
+        """Set a running job's count of a role (dataExecutor; 0: kept) and/or its autoscale bounds (min, max); (the job,
+        executors launched, executors draining)."""
+        low, high = bounds or (0, 0)
+        request = master_pb2.ScaleJobRequest(job_id=job_id, role=role, replicas=replicas, reason=reason, min_replicas=low, max_replicas=high)
+        reply = self._call(self._stub.ScaleJob, request, job_id)
         return JobView.from_proto(reply.job), int(reply.launched), int(reply.draining)
 
     def suspend(self, job_id: str) -> JobView:
@@ -167,6 +170,11 @@ class PrimusClient:
     def resume(self, job_id: str) -> JobView:
         """Launch a suspended job's executors again; the trainer goes on from the last committed checkpoint."""
         return JobView.from_proto(self._call(self._stub.ResumeJob, master_pb2.ResumeJobRequest(job_id=job_id), job_id).job)
+
+    def savepoint(self, job_id: str, name: str) -> dict[str, Any]:
+        """Keep the job's last committed checkpoint under a name (a new job starts from it with from_savepoint)."""
+        reply = self._call(self._stub.SavepointJob, master_pb2.SavepointJobRequest(job_id=job_id, name=name), job_id)
+        return {"name": reply.name, "job_id": reply.job_id, "path": reply.path, "steps": reply.steps, "created_unix": reply.created_unix}
 
     def watch(self, job_id: str) -> Iterator[JobView]:
         """Every change of the job until it has ended (and its report is written)."""

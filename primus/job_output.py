@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -37,6 +38,14 @@ def follow(updates: Iterable[JobView]) -> JobView | None:
             detail = f"step {p.step}  samples {p.samples_trained}  loss {p.loss:.4f}" if p.step else job.message
             progress.update(bar, total=p.tasks_total or None, completed=p.tasks_done, state=job.state.value, detail=detail[:70])
     return last
+
+
+def print_data(data: dict[str, Any], output: str) -> None:
+    """One record as JSON or YAML (`-o json|yaml` of a verb that is not about jobs)."""
+    if output == "json":
+        print(json.dumps(data, indent=2))
+    else:
+        print(yaml.safe_dump(data, sort_keys=False), end="")
 
 
 def print_jobs(jobs: list[JobView], output: str) -> None:

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import grpc
 
-from primus import hosts, rpc
+from primus import hosts, masters, rpc
 from primus.spec import TrainingJob, load_job_text
 from primus.v1 import master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
@@ -22,6 +22,7 @@ from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 AWAY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 START_GRACE_SECONDS = 120.0  # as long as the master waits for a peer that is away (restarting)
 RETRY_SECONDS = 1.0
+MAX_RETRY_SECONDS = 5.0
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -50,22 +51,24 @@ def parse_worker_args(prog: str, description: str) -> WorkerArgs:
 
 
 def while_away(call: Callable[[], T], what: str, grace_seconds: float = START_GRACE_SECONDS) -> T:
-    """call(), again every second while its peer is away (UNAVAILABLE, DEADLINE_EXCEEDED: a master or controller
-    restarting), for up to grace_seconds; then, or on any other error, the error."""
+    """call(), again while its peer is away (UNAVAILABLE, DEADLINE_EXCEEDED: a master or controller restarting, a
+    standby taking over), backing off from 1 s to 5 s, for up to grace_seconds; then, or on any other error, the error."""
     deadline = time.monotonic() + grace_seconds
+    wait = RETRY_SECONDS
     while True:
         try:
             return call()
         except grpc.RpcError as exc:
             if exc.code() not in AWAY_CODES or time.monotonic() > deadline:
                 raise
-            log.warning("%s: it is away (%s); trying again", what, exc.code().name)
-            time.sleep(RETRY_SECONDS)
+            log.warning("%s: it is away (%s); trying again in %.0f s", what, exc.code().name, wait)
+            time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
+            wait = min(wait * 2, MAX_RETRY_SECONDS)
 
 
 def fetch_job_spec(master_address: str, job_id: str, grace_seconds: float = START_GRACE_SECONDS) -> TrainingJob:
     """The job's validated spec, as the master holds it; waits for a master that is restarting."""
-    stub = master_pb2_grpc.MasterServiceStub(rpc.connect(master_address))
+    stub = master_pb2_grpc.MasterServiceStub(masters.connect(master_address))
     reply = while_away(lambda: stub.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10), f"the job's spec from the master at {master_address}", grace_seconds)
     return load_job_text(reply.job.spec_yaml, f"job {job_id}")
 

@@ -18,6 +18,7 @@ from primus.spec import load_job_file
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
+from services.master.driver import EXIT_AFTER_RELAUNCH_ENV
 from tests.conftest import START, finish_job, job_document
 
 DAYS = 8
@@ -138,6 +139,31 @@ def test_kill_master_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path
         report = finish_job(master_pb2_grpc.MasterServiceStub(rpc.connect(restarted.address("master"))), job_id)
         _assert_exact(report)
         assert report["restarts"] == {}, "no executor was relaunched: the job went on undisturbed"
+    finally:
+        stop_services([s for s in restarted.services if s.name == "master"])
+
+
+@pytest.mark.timeout(300)
+def test_kill_master_right_after_a_trainer_restart(cluster: ClusterState, long_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The master relaunches a killed trainer and dies right then (a test hook); restarted, it relaunches nothing more,
+    and the new trainer, started while no master served, finishes the job exactly."""
+    monkeypatch.setenv(EXIT_AFTER_RELAUNCH_ENV, "1")
+    cluster = restart_service(cluster, tmp_path / "state", "master")
+    monkeypatch.delenv(EXIT_AFTER_RELAUNCH_ENV)
+    _, job_id = _submit_until_step(cluster, long_dataset, tmp_path, 200)
+    _kill(cluster, job_id, rc_pb2.EXECUTOR_ROLE_TRAINER)
+    old = next(s for s in cluster.services if s.name == "master")
+    deadline = time.monotonic() + 60
+    while _running(old.pid):
+        assert time.monotonic() < deadline, "the hook makes the master exit right after relaunching the trainer"
+        time.sleep(0.1)
+    restarted = restart_service(cluster, tmp_path / "state", "master")
+    try:
+        report = finish_job(master_pb2_grpc.MasterServiceStub(rpc.connect(restarted.address("master"))), job_id)
+        _assert_exact(report)
+        assert report["restarts"] == {"trainer": 1}, "the relaunch before the crash is counted once; nothing else was relaunched"
+        trainers = [s for s in report["services"] if s["role"] == "trainer"]  # type: ignore[union-attr]
+        assert len(trainers) == 2
     finally:
         stop_services([s for s in restarted.services if s.name == "master"])
 

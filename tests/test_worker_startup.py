@@ -35,6 +35,8 @@ def test_the_spec_is_fetched_once_the_master_is_back(cluster: ClusterState, job_
         worker.join(60)
         (job,) = fetched
         assert job.metadata.name == load_job_file(job_file).metadata.name
+        listed = fetch_job_spec(f"127.0.0.1:9,{address}", job_id, grace_seconds=30)  # a master list: the first that serves
+        assert listed.metadata.name == job.metadata.name
     finally:
         stop_services([s for s in restarted.services if s.name == "master"])  # the fixture stops the services it started
 

@@ -48,12 +48,36 @@ class Job(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., message: _Optional[str] = ..., created_unix: _Optional[float] = ..., updated_unix: _Optional[float] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., spec_yaml: _Optional[str] = ..., report_path: _Optional[str] = ..., run_dir: _Optional[str] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("spec_yaml", "spec_dir")
+    __slots__ = ("spec_yaml", "spec_dir", "from_savepoint")
     SPEC_YAML_FIELD_NUMBER: _ClassVar[int]
     SPEC_DIR_FIELD_NUMBER: _ClassVar[int]
+    FROM_SAVEPOINT_FIELD_NUMBER: _ClassVar[int]
     spec_yaml: str
     spec_dir: str
-    def __init__(self, spec_yaml: _Optional[str] = ..., spec_dir: _Optional[str] = ...) -> None: ...
+    from_savepoint: str
+    def __init__(self, spec_yaml: _Optional[str] = ..., spec_dir: _Optional[str] = ..., from_savepoint: _Optional[str] = ...) -> None: ...
+
+class SavepointJobRequest(_message.Message):
+    __slots__ = ("job_id", "name")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    name: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class SavepointJobResponse(_message.Message):
+    __slots__ = ("name", "job_id", "path", "steps", "created_unix")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_UNIX_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    job_id: str
+    path: str
+    steps: int
+    created_unix: float
+    def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ..., path: _Optional[str] = ..., steps: _Optional[int] = ..., created_unix: _Optional[float] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
     __slots__ = ("job_id",)
@@ -124,16 +148,20 @@ class DeleteJobResponse(_message.Message):
     def __init__(self, run_dir: _Optional[str] = ..., purged: _Optional[bool] = ...) -> None: ...
 
 class ScaleJobRequest(_message.Message):
-    __slots__ = ("job_id", "role", "replicas", "reason")
+    __slots__ = ("job_id", "role", "replicas", "reason", "min_replicas", "max_replicas")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    MIN_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    MAX_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     role: str
     replicas: int
     reason: str
-    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[str] = ..., replicas: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    min_replicas: int
+    max_replicas: int
+    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[str] = ..., replicas: _Optional[int] = ..., reason: _Optional[str] = ..., min_replicas: _Optional[int] = ..., max_replicas: _Optional[int] = ...) -> None: ...
 
 class ScaleJobResponse(_message.Message):
     __slots__ = ("job", "launched", "draining")

@@ -79,6 +79,11 @@ class MasterServiceStub:
                 request_serializer=primus_dot_v1_dot_master__pb2.ResumeJobRequest.SerializeToString,
                 response_deserializer=primus_dot_v1_dot_master__pb2.ResumeJobResponse.FromString,
                 _registered_method=True)
+        self.SavepointJob = channel.unary_unary(
+                '/primus.v1.MasterService/SavepointJob',
+                request_serializer=primus_dot_v1_dot_master__pb2.SavepointJobRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_master__pb2.SavepointJobResponse.FromString,
+                _registered_method=True)
         self.WatchJob = channel.unary_stream(
                 '/primus.v1.MasterService/WatchJob',
                 request_serializer=primus_dot_v1_dot_master__pb2.WatchJobRequest.SerializeToString,
@@ -163,6 +168,13 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SavepointJob(self, request, context):
+        """Keep a copy of a job's last committed checkpoint under a name; a new job can start from it (SubmitJob from_savepoint).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchJob(self, request, context):
         """Streams the job every time it changes, until it reaches a final state.
         """
@@ -237,6 +249,11 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.ResumeJob,
                     request_deserializer=primus_dot_v1_dot_master__pb2.ResumeJobRequest.FromString,
                     response_serializer=primus_dot_v1_dot_master__pb2.ResumeJobResponse.SerializeToString,
+            ),
+            'SavepointJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.SavepointJob,
+                    request_deserializer=primus_dot_v1_dot_master__pb2.SavepointJobRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_master__pb2.SavepointJobResponse.SerializeToString,
             ),
             'WatchJob': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchJob,
@@ -502,6 +519,33 @@ class MasterService:
             '/primus.v1.MasterService/ResumeJob',
             primus_dot_v1_dot_master__pb2.ResumeJobRequest.SerializeToString,
             primus_dot_v1_dot_master__pb2.ResumeJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SavepointJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.MasterService/SavepointJob',
+            primus_dot_v1_dot_master__pb2.SavepointJobRequest.SerializeToString,
+            primus_dot_v1_dot_master__pb2.SavepointJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -283,16 +283,20 @@ class ResizeExecutorResponse(_message.Message):
     def __init__(self, executor: _Optional[_Union[Executor, _Mapping]] = ..., in_place: _Optional[bool] = ...) -> None: ...
 
 class ScaleRoleRequest(_message.Message):
-    __slots__ = ("job_id", "role", "replicas", "reason")
+    __slots__ = ("job_id", "role", "replicas", "reason", "min_replicas", "max_replicas")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    MIN_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    MAX_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     role: ExecutorRole
     replicas: int
     reason: str
-    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., replicas: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    min_replicas: int
+    max_replicas: int
+    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., replicas: _Optional[int] = ..., reason: _Optional[str] = ..., min_replicas: _Optional[int] = ..., max_replicas: _Optional[int] = ...) -> None: ...
 
 class ScaleRoleResponse(_message.Message):
     __slots__ = ("launched", "draining")

@@ -6,7 +6,11 @@ import argparse
 from pathlib import Path
 
 from primus import metrics_http, rpc, telemetry
+from services.master.leader import Leadership
 from services.master.server import create_server
+from services.master.store import is_url
+
+STORE_HELP = "the job store: a SQLite file (default RUNS_DIR/primus.db) or a postgresql:// URL (masters sharing it: one leads, the others stand by)"
 
 
 def main() -> None:
@@ -15,17 +19,21 @@ def main() -> None:
     parser.add_argument("--planner", required=True, help="planner address")
     parser.add_argument("--resource-controller", required=True, help="resource controller address")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="each job's folder is created here")
-    parser.add_argument("--db", type=Path, default=None, help="SQLite job store (default RUNS_DIR/primus.db)")
+    parser.add_argument("--db", "--store", dest="store", default=None, help=STORE_HELP)
     parser.add_argument("--ready-file", default=None, help="write the bound address (and the metrics address) here once serving")
     metrics_http.add_port_argument(parser)
     parser.add_argument("--advertise-address", default="", help="address launched executors use to reach the master (default: the bound one)")
     args = parser.parse_args()
     rpc.configure_logging("master")
     telemetry.setup_tracing("master", args.runs_dir)
+    store = args.store or str(args.runs_dir / "primus.db")
+    leadership = Leadership(store) if is_url(store) else None
+    if leadership is not None:
+        leadership.acquire()  # a standby serves nothing until the leader is gone
     master = create_server(
         args.bind,
         args.runs_dir,
-        args.db or args.runs_dir / "primus.db",
+        store,
         args.planner,
         args.resource_controller,
         advertise=args.advertise_address,

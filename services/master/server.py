@@ -24,7 +24,9 @@ class Master:
     driver: JobDriver
 
 
-def create_server(bind: str, runs_dir: Path, db_path: Path, planner_address: str, rc_address: str, advertise: str = "", metrics_port: int = metrics_http.OFF) -> Master:
+def create_server(
+    bind: str, runs_dir: Path, db_path: Path | str, planner_address: str, rc_address: str, advertise: str = "", metrics_port: int = metrics_http.OFF
+) -> Master:
     """metrics_port: where Prometheus /metrics is served, on the bind host (0: a free port; OFF: not served)."""
     store = JobStore(db_path)
     holder: dict[str, rpc.RunningServer] = {}

@@ -12,13 +12,14 @@ from pathlib import Path
 import grpc
 
 from primus.errors import ConflictError, NotFoundError
-from primus.spec import load_job_text, resolve_paths
+from primus.spec import WarmStart, load_job_text, resolve_paths
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+from services.master import savepoints
 from services.master.driver import SUSPENDED, JobDriver
 from services.master.logs import LogCursor
+from services.master.status import STOP_REQUESTED  # progress key: `primus stop` (or training.stopAt) asked training to finish where it is
 from services.master.store import JobRecord, JobStore
 
-STOP_REQUESTED = "stop_requested"  # progress key: `primus stop` (or training.stopAt) asked training to finish where it is
 STOP_MESSAGE = "training finishes where it is, then evaluation and the report"
 LOG_POLL_SECONDS = 0.5  # a follower of a job's logs looks for new lines this often
 
@@ -61,6 +62,10 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         job = load_job_text(request.spec_yaml, "submitted spec")
         if request.spec_dir:
             job = resolve_paths(job, Path(request.spec_dir))
+        if request.from_savepoint:
+            savepoint = savepoints.load(self._runs_dir, request.from_savepoint)
+            training = job.spec.training.model_copy(update={"warm_start": WarmStart(checkpoint=savepoint.path, optimizer="keep")})
+            job = job.model_copy(update={"spec": job.spec.model_copy(update={"training": training})})
         self._driver.admit(job)
         job_id = new_job_id(job.metadata.name)
         now = time.time()
@@ -112,7 +117,8 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         return master_pb2.DeleteJobResponse(run_dir=record.run_dir, purged=purged)
 
     def ScaleJob(self, request: master_pb2.ScaleJobRequest, context: grpc.ServicerContext) -> master_pb2.ScaleJobResponse:
-        job, launched, draining = self._driver.scale(request.job_id, request.role, request.replicas, request.reason)
+        bounds = (request.min_replicas, request.max_replicas) if request.min_replicas or request.max_replicas else None
+        job, launched, draining = self._driver.scale(request.job_id, request.role, request.replicas, request.reason, bounds)
         return master_pb2.ScaleJobResponse(job=job_proto(job), launched=launched, draining=draining)
 
     def SuspendJob(self, request: master_pb2.SuspendJobRequest, context: grpc.ServicerContext) -> master_pb2.SuspendJobResponse:
@@ -121,6 +127,11 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     def ResumeJob(self, request: master_pb2.ResumeJobRequest, context: grpc.ServicerContext) -> master_pb2.ResumeJobResponse:
         return master_pb2.ResumeJobResponse(job=job_proto(self._driver.resume(request.job_id)))
 
+    def SavepointJob(self, request: master_pb2.SavepointJobRequest, context: grpc.ServicerContext) -> master_pb2.SavepointJobResponse:
+        record = self._store.get(request.job_id)
+        taken = savepoints.take(self._runs_dir, record.job_id, Path(record.run_dir), request.name)
+        return master_pb2.SavepointJobResponse(name=taken.name, job_id=taken.job_id, path=taken.path, steps=taken.steps, created_unix=taken.created_unix)
+
     def WatchJob(self, request: master_pb2.WatchJobRequest, context: grpc.ServicerContext) -> Iterator[master_pb2.WatchJobResponse]:
         last = -1.0
         while context.is_active():
@@ -128,7 +139,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             if record.updated != last:
                 last = record.updated
                 yield master_pb2.WatchJobResponse(job=job_proto(record))
-            if record.final and (record.report_path or "report not written" in record.message):
+            if record.final and (record.report_path or record.error):
                 return
             self._store.wait_for_change(1.0)
 

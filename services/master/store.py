@@ -1,4 +1,4 @@
-"""JobStore: jobs persisted in an embedded SQLite database, with change notification for watchers."""
+"""JobStore: jobs persisted in SQLite (default) or PostgreSQL (a URL), versioned, with change notification for watchers."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 from primus.errors import ConflictError, NotFoundError
 
@@ -25,10 +27,17 @@ CREATE TABLE IF NOT EXISTS jobs (
     progress TEXT NOT NULL DEFAULT '{}',
     result TEXT NOT NULL DEFAULT '{}',
     cancel_requested INTEGER NOT NULL DEFAULT 0,
-    created REAL NOT NULL,
-    updated REAL NOT NULL
+    created DOUBLE PRECISION NOT NULL,
+    updated DOUBLE PRECISION NOT NULL,
+    error TEXT NOT NULL DEFAULT '',
+    version INTEGER NOT NULL DEFAULT 1
 )
 """
+_ADDED_COLUMNS = {"error": "TEXT NOT NULL DEFAULT ''", "version": "INTEGER NOT NULL DEFAULT 1"}  # for a store written before them
+
+
+class StaleVersionError(ConflictError):
+    """An update named a resource version that is no longer the job's: someone else wrote it in between."""
 
 
 @dataclass(frozen=True)
@@ -45,61 +54,97 @@ class JobRecord:
     progress: dict[str, Any] = field(default_factory=dict)
     result: dict[str, Any] = field(default_factory=dict)
     cancel_requested: bool = False
+    error: str = ""  # why the report could not be written
+    version: int = 1  # the resource version: one more on every write
 
     @property
     def final(self) -> bool:
         return self.state in FINAL_STATES
 
 
-class JobStore:
-    """Every write commits before it returns; a restarted master reads the same jobs back."""
+def is_url(store: str) -> bool:
+    return store.startswith(("postgresql://", "postgres://"))
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(_SCHEMA)
+
+class JobStore:
+    """Every write commits before it returns; a restarted master (or a standby that takes over) reads the same jobs.
+
+    `store` is a SQLite file path or a postgresql:// URL (a shared store, for a leader and its standby).
+    """
+
+    def __init__(self, store: Path | str) -> None:
+        self.url = str(store)
+        self._pg = is_url(self.url)
         self._lock = threading.Lock()
         self.changed = threading.Condition(self._lock)
+        if self._pg:
+            self._conn: Any = psycopg.connect(self.url, autocommit=True)
+        else:
+            path = Path(store)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+        self._execute(_SCHEMA)
+        have = {r[0] for r in self._rows("SELECT * FROM jobs WHERE 1 = 0", description=True)}
+        for column, kind in _ADDED_COLUMNS.items():
+            if column not in have:
+                self._execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
+
+    def _execute(self, query: str, params: tuple[Any, ...] = ()) -> int:
+        """Run one statement; the number of rows it changed."""
+        cursor = self._conn.execute(query.replace("?", "%s") if self._pg else query, params)
+        return int(cursor.rowcount)
+
+    def _rows(self, query: str, params: tuple[Any, ...] = (), description: bool = False) -> list[tuple[Any, ...]]:
+        cursor = self._conn.execute(query.replace("?", "%s") if self._pg else query, params)
+        if description:
+            return [(d[0],) for d in cursor.description]
+        return list(cursor.fetchall())
 
     def insert(self, record: JobRecord) -> None:
         with self._lock:
-            self._db.execute(
+            self._execute(
                 "INSERT INTO jobs (job_id, name, state, message, spec_yaml, run_dir, created, updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (record.job_id, record.name, record.state, record.message, record.spec_yaml, record.run_dir, record.created, record.updated),
             )
             self.changed.notify_all()
 
+    def _get(self, job_id: str) -> JobRecord:
+        rows = self._rows(f"SELECT {_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,))
+        if not rows:
+            raise NotFoundError(f"no job {job_id!r}")
+        return _record(rows[0])
+
     def get(self, job_id: str) -> JobRecord:
         with self._lock:
-            row = self._db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-        if row is None:
-            raise NotFoundError(f"no job {job_id!r}")
-        return _record(row)
+            return self._get(job_id)
 
     def states_and_restarts(self) -> list[tuple[str, dict[str, int]]]:
         """Each job's state and its restarts by role (what the master's metrics read: no specs, no results)."""
         with self._lock:
-            rows = self._db.execute("SELECT state, progress FROM jobs").fetchall()
+            rows = self._rows("SELECT state, progress FROM jobs")
         return [(state, dict(json.loads(progress).get("restarts", {}))) for state, progress in rows]
 
     def list(self) -> list[JobRecord]:
         with self._lock:
-            rows = self._db.execute(f"SELECT {_COLUMNS} FROM jobs ORDER BY created").fetchall()
+            rows = self._rows(f"SELECT {_COLUMNS} FROM jobs ORDER BY created")
         return [_record(r) for r in rows]
 
-    def update(self, job_id: str, progress_update: dict[str, Any] | None = None, **changes: Any) -> JobRecord:
-        """Change some fields of a job atomically; progress_update merges into the stored progress."""
+    def update(self, job_id: str, progress_update: dict[str, Any] | None = None, expected_version: int | None = None, **changes: Any) -> JobRecord:
+        """Change some fields of a job atomically; progress_update merges into the stored progress.
+
+        The write names the version it read: another writer (this master's servicer, or a second master) that wrote
+        in between makes it fail with StaleVersionError; with expected_version, so does a caller's stale read.
+        """
         with self._lock:
-            row = self._db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise NotFoundError(f"no job {job_id!r}")
-            current = _record(row)
+            current = self._get(job_id)
+            if expected_version is not None and current.version != expected_version:
+                raise StaleVersionError(f"job {job_id} is at resource version {current.version}, not {expected_version}: read it again")
             if progress_update:
                 changes["progress"] = {**current.progress, **progress_update}
-            updated = replace(current, **changes, updated=time.time())
-            self._db.execute(
-                "UPDATE jobs SET state=?, message=?, report_path=?, progress=?, result=?, cancel_requested=?, updated=? WHERE job_id=?",
+            updated = replace(current, **changes, updated=time.time(), version=current.version + 1)
+            written = self._execute(
+                "UPDATE jobs SET state=?, message=?, report_path=?, progress=?, result=?, cancel_requested=?, updated=?, error=?, version=? WHERE job_id=? AND version=?",
                 (
                     updated.state,
                     updated.message,
@@ -108,22 +153,24 @@ class JobStore:
                     json.dumps(updated.result),
                     int(updated.cancel_requested),
                     updated.updated,
+                    updated.error,
+                    updated.version,
                     job_id,
+                    current.version,
                 ),
             )
+            if written != 1:
+                raise StaleVersionError(f"job {job_id} changed under this write (resource version {current.version} is stale)")
             self.changed.notify_all()
         return updated
 
     def delete(self, job_id: str) -> JobRecord:
         """Forget an ended job; ConflictError while it has not ended (its driver still writes to it)."""
         with self._lock:
-            row = self._db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise NotFoundError(f"no job {job_id!r}")
-            record = _record(row)
+            record = self._get(job_id)
             if not record.final:
                 raise ConflictError(f"job {job_id} is {record.state}: cancel or stop it first, then delete it")
-            self._db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
+            self._execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
             self.changed.notify_all()
         return record
 
@@ -131,12 +178,16 @@ class JobStore:
         with self.changed:
             self.changed.wait(timeout)
 
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
 
-_COLUMNS = "job_id, name, state, message, spec_yaml, run_dir, report_path, progress, result, cancel_requested, created, updated"
+
+_COLUMNS = "job_id, name, state, message, spec_yaml, run_dir, report_path, progress, result, cancel_requested, created, updated, error, version"
 
 
 def _record(row: tuple[Any, ...]) -> JobRecord:
-    job_id, name, state, message, spec_yaml, run_dir, report_path, progress, result, cancel, created, updated = row
+    job_id, name, state, message, spec_yaml, run_dir, report_path, progress, result, cancel, created, updated, error, version = row
     return JobRecord(
         job_id=job_id,
         name=name,
@@ -150,4 +201,6 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
         progress=json.loads(progress),
         result=json.loads(result),
         cancel_requested=bool(cancel),
+        error=error,
+        version=version,
     )

@@ -52,6 +52,7 @@ class Autoscaler:
         self._cores = machine_cores() if cores is None else cores
         self._clock = clock
         self._states: dict[tuple[str, str], PolicyState] = {}
+        self._bounds: dict[tuple[str, str], tuple[int, int]] = {}  # autoscale bounds set by `primus scale --min --max`
         self._lock = threading.Lock()  # one decision at a time: ticks and manual changes
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="autoscaler", daemon=True)
@@ -101,6 +102,9 @@ class Autoscaler:
                 config = self._config(spec, role)
                 if config is None or not config.enabled:
                     continue
+                if (job_id, role) in self._bounds:
+                    low, high = self._bounds[job_id, role]
+                    config = config.model_copy(update={"min_replicas": low, "max_replicas": high})
                 with self._lock:
                     signals = role_signals(records, role, now, free_cores=free)
                     state = self._states.setdefault((job_id, role), PolicyState())
@@ -188,6 +192,19 @@ class Autoscaler:
             now = self._clock()
             samples, _ = throughput([r for r in records if r.role == "trainer"], now)
             self._apply(job_id, role, decision, records, samples, automatic=False, now=now)
+
+    def set_bounds(self, job_id: str, role: str, low: int, high: int) -> None:
+        """An operator sets a role's autoscale bounds (`primus scale --min --max`); the autoscaler keeps within them."""
+        spec = self.spec(job_id)
+        if spec is None:
+            raise NotFoundError(f"job {job_id} has no executors here")
+        config = self._config(spec, role)
+        if config is None or not config.enabled:
+            raise InvalidRequestError(f"{role} of job {job_id} has no autoscaling (spec.resources.<role>.autoscale.enabled): --min/--max have nothing to bound")
+        if not 1 <= low <= high <= 64:
+            raise InvalidRequestError(f"autoscale bounds --min {low} --max {high}: need 1 <= min <= max <= 64")
+        with self._lock:
+            self._bounds[job_id, role] = (low, high)
 
     def resize(self, job_id: str, executor_id: str, cpu: float, memory_mib: int, reason: str) -> tuple[ExecutorRecord, bool]:
         """An operator resizes one executor: the executor that now has the size (its replacement after a migration),

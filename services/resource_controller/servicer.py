@@ -131,7 +131,10 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
     def ScaleRole(self, request: rc_pb2.ScaleRoleRequest, context: grpc.ServicerContext) -> rc_pb2.ScaleRoleResponse:
         role = _role(request.role)
         before = {r.executor_id for r in self._pool.records(request.job_id, role)}
-        self._autoscaler.scale_role(request.job_id, role, request.replicas, request.reason)
+        if request.min_replicas or request.max_replicas:
+            self._autoscaler.set_bounds(request.job_id, role, request.min_replicas, request.max_replicas)
+        if request.replicas:
+            self._autoscaler.scale_role(request.job_id, role, request.replicas, request.reason)
         after = self._pool.records(request.job_id, role)
         launched = [r for r in after if r.executor_id not in before]
         draining = [r for r in after if r.state.value == "DRAINING"]

@@ -7,7 +7,7 @@ import time
 
 import grpc
 
-from primus import heartbeat, hosts, metrics_http, rpc
+from primus import heartbeat, hosts, masters, metrics_http, rpc
 from primus.data.discovery import executor_discovery
 from primus.data.feed import STALLS
 from primus.metrics import Metrics
@@ -52,7 +52,7 @@ def start_heartbeats(args: WorkerArgs, status: TrainerStatus, interval: float = 
 
 
 def run_trainer(args: WorkerArgs, job: TrainingJob, status: TrainerStatus) -> TrainingResult:
-    master = master_pb2_grpc.MasterServiceStub(rpc.connect(args.master))
+    master = master_pb2_grpc.MasterServiceStub(masters.connect(args.master))
 
     def progress(phase: str, step: int, samples: int, loss: float) -> bool:
         """Best effort: training goes on while the master is away (it may be restarting)."""
@@ -147,5 +147,5 @@ def deliver_result(master: master_pb2_grpc.MasterServiceStub, request: master_pb
 
 
 def report_failure(args: WorkerArgs, error: str) -> None:
-    master = master_pb2_grpc.MasterServiceStub(rpc.connect(args.master))
+    master = master_pb2_grpc.MasterServiceStub(masters.connect(args.master))
     deliver_result(master, master_pb2.ReportTrainingResultRequest(job_id=args.job_id, trainer_id=args.executor_id, error=error))

@@ -1,0 +1,168 @@
+"""reconcile(status, observed) -> actions: every decision the master takes for a job, as a pure function."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from primus.roles import ROLES, Role
+from services.master.status import JobState, JobStatus
+
+PLANNER_GRACE_SECONDS = 120.0
+CONTROLLER_GRACE_SECONDS = 120.0
+EXIT_GRACE_SECONDS = 3.0
+
+
+class Phase(StrEnum):
+    LIVE = "live"  # pending, starting, ready or draining
+    CRASHED = "crashed"  # failed (OOM included) or lost: relaunched within the role's restart budget
+    ENDED = "ended"  # exited, released, drained or migrated
+
+
+@dataclass(frozen=True)
+class ExecutorView:
+    executor_id: str
+    role: Role
+    phase: Phase
+    exit_code: int = 0
+    message: str = ""
+    log_path: str = ""
+
+
+@dataclass(frozen=True)
+class PlanView:
+    tasks_done: int = 0
+    recoveries: int = 0  # times a restarted planner took the plan over from its journal
+    quarantined: int = 0
+    first_quarantined: str = ""
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the driver saw of a job's world on one look."""
+
+    plan: PlanView | None = None  # None: the planner does not hold the job's plan (or was not asked)
+    planner_away_for: float | None = None  # seconds the planner has been unreachable; None: it answered
+    executors: tuple[ExecutorView, ...] = ()
+    controller_away_for: float | None = None
+    trainers_gone_for: float = 0.0  # seconds since the job's trainers were all gone (0: one is live, or none launched)
+    result: dict[str, Any] | None = None  # the trainer's report, or {"error": ...}
+    fail_on_quarantine: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Expand the job's sources into a task graph (the planner answers with the plan it holds, if any)."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    role: Role
+    count: int
+
+
+@dataclass(frozen=True)
+class Launched:
+    """The launch intent is fulfilled: the job is RUNNING."""
+
+
+@dataclass(frozen=True)
+class Relaunch:
+    role: Role
+    replaces: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Replan:
+    """The planner lost the plan: release every executor, plan again, and launch from the last checkpoint."""
+
+
+@dataclass(frozen=True)
+class CountPlannerRecoveries:
+    recoveries: int  # the planner's count; the difference to the status's is added to the planner's restarts
+
+
+@dataclass(frozen=True)
+class Wait:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Suspend:
+    """Release the executors and leave the job SUSPENDED."""
+
+
+@dataclass(frozen=True)
+class Finish:
+    state: JobState
+    message: str
+
+
+@dataclass(frozen=True)
+class DropPlan:
+    """The planner forgets the plan (its ledger, journal and re-planning thread)."""
+
+
+Action = Plan | Launch | Launched | Relaunch | Replan | CountPlannerRecoveries | Wait | Suspend | Finish | DropPlan
+
+
+def _end(state: JobState, message: str) -> list[Action]:
+    return [Finish(state, message), DropPlan()]
+
+
+def reconcile(status: JobStatus, observed: Observed) -> list[Action]:
+    """The actions that move the job toward its desired state, in order; [Wait] when there is nothing to do."""
+    if status.state.final:
+        return [DropPlan()] if observed.plan is not None else []
+    if status.cancel_requested:
+        return _end(JobState.CANCELLED, "cancelled by request")
+    if status.state is JobState.SUSPENDED:
+        return [Wait("suspended: `primus resume` goes on with it")]
+    if status.suspend_requested:
+        return [Suspend()]
+    if observed.result is not None:
+        if observed.result.get("error"):
+            return _end(JobState.FAILED, f"trainer failed: {observed.result['error']}")
+        return _end(JobState.SUCCEEDED, f"trained {observed.result.get('steps', 0)} steps")
+    if observed.planner_away_for is not None:
+        if observed.planner_away_for > PLANNER_GRACE_SECONDS:
+            return _end(JobState.FAILED, f"the planner has been unreachable for {PLANNER_GRACE_SECONDS:.0f}s")
+        return [Wait("the planner is away")]  # executors wait for it; nothing to judge until it is back
+    if observed.plan is None:
+        return [Plan()] if status.state in (JobState.PENDING, JobState.PLANNING) else [Replan()]
+    actions: list[Action] = []
+    if observed.plan.recoveries > status.plan_recoveries:
+        actions.append(CountPlannerRecoveries(observed.plan.recoveries))
+    if observed.controller_away_for is not None:
+        if observed.controller_away_for > CONTROLLER_GRACE_SECONDS:
+            return _end(JobState.FAILED, f"the resource controller has been unreachable for {CONTROLLER_GRACE_SECONDS:.0f}s")
+        return [*actions, Wait("the resource controller is away")]  # restarting: its executors keep working
+    if status.launch_pending or status.state is not JobState.RUNNING:
+        # The intent was recorded before the launch: executors that run already (a master that died right after
+        # launching them) count, and only the missing ones are launched.
+        for role in Role:
+            live = sum(1 for e in observed.executors if e.role is role and e.phase is Phase.LIVE)
+            if status.replicas[role] > live:
+                actions.append(Launch(role, status.replicas[role] - live))
+        return [*actions, Launched()]
+    left = {role: status.restarts_left(role) for role in Role}
+    for crashed in observed.executors:
+        if crashed.phase is not Phase.CRASHED or crashed.executor_id in status.crashes_handled:
+            continue
+        why = crashed.message or f"exited with code {crashed.exit_code}"
+        if left[crashed.role] <= 0:
+            name = ROLES[crashed.role].restart_key
+            return _end(JobState.FAILED, f"{crashed.executor_id} {why} and the {name} restart budget is spent; see {crashed.log_path}")
+        left[crashed.role] -= 1
+        actions.append(Relaunch(crashed.role, crashed.executor_id, why))
+    if not actions and observed.trainers_gone_for > EXIT_GRACE_SECONDS:
+        last = [e for e in observed.executors if e.role is Role.TRAINER][-1]
+        return _end(JobState.FAILED, f"{last.executor_id} exited with code {last.exit_code} before reporting a result; see {last.log_path}")
+    if observed.plan.quarantined and observed.fail_on_quarantine:
+        return _end(
+            JobState.FAILED,
+            f"{observed.plan.quarantined} task(s) quarantined and data.onQuarantine is 'fail'; first: {observed.plan.first_quarantined}",
+        )
+    return actions or [Wait("running")]

@@ -1,0 +1,148 @@
+"""The job store: resource versions with optimistic concurrency (SQLite and PostgreSQL), and a standby master taking over live."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import yaml
+
+from primus.client import PrimusClient
+from primus.cluster import ClusterState, stop_services
+from primus.masters import grpc_target
+from primus.spec import load_job_file
+from services.master.leader import Leadership
+from services.master.store import JobRecord, JobStore, StaleVersionError
+from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
+from tests.stores import POSTGRES, require_port
+
+BASE = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A schema of its own in the local PostgreSQL, as a store URL (search_path in the URL's options)."""
+    require_port(*POSTGRES)
+    schema = f"primus_master_{secrets.token_hex(4)}"
+    with psycopg.connect(BASE, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    yield f"{BASE}?options=-csearch_path%3D{schema}"
+    with psycopg.connect(BASE, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def _record(job_id: str) -> JobRecord:
+    return JobRecord(job_id=job_id, name="j", state="PENDING", spec_yaml="{}", run_dir="/tmp/x", created=1.0, updated=1.0)
+
+
+def _versions(first: JobStore, second: JobStore) -> None:
+    first.insert(_record("a"))
+    read = second.get("a")
+    assert read.version == 1
+    written = first.update("a", state="RUNNING", progress_update={"restarts": {"trainer": 1}})
+    assert written.version == 2 and second.get("a").version == 2, "every write is one more version, seen by every reader"
+    with pytest.raises(StaleVersionError, match="job a is at resource version 2, not 1"):
+        second.update("a", state="CANCELLED", expected_version=read.version)
+    assert second.update("a", state="SUSPENDED", expected_version=2).version == 3
+    assert first.get("a").state == "SUSPENDED" and first.get("a").progress == {"restarts": {"trainer": 1}}
+
+
+def test_sqlite_versions(tmp_path: Path) -> None:
+    _versions(JobStore(tmp_path / "jobs.db"), JobStore(tmp_path / "jobs.db"))
+
+
+def test_postgres_versions(pg_url: str) -> None:
+    first, second = JobStore(pg_url), JobStore(pg_url)
+    try:
+        _versions(first, second)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_one_master_leads(pg_url: str) -> None:
+    leader, standby = Leadership(pg_url), Leadership(pg_url)
+    try:
+        assert leader.try_acquire() and not standby.try_acquire()
+        leader.close()  # a leader that dies closes its connection
+        deadline = time.monotonic() + 10
+        while not standby.try_acquire():
+            assert time.monotonic() < deadline, "the standby takes the lead once the leader's connection is gone"
+            time.sleep(0.1)
+    finally:
+        standby.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _master(cluster: ClusterState, pg_url: str, port: int, masters: str, tmp_path: Path, label: str) -> tuple[subprocess.Popen[bytes], Path]:
+    ready = tmp_path / f"{label}.ready.json"
+    command = [sys.executable, "-m", "services.master", "--bind", f"127.0.0.1:{port}", "--runs-dir", cluster.runs_dir, "--ready-file", str(ready)]
+    command += ["--planner", cluster.address("planner"), "--resource-controller", cluster.address("resource_controller"), "--store", pg_url]
+    command += ["--advertise-address", masters]
+    with (tmp_path / f"{label}.log").open("ab") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return process, ready
+
+
+def _wait_for(path: Path, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.1)
+
+
+@pytest.mark.timeout(300)
+def test_standby_takes_over_a_running_job(cluster: ClusterState, dataset: Path, pg_url: str, tmp_path: Path) -> None:
+    stop_services([s for s in cluster.services if s.name == "master"])  # the masters here share a PostgreSQL store
+    ports = (_free_port(), _free_port())
+    masters = ",".join(f"127.0.0.1:{p}" for p in ports)
+    assert grpc_target(masters) == f"ipv4:{masters}"
+    leader, leader_ready = _master(cluster, pg_url, ports[0], masters, tmp_path, "leader")
+    _wait_for(leader_ready)
+    standby, standby_ready = _master(cluster, pg_url, ports[1], masters, tmp_path, "standby")
+    try:
+        document = job_document(dataset)
+        document["spec"]["training"].update({"batchSize": 64, "checkpointEverySteps": 25, "reportEverySteps": 10})  # type: ignore[index]
+        path = tmp_path / "job.yaml"
+        path.write_text(yaml.safe_dump(document))
+        with PrimusClient(masters) as client:
+            job_id = client.submit(load_job_file(path))
+            deadline = time.monotonic() + 120
+            while client.get(job_id).progress.step < 100:
+                assert time.monotonic() < deadline, "the job trains"
+                time.sleep(0.1)
+            time.sleep(1.0)
+            assert not standby_ready.exists(), "the standby serves nothing while the leader leads"
+            os.kill(leader.pid, signal.SIGKILL)
+            leader.wait()
+            _wait_for(standby_ready)
+            deadline = time.monotonic() + 240
+            while not (job := client.get(job_id)).report_path:
+                assert time.monotonic() < deadline, f"the job did not finish: {job.state} {job.message}"
+                time.sleep(0.2)
+        assert job.state.value == "SUCCEEDED", job.message
+        report = json.loads(Path(job.report_path).read_text())
+        (source,) = report["sources"]
+        assert source["samples"] == DAYS * 24 * ROWS_PER_HOUR, "every row trained or evaluated exactly once across the takeover"
+        assert report["trainer"]["train_samples"] == (DAYS - 1) * 24 * ROWS_PER_HOUR
+        assert report["restarts"] == {}, "the executors carried on: none was relaunched"
+    finally:
+        for process in (leader, standby):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=30)
