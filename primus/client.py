@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from primus import masters, rpc, security
+from primus import masters, security
 from primus.errors import ConflictError, NotFoundError, PrimusError, SpecError, UnavailableError
 from primus.spec import TrainingJob
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
