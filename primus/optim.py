@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -39,7 +39,7 @@ class RowWiseAdagrad(torch.optim.Optimizer):
                 param.index_add_(0, rows, values / (accumulated.sqrt() + group["eps"]).unsqueeze(1), alpha=-group["lr"])
 
 
-def _dense_optimizer(name: str, params: list[torch.Tensor], lr: float) -> torch.optim.Optimizer:
+def _dense_optimizer(name: str, params: Sequence[torch.Tensor], lr: float) -> torch.optim.Optimizer:
     if name == "adagrad":
         return torch.optim.Adagrad(params, lr=lr)
     if name == "sgd":
@@ -47,7 +47,7 @@ def _dense_optimizer(name: str, params: list[torch.Tensor], lr: float) -> torch.
     return torch.optim.Adam(params, lr=lr)
 
 
-def _embedding_optimizer(name: str, dense_name: str, params: list[torch.Tensor], lr: float, sparse: bool) -> torch.optim.Optimizer:
+def _embedding_optimizer(name: str, dense_name: str, params: Sequence[torch.Tensor], lr: float, sparse: bool) -> torch.optim.Optimizer:
     """`same` follows the dense optimizer: Adam becomes SparseAdam on sparse gradients (Adam cannot take them)."""
     if name == "same":
         name = ("sparse_adam" if sparse else "adam") if dense_name == "adam" else dense_name
@@ -107,7 +107,7 @@ class UserOptimizer(PairOptimizer):
     cannot split it, so every group is under DENSE and EMBEDDINGS is empty."""
 
     def __init__(self, optimizers: list[torch.optim.Optimizer]) -> None:
-        self.parts = list(optimizers)  # type: ignore[arg-type]  # a list of optimizers, none missing
+        self.parts = list(optimizers)
         self.param_groups = [{"params": [], "lr": 0.0}, *[g for o in optimizers for g in o.param_groups]]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -25,7 +26,7 @@ class WideDeep(nn.Module):
         self.wide_dense = nn.Linear(len(features.dense), 1) if features.dense else None
         widths = [len(features.dense) + sum(f.dim for f in features.sparse), *hidden]
         layers: list[nn.Module] = []
-        for width_in, width_out in zip(widths, widths[1:], strict=False):
+        for width_in, width_out in itertools.pairwise(widths):
             layers += [nn.Linear(width_in, width_out), nn.ReLU()]
         self.deep = nn.Sequential(*layers, nn.Linear(widths[-1], 1))
 
