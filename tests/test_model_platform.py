@@ -171,7 +171,7 @@ def test_spec_errors_name_the_field_path_and_value(tmp_path: Path) -> None:
         document["spec"]["training"][field] = value  # type: ignore[index]
         with pytest.raises(SpecError, match=rf"{path}: .*'{value}'"):
             parse_job(document)
-        del document["spec"]["training"][field]  # type: ignore[attr-defined]
+        del document["spec"]["training"][field]  # type: ignore[index]
     missing = _job(tmp_path, {"entrypoint": "x:build", "workingDir": "no-such-folder"})
     with pytest.raises(SpecError, match=r"spec\.training\.model\.workingDir: 'no-such-folder' is not a folder"):
         load_job_file(missing)
@@ -215,7 +215,7 @@ def build(features):
     assert isinstance(optimizer.parts[0], torch.optim.SGD)
     losses.mean().backward()  # type: ignore[no-untyped-call]
     optimizer.step()
-    assert model.bias.item() == pytest.approx(0.5 * 2 * batch.labels.mean().item())
+    assert float(model.get_parameter("bias").item()) == pytest.approx(0.5 * 2 * batch.labels.mean().item())
 
 
 # --- sparse optimizers -------------------------------------------------------------------------------------------
@@ -260,7 +260,7 @@ def test_device_auto_resolves_to_what_the_machine_has() -> None:
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     assert resolve_device("cpu").type == "cpu"
     if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="spec.training.device: 'cuda'"):
+        with pytest.raises(ValueError, match=r"spec\.training\.device: 'cuda'"):
             resolve_device("cuda")
 
 
