@@ -96,13 +96,17 @@ def test_batch_moves_to_the_device(device: str) -> None:
 
 
 def test_the_built_in_dlrm_is_an_entry_point_with_configurable_sizes() -> None:
-    model = build_model("primus.models.dlrm:build", SPEC, {"bottom_mlp": [16, 8], "top_mlp": [12]})
+    criteo_like = FeatureSpec(label="y", dense=(), sparse=(SparseFeature("big", 100_000, 4), SparseFeature("v", 50, 8)))
+    model = build_model("primus.models.dlrm:build", SPEC, {"bottom_mlp": [16, 8], "top_mlp": [12], "sparse": True})
     assert isinstance(model, DLRM)
     linear = [m for m in model.bottom.modules() if isinstance(m, torch.nn.Linear)] if model.bottom is not None else []
     assert [m.out_features for m in linear] == [16, 8, 8], "bottom MLP as asked, ending at the widest embedding"
     assert [m.out_features for m in model.top.modules() if isinstance(m, torch.nn.Linear)] == [12, 1]
     assert [m.embedding_dim for m in model.embeddings if isinstance(m, torch.nn.EmbeddingBag)] == [4, 8], "per-feature widths"
     assert all(m.sparse for m in model.embeddings if isinstance(m, torch.nn.EmbeddingBag))
+    small, large = build_model("primus.models.dlrm:build", SPEC), build_model("primus.models.dlrm:build", criteo_like)
+    assert [m.sparse for m in small.embeddings] == [False, False], "small tables: dense gradients by default"  # type: ignore[union-attr]
+    assert [m.sparse for m in large.embeddings] == [True, True], "a table of 100k rows or more: sparse gradients, for every table"  # type: ignore[union-attr]
     logits = model(batch_from_arrow(_arrow(), SPEC))
     assert logits.shape == (6,)
 
@@ -224,7 +228,7 @@ def build(features):
 @pytest.mark.parametrize("embedding_optimizer", ["same", "rowwise_adagrad", "sparse_adam", "adagrad", "sgd"])
 def test_a_sparse_step_touches_only_the_rows_used(embedding_optimizer: str) -> None:
     torch.manual_seed(0)
-    model = build_model("primus.models.dlrm:build", SPEC)
+    model = build_model("primus.models.dlrm:build", SPEC, {"sparse": True})
     optimizer = default_optimizer(model, "adam", embedding_optimizer, 0.1)
     batch = batch_from_arrow(_arrow(), SPEC)
     assert isinstance(model, DLRM)

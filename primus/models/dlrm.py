@@ -11,6 +11,7 @@ from torch import nn
 from primus.batch import Batch, FeatureSpec
 
 EMBEDDING_INIT_STD = 0.05
+SPARSE_FROM_ROWS = 100_000  # sparse gradients by default from this many rows in a table; below, dense ones are cheaper
 
 
 def mlp(sizes: Sequence[int]) -> nn.Sequential:
@@ -28,7 +29,7 @@ class DLRM(nn.Module):
     _pair_rows: torch.Tensor
     _pair_cols: torch.Tensor
 
-    def __init__(self, features: FeatureSpec, bottom_mlp: Sequence[int] = (32, 16), top_mlp: Sequence[int] = (64, 32), sparse: bool = True) -> None:
+    def __init__(self, features: FeatureSpec, bottom_mlp: Sequence[int] = (32, 16), top_mlp: Sequence[int] = (64, 32), sparse: bool | None = None) -> None:
         super().__init__()
         if not features.sparse:
             raise ValueError("at least one sparse feature is required")
@@ -36,6 +37,8 @@ class DLRM(nn.Module):
             if feature.dim < 1 or feature.buckets < 1:
                 raise ValueError(f"sparse feature {feature.name!r} needs positive buckets and dim")
         dim = max(f.dim for f in features.sparse)
+        if sparse is None:
+            sparse = max(f.buckets for f in features.sparse) >= SPARSE_FROM_ROWS
         self.features = features
         self.names = tuple(f.name for f in features.sparse)
         self.bottom = mlp([len(features.dense), *bottom_mlp, dim]) if features.dense else None
@@ -62,7 +65,8 @@ class DLRM(nn.Module):
         return logits
 
 
-def build(features: FeatureSpec, bottom_mlp: Sequence[int] = (32, 16), top_mlp: Sequence[int] = (64, 32), sparse: bool = True) -> DLRM:
-    """The entry point: `training.model: {entrypoint: primus.models.dlrm:build, args: {bottom_mlp: [..], top_mlp: [..]}}`;
-    `sparse: false` gives dense embedding gradients (every row's optimizer state touched each step)."""
+def build(features: FeatureSpec, bottom_mlp: Sequence[int] = (32, 16), top_mlp: Sequence[int] = (64, 32), sparse: bool | None = None) -> DLRM:
+    """The entry point: `training.model: {entrypoint: primus.models.dlrm:build, args: {bottom_mlp: [..], top_mlp: [..]}}`.
+    `sparse`: sparse embedding gradients (a step costs the rows it touches); left out, on when a table has 100,000
+    rows or more, and off below, where dense gradients are cheaper (and Adam trains the tables as it always did)."""
     return DLRM(features, tuple(bottom_mlp), tuple(top_mlp), sparse)
