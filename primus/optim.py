@@ -47,10 +47,14 @@ def _dense_optimizer(name: str, params: Sequence[torch.Tensor], lr: float) -> to
     return torch.optim.Adam(params, lr=lr)
 
 
-def _embedding_optimizer(name: str, dense_name: str, params: Sequence[torch.Tensor], lr: float, sparse: bool) -> torch.optim.Optimizer:
+def resolve_embedding_optimizer(name: str, dense_name: str, sparse: bool) -> str:
     """`same` follows the dense optimizer: Adam becomes SparseAdam on sparse gradients (Adam cannot take them)."""
     if name == "same":
-        name = ("sparse_adam" if sparse else "adam") if dense_name == "adam" else dense_name
+        return ("sparse_adam" if sparse else "adam") if dense_name == "adam" else dense_name
+    return name
+
+
+def _embedding_optimizer(name: str, params: Sequence[torch.Tensor], lr: float) -> torch.optim.Optimizer:
     if name == "rowwise_adagrad":
         return RowWiseAdagrad(params, lr=lr)
     if name == "sparse_adam":
@@ -91,14 +95,23 @@ class PairOptimizer:
                 part.load_state_dict(saved)
 
 
-def default_optimizer(model: nn.Module, name: str, embedding_name: str, lr: float) -> PairOptimizer:
-    """The embedding tables under `embedding_name` (see _embedding_optimizer), everything else under `name`."""
+Optimizers = torch.optim.Optimizer | PairOptimizer
+
+
+def default_optimizer(model: nn.Module, name: str, embedding_name: str, lr: float) -> Optimizers:
+    """The embedding tables under `embedding_name` (see resolve_embedding_optimizer), everything else under `name`.
+    When both come to the same optimizer (dense gradients, `same`), it is one torch optimizer of two parameter groups,
+    [EMBEDDINGS, DENSE], as the trainer always had: its checkpoints load as before."""
     tables, sparse = embedding_parameters(model)
     ids = {id(p) for p in tables}
     rest = [p for p in model.parameters() if id(p) not in ids and p.requires_grad]
-    if not sparse and embedding_name == "sparse_adam" and tables:
-        raise ValueError("training.embedding_optimizer: 'sparse_adam' needs sparse embedding gradients (EmbeddingBag(sparse=True))")
-    embeddings = _embedding_optimizer(embedding_name, name, tables, lr, sparse) if tables else None
+    resolved = resolve_embedding_optimizer(embedding_name, name, sparse)
+    if not sparse and resolved == "sparse_adam" and tables:
+        raise ValueError("spec.training.embeddingOptimizer: 'sparse_adam' needs sparse embedding gradients (EmbeddingBag(sparse=True))")
+    if resolved == name:
+        groups: list[dict[str, Any]] = [{"params": tables}, {"params": rest}]
+        return _dense_optimizer(name, groups, lr)  # type: ignore[arg-type]  # torch takes parameter groups as well
+    embeddings = _embedding_optimizer(resolved, tables, lr) if tables else None
     return PairOptimizer(embeddings, _dense_optimizer(name, rest, lr) if rest else None)
 
 
@@ -111,7 +124,7 @@ class UserOptimizer(PairOptimizer):
         self.param_groups = [{"params": [], "lr": 0.0}, *[g for o in optimizers for g in o.param_groups]]
 
 
-def optimizer_for(model: nn.Module, name: str, embedding_name: str, lr: float) -> PairOptimizer:
+def optimizer_for(model: nn.Module, name: str, embedding_name: str, lr: float) -> Optimizers:
     """The module's configure_optimizers() when it defines one (an optimizer or a list of them), else the default."""
     hook = getattr(model, "configure_optimizers", None)
     if callable(hook):

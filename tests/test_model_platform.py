@@ -17,7 +17,7 @@ from primus.devices import available_devices, resolve_device
 from primus.errors import SpecError
 from primus.models.dlrm import DLRM
 from primus.models.entrypoint import EntryPointError, build_model, check_entrypoint, row_losses
-from primus.optim import RowWiseAdagrad, default_optimizer, optimizer_for
+from primus.optim import PairOptimizer, RowWiseAdagrad, UserOptimizer, default_optimizer, optimizer_for
 from primus.spec import load_job_file, parse_job
 from services.trainer.training import CtrTrainer
 from tests.conftest import job_document
@@ -216,7 +216,7 @@ def build(features):
     losses = row_losses(model, model(batch), batch)
     assert torch.allclose(losses, batch.labels**2), "the module's loss(outputs, batch) is used"
     optimizer = optimizer_for(model, "adam", "same", 0.01)
-    assert isinstance(optimizer.parts[0], torch.optim.SGD)
+    assert isinstance(optimizer, UserOptimizer) and isinstance(optimizer.parts[0], torch.optim.SGD)
     losses.mean().backward()  # type: ignore[no-untyped-call]
     optimizer.step()
     assert float(model.get_parameter("bias").item()) == pytest.approx(0.5 * 2 * batch.labels.mean().item())
@@ -241,9 +241,17 @@ def test_a_sparse_step_touches_only_the_rows_used(embedding_optimizer: str) -> N
     optimizer.step()
     changed = torch.nonzero((table.detach() != before).any(dim=1)).flatten().tolist()
     assert changed == sorted(set(batch.ids["u"].tolist())), "only the rows the batch named moved"
+    assert isinstance(optimizer, PairOptimizer), "sparse gradients: the tables get an optimizer of their own"
     if embedding_optimizer == "rowwise_adagrad":
-        state = optimizer.parts[0].state[table]  # type: ignore[union-attr]
-        assert state["sum"].shape == (1000,), "one accumulator per row"
+        tables = optimizer.parts[0]
+        assert isinstance(tables, RowWiseAdagrad) and tables.state[table]["sum"].shape == (1000,), "one accumulator per row"
+
+
+def test_dense_gradients_and_same_keep_one_optimizer_of_two_groups() -> None:
+    model = build_model("primus.models.dlrm:build", SPEC)
+    optimizer = default_optimizer(model, "adam", "same", 0.01)
+    assert isinstance(optimizer, torch.optim.Adam) and len(optimizer.param_groups) == 2, "the trainer's checkpoints load as before"
+    assert isinstance(model, DLRM) and optimizer.param_groups[0]["params"] == [bag.weight for bag in model.embeddings]
 
 
 def test_rowwise_adagrad_matches_its_formula() -> None:
