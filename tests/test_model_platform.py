@@ -127,17 +127,16 @@ def test_user_entry_point_from_a_working_directory() -> None:
 @pytest.mark.parametrize(
     ("entrypoint", "body", "problem"),
     [
-        ("nosuchmodule:build", None, "does not import"),
-        ("usermodel:build", "import nonexistent_dependency_xyz\n", "does not import"),
-        ("usermodel:missing", "def build(features):\n    return None\n", "has no attribute 'missing'"),
-        ("usermodel:build", "build = 3\n", "is not callable"),
-        ("usermodel:build", "def build(features):\n    return {'not': 'a module'}\n", "returned dict, not a torch.nn.Module"),
-        ("usermodel:build", "def build(features, width):\n    raise RuntimeError('bad width')\n", "raised TypeError"),
+        ("nosuchmodule:build", None, "does not import (working directory"),
+        ("bad_import:build", "import nonexistent_dependency_xyz\n", "does not import"),
+        ("no_attr:missing", "def build(features):\n    return None\n", "has no attribute 'missing'"),
+        ("not_callable:build", "build = 3\n", "is not callable"),
+        ("returns_dict:build", "def build(features):\n    return {'not': 'a module'}\n", "returned dict, not a torch.nn.Module"),
+        ("wrong_args:build", "def build(features, width):\n    raise RuntimeError('unreached')\n", "raised TypeError"),
     ],
 )
 def test_a_bad_entry_point_is_one_line_naming_it(tmp_path: Path, entrypoint: str, body: str | None, problem: str) -> None:
-    folder = _user_module(tmp_path, body or "", name=f"usermodel_{abs(hash((entrypoint, body)))}")
-    entrypoint = entrypoint.replace("usermodel", folder.joinpath(next(folder.glob("*.py")).name).stem) if body else entrypoint
+    folder = _user_module(tmp_path, body, name=entrypoint.split(":")[0]) if body is not None else tmp_path  # a module per case: imports are cached
     with pytest.raises(EntryPointError) as raised:
         build_model(entrypoint, SPEC, {}, str(folder))
     message = str(raised.value)
