@@ -122,7 +122,11 @@ class PrimusClient:
         self.close()
 
     def submit(self, job: TrainingJob) -> str:
-        """Hand a validated job to the master; its job id."""
+        """Hand a validated job to the master; its job id. Its model entry point is imported and built first (on the meta
+        device): one that does not import or does not return a torch.nn.Module raises SpecError naming it."""
+        from primus.models.entrypoint import check_entrypoint  # torch loads only when a job is submitted
+
+        check_entrypoint(job.spec.training)
         reply = self._call(self._stub.SubmitJob, master_pb2.SubmitJobRequest(spec_yaml=job.to_yaml()))
         return str(reply.job_id)
 

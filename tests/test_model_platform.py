@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from primus.batch import Batch, FeatureSpec, SparseFeature, batch_from_arrow
+from primus.client import PrimusClient
 from primus.devices import available_devices, resolve_device
 from primus.errors import SpecError
 from primus.models.dlrm import DLRM
@@ -306,3 +307,10 @@ def test_batch_type_is_what_forward_receives() -> None:
 
     Spy()(batch_from_arrow(_arrow(), SPEC))
     assert isinstance(seen[0], Batch)
+
+
+def test_the_sdk_refuses_a_bad_entry_point_before_calling_the_master(tmp_path: Path) -> None:
+    folder = _user_module(tmp_path, "def build(features):\n    return 'no'\n", name="sdk_returns_str")
+    job = load_job_file(_job(tmp_path, {"entrypoint": "sdk_returns_str:build", "workingDir": str(folder)}))
+    with PrimusClient("127.0.0.1:1") as client, pytest.raises(EntryPointError, match=r"returned str, not a torch\.nn\.Module"):
+        client.submit(job)
