@@ -272,7 +272,7 @@ def test_device_auto_resolves_to_what_the_machine_has() -> None:
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     assert resolve_device("cpu").type == "cpu"
     if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match=r"spec\.training\.device: 'cuda'"):
+        with pytest.raises(SpecError, match=r"spec\.training\.device: 'cuda'"):
             resolve_device("cuda")
 
 
