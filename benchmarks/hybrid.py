@@ -59,11 +59,11 @@ from hybrid_support.dataset import HybridDataset, generate  # benchmarks/ is on 
 from hybrid_support.movielens import MovieLensUnavailableError, write_movielens
 
 from primus import rpc
+from primus.batch import dense_matrix, label_vector, sparse_matrix
 from primus.cluster import ClusterState, start_cluster, stop_services
 from primus.metrics import calibration, paired_bootstrap, roc_auc
 from primus.spec import load_job_text
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
-from services.trainer.model import batch_to_tensors
 from services.trainer.training import feature_spec
 
 ARMS = ("batch", "stream", "warm_stream", "mixed", "mixed_nc")
@@ -211,7 +211,7 @@ def _eval_rows(ds: HybridDataset, spec_yaml: str) -> EvalRows:
     paths = sorted((ds.root / "eval").rglob("part-0.parquet"))
     table = pa.concat_tables([pq.read_table(p) for p in paths])
     features = feature_spec(load_job_text(spec_yaml).spec.training)
-    dense, sparse, labels = batch_to_tensors(table, features)
+    dense, sparse, labels = dense_matrix(table, features.dense), sparse_matrix(table, features.sparse), label_vector(table, features.label)
     tail = np.isin(table.column(ds.tail_feature).to_numpy(), ds.tail_segments) if ds.tail_feature else np.zeros(table.num_rows, dtype=bool)
     return EvalRows(dense, sparse, labels.numpy().astype(np.int64), tail)
 

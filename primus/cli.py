@@ -39,7 +39,7 @@ from primus.errors import PrimusError, SpecError
 from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
 from primus.job_output import OUTPUTS, describe_job, follow, print_data, print_jobs
 from primus.scaling_log import decision_row, scaling_table
-from primus.spec import load_job_file
+from primus.spec import TrainingJob, load_job_file
 from primus.v1 import planner_pb2, planner_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
@@ -128,8 +128,17 @@ def _start_cluster(args: argparse.Namespace) -> ClusterState:
         raise UserError(str(exc)) from None
 
 
+def _load_job(path: Path) -> TrainingJob:
+    """The job file, validated, with its model entry point imported and built (on the meta device: no memory)."""
+    from primus.models.entrypoint import check_entrypoint  # torch loads only for the verbs that take a spec
+
+    job = load_job_file(path)
+    check_entrypoint(job.spec.training)
+    return job
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
-    job = load_job_file(args.job)
+    job = _load_job(args.job)
     sources = ", ".join(s.name for s in job.spec.data.sources)
     console.print(f"{args.job}: valid TrainingJob {job.metadata.name!r} (sources: {sources})")
     return 0
@@ -158,7 +167,7 @@ def _preview(address: str, spec_yaml: str, replicas: list[str]) -> planner_pb2.P
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    job = load_job_file(args.job)
+    job = _load_job(args.job)
     if args.replicas < 0:
         raise SpecError([f"--replicas must be 0 or more, got {args.replicas}"])
     scratch = args.state_dir / f"plan-{os.getpid()}"
@@ -212,7 +221,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    job = load_job_file(args.job)  # a spec error is the user's to fix whether or not a master answers
+    job = _load_job(args.job)  # a spec error is the user's to fix whether or not a master answers
     with _client(args) as client:
         job_id = client.submit(job, from_savepoint=args.from_savepoint)
         console.print(job_id)
@@ -352,7 +361,7 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    job = load_job_file(args.job)
+    job = _load_job(args.job)
     with _cluster_for_run(args) as state, PrimusClient(state.address("master"), credentials=_credentials(args, state.client_security)) as client:
         job_id = client.submit(job.with_backend(args.backend) if args.backend else job)
         err_console.print(f"submitted {job_id}")

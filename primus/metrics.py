@@ -56,8 +56,7 @@ class _RankedScores:
 def roc_auc(labels: npt.NDArray[Any], scores: npt.NDArray[Any]) -> float:
     """Area under the ROC curve via the Mann-Whitney rank statistic; ties count half. Raises without both classes.
 
-    The same contract as services.trainer.model.roc_auc: the shared package may not import a service, so the
-    definition lives here too (and tests check the two agree).
+    The one definition the trainer, the reports and the benchmarks use.
     """
     positive, values = _validated(labels, scores, "scores")
     if positive.all() or not positive.any():
@@ -76,7 +75,7 @@ def weighted_roc_auc(labels: npt.NDArray[Any], scores: npt.NDArray[Any], weights
 
 
 def log_loss(labels: npt.NDArray[Any], probs: npt.NDArray[Any], eps: float = 1e-7) -> float:
-    """Mean binary cross-entropy of probabilities clipped to [eps, 1 - eps] (as services.trainer.model.log_loss)."""
+    """Mean binary cross-entropy of probabilities clipped to [eps, 1 - eps] (what the trainer reports)."""
     positive, values = _validated(labels, probs, "probs")
     clipped = np.clip(values, eps, 1.0 - eps)
     losses = np.where(positive, -np.log(clipped), -np.log1p(-clipped))

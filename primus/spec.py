@@ -492,6 +492,15 @@ class Data(_Model):
 class SparseFeatureSpec(_Model):
     name: str = Field(min_length=1)
     buckets: int = Field(ge=1, le=50_000_000)
+    dim: int | None = Field(None, ge=1, le=1024, description="this feature's embedding width; features.embeddingDim when left out")
+
+
+class ModelSpec(_Model):
+    """The model: an entry point build(features, **args) returning a torch.nn.Module, importable from workingDir or installed."""
+
+    entrypoint: str = Field("primus.models.dlrm:build", pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", description="package.module:function")
+    args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the entry point")
+    working_dir: str | None = Field(None, min_length=1, description="a folder put first on the import path (relative to the spec's folder)")
 
 
 class Features(_Model):
@@ -545,6 +554,11 @@ class Training(_Model):
     batch_size: int = Field(512, ge=1, le=1_000_000)
     learning_rate: float = Field(0.01, gt=0, le=10)
     optimizer: Literal["adam", "adagrad", "sgd"] = "adam"
+    embedding_optimizer: Literal["same", "rowwise_adagrad", "sparse_adam", "adagrad", "sgd"] = Field(
+        "same", description="the embedding tables' optimizer (same: the optimizer's sparse-capable form: adam -> sparse_adam)"
+    )
+    model: ModelSpec = ModelSpec()
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when the trainer sees a GPU, else cpu")
     seed: int = 0
     report_every_steps: int = Field(20, ge=1)
     checkpoint_every_steps: int = Field(50, ge=1, description="model and data progress commit together this often")
@@ -714,6 +728,12 @@ def resolve_paths(job: TrainingJob, base: Path) -> TrainingJob:
     training = job.spec.training
     if training.script is not None:
         training = training.model_copy(update={"script": _resolved_script(training.script, base, problems)})
+    if training.model.working_dir is not None:
+        folder = Path(training.model.working_dir)
+        folder = folder if folder.is_absolute() else base / folder
+        if not folder.is_dir():
+            problems.append(f"spec.training.model.workingDir: {training.model.working_dir!r} is not a folder ({folder})")
+        training = training.model_copy(update={"model": training.model.model_copy(update={"working_dir": str(folder.resolve())})})
     if problems:
         raise SpecError(problems)
     data = job.spec.data.model_copy(update={"sources": sources})

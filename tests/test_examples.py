@@ -30,6 +30,8 @@ def _copy(example: Path, root: Path) -> Path:
     shutil.copy(example, copy)
     for script in example.parent.glob("*.py"):  # a training.script names one beside the spec
         shutil.copy(script, copy.parent / script.name)
+    if not (copy.parent / "models").exists():
+        shutil.copytree(example.parent / "models", copy.parent / "models")  # the user model entry points (wide-deep.yaml)
     return copy
 
 
@@ -47,7 +49,7 @@ def _laid_out(example: Path, root: Path) -> Path:
 
 def test_examples_folder_holds_the_documented_examples() -> None:
     names = {path.name for path in EXAMPLES}
-    assert {"criteo.yaml", "demo.yaml", "two-sources-schema-change.yaml", "postgres-table.yaml", "nats-stream.yaml"} <= names
+    assert {"criteo.yaml", "criteo-10m.yaml", "wide-deep.yaml", "demo.yaml", "two-sources-schema-change.yaml", "postgres-table.yaml", "nats-stream.yaml"} <= names
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)

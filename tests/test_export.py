@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from primus.batch import FeatureSpec, SparseFeature, from_tensors
+from primus.models.dlrm import DLRM, build
 from services.trainer.export import LATEST, export_snapshot
-from services.trainer.model import CtrModel, FeatureSpec, SparseFeature
 
 torch.set_num_threads(2)
 
@@ -26,9 +27,9 @@ def _batch(rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return dense, sparse
 
 
-def _model(seed: int) -> CtrModel:
+def _model(seed: int) -> DLRM:
     torch.manual_seed(seed)
-    return CtrModel(SPEC)
+    return build(SPEC)
 
 
 def _load(path: Path) -> torch.jit.ScriptModule:
@@ -38,7 +39,7 @@ def _load(path: Path) -> torch.jit.ScriptModule:
 
 def _probabilities(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     with torch.no_grad():
-        return torch.sigmoid(model(*batch))
+        return torch.sigmoid(model(from_tensors(*batch, SPEC)))
 
 
 def test_torchscript_and_state_dict_reproduce_the_model(tmp_path: Path) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 import os
+
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # before torch allocates: embedding tables on huge pages (fewer TLB misses)
+
+import logging
 import signal
 import sys
 from types import FrameType

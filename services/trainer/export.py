@@ -11,6 +11,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from primus.batch import FeatureSpec, from_tensors
+
 LATEST = "latest.json"
 _SNAPSHOT_FILE = re.compile(r"model-(\d{8,})\.(pt|ts)")
 
@@ -27,14 +29,15 @@ class Snapshot:
 class _Probabilities(nn.Module):
     """Wraps a logit model so that the exported program returns click probabilities, what a server hands out."""
 
-    def __init__(self, model: nn.Module) -> None:
-        """Hold `model`, whose forward(dense, sparse) returns logits."""
+    def __init__(self, model: nn.Module, features: FeatureSpec) -> None:
+        """Hold `model`, whose forward(batch) returns logits; the program takes (dense [B, n_dense], sparse ids [B, n_sparse])."""
         super().__init__()
         self.model = model
+        self.features = features
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
-        """Sigmoid of the wrapped model's logits."""
-        return torch.sigmoid(self.model(dense, sparse))
+        """Sigmoid of the wrapped model's logits on the Batch these tensors make."""
+        return torch.sigmoid(self.model(from_tensors(dense, sparse, self.features)))
 
 
 def _write_atomically(path: Path, write: Callable[[Path], object]) -> None:
@@ -44,9 +47,9 @@ def _write_atomically(path: Path, write: Callable[[Path], object]) -> None:
     tmp.replace(path)
 
 
-def _to_torchscript(model: nn.Module, example: tuple[torch.Tensor, torch.Tensor]) -> torch.jit.ScriptModule:
-    """Script the probability wrapper; trace it on `example` when the model has Python that TorchScript cannot compile (CtrModel does)."""
-    wrapped = _Probabilities(model)
+def _to_torchscript(model: nn.Module, example: tuple[torch.Tensor, torch.Tensor], features: FeatureSpec) -> torch.jit.ScriptModule:
+    """Script the probability wrapper; trace it on `example` when the model has Python that TorchScript cannot compile (a Batch)."""
+    wrapped = _Probabilities(model, features)
     try:
         program: torch.jit.ScriptModule = torch.jit.script(wrapped)
     except (RuntimeError, ValueError, TypeError, torch.jit.frontend.FrontendError):
@@ -75,9 +78,11 @@ def export_snapshot(
     example: tuple[torch.Tensor, torch.Tensor],
     torchscript: bool = True,
     keep: int = 3,
+    features: FeatureSpec | None = None,
 ) -> Snapshot:
     """Write model-{step:08d}.pt (state dict) and optionally model-{step:08d}.ts, then point latest.json at them.
 
+    `features` (default: the model's `features` attribute) say how the program's (dense, sparse) make a Batch.
     `example` is a (dense, sparse) batch used to trace the model when it cannot be scripted. The TorchScript
     program outputs probabilities and is exported in eval mode; the model's own mode is restored afterwards.
     Only this snapshot and the newest `keep - 1` others (by step) are kept; latest.json always names this one,
@@ -96,7 +101,10 @@ def export_snapshot(
     try:
         _write_atomically(state_dict_path, lambda tmp: torch.save(model.state_dict(), tmp))
         if torchscript:
-            program = _to_torchscript(model, example)
+            described = features if features is not None else getattr(model, "features", None)
+            if not isinstance(described, FeatureSpec):
+                raise ValueError("export_snapshot needs the model's FeatureSpec (features=...) to make a Batch of (dense, sparse)")
+            program = _to_torchscript(model, example, described)
             _write_atomically(torchscript_path, lambda tmp: torch.jit.save(program, str(tmp)))
         else:
             torchscript_path.unlink(missing_ok=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from primus import telemetry
+from primus.batch import dense_matrix, sparse_matrix
 from primus.data.consumed import ConsumedTasks
 from primus.data.feed import BatchFeed, Discover, Feed, Lost
 from primus.data.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
@@ -20,7 +21,6 @@ from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.trainer import checkpoint as ckpt
 from services.trainer.delayed_labels import JoinedFraction
 from services.trainer.export import export_snapshot
-from services.trainer.model import batch_to_tensors
 from services.trainer.training import CtrTrainer, ProgressFn, TrainingResult, finite
 
 log = logging.getLogger(__name__)
@@ -209,8 +209,9 @@ class TrainingSession:
         export = self.job.spec.training.export
         if export is None or self._example is None:
             return
-        dense, sparse, _ = batch_to_tensors(self._example.table.slice(0, 2), self.trainer.features)
-        snapshot = export_snapshot(self.trainer.model, self.snapshots, self.trainer.result.steps, (dense, sparse), export.torchscript, export.keep)
+        rows, features = self._example.table.slice(0, 2), self.trainer.features
+        example = (dense_matrix(rows, features.dense).to(self.trainer.device), sparse_matrix(rows, features.sparse).to(self.trainer.device))
+        snapshot = export_snapshot(self.trainer.model, self.snapshots, self.trainer.result.steps, example, export.torchscript, export.keep, features)
         self.trainer.result.snapshot = str(snapshot.torchscript_path or snapshot.state_dict_path)
 
     def evaluate(self) -> TrainingResult:

@@ -11,16 +11,17 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import torch
-from torch.nn import functional
 
+from primus.batch import Batch, FeatureSpec, batch_from_arrow
+from primus.devices import resolve_device
 from primus.metrics import EvalAccumulator, Metrics
+from primus.models.entrypoint import model_from_spec, row_losses
+from primus.optim import DENSE, EMBEDDINGS, UserOptimizer, optimizer_for
 from primus.spec import Data, SourceTraining, Training
 from services.trainer.delayed_labels import JoinedFraction, fake_negative_weights
-from services.trainer.model import CtrModel, FeatureSpec, SparseFeature, batch_to_tensors, predict
 
 ProgressFn = Callable[[str, int, int, float], bool]
 DEFAULT_CONTROL = SourceTraining()
-EMBEDDINGS, DENSE = 0, 1  # the optimizer's parameter groups
 
 
 class SampleCounts:
@@ -91,26 +92,19 @@ class TrainingResult:
 
 
 def feature_spec(training: Training) -> FeatureSpec:
-    features = training.features
-    return FeatureSpec(
-        label=features.label,
-        dense=tuple(features.dense),
-        sparse=tuple(SparseFeature(f.name, f.buckets, features.embedding_dim) for f in features.sparse),
-    )
+    return FeatureSpec.from_spec(training)
 
 
-def _optimizer(name: str, model: CtrModel, lr: float) -> torch.optim.Optimizer:
-    """Two parameter groups, the embeddings and the dense layers, so that a source can update only one of them."""
-    embedding_ids = {id(p) for p in model.embeddings.parameters()}
-    groups = [
-        {"params": list(model.embeddings.parameters())},
-        {"params": [p for p in model.parameters() if id(p) not in embedding_ids]},
-    ]
-    if name == "adagrad":
-        return torch.optim.Adagrad(groups, lr=lr)
-    if name == "sgd":
-        return torch.optim.SGD(groups, lr=lr)
-    return torch.optim.Adam(groups, lr=lr)
+def predict(model: torch.nn.Module, batch: Batch) -> npt.NDArray[np.float64]:
+    """Click probabilities computed in eval mode without gradients; mode is restored."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            probs = torch.sigmoid(model(batch))
+    finally:
+        model.train(was_training)
+    return probs.cpu().numpy().astype(np.float64)
 
 
 @dataclass(frozen=True)
@@ -150,8 +144,11 @@ class CtrTrainer:
         self.counts = counts
         self.training = training
         self.features = feature_spec(training)
-        self.model = CtrModel(self.features)
-        self.optimizer = _optimizer(training.optimizer, self.model, training.learning_rate)
+        self.device = resolve_device(training.device)
+        self.model = model_from_spec(training, self.device)
+        self.optimizer = optimizer_for(self.model, training.optimizer, training.embedding_optimizer, training.learning_rate)
+        if isinstance(self.optimizer, UserOptimizer) and any(c.update != "all" for c in training.sources.values()):
+            raise ValueError("spec.training.sources: update other than all needs the default optimizers, not the model's configure_optimizers()")
         self.result = TrainingResult()
         self.labels = LabelRoles.of(data) if data is not None else LabelRoles()
         self.joined = JoinedFraction()
@@ -181,28 +178,23 @@ class CtrTrainer:
         """One minibatch: score it first when progressive validation is on, then update (see the class docstring)."""
         if table.num_rows == 0:
             return
-        dense, sparse, labels = batch_to_tensors(table, self.features)
         tags = np.asarray(source_index)
+        batch = batch_from_arrow(table, self.features, tags, tuple(names))
+        labels = batch.labels.numpy()
+        batch = batch.to(self.device, non_blocking=True)
         if self.progressive is not None:
-            self.progressive.add(labels.numpy(), predict(self.model, dense, sparse), [names[i] for i in tags])
-        self._count_labels(labels.numpy(), tags, names)
+            self.progressive.add(labels, predict(self.model, batch), [names[i] for i in tags])
+        self._count_labels(labels, tags, names)
         groups: dict[tuple[float, str], list[int]] = {}
         for i in sorted(set(tags.tolist())):
             control = self.control(names[i])
             groups.setdefault((control.learning_rate_scale, control.update), []).append(i)
         total = 0.0
         for (scale, update), members in groups.items():
-            rows = torch.from_numpy(np.flatnonzero(np.isin(tags, members)))
+            rows = np.flatnonzero(np.isin(tags, members))
             whole = len(groups) == 1
-            total += self._step(
-                dense if whole else dense[rows],
-                sparse if whole else sparse[rows],
-                labels if whole else labels[rows],
-                tags if whole else tags[rows.numpy()],
-                names,
-                scale,
-                update,
-            )
+            part = batch if whole else batch.rows(torch.from_numpy(rows).to(self.device))
+            total += self._step(part, labels if whole else labels[rows], tags if whole else tags[rows], names, scale, update)
         self._losses.append(total / table.num_rows)
         self.counts.trained(names, np.bincount(tags, minlength=len(names)), self._losses[-1])
         self.result.steps += 1
@@ -218,9 +210,8 @@ class CtrTrainer:
 
     def _step(
         self,
-        dense: torch.Tensor,
-        sparse: torch.Tensor,
-        labels: torch.Tensor,
+        batch: Batch,
+        labels: npt.NDArray[np.float32],
         tags: npt.NDArray[np.int32],
         names: Sequence[str],
         scale: float,
@@ -229,10 +220,11 @@ class CtrTrainer:
         """One optimizer step on rows sharing a learning-rate scale and update set; returns the summed row loss."""
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        logits = self.model(dense, sparse)
-        weights = self._row_weights(labels.numpy(), torch.sigmoid(logits.detach()).numpy(), tags, names)
-        losses = functional.binary_cross_entropy_with_logits(logits, labels, reduction="none")
-        loss = (losses * torch.from_numpy(weights)).mean()
+        logits = self.model(batch)
+        weights = self._row_weights(labels, torch.sigmoid(logits.detach()).cpu().numpy(), tags, names)
+        batch.weights = torch.from_numpy(weights).to(self.device, non_blocking=True)
+        losses = row_losses(self.model, logits, batch)
+        loss = (losses * batch.weights).mean()
         torch.autograd.backward(loss)
         frozen = {"embeddings": DENSE, "dense": EMBEDDINGS}.get(update)
         if frozen is not None:
@@ -244,13 +236,13 @@ class CtrTrainer:
         self.optimizer.step()
         for group, lr in zip(self.optimizer.param_groups, base, strict=True):
             group["lr"] = lr
-        row_losses = losses.detach().numpy()
+        per_row = losses.detach().cpu().numpy()
         for i in set(tags.tolist()):
             mine = tags == i
             entry = self.loss_by_source.setdefault(names[i], [0.0, 0.0])
-            entry[0] += float(row_losses[mine].sum())
+            entry[0] += float(per_row[mine].sum())
             entry[1] += float(mine.sum())
-        return float(row_losses.sum())
+        return float(per_row.sum())
 
     def _row_weights(self, labels: npt.NDArray[np.float32], probs: npt.NDArray[np.float32], tags: npt.NDArray[np.int32], names: Sequence[str]) -> npt.NDArray[np.float32]:
         """Per row: the source's loss weight, times the delayed-label correction for corrected sources."""
@@ -268,8 +260,8 @@ class CtrTrainer:
         return float(np.mean(window)) if window else float("nan")
 
     def evaluate_batch(self, batch: pa.RecordBatch, source: str) -> None:
-        dense, sparse, labels = batch_to_tensors(batch, self.features)
-        self.evaluation.add(labels.numpy(), predict(self.model, dense, sparse), source)
+        tensors = batch_from_arrow(batch, self.features)
+        self.evaluation.add(tensors.labels.numpy(), predict(self.model, tensors.to(self.device, non_blocking=True)), source)
         self.counts.evaluated(source, batch.num_rows)
 
     def finish_evaluation(self) -> TrainingResult:

@@ -1,0 +1,1 @@
+"""Models the trainer can build: the entry-point loader and the built-in DLRM."""

@@ -1,0 +1,89 @@
+"""A user's own model (examples/models/wide_deep.py) trained by a real job through `primus run`: kill -9 of the trainer mid-job, exact per-source counts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from primus import rpc
+from primus.cluster import running_cluster
+from primus.demo_data import generate_dataset
+from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+from primus.v1 import resource_controller_pb2 as rc_pb2
+from primus.v1 import resource_controller_pb2_grpc as rc_grpc
+from tests.conftest import START, job_document
+
+ROOT = Path(__file__).resolve().parent.parent
+DAYS = 6
+ROWS_PER_HOUR = 600
+TRAIN_ROWS = (DAYS - 1) * 24 * ROWS_PER_HOUR
+EVAL_ROWS = 24 * ROWS_PER_HOUR
+KILL_AT_STEP = 300
+TIMEOUT = 240.0
+
+
+def _job(tmp_path: Path) -> Path:
+    """The demo job on the wide-deep entry point, imported from examples/models; small minibatches, frequent checkpoints."""
+    dataset = tmp_path / "clicks"
+    generate_dataset(dataset, START, DAYS, rows_per_hour=ROWS_PER_HOUR, seed=11)
+    document = job_document(dataset, days=DAYS)
+    training = document["spec"]["training"]  # type: ignore[index]
+    training.update({"batchSize": 64, "checkpointEverySteps": 25, "reportEverySteps": 10, "device": "auto", "embeddingOptimizer": "rowwise_adagrad"})
+    training["model"] = {"entrypoint": "wide_deep:build", "workingDir": str(ROOT / "examples" / "models"), "args": {"hidden": [32, 16]}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def _running_job(state_dir: Path, run: subprocess.Popen[str]) -> tuple[master_pb2_grpc.MasterServiceStub, str, str]:
+    """The master `primus run` started, the job's id once it has trained KILL_AT_STEP steps, and the controller's address."""
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        assert run.poll() is None, run.communicate()
+        cluster = running_cluster(state_dir)
+        if cluster is not None:
+            master = master_pb2_grpc.MasterServiceStub(rpc.connect(cluster.address("master")))
+            jobs = master.ListJobs(master_pb2.ListJobsRequest(), timeout=10).jobs
+            if jobs and jobs[0].progress.step >= KILL_AT_STEP:
+                assert jobs[0].state == common_pb2.JOB_STATE_RUNNING, "the kill must land mid-training"
+                return master, jobs[0].job_id, cluster.address("resource_controller")
+        time.sleep(0.05)
+    raise AssertionError(f"the job did not reach step {KILL_AT_STEP}")
+
+
+@pytest.mark.timeout(360)
+def test_user_model_job_survives_kill_9_of_the_trainer_with_exact_counts(tmp_path: Path) -> None:
+    job = _job(tmp_path)
+    state_dir, runs = tmp_path / "state", tmp_path / "runs"
+    command = [sys.executable, "-m", "primus.cli", "--state-dir", str(state_dir), "--runs-dir", str(runs), "run", str(job)]
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    try:
+        _, job_id, controller = _running_job(state_dir, run)
+        rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(controller))
+        executors = rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=rc_pb2.EXECUTOR_ROLE_TRAINER), timeout=10).executors
+        os.kill(next(e for e in executors if e.state == rc_pb2.EXECUTOR_STATE_READY).pid, signal.SIGKILL)
+        output, _ = run.communicate(timeout=TIMEOUT)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, output
+    report = json.loads((runs / job_id / "report.json").read_text())
+    assert report["state"] == "SUCCEEDED", report["message"]
+    assert report["restarts"] == {"trainer": 1}
+    (source,) = report["sources"]
+    assert source["samples"] == TRAIN_ROWS + EVAL_ROWS, "every row trained or evaluated exactly once, through the kill"
+    assert report["trainer"]["train_samples"] == TRAIN_ROWS
+    assert report["trainer"]["eval_samples"] == EVAL_ROWS
+    assert 0.5 < report["trainer"]["auc"] <= 1.0, "the user's model learned"
+    checkpoint = torch.load(sorted((runs / job_id / "checkpoints").glob("ckpt-*.pt"))[-1], weights_only=False)
+    assert any(name.startswith("wide.") for name in checkpoint["model"]), "the checkpoint is the user's Wide & Deep model"
+    assert "sum" in str(checkpoint["optimizer"]), "its tables trained by row-wise Adagrad"
