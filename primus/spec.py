@@ -163,7 +163,9 @@ class Resources(_Model):
     @model_validator(mode="after")
     def _ranks_on_local(self) -> Resources:
         if self.trainer.replicas > 1 and self.backend is not BackendKind.LOCAL:
-            raise ValueError(f"trainer.replicas {self.trainer.replicas} needs backend local: data-parallel trainers run only as local processes in this version, not on {self.backend.value}")
+            raise ValueError(
+                f"trainer.replicas {self.trainer.replicas} needs backend local: data-parallel ranks run only as local processes, not on {self.backend.value}"
+            )
         return self
 
     @model_validator(mode="after")
@@ -578,7 +580,8 @@ class JobSpec(_Model):
         groups = {(c.learning_rate_scale, c.update) for c in (self.training.sources.get(n, SourceTraining()) for n in names)}
         if self.resources.trainer.replicas > 1 and len(groups) > 1:
             raise ValueError(
-                f"resources.trainer.replicas {self.resources.trainer.replicas}: every source must share one learningRateScale and update in data parallel (training.sources sets {len(groups)} different ones)"
+                f"resources.trainer.replicas {self.resources.trainer.replicas}: in data parallel every source shares one learningRateScale and update"
+                f" (training.sources sets {len(groups)} different ones)"
             )
         return self
 

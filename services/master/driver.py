@@ -252,9 +252,14 @@ class JobDriver:
             if crashes and self._store.get(job_id).result:
                 continue  # the trainer reported and then exited (an adopted one's exit code is unknown): the job is done, not crashed
             for crashed in crashes:
+                if crashed.executor_id in handled:
+                    continue  # a rank of a gang restarted in this pass
                 handled.add(crashed.executor_id)
                 self._store.update(job_id, progress_update={"crashes_handled": sorted(handled)})
-                self._relaunch(job, crashed, budget)
+                if crashed.role == rc_pb2.EXECUTOR_ROLE_TRAINER and spec.resources.trainer.replicas > 1:
+                    self._restart_gang(job, crashed, budget, handled, executors)
+                else:
+                    self._relaunch(job, crashed, budget)
             trainers = [e for e in executors if e.role == rc_pb2.EXECUTOR_ROLE_TRAINER]
             if trainers and not any(e.state in LIVE_STATES for e in trainers):
                 exited_since = exited_since or time.monotonic()
@@ -293,6 +298,25 @@ class JobDriver:
         )
         log.warning("job %s: %s: %s; relaunching", job.job_id, crashed.executor_id, why)
         self._launch_role(job, crashed.role, 1, replaces=crashed.executor_id)
+
+    def _restart_gang(self, job: JobRecord, crashed: rc_pb2.Executor, budget: dict[int, int], handled: set[str], executors: list[rc_pb2.Executor]) -> None:
+        """Data parallel: one trainer rank crashed (its peers then exit with GANG_LOST_EXIT_CODE, or hang in a
+        collective): release every rank, mark them all handled, and launch the whole gang again, which resumes from
+        the last committed checkpoint (model and merged per-task offsets together). One trainer restart is counted."""
+        spec = load_job_text(job.spec_yaml, f"job {job.job_id}").spec
+        why = crashed.message or f"exited with code {crashed.exit_code}"
+        if budget[crashed.role] <= 0:
+            raise JobFailedError(f"{crashed.executor_id} {why} and the trainer restart budget is spent; see {crashed.log_path}")
+        budget[crashed.role] -= 1
+        released = self._peers.rc.ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id, role=rc_pb2.EXECUTOR_ROLE_TRAINER), timeout=60).executors
+        handled.update(e.executor_id for e in [*executors, *released] if e.role == rc_pb2.EXECUTOR_ROLE_TRAINER)
+        restarts = dict(self._store.get(job.job_id).progress.get("restarts", {}))
+        restarts["trainer"] = restarts.get("trainer", 0) + 1
+        ranks = spec.resources.trainer.replicas
+        message = f"{crashed.executor_id}: {why}; restarted all {ranks} trainer ranks from the last checkpoint"
+        self._store.update(job.job_id, progress_update={"restarts": restarts, "crashes_handled": sorted(handled)}, message=message)
+        log.warning("job %s: %s", job.job_id, message)
+        self._launch_role(job, rc_pb2.EXECUTOR_ROLE_TRAINER, ranks)
 
     def _restart_from_checkpoint(self, job: JobRecord, handled: set[str], last_plan: planner_pb2.GetPlanResponse | None) -> None:
         """The planner came back without this job's plan (it keeps no journal, or its journal was lost): plan again,
