@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -14,6 +16,9 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from primus.console import rank_rows
+from primus.demo import demo_job
+from primus.errors import SpecError
+from primus.spec import parse_job
 from services.resource_controller.gang import Gang
 from services.trainer.data_parallel import (
     GangLostError,
@@ -169,3 +174,31 @@ def test_a_dead_peer_ends_the_rank_with_gang_lost(tmp_path: Path) -> None:
     ranks = _run(tmp_path, "die")
     (survivor,) = ranks
     assert "a peer rank is gone" in str(survivor["lost"])
+
+
+def _problems(change: Callable[[dict[str, Any]], object]) -> list[str]:
+    document = demo_job("/data/clicks/date={date}/hour={hour}", 3)
+    change(document["spec"])  # type: ignore[arg-type]
+    try:
+        parse_job(document)
+    except SpecError as exc:
+        return exc.problems
+    return []
+
+
+def test_the_spec_takes_trainer_ranks_on_the_local_backend_only() -> None:
+    assert _problems(lambda spec: spec["resources"]["trainer"].update(replicas=2)) == []
+    (problem,) = _problems(lambda spec: spec["resources"].update(backend="ray", trainer={"replicas": 2}))
+    assert problem == "spec.resources: trainer.replicas 2 needs backend local: data-parallel ranks run only as local processes, not on ray"
+    (problem,) = _problems(lambda spec: spec["resources"].update(trainer={"replicas": 2, "autoscale": {"minReplicas": 1, "maxReplicas": 3}}))
+    assert problem.startswith("spec.resources.trainer: autoscale.maxReplicas 3 must equal replicas 2")
+
+
+def test_ranks_need_one_learning_rate_scale_and_update_for_every_source() -> None:
+    def change(spec: dict[str, Any]) -> None:
+        spec["resources"]["trainer"]["replicas"] = 2
+        spec["training"]["sources"] = {spec["data"]["sources"][0]["name"]: {"update": "dense"}}
+        spec["data"]["sources"].append({**spec["data"]["sources"][0], "name": "more"})
+
+    problems = _problems(change)
+    assert any("every source shares one learningRateScale and update" in p for p in problems), problems
