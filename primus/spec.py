@@ -154,10 +154,11 @@ class Resources(_Model):
     @field_validator("trainer")
     @classmethod
     def _fixed_ranks(cls, value: RoleResources) -> RoleResources:
-        if value.autoscale is not None and value.autoscale.max_replicas != value.replicas:
-            raise ValueError(
-                f"autoscale.maxReplicas {value.autoscale.max_replicas} must equal replicas {value.replicas}: trainer ranks do not autoscale (only their size does)"
-            )
+        scale = value.autoscale
+        if scale is not None and value.replicas != scale.max_replicas:
+            raise ValueError(f"autoscale.maxReplicas {scale.max_replicas} must equal replicas {value.replicas}: trainer ranks do not autoscale (only their size does)")
+        if scale is not None and value.replicas != scale.min_replicas:
+            raise ValueError(f"autoscale.minReplicas {scale.min_replicas} must equal replicas {value.replicas}: trainer ranks do not autoscale (only their size does)")
         return value
 
     @model_validator(mode="after")
