@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import sys
 from collections.abc import Callable
@@ -12,7 +13,6 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 from primus.console import rank_rows
@@ -96,7 +96,8 @@ class _Tiny(nn.Module):
         self.linear = nn.Linear(4, 1)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.linear(self.embedding(ids)).squeeze(1)
+        out: torch.Tensor = self.linear(self.embedding(ids)).squeeze(1)
+        return out
 
 
 def _data() -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,11 +107,16 @@ def _data() -> tuple[torch.Tensor, torch.Tensor]:
 
 def _grads(model: _Tiny, ids: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
     model.zero_grad(set_to_none=True)
-    nn.functional.mse_loss(model(ids), labels).backward()
-    return {name: (p.grad.to_dense() if p.grad.is_sparse else p.grad).clone() for name, p in model.named_parameters() if p.grad is not None}
+    torch.autograd.backward(nn.functional.mse_loss(model(ids), labels))
+    return {name: _dense(p.grad) for name, p in model.named_parameters() if p.grad is not None}
 
 
-def _rank(rank: int, port: int, out: str, case: str) -> None:
+def _dense(grad: torch.Tensor | None) -> torch.Tensor:
+    assert grad is not None
+    return (grad.to_dense() if grad.is_sparse else grad).clone()
+
+
+def _rank(rank: int, port: int, out: str, case: str) -> None:  # in a spawned process
     """One rank: rows [4*rank, 4*rank+4) of the data, or (join) rank 1 with no rows; dies at once in the 'die' case."""
     env = RankEnv(rank, 2, "127.0.0.1", port)
     init_gang(env, timeout=10)
@@ -127,10 +133,10 @@ def _rank(rank: int, port: int, out: str, case: str) -> None:
         else:
             model.zero_grad(set_to_none=True)
             mine = slice(4 * rank, 4 * rank + 4)
-            nn.functional.mse_loss(model(ids[mine]), labels[mine]).backward()
+            torch.autograd.backward(nn.functional.mse_loss(model(ids[mine]), labels[mine]))
             result["contributors"] = sync(True)
         result["sparse"] = bool(model.embedding.weight.grad is not None and model.embedding.weight.grad.is_sparse)
-        result["grads"] = {n: (p.grad.to_dense() if p.grad.is_sparse else p.grad).tolist() for n, p in model.named_parameters()}
+        result["grads"] = {n: _dense(p.grad).tolist() for n, p in model.named_parameters()}
     except GangLostError as exc:
         result["lost"] = str(exc)
     Path(out, f"rank{rank}.json").write_text(json.dumps(result))
@@ -140,7 +146,12 @@ def _rank(rank: int, port: int, out: str, case: str) -> None:
 
 def _run(tmp_path: Path, case: str) -> list[dict[str, object]]:
     port = Gang.launch(2).master_port
-    mp.start_processes(_rank, args=(port, str(tmp_path), case), nprocs=2, join=True, start_method="spawn")
+    spawn = multiprocessing.get_context("spawn")
+    ranks = [spawn.Process(target=_rank, args=(rank, port, str(tmp_path), case)) for rank in range(2)]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(timeout=120)
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2) if (tmp_path / f"rank{r}.json").exists()]
 
 
