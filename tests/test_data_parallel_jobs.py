@@ -96,3 +96,16 @@ def test_kill_one_rank_restarts_the_gang_with_exact_counts(cluster: ClusterState
     trainers = [s for s in report["services"] if s["role"] == "trainer"]
     assert len(trainers) == 4, "both ranks were launched again"
     assert any(s["exit_code"] == -signal.SIGKILL for s in trainers)
+
+
+@pytest.mark.timeout(480)
+def test_a_lost_data_executor_restarts_the_gang_with_exact_counts(cluster: ClusterState, dp_dataset: Path, tmp_path: Path) -> None:
+    master, job_id = _submit(cluster, dp_dataset, tmp_path)
+    _wait_for_step(master, job_id, 20)  # early: its streams still have tasks to serve
+    rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(cluster.address("resource_controller")))
+    executors = rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR), timeout=10).executors
+    victim = next(e for e in executors if e.state == rc_pb2.EXECUTOR_STATE_READY)
+    os.kill(victim.pid, signal.SIGKILL)
+    report = finish_job(master, job_id, timeout=TIMEOUT)
+    _assert_exact(report)
+    assert report["restarts"] == {"data executor": 1, "trainer": 1}, "the executor relaunched, the gang restarted once"
