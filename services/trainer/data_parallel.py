@@ -116,9 +116,9 @@ def plan_round(statuses: list[RankStatus]) -> RoundPlan:
     return RoundPlan(RoundKind.STEP, steps)
 
 
-def agree(status: RankStatus) -> RoundPlan:
-    """all_gather the statuses and plan the round (the same plan on every rank)."""
-    mine = torch.tensor(status.encode(), dtype=torch.int64)
+def agree(status: RankStatus, device: torch.device | None = None) -> RoundPlan:
+    """all_gather the statuses and plan the round (the same plan on every rank); device: the model's (NCCL)."""
+    mine = torch.tensor(status.encode(), dtype=torch.int64, device=device)
     everyone = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     guarded(lambda: dist.all_gather(everyone, mine))
     return plan_round([RankStatus.decode(t.tolist()) for t in everyone])
@@ -174,10 +174,12 @@ class GradientSync:
 
     def __call__(self, contributed: bool) -> int:
         """Exchange; returns how many ranks contributed (0: nobody had rows, and no step should be taken)."""
-        flat = [p.grad.reshape(-1) if p.grad is not None and not p.grad.is_sparse else torch.zeros(p.numel(), dtype=p.dtype) for p in self.dense]
-        if not contributed:
-            flat = [torch.zeros_like(f) for f in flat]
-        buffer = torch.cat([*flat, torch.tensor([1.0 if contributed else 0.0], dtype=flat[0].dtype if flat else torch.float32)])
+        flat = [
+            p.grad.reshape(-1) if contributed and p.grad is not None and not p.grad.is_sparse else torch.zeros(p.numel(), dtype=p.dtype, device=p.device)
+            for p in self.dense
+        ]
+        device = self.parameters[0].device if self.parameters else torch.device("cpu")  # NCCL wants the model's device
+        buffer = torch.cat([*flat, torch.tensor([1.0 if contributed else 0.0], dtype=flat[0].dtype if flat else torch.float32, device=device)])
         guarded(lambda: dist.all_reduce(buffer))
         self.exchanged += 1
         contributors = round(float(buffer[-1]))
@@ -199,13 +201,13 @@ class GradientSync:
             grad = grad.coalesce()
             indices, values = grad.indices()[0], grad.values()
         else:
-            indices, values = torch.zeros(0, dtype=torch.int64), torch.zeros((0, *p.shape[1:]), dtype=p.dtype)
+            indices, values = torch.zeros(0, dtype=torch.int64, device=p.device), torch.zeros((0, *p.shape[1:]), dtype=p.dtype, device=p.device)
         world = dist.get_world_size()
-        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-        guarded(lambda: dist.all_gather(sizes, torch.tensor([indices.numel()], dtype=torch.int64)))
+        sizes = [torch.zeros(1, dtype=torch.int64, device=p.device) for _ in range(world)]
+        guarded(lambda: dist.all_gather(sizes, torch.tensor([indices.numel()], dtype=torch.int64, device=p.device)))
         largest = max(int(s) for s in sizes)
-        padded_i = torch.zeros(largest, dtype=torch.int64)
-        padded_v = torch.zeros((largest, *p.shape[1:]), dtype=p.dtype)
+        padded_i = torch.zeros(largest, dtype=torch.int64, device=p.device)
+        padded_v = torch.zeros((largest, *p.shape[1:]), dtype=p.dtype, device=p.device)
         padded_i[: indices.numel()], padded_v[: indices.numel()] = indices, values
         all_i = [torch.zeros_like(padded_i) for _ in range(world)]
         all_v = [torch.zeros_like(padded_v) for _ in range(world)]
