@@ -114,6 +114,20 @@ def _metric_row(name: str, m: dict[str, Any] | None) -> list[Any]:
     return [name, m["rows"], m["auc"], m["logloss"], m["normalized_entropy"], m["calibration"]] if m else [name, "-", "-", "-", "-", "-"]
 
 
+def rank_rows(ranks: list[dict[str, Any]]) -> list[list[Any]]:
+    """Per data-parallel rank: rows, minibatches, seconds waiting and stepping, and its samples/s over its own busy
+    time against the fastest rank's (a slow rank shows as a low "speed" and its peers' long waits)."""
+    rates = [r["samples"] / r["step_seconds"] if r.get("step_seconds") else 0.0 for r in ranks]
+    best = max(rates, default=0.0) or 1.0
+    return [[r["rank"], r["samples"], r["steps"], r["wait_seconds"], r["step_seconds"], round(rate), f"{rate / best:.2f}"] for r, rate in zip(ranks, rates, strict=True)]
+
+
+def _print_ranks(ranks: list[dict[str, Any]]) -> None:
+    if ranks:
+        columns = ["rank", "rows trained", "minibatches", "wait s", "step s", "rows/step s", "speed"]
+        console.print(_table("trainer ranks", columns, rank_rows(ranks)))
+
+
 def _print_evaluation(trainer: dict[str, Any]) -> None:
     """The mix per source (asked, realised, time short of its share, catch-ups) and the metrics users trust."""
     sources = trainer.get("sources") or []
@@ -132,6 +146,7 @@ def _print_evaluation(trainer: dict[str, Any]) -> None:
             for s in sources
         ]
         console.print(_table("mix", columns, rows))
+    _print_ranks(trainer.get("ranks") or [])
     named = [("eval", trainer.get("eval")), ("eval, recent", trainer.get("eval_recent")), ("progressive", trainer.get("progressive"))]
     named += [(f"progressive {s['source']}", s.get("progressive")) for s in sources if s.get("progressive")]
     shown = [_metric_row(name, m) for name, m in named if m]

@@ -153,12 +153,21 @@ class Resources(_Model):
 
     @field_validator("trainer")
     @classmethod
-    def _one_trainer(cls, value: RoleResources) -> RoleResources:
-        if value.replicas != 1:
-            raise ValueError("replicas must be 1: this version trains with a single trainer process")
-        if value.autoscale is not None and value.autoscale.max_replicas != 1:
-            raise ValueError("autoscale.maxReplicas must be 1: the trainer scales only vertically in this version")
+    def _fixed_ranks(cls, value: RoleResources) -> RoleResources:
+        scale = value.autoscale
+        if scale is not None and value.replicas != scale.max_replicas:
+            raise ValueError(f"autoscale.maxReplicas {scale.max_replicas} must equal replicas {value.replicas}: trainer ranks do not autoscale (only their size does)")
+        if scale is not None and value.replicas != scale.min_replicas:
+            raise ValueError(f"autoscale.minReplicas {scale.min_replicas} must equal replicas {value.replicas}: trainer ranks do not autoscale (only their size does)")
         return value
+
+    @model_validator(mode="after")
+    def _ranks_on_local(self) -> Resources:
+        if self.trainer.replicas > 1 and self.backend is not BackendKind.LOCAL:
+            raise ValueError(
+                f"trainer.replicas {self.trainer.replicas} needs backend local: data-parallel ranks run only as local processes, not on {self.backend.value}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _within_quota(self) -> Resources:
@@ -592,6 +601,12 @@ class JobSpec(_Model):
         unknown = [n for n in self.training.sources if n not in names]
         if unknown:
             raise ValueError(f"training.sources names {unknown[0]!r}, which is not a sample source ({', '.join(names)})")
+        groups = {(c.learning_rate_scale, c.update) for c in (self.training.sources.get(n, SourceTraining()) for n in names)}
+        if self.resources.trainer.replicas > 1 and len(groups) > 1:
+            raise ValueError(
+                f"resources.trainer.replicas {self.resources.trainer.replicas}: in data parallel every source shares one learningRateScale and update"
+                f" (training.sources sets {len(groups)} different ones)"
+            )
         return self
 
 

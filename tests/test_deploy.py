@@ -368,7 +368,7 @@ def test_crd_schema_accepts_the_demo_job_and_rejects_bad_ones() -> None:
     changes: list[Callable[[Doc], object]] = [
         lambda spec: spec["training"].update(optimizer="rmsprop"),
         lambda spec: spec["training"].update(learningRate=0),
-        lambda spec: spec["resources"]["trainer"].update(replicas=2),
+        lambda spec: spec["resources"]["trainer"].update(replicas=65),
         lambda spec: spec["data"]["sources"][0].update(name="Clicks"),
         lambda spec: spec["data"].update(sources=[]),
         lambda spec: spec["training"]["features"].pop("sparse"),

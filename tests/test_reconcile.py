@@ -24,6 +24,7 @@ from services.master.reconcile import (
     PlanView,
     Relaunch,
     Replan,
+    RestartGang,
     Suspend,
     Wait,
     reconcile,
@@ -103,6 +104,17 @@ def test_two_crashes_in_one_look_share_the_budget() -> None:
     status = replace(RUNNING, max_restarts={Role.DATA_EXECUTOR: 1, Role.TRAINER: 1})
     observed = Observed(plan=PLAN, executors=(_crashed("d-0", Role.DATA_EXECUTOR), _crashed("d-1", Role.DATA_EXECUTOR), TRAINER))
     assert reconcile(status, observed)[0] == Finish(JobState.FAILED, "d-1 exited with code -9 and the data executor restart budget is spent; see logs/d-1.log")
+
+
+def test_a_crashed_rank_restarts_the_whole_gang_once() -> None:
+    """Data parallel: rank 1 was killed and rank 0 exited when its peer vanished; one gang restart covers both."""
+    gang = replace(RUNNING, replicas={Role.DATA_EXECUTOR: 2, Role.TRAINER: 2})
+    ranks = (_crashed("t-0", Role.TRAINER), _crashed("t-1", Role.TRAINER))
+    observed = Observed(plan=PLAN, executors=(*EXECUTORS[:2], *ranks))
+    assert reconcile(gang, observed) == [RestartGang("t-0", "exited with code -9", ("t-0", "t-1"))]
+    spent = replace(gang, restarts={"trainer": 1})
+    assert reconcile(spent, observed)[0] == Finish(JobState.FAILED, "t-0 exited with code -9 and the trainer restart budget is spent; see logs/t-0.log")
+    assert reconcile(replace(gang, crashes_handled=frozenset({"t-0", "t-1"})), Observed(plan=PLAN, executors=(*EXECUTORS[:2], *ranks, TRAINER))) == [Wait("running")]
 
 
 def test_trainer_result_succeeds_and_drops_the_plan() -> None:

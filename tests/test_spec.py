@@ -156,7 +156,7 @@ def test_the_trainer_scales_only_vertically(dataset: Path, tmp_path: Path) -> No
     document = job_document(dataset)
     document["spec"]["resources"]["trainer"]["autoscale"] = {"maxReplicas": 2}  # type: ignore[index]
     (problem,) = _problems(tmp_path, document)
-    assert problem.startswith("spec.resources.trainer: ") and "scales only vertically" in problem
+    assert problem.startswith("spec.resources.trainer: ") and "trainer ranks do not autoscale" in problem
 
 
 def test_autoscale_is_off_by_default(dataset: Path, tmp_path: Path) -> None:

@@ -258,7 +258,7 @@ class ReportTrainingProgressResponse(_message.Message):
     def __init__(self, stop: _Optional[bool] = ...) -> None: ...
 
 class ReportTrainingResultRequest(_message.Message):
-    __slots__ = ("job_id", "trainer_id", "steps", "train_samples", "eval_samples", "auc", "logloss", "train_seconds", "final_loss", "checkpoint_path", "error", "eval", "eval_recent", "progressive", "sources", "joined_label_fraction", "snapshot_path", "minibatches", "mixed_minibatches", "metrics")
+    __slots__ = ("job_id", "trainer_id", "steps", "train_samples", "eval_samples", "auc", "logloss", "train_seconds", "final_loss", "checkpoint_path", "error", "eval", "eval_recent", "progressive", "sources", "joined_label_fraction", "snapshot_path", "minibatches", "mixed_minibatches", "ranks", "metrics")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -285,6 +285,7 @@ class ReportTrainingResultRequest(_message.Message):
     SNAPSHOT_PATH_FIELD_NUMBER: _ClassVar[int]
     MINIBATCHES_FIELD_NUMBER: _ClassVar[int]
     MIXED_MINIBATCHES_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     trainer_id: str
@@ -305,8 +306,23 @@ class ReportTrainingResultRequest(_message.Message):
     snapshot_path: str
     minibatches: int
     mixed_minibatches: int
+    ranks: _containers.RepeatedCompositeFieldContainer[RankResult]
     metrics: _containers.ScalarMap[str, float]
-    def __init__(self, job_id: _Optional[str] = ..., trainer_id: _Optional[str] = ..., steps: _Optional[int] = ..., train_samples: _Optional[int] = ..., eval_samples: _Optional[int] = ..., auc: _Optional[float] = ..., logloss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., final_loss: _Optional[float] = ..., checkpoint_path: _Optional[str] = ..., error: _Optional[str] = ..., eval: _Optional[_Union[EvalMetrics, _Mapping]] = ..., eval_recent: _Optional[_Union[EvalMetrics, _Mapping]] = ..., progressive: _Optional[_Union[EvalMetrics, _Mapping]] = ..., sources: _Optional[_Iterable[_Union[SourceTrainingResult, _Mapping]]] = ..., joined_label_fraction: _Optional[float] = ..., snapshot_path: _Optional[str] = ..., minibatches: _Optional[int] = ..., mixed_minibatches: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., trainer_id: _Optional[str] = ..., steps: _Optional[int] = ..., train_samples: _Optional[int] = ..., eval_samples: _Optional[int] = ..., auc: _Optional[float] = ..., logloss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., final_loss: _Optional[float] = ..., checkpoint_path: _Optional[str] = ..., error: _Optional[str] = ..., eval: _Optional[_Union[EvalMetrics, _Mapping]] = ..., eval_recent: _Optional[_Union[EvalMetrics, _Mapping]] = ..., progressive: _Optional[_Union[EvalMetrics, _Mapping]] = ..., sources: _Optional[_Iterable[_Union[SourceTrainingResult, _Mapping]]] = ..., joined_label_fraction: _Optional[float] = ..., snapshot_path: _Optional[str] = ..., minibatches: _Optional[int] = ..., mixed_minibatches: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankResult, _Mapping]]] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class RankResult(_message.Message):
+    __slots__ = ("rank", "samples", "steps", "wait_seconds", "step_seconds")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    samples: int
+    steps: int
+    wait_seconds: float
+    step_seconds: float
+    def __init__(self, rank: _Optional[int] = ..., samples: _Optional[int] = ..., steps: _Optional[int] = ..., wait_seconds: _Optional[float] = ..., step_seconds: _Optional[float] = ...) -> None: ...
 
 class EvalMetrics(_message.Message):
     __slots__ = ("rows", "positives", "auc", "logloss", "normalized_entropy", "calibration")

@@ -235,10 +235,12 @@ class ListExecutorsResponse(_message.Message):
     def __init__(self, executors: _Optional[_Iterable[_Union[Executor, _Mapping]]] = ...) -> None: ...
 
 class ReleaseExecutorsRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "role")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    role: ExecutorRole
+    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ...) -> None: ...
 
 class ReleaseExecutorsResponse(_message.Message):
     __slots__ = ("executors",)

@@ -278,6 +278,8 @@ class JobDriver:
                 if os.environ.get(EXIT_AFTER_RELAUNCH_ENV) == "1":
                     log.warning("job %s: %s=1: the master exits right after relaunching", job_id, EXIT_AFTER_RELAUNCH_ENV)
                     os._exit(17)
+            case rc.RestartGang(replaces, why, ranks):
+                self._restart_gang(record, replaces, why, ranks)
             case rc.Replan():
                 self._replan(record, looks.last_plan)
                 looks.last_plan = None
@@ -322,6 +324,20 @@ class JobDriver:
             ),
             timeout=60,
         )
+
+    def _restart_gang(self, job: JobRecord, replaces: str, why: str, ranks: tuple[str, ...]) -> None:
+        """Release every trainer rank and launch the gang again; it resumes from the last committed checkpoint (the model
+        and the merged per-task offsets together), so the counts stay exact."""
+        released = self._peers.rc.ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id, role=ROLES[Role.TRAINER].proto), timeout=60).executors  # type: ignore[arg-type]
+        stored = self._store.get(job.job_id).progress
+        name = ROLES[Role.TRAINER].restart_key
+        restarts = {**stored.get(RESTARTS, {}), name: int(stored.get(RESTARTS, {}).get(name, 0)) + 1}
+        handled = sorted({*stored.get(CRASHES_HANDLED, []), replaces, *ranks, *(e.executor_id for e in released)})
+        replicas = JobStatus.from_record(self._store.get(job.job_id), load_job_text(job.spec_yaml, f"job {job.job_id}").spec).replicas[Role.TRAINER]
+        message = f"{replaces}: {why}; restarted all {replicas} trainer ranks from the last checkpoint"
+        self._store.update(job.job_id, progress_update={RESTARTS: restarts, CRASHES_HANDLED: handled}, message=message)
+        log.warning("job %s: %s", job.job_id, message)
+        self._relaunch(job, Role.TRAINER, replicas)
 
     def _suspend(self, job: JobRecord) -> None:
         released = self._peers.rc.ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id), timeout=60).executors

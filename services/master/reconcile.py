@@ -75,6 +75,16 @@ class Relaunch:
 
 
 @dataclass(frozen=True)
+class RestartGang:
+    """Data parallel: a trainer rank crashed, so every rank is released and the whole gang launched again from the last
+    committed checkpoint (its peers end with GangLostError or hang in a collective). One trainer restart is counted."""
+
+    replaces: str
+    why: str
+    ranks: tuple[str, ...]  # every trainer executor seen now: all of them are handled by this restart
+
+
+@dataclass(frozen=True)
 class Replan:
     """The planner lost the plan: release every executor, plan again, and launch from the last checkpoint."""
 
@@ -105,7 +115,7 @@ class DropPlan:
     """The planner forgets the plan (its ledger, journal and re-planning thread)."""
 
 
-Action = Plan | Launch | Launched | Relaunch | Replan | CountPlannerRecoveries | Wait | Suspend | Finish | DropPlan
+Action = Plan | Launch | Launched | Relaunch | RestartGang | Replan | CountPlannerRecoveries | Wait | Suspend | Finish | DropPlan
 
 
 def _end(state: JobState, message: str) -> list[Action]:
@@ -151,11 +161,17 @@ def reconcile(status: JobStatus, observed: Observed) -> list[Action]:
     for crashed in observed.executors:
         if crashed.phase is not Phase.CRASHED or crashed.executor_id in status.crashes_handled:
             continue
+        gang = crashed.role is Role.TRAINER and status.replicas[Role.TRAINER] > 1
+        if gang and any(isinstance(a, RestartGang) for a in actions):
+            continue  # one restart of the gang covers every rank down (its peers exit once one rank dies)
         why = crashed.message or f"exited with code {crashed.exit_code}"
         if left[crashed.role] <= 0:
             name = ROLES[crashed.role].restart_key
             return _end(JobState.FAILED, f"{crashed.executor_id} {why} and the {name} restart budget is spent; see {crashed.log_path}")
         left[crashed.role] -= 1
+        if gang:
+            actions.append(RestartGang(crashed.executor_id, why, tuple(e.executor_id for e in observed.executors if e.role is Role.TRAINER)))
+            continue
         actions.append(Relaunch(crashed.role, crashed.executor_id, why))
     if not actions and observed.trainers_gone_for > EXIT_GRACE_SECONDS:
         last = [e for e in observed.executors if e.role is Role.TRAINER][-1]

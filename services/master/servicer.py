@@ -195,6 +195,10 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             "minibatches": request.minibatches,
             "mixed_minibatches": request.mixed_minibatches,
             "metrics": dict(sorted(request.metrics.items())),  # a user's own loop (training.script): what it reported
+            "ranks": [
+                {"rank": r.rank, "samples": r.samples, "steps": r.steps, "wait_seconds": round(r.wait_seconds, 3), "step_seconds": round(r.step_seconds, 3)}
+                for r in request.ranks
+            ],
         }
         if request.error:
             result = {"trainer_id": request.trainer_id, "error": request.error}

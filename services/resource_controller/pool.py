@@ -22,6 +22,7 @@ from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.resource_controller.backend import EventKind, ExecutorEvent, ExitReason, LaunchSpec, RoleSize, SchedulerBackend
 from services.resource_controller.control import ExecutorControl
 from services.resource_controller.decisions import DecisionLog, LoggedAction, LoggedDecision
+from services.resource_controller.gang import Gang
 from services.resource_controller.records import Beat, ExecutorRecord, ExecutorState, JobContext, state_after_exit
 from services.resource_controller.signals import executor_signals
 from services.resource_controller.slots import SlotHealth
@@ -75,6 +76,7 @@ class ExecutorPool:
         self._jobs: dict[str, JobContext] = {}
         self._next_index: dict[str, int] = {}  # per "job/role": executor ids are never reused
         self._timeouts: dict[str, float] = {}
+        self._gangs: dict[str, Gang] = {}  # per job with trainer replicas > 1: the rendezvous of its current ranks
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._load()
@@ -108,6 +110,11 @@ class ExecutorPool:
         with self._lock:
             context = JobContext(request.job_id, request.run_dir, request.planner_address, request.master_address, request.backend, dict(request.placement or {}))
             self._jobs.setdefault(request.job_id, context)
+            if request.role == "trainer" and not request.replaces:  # a gang launch: a new rendezvous for its ranks
+                if request.count > 1:
+                    self._gangs[request.job_id] = Gang.launch(request.count)
+                else:
+                    self._gangs.pop(request.job_id, None)
             records = [self._new_record(request) for _ in range(request.count)]
         for record in records:
             if record.state is ExecutorState.STARTING:
@@ -161,7 +168,9 @@ class ExecutorPool:
             "--runs-dir", str(job.run_dir.parent),
         )  # fmt: skip
         backend = self._backend(record)
-        spec = LaunchSpec(record.executor_id, record.job_id, record.role, args, record.cpu, record.memory_mib, Path(record.log_path), placement=job.placement)
+        gang = self._gangs.get(record.job_id) if record.role == "trainer" else None
+        env = gang.env(record.slot) if gang is not None and record.slot < gang.world_size else {}
+        spec = LaunchSpec(record.executor_id, record.job_id, record.role, args, record.cpu, record.memory_mib, Path(record.log_path), env=env, placement=job.placement)
         try:
             handle = backend.launch(spec)
         except Exception as exc:
@@ -277,16 +286,17 @@ class ExecutorPool:
         self.drain(executor_id, ExitReason.MIGRATED)
         return self.record(launched[0].executor_id)
 
-    def release(self, job_id: str, grace_seconds: float = RELEASE_GRACE_SECONDS) -> list[ExecutorRecord]:
-        """Stop every executor of a job, gently first; pending launches are dropped."""
+    def release(self, job_id: str, grace_seconds: float = RELEASE_GRACE_SECONDS, role: str = "") -> list[ExecutorRecord]:
+        """Stop every executor of a job (or of one role of it: a gang restart), gently first; pending launches are dropped."""
         with self._lock:
-            records = [r for r in self._records.values() if r.job_id == job_id]
+            records = [r for r in self._records.values() if r.job_id == job_id and (not role or r.role == role)]
             for record in records:
                 if record.state is ExecutorState.PENDING:
                     record.state, record.exit_reason = ExecutorState.RELEASED, ExitReason.RELEASED
         for record in records:
             self._release_one(record.executor_id, ExitReason.RELEASED, grace_seconds, save=False)
-        self._slots.forget_job(job_id)
+        if not role:
+            self._slots.forget_job(job_id)
         self._save()
         return [r.view() for r in records]
 

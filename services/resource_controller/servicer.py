@@ -118,7 +118,8 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
         return rc_pb2.ListExecutorsResponse(executors=self._protos(records))
 
     def ReleaseExecutors(self, request: rc_pb2.ReleaseExecutorsRequest, context: grpc.ServicerContext) -> rc_pb2.ReleaseExecutorsResponse:
-        return rc_pb2.ReleaseExecutorsResponse(executors=self._protos(self._pool.release(request.job_id)))
+        role = _role(request.role) if request.role else ""
+        return rc_pb2.ReleaseExecutorsResponse(executors=self._protos(self._pool.release(request.job_id, role=role)))
 
     def Heartbeat(self, request: rc_pb2.HeartbeatRequest, context: grpc.ServicerContext) -> rc_pb2.HeartbeatResponse:
         return rc_pb2.HeartbeatResponse(known=self._pool.heartbeat(request.executor_id, request.telemetry))

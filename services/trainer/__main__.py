@@ -17,6 +17,7 @@ from primus import cores, metrics_http, rpc, telemetry
 from primus.data.planner_calls import PLAN_LOST_EXIT_CODE, PlanLostError
 from primus.errors import PrimusError
 from primus.worker import fetch_job_spec, parse_worker_args, register
+from services.trainer.data_parallel import GANG_LOST_EXIT_CODE, GangLostError
 from services.trainer.server import DONE_PHASE, report_failure, run_trainer, start_heartbeats, start_status_server
 from services.trainer.servicer import TrainerStatus
 
@@ -54,6 +55,9 @@ def main() -> int:
         cores.to_step_cores()  # this thread runs the model step, on the cores the local backend kept for it
         result = run_trainer(args, job, status)
         log.info("trained %d steps on %d samples; eval auc %.4f logloss %.4f", result.steps, result.train_samples, result.auc, result.logloss)
+    except GangLostError as exc:
+        log.error("stopping the rank: %s; the master restarts every rank from the last checkpoint", exc)
+        code = GANG_LOST_EXIT_CODE
     except PlanLostError as exc:
         log.error("stopping without a result: %s; the last checkpoint is kept for the restart", exc)
         code = PLAN_LOST_EXIT_CODE

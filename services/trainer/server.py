@@ -15,10 +15,12 @@ from primus.spec import TrainingJob
 from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2_grpc, trainer_pb2, trainer_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.worker import WorkerArgs
+from services.trainer.data_parallel import RankEnv, init_gang
+from services.trainer.gang_session import GangSession
 from services.trainer.prometheus import trainer_metrics
 from services.trainer.servicer import TrainerServicer, TrainerStatus
 from services.trainer.session import TrainingSession
-from services.trainer.training import TrainingResult, finite
+from services.trainer.training import ProgressFn, TrainingResult, finite
 from services.trainer.user_script import run_script
 
 log = logging.getLogger(__name__)
@@ -70,14 +72,53 @@ def run_trainer(args: WorkerArgs, job: TrainingJob, status: TrainerStatus) -> Tr
         deliver_result(master, request)
         return result
     planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(args.planner))
-    session = TrainingSession(
-        args.job_id, args.executor_id, job, planner, args.run_dir / "checkpoints", executor_discovery(args.resource_controller, args.job_id), progress
-    )
+    env = RankEnv.from_env()
+    if env.distributed:
+        return run_rank(args, job, status, master, planner, env, progress)
+    discover = executor_discovery(args.resource_controller, args.job_id)
+    session = TrainingSession(args.job_id, args.executor_id, job, planner, args.run_dir / "checkpoints", discover, progress)
     session.resume()
     session.train()
     result = session.evaluate() if job.spec.data.eval is not None else session.finish()
     status.update(DONE_PHASE, result.steps, result.train_samples, result.final_loss)  # from here on a release is expected
     deliver_result(master, result_request(args, result))
+    return result
+
+
+def run_rank(
+    args: WorkerArgs,
+    job: TrainingJob,
+    status: TrainerStatus,
+    master: master_pb2_grpc.MasterServiceStub,
+    planner: planner_pb2_grpc.PlannerServiceStub,
+    env: RankEnv,
+    progress: ProgressFn,
+) -> TrainingResult:
+    """One rank of a data-parallel trainer: rank 0 reports progress, evaluates and reports the result with every
+    rank's counts; the other ranks end once training is checkpointed."""
+    log.info("rank %d of %d: joining the gang at %s:%d", env.rank, env.world_size, env.master_addr, env.master_port)
+    init_gang(env)
+
+    def quiet(phase: str, step: int, samples: int, loss: float) -> bool:
+        status.update(phase, step, samples, loss)
+        return False
+
+    discover = executor_discovery(args.resource_controller, args.job_id)
+    session = GangSession(args.job_id, args.executor_id, job, planner, args.run_dir / "checkpoints", discover, progress if env.rank == 0 else quiet, env=env)
+    session.resume()
+    session.train()
+    session.gather_ranks()
+    if env.rank != 0:
+        result = session.trainer.result
+        status.update(DONE_PHASE, result.steps, result.train_samples, result.final_loss)
+        return result
+    result = session.evaluate() if job.spec.data.eval is not None else session.finish()
+    status.update(DONE_PHASE, result.steps, result.train_samples, result.final_loss)
+    request = result_request(args, result)
+    request.ranks.extend(
+        master_pb2.RankResult(rank=r.rank, samples=r.samples, steps=r.steps, wait_seconds=r.wait_seconds, step_seconds=r.step_seconds) for r in session.ranks
+    )
+    deliver_result(master, request)
     return result
 
 

@@ -158,6 +158,7 @@ class CtrTrainer:
         self.loss_by_source: dict[str, list[float]] = {}  # [weighted loss sum, rows]
         self._losses: list[float] = []
         self._arrays: tuple[tuple[str, ...], SourceArrays] | None = None
+        self.grad_sync: Callable[[bool], int] | None = None  # data parallel: averages gradients over the ranks after backward
 
     def _per_source(self, names: Sequence[str]) -> SourceArrays:
         """The per-source arrays for these names, worked out again only when a source joins the mix."""
@@ -226,6 +227,19 @@ class CtrTrainer:
         losses = row_losses(self.model, logits, batch)
         loss = (losses * batch.weights).mean()
         torch.autograd.backward(loss)
+        if self.grad_sync is not None:
+            self.grad_sync(True)
+        self._update(scale, update)
+        per_row = losses.detach().cpu().numpy()
+        for i in set(tags.tolist()):
+            mine = tags == i
+            entry = self.loss_by_source.setdefault(names[i], [0.0, 0.0])
+            entry[0] += float(per_row[mine].sum())
+            entry[1] += float(mine.sum())
+        return float(per_row.sum())
+
+    def _update(self, scale: float, update: str) -> None:
+        """The optimizer step on the gradients there are, with the learning rate times scale, on the parameters `update` names."""
         frozen = {"embeddings": DENSE, "dense": EMBEDDINGS}.get(update)
         if frozen is not None:
             for p in self.optimizer.param_groups[frozen]["params"]:
@@ -236,13 +250,14 @@ class CtrTrainer:
         self.optimizer.step()
         for group, lr in zip(self.optimizer.param_groups, base, strict=True):
             group["lr"] = lr
-        per_row = losses.detach().cpu().numpy()
-        for i in set(tags.tolist()):
-            mine = tags == i
-            entry = self.loss_by_source.setdefault(names[i], [0.0, 0.0])
-            entry[0] += float(per_row[mine].sum())
-            entry[1] += float(mine.sum())
-        return float(per_row.sum())
+
+    def join_step(self, scale: float = 1.0, update: str = "all") -> None:
+        """Data parallel, a rank with no rows this step: take its part in the gradient exchange and the same update as its peers."""
+        if self.grad_sync is None:
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.grad_sync(False):
+            self._update(scale, update)
 
     def _row_weights(self, labels: npt.NDArray[np.float32], probs: npt.NDArray[np.float32], tags: npt.NDArray[np.int32], names: Sequence[str]) -> npt.NDArray[np.float32]:
         """Per row: the source's loss weight, times the delayed-label correction for corrected sources."""

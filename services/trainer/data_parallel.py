@@ -1,0 +1,245 @@
+"""Data parallel over torch.distributed: the rank environment, each round's plan, gradient exchange, merged data progress."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import Enum
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+GANG_LOST_EXIT_CODE = 76  # a peer rank died (or an executor was lost): the master restarts every rank from the checkpoint
+GANG_TIMEOUT_SECONDS = 120.0  # a collective waiting longer than this for a peer ends the rank (PRIMUS_GANG_TIMEOUT_SECONDS)
+T = TypeVar("T")
+
+
+class GangLostError(Exception):
+    """A peer rank is gone (its connection broke, or a collective timed out): the whole gang restarts."""
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    """This process's place in the gang, from RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT."""
+
+    rank: int = 0
+    world_size: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> RankEnv:
+        if int(env.get("WORLD_SIZE", "1")) <= 1:
+            return cls()
+        return cls(int(env["RANK"]), int(env["WORLD_SIZE"]), env.get("MASTER_ADDR", "127.0.0.1"), int(env["MASTER_PORT"]))
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    def backend(self) -> str:
+        """gloo on CPU; NCCL where the model is on a GPU (not runnable on this machine, so never chosen here)."""
+        return "nccl" if torch.cuda.is_available() and os.environ.get("PRIMUS_DEVICE", "cpu") == "cuda" else "gloo"
+
+
+def timeout_seconds(env: Mapping[str, str] = os.environ) -> float:
+    return float(env.get("PRIMUS_GANG_TIMEOUT_SECONDS", GANG_TIMEOUT_SECONDS))
+
+
+def init_gang(env: RankEnv, timeout: float | None = None) -> None:
+    """Join the gang's process group (blocks until every rank has joined, up to the timeout)."""
+    guarded(
+        lambda: dist.init_process_group(
+            env.backend(),
+            init_method=f"tcp://{env.master_addr}:{env.master_port}",
+            rank=env.rank,
+            world_size=env.world_size,
+            timeout=timedelta(seconds=timeout if timeout is not None else timeout_seconds()),
+        )
+    )
+
+
+def guarded(call: Callable[[], T]) -> T:
+    """Run a collective; a broken or silent peer becomes GangLostError."""
+    try:
+        return call()
+    except (RuntimeError, ConnectionError, OSError) as exc:  # gloo raises RuntimeError (DistBackendError is one)
+        raise GangLostError(f"a peer rank is gone: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+
+
+# --- each round's plan (pure) -------------------------------------------------------------------
+
+
+class RoundKind(Enum):
+    STEP = "step"  # every rank steps `steps` times: a rank without a minibatch joins with no rows
+    STOP = "stop"  # the master asked to stop: every rank checkpoints and ends
+    END = "end"  # every rank's feed ended and its mixer is drained
+
+
+@dataclass(frozen=True)
+class RankStatus:
+    """One rank at the start of a round: minibatches it can train now, whether its feed ended, whether stop was asked."""
+
+    ready: int
+    exhausted: bool
+    stop: bool = False
+
+    def encode(self) -> list[int]:
+        return [self.ready, int(self.exhausted), int(self.stop)]
+
+    @classmethod
+    def decode(cls, values: Iterable[int]) -> RankStatus:
+        ready, exhausted, stop = (int(v) for v in values)
+        return cls(ready, bool(exhausted), bool(stop))
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    kind: RoundKind
+    steps: int = 0
+
+
+def plan_round(statuses: list[RankStatus]) -> RoundPlan:
+    """What every rank does this round, agreed from all ranks' statuses: no rank may block in an allreduce that a
+    peer never enters. While some rank's feed still runs, step as many minibatches as the least ready of those ranks
+    holds (ranks whose feed ended join with empty steps); once every feed ended, step until the fullest mixer is drained."""
+    if any(s.stop for s in statuses):
+        return RoundPlan(RoundKind.STOP)
+    running = [s.ready for s in statuses if not s.exhausted]
+    steps = min(running) if running else max(s.ready for s in statuses)
+    if not running and steps == 0:
+        return RoundPlan(RoundKind.END)
+    return RoundPlan(RoundKind.STEP, steps)
+
+
+def agree(status: RankStatus, device: torch.device | None = None) -> RoundPlan:
+    """all_gather the statuses and plan the round (the same plan on every rank); device: the model's (NCCL)."""
+    mine = torch.tensor(status.encode(), dtype=torch.int64, device=device)
+    everyone = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    guarded(lambda: dist.all_gather(everyone, mine))
+    return plan_round([RankStatus.decode(t.tolist()) for t in everyone])
+
+
+# --- merged data progress (pure) ----------------------------------------------------------------
+
+Cursors = dict[str, list[Any]]  # ConsumedTasks.to_state(): task id -> [source, attempt, rows, finished]
+
+
+def merge_consumed(states: Iterable[Cursors]) -> Cursors:
+    """Every rank's cursors as one: a task is served to one rank at a time, and every rank starts from the same merged
+    cursors, so per task the furthest cursor is the truth (finished once any rank finished it)."""
+    merged: Cursors = {}
+    for state in states:
+        for task_id, (source, attempt, rows, finished) in state.items():
+            had = merged.get(task_id)
+            if had is None or int(rows) > int(had[2]) or (int(rows) == int(had[2]) and finished and not had[3]):
+                merged[task_id] = [source, attempt, int(rows), bool(finished) or bool(had and had[3])]
+            elif finished:
+                had[3] = True
+    return merged
+
+
+def merge_counts(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Rows per source summed over the ranks."""
+    total: dict[str, int] = {}
+    for one in counts:
+        for name, rows in one.items():
+            total[name] = total.get(name, 0) + int(rows)
+    return total
+
+
+# --- gradient exchange --------------------------------------------------------------------------
+
+
+def _sparse_parameters(model: nn.Module) -> set[int]:
+    """Weights of embeddings built with sparse=True: their gradients travel as (indices, values)."""
+    return {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding | nn.EmbeddingBag) and m.sparse}
+
+
+class GradientSync:
+    """After backward (or in place of it, on a rank with no rows this step): every parameter's gradient becomes the
+    mean over the ranks that had rows. Dense gradients go in one flat allreduce, with a contributor count at its end;
+    sparse ones are all_gathered as indices and values (padded to the largest) and summed as a sparse tensor."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.parameters = [p for p in model.parameters() if p.requires_grad]
+        sparse = _sparse_parameters(model)
+        self.dense = [p for p in self.parameters if id(p) not in sparse]
+        self.sparse = [p for p in self.parameters if id(p) in sparse]
+        self.exchanged = 0  # allreduces so far (tests, the report)
+
+    def __call__(self, contributed: bool) -> int:
+        """Exchange; returns how many ranks contributed (0: nobody had rows, and no step should be taken)."""
+        flat = [
+            p.grad.reshape(-1) if contributed and p.grad is not None and not p.grad.is_sparse else torch.zeros(p.numel(), dtype=p.dtype, device=p.device)
+            for p in self.dense
+        ]
+        device = self.parameters[0].device if self.parameters else torch.device("cpu")  # NCCL wants the model's device
+        buffer = torch.cat([*flat, torch.tensor([1.0 if contributed else 0.0], dtype=flat[0].dtype if flat else torch.float32, device=device)])
+        guarded(lambda: dist.all_reduce(buffer))
+        self.exchanged += 1
+        contributors = round(float(buffer[-1]))
+        scale = 1.0 / max(1, contributors)
+        offset = 0
+        for p in self.dense:
+            n = p.numel()
+            p.grad = (buffer[offset : offset + n] * scale).view_as(p).clone()
+            offset += n
+        for p in self.sparse:
+            p.grad = self._sparse_mean(p, p.grad if contributed else None, scale)
+        return contributors
+
+    @staticmethod
+    def _sparse_mean(p: torch.Tensor, grad: torch.Tensor | None, scale: float) -> torch.Tensor:
+        if grad is not None and not grad.is_sparse:
+            grad = grad.to_sparse()
+        if grad is not None:
+            grad = grad.coalesce()
+            indices, values = grad.indices()[0], grad.values()
+        else:
+            indices, values = torch.zeros(0, dtype=torch.int64, device=p.device), torch.zeros((0, *p.shape[1:]), dtype=p.dtype, device=p.device)
+        world = dist.get_world_size()
+        sizes = [torch.zeros(1, dtype=torch.int64, device=p.device) for _ in range(world)]
+        guarded(lambda: dist.all_gather(sizes, torch.tensor([indices.numel()], dtype=torch.int64, device=p.device)))
+        largest = max(int(s) for s in sizes)
+        padded_i = torch.zeros(largest, dtype=torch.int64, device=p.device)
+        padded_v = torch.zeros((largest, *p.shape[1:]), dtype=p.dtype, device=p.device)
+        padded_i[: indices.numel()], padded_v[: indices.numel()] = indices, values
+        all_i = [torch.zeros_like(padded_i) for _ in range(world)]
+        all_v = [torch.zeros_like(padded_v) for _ in range(world)]
+        guarded(lambda: dist.all_gather(all_i, padded_i))
+        guarded(lambda: dist.all_gather(all_v, padded_v))
+        keep_i = torch.cat([i[: int(n)] for i, n in zip(all_i, sizes, strict=True)])
+        keep_v = torch.cat([v[: int(n)] for v, n in zip(all_v, sizes, strict=True)])
+        return torch.sparse_coo_tensor(keep_i.unsqueeze(0), keep_v * scale, p.shape).coalesce()
+
+
+def merge_mix(states: Iterable[Mapping[str, list[float]]]) -> dict[str, list[float]]:
+    """Mixer.to_state() of every rank as one: rows, catch-up minibatches, mixed rows and minibatch counts add up; the
+    time a source was short is the longest any rank was; the carry is the first rank's."""
+    merged: dict[str, list[float]] = {}
+    for state in states:
+        for name, values in state.items():
+            had = merged.get(name)
+            if had is None:
+                merged[name] = list(values)
+            elif not name:
+                merged[name] = [a + b for a, b in zip(had, values, strict=True)]
+            else:
+                merged[name] = [had[0] + values[0], max(had[1], values[1]), had[2] + values[2], had[3], had[4] + values[4]]
+    return merged
+
+
+def merge_losses(states: Iterable[Mapping[str, list[float]]]) -> dict[str, list[float]]:
+    """CtrTrainer.loss_by_source ([weighted loss sum, rows] per source) of every rank, summed."""
+    merged: dict[str, list[float]] = {}
+    for state in states:
+        for name, (loss, rows) in state.items():
+            had = merged.setdefault(name, [0.0, 0.0])
+            had[0] += loss
+            had[1] += rows
+    return merged
