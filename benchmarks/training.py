@@ -13,7 +13,9 @@ Jobs: the demo data trained by two real jobs through a local cluster (planner, r
 executors, trainer), the built-in DLRM and the wide-deep entry point; AUC on the held-out day and samples/s of
 training (train_samples / train_seconds from the report).
 
-rank_arms: samples/s with 1 and 2 trainer ranks (ranks_1, ranks_2), filled by the data-parallel work.
+rank_arms: samples/s of one job (demo data, batch 256) trained by 1 and by 2 trainer ranks in data parallel
+(ranks_1, ranks_2; benchmarks/data_parallel.py), rounds alternating; on 2 cores the ranks share them with the
+executors, so 2 ranks cannot be expected to be faster here.
 """
 
 from __future__ import annotations
@@ -197,8 +199,15 @@ def model_jobs(work: Path, job_file: Path, days: int) -> dict[str, dict[str, flo
 
 
 def rank_arms(args: argparse.Namespace) -> dict[str, float]:
-    """ranks_1 and ranks_2: samples/s of the demo job with 1 and 2 trainer ranks (benchmarks/data_parallel.py wires it)."""
-    return {}
+    """ranks_1 and ranks_2: samples/s of one job trained by 1 and by 2 trainer ranks, --rank-rounds rounds each in
+    alternating order (benchmarks/data_parallel.py); {} with --skip-jobs."""
+    if args.skip_jobs or args.rank_rounds <= 0:
+        return {}
+    from data_parallel import measure_ranks  # benchmarks/ is on the path when this file runs
+
+    err_console.print(f"1 and 2 trainer ranks, {args.rank_rounds} rounds each ...")
+    result = measure_ranks(rounds=args.rank_rounds)
+    return {"ranks_1": float(result["ranks_1"]), "ranks_2": float(result["ranks_2"])}
 
 
 def main() -> None:
@@ -212,6 +221,7 @@ def main() -> None:
     parser.add_argument("--plain-passes", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (this machine has 2 cores)")
     parser.add_argument("--skip-jobs", action="store_true")
+    parser.add_argument("--rank-rounds", type=int, default=3, help="rounds of the 1- and 2-rank jobs (0: skip them)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     out: dict[str, Any] = {"dim": args.dim, "batch_size": args.batch_size, "threads": args.threads}

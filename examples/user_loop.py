@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from primus.batch import Batch
 from primus.data import DataClient
-from primus.data.databatch import Tensors
 from primus.metrics import log_loss, roc_auc
 from primus.spec import Features
 
@@ -34,8 +34,8 @@ class TinyCtr(nn.Module):
         self.bags = nn.ModuleDict({f.name: nn.EmbeddingBag(f.buckets, dim, mode="sum") for f in features.sparse})
         self.mlp = nn.Sequential(nn.Linear(len(features.dense) + dim * len(self.names), 32), nn.ReLU(), nn.Linear(32, 1))
 
-    def forward(self, batch: Tensors) -> torch.Tensor:
-        embedded = [self.bags[name](batch.sparse[name].ids, batch.sparse[name].offsets) for name in self.names]
+    def forward(self, batch: Batch) -> torch.Tensor:
+        embedded = [self.bags[name](*batch.bag(name)) for name in self.names]
         logits: torch.Tensor = self.mlp(torch.cat([batch.dense, *embedded], dim=1)).squeeze(-1)
         return logits
 

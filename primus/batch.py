@@ -31,7 +31,11 @@ class FeatureSpec:
     @classmethod
     def from_spec(cls, training: Any) -> FeatureSpec:
         """From a job spec's `training` block: each sparse feature's `dim`, else `embeddingDim`."""
-        features = training.features
+        return cls.from_features(training.features)
+
+    @classmethod
+    def from_features(cls, features: Any) -> FeatureSpec:
+        """From a job spec's `training.features` block."""
         sparse = tuple(SparseFeature(f.name, f.buckets, f.dim or features.embedding_dim) for f in features.sparse)
         return cls(label=features.label, dense=tuple(features.dense), sparse=sparse)
 
@@ -151,7 +155,8 @@ def label_vector(batch: pa.RecordBatch | pa.Table, label: str) -> torch.Tensor:
 
 def from_tensors(dense: torch.Tensor, sparse: torch.Tensor, features: FeatureSpec, labels: torch.Tensor | None = None) -> Batch:
     """A Batch from a dense [B, n_dense] and a sparse [B, n_sparse] id matrix (one id per row per feature)."""
-    first = sparse[:, 0]  # sizes from tensors, not ints, so a traced program takes any batch size
+    # sizes from tensors, not ints, so a traced program takes any batch size
+    first = sparse[:, 0] if sparse.shape[1] else torch.zeros(sparse.shape[0], dtype=torch.int64, device=sparse.device)
     offsets = torch.arange(sparse.shape[0], dtype=torch.int64, device=sparse.device)
     names = tuple(f.name for f in features.sparse)
     return Batch(
@@ -165,14 +170,37 @@ def from_tensors(dense: torch.Tensor, sparse: torch.Tensor, features: FeatureSpe
     )
 
 
+def _is_list(batch: pa.RecordBatch | pa.Table, name: str) -> bool:
+    kind = _column(batch, name).type
+    return bool(pa.types.is_list(kind) or pa.types.is_large_list(kind))
+
+
+def bag_ids(batch: pa.RecordBatch | pa.Table, feature: SparseFeature) -> tuple[torch.Tensor, torch.Tensor]:
+    """A list column as (ids, offsets): a bag of ids per row, modulo buckets (an empty or null list: no ids)."""
+    column = _column(batch, feature.name)
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    flat = pc.fill_null(pc.cast(pc.list_flatten(column), pa.int64()), 0).to_numpy(zero_copy_only=False)
+    offsets = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=offsets[1:])
+    return torch.from_numpy(np.mod(flat, feature.buckets).astype(np.int64)), torch.from_numpy(offsets)
+
+
 def batch_from_arrow(
     record_batch: pa.RecordBatch | pa.Table,
     features: FeatureSpec,
     sources: np.ndarray | None = None,
     source_names: tuple[str, ...] = (),
 ) -> Batch:
-    """Convert an Arrow batch (or table) to a Batch on the CPU; `sources` tags each row with a source index."""
-    batch = from_tensors(dense_matrix(record_batch, features.dense), sparse_matrix(record_batch, features.sparse), features, label_vector(record_batch, features.label))
+    """Convert an Arrow batch (or table) to a Batch on the CPU; `sources` tags each row with a source index. A sparse
+    column of scalars is one id per row; a list column is a bag of ids per row."""
+    bags = tuple(f for f in features.sparse if _is_list(record_batch, f.name))
+    scalar = FeatureSpec(features.label, features.dense, tuple(f for f in features.sparse if f not in bags))
+    batch = from_tensors(dense_matrix(record_batch, features.dense), sparse_matrix(record_batch, scalar.sparse), scalar, label_vector(record_batch, features.label))
+    if bags:
+        for feature in bags:
+            batch.ids[feature.name], batch.offsets[feature.name] = bag_ids(record_batch, feature)
+        batch.features = tuple(f.name for f in features.sparse)
     if sources is not None:
         batch.sources = torch.from_numpy(np.asarray(sources, dtype=np.int64))
     batch.source_names = source_names

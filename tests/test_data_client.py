@@ -69,9 +69,9 @@ def test_the_client_yields_every_row_once_mixed_and_as_tensors_and_commits_every
         for tensors in torch.utils.data.DataLoader(stream, batch_size=None):
             sizes.append(len(tensors.labels))
             assert tensors.dense.shape == (len(tensors.labels), 4) and tensors.dense.dtype == torch.float32
-            item = tensors.sparse["item_id"]
-            assert item.ids.dtype == torch.int64 and int(item.ids.max()) < 1000 and torch.equal(item.offsets, torch.arange(len(tensors.labels)))
-            older = tensors.source_index == client.sources.index("older")
+            ids, offsets = tensors.bag("item_id")
+            assert ids.dtype == torch.int64 and int(ids.max()) < 1000 and torch.equal(offsets, torch.arange(len(tensors.labels)))
+            older = tensors.sources == client.sources.index("older")
             assert torch.all(tensors.weights[older] == 0.5) and torch.all(tensors.weights[~older] == 1.0)
             rows["clicks"] += int((~older).sum())
             rows["older"] += int(older.sum())
@@ -131,8 +131,9 @@ def test_tensors_turn_a_list_column_into_a_bag_of_ids_with_offsets() -> None:
     batch = DataBatch(records, np.array([0, 1, 1], dtype=np.int32), ("a", "b"), features, {"b": 2.0})
     tensors = batch.tensors()
     assert tensors.dense.tolist() == [[1.5], [0.0], [3.0]]
-    assert tensors.sparse["tags"].ids.tolist() == [1, 2, 7] and tensors.sparse["tags"].offsets.tolist() == [0, 2, 2]
-    assert tensors.sparse["user"].ids.tolist() == [1, 2, 0]
+    assert tensors.ids["tags"].tolist() == [1, 2, 7] and tensors.offsets["tags"].tolist() == [0, 2, 2]
+    assert tensors.ids["user"].tolist() == [1, 2, 0] and tensors.features == ("tags", "user")
+    assert tensors.sources.tolist() == [0, 1, 1] and tensors.source_names == ("a", "b")
     assert tensors.labels.tolist() == [1.0, 0.0, 1.0] and tensors.weights.tolist() == [1.0, 2.0, 2.0]
     assert batch.rows_by_source() == {"a": 1, "b": 2}
 

@@ -23,6 +23,7 @@ import yaml
 
 from primus import rpc
 from primus.cluster import JOURNAL_ENV, ClusterState, restart_service, start_cluster, stop_services
+from primus.data.planner_calls import PLAN_LOST_EXIT_CODE
 from primus.demo_data import generate_dataset
 from primus.errors import InvalidRequestError
 from primus.sources import Partition, Piece
@@ -50,7 +51,6 @@ from services.planner.ledger import Progress, TaskLedger, TaskStatus, WorkDone
 from services.planner.plan import Decision
 from services.planner.registry import PlanRegistry
 from services.planner.tasks import TaskSpec
-from services.trainer.session import PLAN_LOST_EXIT_CODE
 from tests.conftest import START, finish_job, job_document
 from tests.stores import POSTGRES, require_port
 from tests.test_faults import _assert_exact, _submit_until_step, long_dataset

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from primus.batch import Batch
     from primus.data.client import DataClient
     from primus.data.context import DataContext
-    from primus.data.databatch import DataBatch, Tensors
+    from primus.data.databatch import DataBatch
 
-__all__ = ["DataBatch", "DataClient", "DataContext", "Tensors"]
+__all__ = ["Batch", "DataBatch", "DataClient", "DataContext"]
 
 
 def __getattr__(name: str) -> Any:
@@ -18,10 +19,14 @@ def __getattr__(name: str) -> Any:
         from primus.data.client import DataClient
 
         return DataClient
-    if name in ("DataBatch", "Tensors"):
-        from primus.data import databatch
+    if name == "DataBatch":
+        from primus.data.databatch import DataBatch
 
-        return getattr(databatch, name)
+        return DataBatch
+    if name == "Batch":  # what DataBatch.tensors() and dataset() give: the one batch type models take
+        from primus.batch import Batch
+
+        return Batch
     if name == "DataContext":
         from primus.data.context import DataContext
 

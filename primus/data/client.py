@@ -11,10 +11,11 @@ import grpc
 import torch.utils.data
 
 from primus import rpc
+from primus.batch import Batch
 from primus.data import planner_calls
 from primus.data.consumed import ConsumedTasks
 from primus.data.context import HOOKS, DataContext, ProgressFn
-from primus.data.databatch import DataBatch, Tensors
+from primus.data.databatch import DataBatch
 from primus.data.discovery import executor_discovery
 from primus.data.feed import BatchFeed, Discover, Lost
 from primus.data.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
@@ -206,11 +207,11 @@ class DataClient:
 
 
 class DataStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
-    """The client's training batches as a torch IterableDataset: Tensors (or DataBatch with tensors=False)."""
+    """The client's training batches as a torch IterableDataset: primus.batch.Batch (or DataBatch with tensors=False)."""
 
     def __init__(self, client: DataClient, tensors: bool = True) -> None:
         self.client, self.as_tensors = client, tensors
 
-    def __iter__(self) -> Iterator[Tensors | DataBatch]:
+    def __iter__(self) -> Iterator[Batch | DataBatch]:
         for batch in self.client.batches():
             yield batch.tensors() if self.as_tensors else batch
