@@ -20,7 +20,7 @@ import grpc
 
 from primus import contexts, rpc, security
 from primus.backend_flags import add_backend_arguments, controller_argv
-from primus.client import CredentialsRefusedError, JobConflictError, JobNotFoundError, JobState, MasterUnreachableError, PrimusClient
+from primus.client import CredentialsRefusedError, JobConflictError, JobNotFoundError, MasterUnreachableError, PrimusClient
 from primus.cluster import (
     RESTARTABLE,
     ClusterState,
@@ -38,6 +38,7 @@ from primus.cost import load_cost, print_cost
 from primus.errors import PrimusError, SpecError
 from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
 from primus.job_output import OUTPUTS, describe_job, follow, print_data, print_jobs
+from primus.job_state import JobState
 from primus.scaling_log import decision_row, scaling_table
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import planner_pb2, planner_pb2_grpc

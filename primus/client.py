@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from enum import Enum
 from typing import Any
 
 import grpc
 
 from primus import masters, security
 from primus.errors import ConflictError, NotFoundError, PrimusError, SpecError, UnavailableError
+from primus.job_state import JobState as JobState  # re-exported: SDK users read job.state
 from primus.spec import TrainingJob
-from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+from primus.v1 import master_pb2, master_pb2_grpc
 
 CALL_TIMEOUT_SECONDS = 30.0
 
@@ -48,28 +48,6 @@ class JobNotFoundError(NotFoundError):
 
 class JobConflictError(ConflictError):
     """The job is in a state that does not allow the request (a cancel of a job that already ended)."""
-
-
-class JobState(Enum):
-    """Mirrors primus.v1 common.proto JobState."""
-
-    PENDING = "PENDING"
-    PLANNING = "PLANNING"
-    RUNNING = "RUNNING"
-    SUSPENDED = "SUSPENDED"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    UNKNOWN = "UNKNOWN"
-
-    @property
-    def final(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-
-    @classmethod
-    def from_proto(cls, value: int) -> JobState:
-        name = common_pb2.JobState.Name(value).removeprefix("JOB_STATE_") if value in common_pb2.JobState.values() else "UNKNOWN"
-        return cls(name) if name in cls.__members__ else cls.UNKNOWN
 
 
 @dataclass(frozen=True)

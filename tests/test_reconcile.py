@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from primus.job_state import JobState
 from primus.roles import ROLES, Role, of_proto, parse_role
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master.reconcile import (
@@ -29,7 +30,7 @@ from services.master.reconcile import (
     Wait,
     reconcile,
 )
-from services.master.status import JobState, JobStatus
+from services.master.status import JobStatus
 
 RUNNING = JobStatus(
     job_id="j",

@@ -15,6 +15,7 @@ import grpc
 
 from primus import telemetry
 from primus.errors import ConflictError, InvalidRequestError
+from primus.job_state import JobState
 from primus.roles import ROLES, Role, of_proto
 from primus.spec import JobSpec, TrainingJob, load_job_text
 from primus.v1 import common_pb2, planner_pb2
@@ -31,7 +32,6 @@ from services.master.status import (
     RESTARTS,
     SCALED,
     SUSPEND_REQUESTED,
-    JobState,
     JobStatus,
 )
 from services.master.store import JobRecord, JobStore

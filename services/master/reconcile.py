@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from primus.job_state import JobState
 from primus.roles import ROLES, Role
-from services.master.status import JobState, JobStatus
+from services.master.status import JobStatus
 
 PLANNER_GRACE_SECONDS = 120.0
 CONTROLLER_GRACE_SECONDS = 120.0

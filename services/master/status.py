@@ -3,25 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
+from primus.job_state import JobState
 from primus.roles import ROLES, Role
-
-
-class JobState(StrEnum):
-    PENDING = "PENDING"
-    PLANNING = "PLANNING"
-    RUNNING = "RUNNING"
-    SUSPENDED = "SUSPENDED"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-
-    @property
-    def final(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-
 
 # Keys of the persisted progress document that hold the status (the rest is progress the trainer reports).
 RESTARTS = "restarts"
