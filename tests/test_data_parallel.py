@@ -27,6 +27,7 @@ from services.trainer.data_parallel import (
     RankStatus,
     RoundKind,
     RoundPlan,
+    backend_for,
     init_gang,
     merge_consumed,
     merge_losses,
@@ -119,7 +120,7 @@ def _dense(grad: torch.Tensor | None) -> torch.Tensor:
 def _rank(rank: int, port: int, out: str, case: str) -> None:  # in a spawned process
     """One rank: rows [4*rank, 4*rank+4) of the data, or (join) rank 1 with no rows; dies at once in the 'die' case."""
     env = RankEnv(rank, 2, "127.0.0.1", port)
-    init_gang(env, timeout=10)
+    init_gang(env, torch.device("cpu"), timeout=10)
     if case == "die" and rank == 1:
         os._exit(0)
     model = _Tiny(sparse=case == "sparse")
@@ -213,3 +214,9 @@ def test_ranks_need_one_learning_rate_scale_and_update_for_every_source() -> Non
 
     problems = _problems(change)
     assert any("every source shares one learningRateScale and update" in p for p in problems), problems
+
+
+def test_collectives_follow_the_models_device() -> None:
+    """gloo where the model is on the CPU, NCCL where it is on a GPU (NCCL has not run here: no GPU)."""
+    assert backend_for(torch.device("cpu")) == "gloo"
+    assert backend_for(torch.device("cuda")) == "nccl"

@@ -41,20 +41,24 @@ class RankEnv:
     def distributed(self) -> bool:
         return self.world_size > 1
 
-    def backend(self) -> str:
-        """gloo on CPU; NCCL where the model is on a GPU (not runnable on this machine, so never chosen here)."""
-        return "nccl" if torch.cuda.is_available() and os.environ.get("PRIMUS_DEVICE", "cpu") == "cuda" else "gloo"
+
+def backend_for(device: torch.device) -> str:
+    """The collectives' backend for the model's device: NCCL on a GPU, gloo on the CPU."""
+    return "nccl" if device.type == "cuda" else "gloo"
 
 
 def timeout_seconds(env: Mapping[str, str] = os.environ) -> float:
     return float(env.get("PRIMUS_GANG_TIMEOUT_SECONDS", GANG_TIMEOUT_SECONDS))
 
 
-def init_gang(env: RankEnv, timeout: float | None = None) -> None:
-    """Join the gang's process group (blocks until every rank has joined, up to the timeout)."""
+def init_gang(env: RankEnv, device: torch.device, timeout: float | None = None) -> None:
+    """Join the gang's process group (blocks until every rank has joined, up to the timeout). On GPUs each rank takes
+    the GPU of its rank (modulo the GPUs this host has), which `training.device: cuda` then means."""
+    if device.type == "cuda":
+        torch.cuda.set_device(env.rank % torch.cuda.device_count())
     guarded(
         lambda: dist.init_process_group(
-            env.backend(),
+            backend_for(device),
             init_method=f"tcp://{env.master_addr}:{env.master_port}",
             rank=env.rank,
             world_size=env.world_size,

@@ -159,7 +159,7 @@ class GangSession(TrainingSession):
                         fresh = self.consumed.receive(event.batch, origin)
                         if fresh is not None:
                             self.mixer.add(origin.source, fresh, origin.task_id, origin.attempt, origin.last_of_task)
-                plan = agree(RankStatus(len(drained) if exhausted else 1, exhausted, self._stop))
+                plan = agree(RankStatus(len(drained) if exhausted else 1, exhausted, self._stop), self.trainer.device)
                 self.wait_seconds += time.perf_counter() - waited
                 if plan.kind is not RoundKind.STEP:
                     break

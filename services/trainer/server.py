@@ -10,6 +10,7 @@ import grpc
 from primus import heartbeat, hosts, masters, metrics_http, rpc
 from primus.data.discovery import executor_discovery
 from primus.data.feed import STALLS
+from primus.devices import resolve_device
 from primus.metrics import Metrics
 from primus.spec import TrainingJob
 from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2_grpc, trainer_pb2, trainer_pb2_grpc
@@ -97,7 +98,7 @@ def run_rank(
     """One rank of a data-parallel trainer: rank 0 reports progress, evaluates and reports the result with every
     rank's counts; the other ranks end once training is checkpointed."""
     log.info("rank %d of %d: joining the gang at %s:%d", env.rank, env.world_size, env.master_addr, env.master_port)
-    init_gang(env)
+    init_gang(env, resolve_device(job.spec.training.device))
 
     def quiet(phase: str, step: int, samples: int, loss: float) -> bool:
         status.update(phase, step, samples, loss)
