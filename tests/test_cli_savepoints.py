@@ -19,6 +19,12 @@ from tests.conftest import job_document
 from tests.test_cli_remote import _one_line_error, _open_ended_document, _primus, _wait_final
 
 
+def _cancel_unless_ended(tmp_path: Path, address: str, job_id: str) -> None:
+    """The job has served its purpose: cancel it, unless it already trained to its end (a fast machine)."""
+    cancelled = _primus(tmp_path, "--master", address, "cancel", job_id)
+    assert cancelled.returncode == 0 or "already ended as SUCCEEDED" in cancelled.stderr, cancelled.stderr
+
+
 @pytest.mark.timeout(400)
 def test_savepoint_and_a_job_started_from_it(cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
     address = cluster.address("master")
@@ -45,7 +51,7 @@ def test_savepoint_and_a_job_started_from_it(cluster: ClusterState, dataset: Pat
 
         status = _primus(tmp_path, "--master", address, "status", job_id, "-o", "json")
         assert status.returncode == 0 and json.loads(status.stdout)[0]["job_id"] == job_id, status.stderr
-        assert _primus(tmp_path, "--master", address, "cancel", job_id).returncode == 0
+        _cancel_unless_ended(tmp_path, address, job_id)
         _wait_final(client, job_id)
 
         _one_line_error(_primus(tmp_path, "--master", address, "submit", str(job_file), "--from-savepoint", "nope"), "no savepoint 'nope' (savepoints: warm-1)")
@@ -62,7 +68,7 @@ def test_savepoint_and_a_job_started_from_it(cluster: ClusterState, dataset: Pat
             assert time.monotonic() < deadline, logs.stdout[-2000:]
             time.sleep(1.0)
         assert savepoint["path"] in logs.stdout, "the new job's trainer starts from the savepoint's model"
-        assert _primus(tmp_path, "--master", address, "cancel", second).returncode == 0
+        _cancel_unless_ended(tmp_path, address, second)
         _wait_final(client, second)
 
 
