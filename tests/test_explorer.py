@@ -527,13 +527,14 @@ def test_primus_run_prints_the_explorer_link(monkeypatch: pytest.MonkeyPatch, ca
     from contextlib import nullcontext
     from types import SimpleNamespace
 
-    from primus import cli
+    from primus import cli, security
 
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(job_document(tmp_path)))
     monkeypatch.setattr(cli, "_interrupt_on_sigterm", lambda: None)  # leave pytest's SIGTERM handler alone
-    monkeypatch.setattr(cli, "_cluster_for_run", lambda args: nullcontext(SimpleNamespace(address=lambda name: "127.0.0.1:1")))
-    monkeypatch.setattr(cli, "PrimusClient", lambda address: nullcontext(SimpleNamespace(submit=lambda job: "ctr-demo-1")))
+    state = SimpleNamespace(address=lambda name: "127.0.0.1:1", client_security=security.Settings())
+    monkeypatch.setattr(cli, "_cluster_for_run", lambda args: nullcontext(state))
+    monkeypatch.setattr(cli, "PrimusClient", lambda address, credentials=None: nullcontext(SimpleNamespace(submit=lambda job: "ctr-demo-1")))
     monkeypatch.setattr(cli, "_follow_and_report", lambda client, job_id: 0)
     assert cli.main(["--runs-dir", "somewhere/runs", "run", str(job)]) == 0
     out = capsys.readouterr().out
