@@ -397,12 +397,20 @@ def _report_path(args: argparse.Namespace) -> Path:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    print_report(json.loads(_report_path(args).read_text()))
+    report = json.loads(_report_path(args).read_text())
+    if args.output == "table":
+        print_report(report)
+    else:
+        print_data(report, args.output)
     return 0
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    print_cost(load_cost(_report_path(args).parent))
+    cost = load_cost(_report_path(args).parent)
+    if args.output == "table":
+        print_cost(cost)
+    else:
+        print_data(cost.to_dict(), args.output)
     return 0
 
 
@@ -561,10 +569,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=7)
     add_backend_arguments(demo, many=False)
     _add_security_switches(demo)
-    add("report", cmd_report, "print a run's report").add_argument("run", type=Path, help="a run folder, its report.json, or a job id")
-    add("cost", cmd_cost, "per source: bytes read, CPU, retries, useful samples and waste, checked against the traces").add_argument(
-        "run", type=Path, help="a run folder, its report.json, or a job id"
-    )
+    report = add("report", cmd_report, "print a run's report")
+    report.add_argument("run", type=Path, help="a run folder, its report.json, or a job id")
+    report.add_argument("-o", "--output", choices=OUTPUTS, default="table")
+    cost = add("cost", cmd_cost, "per source: bytes read, CPU, retries, useful samples and waste, checked against the traces")
+    cost.add_argument("run", type=Path, help="a run folder, its report.json, or a job id")
+    cost.add_argument("-o", "--output", choices=OUTPUTS, default="table")
     explore = add("explore", cmd_explore, "serve a page on this machine to explore runs: cost by source, service and task, task graph, trace waterfall")
     explore.add_argument("run", type=Path, nargs="*", help="only these runs: run folders, or job ids under --runs-dir (default: every run there)")
     explore.add_argument("--port", type=int, default=EXPLORE_PORT, help=f"port to listen on (default {EXPLORE_PORT}; 0: any free port)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,26 @@ class CostSummary:
     trace_files: int = 0
     unreadable_lines: int = 0
     planner_restarts: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every figure as plain data (`primus cost -o json|yaml`): per source the ledger's and the traces' side."""
+        return {
+            "run_dir": str(self.run_dir),
+            "job_id": self.job_id,
+            "sources": [
+                {
+                    "source": c.source,
+                    "consistent": c.consistent,
+                    "ledger": json_format.MessageToDict(c.ledger, preserving_proto_field_name=True, always_print_fields_with_no_presence=True),
+                    "traced": asdict(c.traced),
+                }
+                for c in self.sources
+            ],
+            "services": {name: asdict(cost) for name, cost in self.services.items()},
+            "trace_files": self.trace_files,
+            "unreadable_lines": self.unreadable_lines,
+            "planner_restarts": self.planner_restarts,
+        }
 
 
 @dataclass(slots=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -80,6 +81,13 @@ def test_run_trains_through_five_services(job_file: Path, tmp_path: Path) -> Non
     (line,) = [row for row in cost.stdout.splitlines() if "clicks" in row]
     assert f"{source['samples']:,}" in line, "cost totals are the report's"
     assert "yes" in line, "the traces agree with the ledger"
+    as_json = _primus(tmp_path, "cost", str(run_dir), "-o", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    (clicks,) = [c for c in json.loads(as_json.stdout)["sources"] if c["source"] == "clicks"]
+    assert int(clicks["ledger"]["samples"]) == source["samples"] and clicks["consistent"] is True and clicks["traced"]["rows"] > 0
+    report = _primus(tmp_path, "report", str(run_dir), "-o", "yaml")
+    assert report.returncode == 0, report.stderr
+    assert yaml.safe_load(report.stdout)["sources"][0]["samples"] == source["samples"]
 
 
 def _health(address: str) -> int:
