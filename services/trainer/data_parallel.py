@@ -147,15 +147,6 @@ def merge_consumed(states: Iterable[Cursors]) -> Cursors:
     return merged
 
 
-def merge_counts(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
-    """Rows per source summed over the ranks."""
-    total: dict[str, int] = {}
-    for one in counts:
-        for name, rows in one.items():
-            total[name] = total.get(name, 0) + int(rows)
-    return total
-
-
 # --- gradient exchange --------------------------------------------------------------------------
 
 
