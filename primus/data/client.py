@@ -17,7 +17,7 @@ from primus.data.consumed import ConsumedTasks
 from primus.data.context import HOOKS, DataContext, ProgressFn
 from primus.data.databatch import DataBatch
 from primus.data.discovery import executor_discovery
-from primus.data.feed import BatchFeed, Discover, Lost
+from primus.data.feed import BatchFeed, Discover, Lost, Served
 from primus.data.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
 from primus.spec import TrainingJob
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc, planner_pb2_grpc
@@ -136,10 +136,16 @@ class DataClient:
             log.info("data resumed after checkpoint %d; %d tasks will be served again", self.seq, reset)
             self._resumed = True
 
-    def _lost(self, event: Lost) -> None:
-        """An executor lost: its tasks are served again after the last commit; rows already here are dropped then."""
-        log.warning("lost %s; its tasks are served again", event.error)
-        planner_calls.commit(self._planner, self.job_id, self.consumer_id, self.seq, [], lost=[event.executor_id])
+    def _served(self, feed: BatchFeed) -> Iterator[Served]:
+        """The feed's batches; a lost executor is reported to the planner (its tasks are served again after the last
+        commit, and rows already here are dropped then) and the feed reopens."""
+        for event in feed:
+            if isinstance(event, Lost):
+                log.warning("lost %s; its tasks are served again", event.error)
+                planner_calls.commit(self._planner, self.job_id, self.consumer_id, self.seq, [], lost=[event.executor_id])
+                feed.reopen()
+                continue
+            yield event
 
     def _batch(self, minibatch: Minibatch) -> DataBatch | None:
         for taken in minibatch.taken:
@@ -156,11 +162,7 @@ class DataClient:
         feed = BatchFeed(self._discover, self.job_id, self.consumer_id, common_pb2.TASK_PURPOSE_TRAIN, held=MAX_HELD_BATCHES, idle=self._idle)
         self._feed = feed
         try:
-            for event in feed:
-                if isinstance(event, Lost):
-                    self._lost(event)
-                    feed.reopen()
-                    continue
+            for event in self._served(feed):
                 origin = event.origin
                 fresh = self._consumed.receive(event.batch, origin)
                 if fresh is not None:
@@ -187,11 +189,7 @@ class DataClient:
         feed = BatchFeed(self._discover, self.job_id, self.consumer_id, common_pb2.TASK_PURPOSE_EVAL)
         names = self._mixer.names
         try:
-            for event in feed:
-                if isinstance(event, Lost):
-                    self._lost(event)
-                    feed.reopen()
-                    continue
+            for event in self._served(feed):
                 fresh = seen.accept(event.batch, event.origin)
                 if fresh is not None:
                     self.eval_rows += fresh.num_rows
