@@ -9,7 +9,9 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from primus import certs, cores, rpc, security
@@ -39,6 +41,7 @@ class ClusterState:
     planner_args: tuple[str, ...] = ()  # the planner's flags (its journal), kept for a restart
     security_env: tuple[tuple[str, str], ...] = ()  # the services' TLS and token variables (primus.security), kept for a restart
     client: tuple[tuple[str, str], ...] = ()  # the local user's credentials: ca, cert, key, token
+    env: tuple[tuple[str, str], ...] = ()  # more environment start_cluster gave every service, kept for a restart
 
     @property
     def services_security(self) -> security.Settings:
@@ -62,6 +65,7 @@ class ClusterState:
             "planner_args": list(self.planner_args),
             "security_env": dict(self.security_env),
             "client": dict(self.client),
+            "env": dict(self.env),
         }
         path.write_text(json.dumps(data, indent=2))
 
@@ -74,6 +78,7 @@ class ClusterState:
         return ClusterState(
             data["runs_dir"], services, tuple(data.get("controller_args", ())), tuple(data.get("planner_args", ())),
             tuple(sorted((data.get("security_env") or {}).items())), tuple(sorted((data.get("client") or {}).items())),
+            tuple(sorted((data.get("env") or {}).items())),
         )  # fmt: skip
 
 
@@ -87,9 +92,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _start(name: str, extra: list[str], runs_dir: Path, state_dir: Path, label: str | None = None, settings: security.Settings | None = None) -> ServiceProcess:
+def _start(
+    name: str,
+    extra: list[str],
+    runs_dir: Path,
+    state_dir: Path,
+    label: str | None = None,
+    settings: security.Settings | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ServiceProcess:
     """Start services.<name>; its ready file and log are named by label (default: the name). settings: its TLS files and
-    token secret (default: what this process's environment names), handed over in its environment."""
+    token secret (default: what this process's environment names), handed over in its environment; env: more variables
+    for it (and for what it launches): timings (primus.settings), a fault plan (primus.faults)."""
     label = label or name
     ready = state_dir / f"{label}.ready.json"
     ready.unlink(missing_ok=True)
@@ -97,8 +111,9 @@ def _start(name: str, extra: list[str], runs_dir: Path, state_dir: Path, label: 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", f"services.{name}", "--runs-dir", str(runs_dir), "--ready-file", str(ready), *extra]
     with log_path.open("ab") as log:
-        env = None if settings is None else {**{k: v for k, v in os.environ.items() if k not in _SECURITY_VARS}, **settings.env()}
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        inherited = dict(os.environ) if settings is None else {k: v for k, v in os.environ.items() if k not in _SECURITY_VARS}
+        child_env = {**inherited, **(settings.env() if settings is not None else {}), **(env or {})}
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=child_env)
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while not ready.exists():
         if process.poll() is not None:
@@ -205,21 +220,34 @@ def start_cluster(
     bind_host: str = "127.0.0.1",
     planner_args: list[str] | None = None,
     secured: tuple[security.Settings, security.Settings] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> ClusterState:
     """Start planner and resource controller, then the master pointed at both; stop all on failure. controller_args
     configure the resource controller's backends; bind_host is where the services listen (an address executors on other
     machines can reach, when the backend places them there); planner_args are the planner's own flags (--journal);
-    secured: (the services' settings, the user's) from local_security, handed to every service and what they launch."""
+    secured: (the services' settings, the user's) from local_security, handed to every service and what they launch;
+    env: more environment for every service and what it launches (kept for a restart). The planner and the resource
+    controller start side by side; the master, which is pointed at both, after them."""
     services_settings, user_settings = secured if secured is not None else (None, security.Settings())
     runs_dir = runs_dir.resolve()
     started: list[ServiceProcess] = []
     bind = ["--bind", f"{bind_host}:0"]
     planner = _planner_args(planner_args)
     try:
-        started.append(_start("planner", [*bind, *planner], runs_dir, state_dir, settings=services_settings))
-        started.append(_start("resource_controller", [*bind, *(controller_args or [])], runs_dir, state_dir, settings=services_settings))
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="start") as pool:
+            peers = [
+                pool.submit(_start, "planner", [*bind, *planner], runs_dir, state_dir, settings=services_settings, env=env),
+                pool.submit(_start, "resource_controller", [*bind, *(controller_args or [])], runs_dir, state_dir, settings=services_settings, env=env),
+            ]
+            wait(peers)
+        for future in peers:  # those that started are stopped again below when the other failed
+            if future.exception() is None:
+                started.append(future.result())
+        for future in peers:
+            if (error := future.exception()) is not None:
+                raise error
         master_args = [*bind, "--planner", started[0].address, "--resource-controller", started[1].address]
-        started.append(_start("master", master_args, runs_dir, state_dir, settings=services_settings))
+        started.append(_start("master", master_args, runs_dir, state_dir, settings=services_settings, env=env))
         if "shared" not in _flag_values(controller_args, "--local-trainer-cores"):
             _keep_off_trainer_cores(started)
     except BaseException:
@@ -227,7 +255,9 @@ def start_cluster(
         raise
     kept = tuple(sorted(services_settings.env().items())) if services_settings is not None else ()
     user = (("ca", user_settings.ca), ("cert", user_settings.cert), ("key", user_settings.key), ("token", user_settings.token))
-    state = ClusterState(str(runs_dir), tuple(started), tuple(controller_args or ()), tuple(planner), kept, tuple((k, v) for k, v in user if v))
+    state = ClusterState(
+        str(runs_dir), tuple(started), tuple(controller_args or ()), tuple(planner), kept, tuple((k, v) for k, v in user if v), tuple(sorted((env or {}).items()))
+    )  # fmt: skip
     state.save(state_dir / "cluster.json")
     return state
 
@@ -254,12 +284,10 @@ def restart_service(state: ClusterState, state_dir: Path, name: str) -> ClusterS
         args += list(state.controller_args)
     if name == "planner":
         args += list(state.planner_args)
-    started = _start(name, args, Path(state.runs_dir), state_dir, settings=state.services_security if state.security_env else None)
+    started = _start(name, args, Path(state.runs_dir), state_dir, settings=state.services_security if state.security_env else None, env=dict(state.env))
     if "shared" not in _flag_values(state.controller_args, "--local-trainer-cores"):
         _keep_off_trainer_cores([started])
-    restarted = ClusterState(
-        state.runs_dir, tuple(started if s.name == name else s for s in state.services), state.controller_args, state.planner_args, state.security_env, state.client
-    )  # fmt: skip
+    restarted = replace(state, services=tuple(started if s.name == name else s for s in state.services))
     restarted.save(state_dir / "cluster.json")
     return restarted
 

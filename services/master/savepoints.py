@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-
 from primus.errors import ConflictError, InvalidRequestError, NotFoundError
 
+log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$")
 
 
@@ -42,10 +42,19 @@ def take(runs_dir: Path, job_id: str, run_dir: Path, name: str) -> Savepoint:
     target.mkdir(parents=True)
     path = target / checkpoints[-1].name
     shutil.copyfile(checkpoints[-1], path)
-    steps = int(torch.load(path, map_location="cpu", weights_only=False).get("steps", 0))
+    steps = _steps(checkpoints[-1])
     savepoint = Savepoint(name, job_id, str(path), steps, time.time())
     (target / "savepoint.json").write_text(json.dumps(asdict(savepoint), indent=2))
     return savepoint
+
+
+def _steps(checkpoint: Path) -> int:
+    """The steps the trainer wrote beside its checkpoint (ckpt-N.json): the master reads no model, and imports no torch."""
+    try:
+        return int(json.loads(checkpoint.with_suffix(".json").read_text())["steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        log.warning("%s has no readable summary beside it (a trainer older than summaries): its steps are shown as 0", checkpoint)
+        return 0
 
 
 def load(runs_dir: Path, name: str) -> Savepoint:

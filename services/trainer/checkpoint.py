@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,11 @@ def _path(folder: Path, seq: int) -> Path:
     return folder / f"ckpt-{seq:06d}.pt"
 
 
+def summary_path(path: Path) -> Path:
+    """The small JSON file beside a checkpoint with its seq, steps, samples and phase: readable without torch."""
+    return path.with_suffix(".json")
+
+
 def save(folder: Path, checkpoint: Checkpoint) -> Path:
     """Write to a temporary file, then rename: a crash leaves the previous checkpoint whole."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -47,9 +53,14 @@ def save(folder: Path, checkpoint: Checkpoint) -> Path:
         },
         tmp,
     )
+    summary = {"seq": checkpoint.seq, "steps": checkpoint.steps, "train_samples": checkpoint.train_samples, "phase": checkpoint.phase}
+    summary_tmp = summary_path(path).with_suffix(".json.tmp")
+    summary_tmp.write_text(json.dumps(summary))
+    summary_tmp.replace(summary_path(path))  # before the checkpoint: a committed checkpoint always has its summary
     tmp.replace(path)
     for old in sorted(folder.glob("ckpt-*.pt"))[:-KEEP]:
         old.unlink(missing_ok=True)
+        summary_path(old).unlink(missing_ok=True)
     return path
 
 
