@@ -1,10 +1,12 @@
 # Two commands set everything up: `make demo` and `make test`. Both create .venv on first use.
+# `make test`: the unit tier on every core plus one job through all five services, in minutes.
+# `make test-all`: every test, tier by tier (unit, e2e, live, slow; tests/README.md); CI runs it.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install native demo test lint protos check-protos bench clean
+.PHONY: install native demo test test-all lint protos check-protos bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +32,13 @@ lint: native
 	cd protos && ../$(BIN)/buf lint
 	$(BIN)/python scripts/gen_protos.py --check
 
+PYTEST := $(BIN)/python -m pytest -q
+
 test: lint
-	$(BIN)/python -m pytest -q
+	$(PYTEST) -n auto -m "unit or smoke"
+
+test-all: lint
+	$(PYTEST)
 
 protos: $(STAMP)
 	$(BIN)/python scripts/gen_protos.py

@@ -16,10 +16,34 @@ from primus.cluster import ClusterState, start_cluster, stop_services
 from primus.demo import demo_job
 from primus.demo_data import generate_dataset
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+from tests.tiers import Tier, tier_of
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 DAYS = 3
 ROWS_PER_HOUR = 600
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for tier in Tier:
+        config.addinivalue_line("markers", f"{tier.marker}: the {tier.marker} tier, set from what the test uses (tests/tiers.py)")
+    config.addinivalue_line("markers", "smoke: the one end-to-end job `make test` runs beside the unit tier")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test gets the marker of its tier: the heaviest thing it, its fixtures or the helpers they call use. The
+    run goes tier by tier, light to heavy (in file order within a tier): a broken unit fails in the first minutes."""
+    tiers: dict[str, Tier] = {}
+    for item in items:
+        fixtures = [definition.func for name in item.fixturenames for definition in item._fixtureinfo.name2fixturedefs.get(name, ())]
+        tier = tier_of([item.function, *fixtures]) if isinstance(item, pytest.Function) else Tier.UNIT
+        item.add_marker(tier.marker)
+        tiers[item.nodeid] = tier
+    items.sort(key=lambda item: tiers[item.nodeid])
+
+
+def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> str:
+    counts = {tier.marker: sum(1 for item in items if item.get_closest_marker(tier.marker)) for tier in Tier}
+    return "tiers: " + ", ".join(f"{name} {count}" for name, count in counts.items())
 
 
 @pytest.fixture(autouse=True)

@@ -7,9 +7,12 @@ import socket
 
 import pytest
 
+from tests.tiers import Tier, uses
+
 REQUIRE_ENV = "PRIMUS_REQUIRE_SERVICES"
 
 
+@uses(Tier.LIVE)
 def require_port(name: str, host: str, port: int) -> None:
     """Skip (or, when PRIMUS_REQUIRE_SERVICES=1, fail) unless something listens at host:port."""
     try:

@@ -34,6 +34,7 @@ def _report(tmp_path: Path) -> dict[str, object]:
     return report
 
 
+@pytest.mark.smoke  # the one job `make test` runs beside the unit tier
 def test_run_trains_through_five_services(job_file: Path, tmp_path: Path) -> None:
     result = _primus(tmp_path, "run", str(job_file))
     assert result.returncode == 0, result.stderr + result.stdout

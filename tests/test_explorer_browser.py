@@ -16,6 +16,7 @@ from primus.explorer.server import ExplorerServer, make_server, serve_in_thread
 from primus.explorer.store import RunStore
 from tests.stores import REQUIRE_ENV
 from tests.test_explorer import run_job, two_source_job
+from tests.tiers import Tier, uses
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 DRIVERS = ("chromedriver", "/usr/lib/chromium/chromedriver")
@@ -39,6 +40,7 @@ def _which(names: tuple[str, ...]) -> str | None:
 
 
 @pytest.fixture
+@uses(Tier.LIVE)
 def chrome() -> Iterator[Any]:
     """A headless Chromium through chromedriver, both found on this machine (nothing is downloaded)."""
     try:

@@ -16,6 +16,7 @@ import pytest
 
 from services.resource_controller import limits
 from services.resource_controller.backend import EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism, LocalHandle, LocalProcessBackend
+from tests.tiers import Tier, uses
 
 PYTHON = "py"  # a role whose command is `python -c CODE ARGS...`
 BURN_ONE_CORE = "while True: pass"
@@ -69,6 +70,7 @@ class Harness:
         self.backends: list[LocalProcessBackend] = []
         self.launched: list[tuple[LocalProcessBackend, LocalHandle]] = []
 
+    @uses(Tier.LIVE)  # cgroups, or the affinity watchdog over real processes
     def backend(self, mechanism: LimitMechanism | None = None) -> LocalProcessBackend:
         backend = LocalProcessBackend(mechanism, watchdog_seconds=0.1, commands={PYTHON: (sys.executable, "-c")})
         self.backends.append(backend)

@@ -17,6 +17,7 @@ import pyarrow
 import pytest
 
 from primus import native
+from tests.tiers import Tier, uses
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRE_ENV = "PRIMUS_REQUIRE_NATIVE"
@@ -28,6 +29,7 @@ if shutil.which("g++") is None:
     pytest.skip("no g++: primus._arena cannot be built here", allow_module_level=True)
 
 
+@uses(Tier.SLOW)
 def _counting_compiler(folder: Path) -> tuple[Path, Path]:
     """A $CXX that notes each call in a file, then runs g++: how many compiles a build took."""
     calls = folder / "compiler-calls"
@@ -41,6 +43,7 @@ def _calls(calls: Path) -> int:
     return len(calls.read_text().splitlines()) if calls.exists() else 0
 
 
+@uses(Tier.SLOW)
 def _env(cache: Path, cxx: str) -> dict[str, str]:
     return {**os.environ, native.CACHE_ENV: str(cache), "CXX": cxx}
 

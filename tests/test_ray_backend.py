@@ -24,6 +24,7 @@ from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from tests.conftest import DAYS, ROWS_PER_HOUR, START, finish_job, job_document
+from tests.tiers import Tier, uses
 
 LONG_DAYS = 8  # the scaling test's job: long enough that three executors, a kill and a scale-in land mid-training
 GIB = 1024**3
@@ -31,6 +32,7 @@ NAMESPACE = "primus"
 
 
 @pytest.fixture(scope="module")
+@uses(Tier.LIVE)
 def ray_cluster() -> Iterator[str]:
     """A head and a second raylet, 2 CPUs and 6 GiB (logical) each; the test process joins it to kill actors."""
     cluster = Cluster(

@@ -20,6 +20,7 @@ from primus import hosts, rpc
 from primus.cluster import start_cluster, stop_services
 from primus.v1 import master_pb2, master_pb2_grpc
 from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
+from tests.tiers import Tier, uses
 
 REQUIRE_ENV = "PRIMUS_REQUIRE_NETNS"  # CI sets it: there the test must run, not skip
 NETNS = "primus-h2"
@@ -42,6 +43,7 @@ def _unavailable() -> str:
 
 
 @pytest.fixture(scope="module")
+@uses(Tier.LIVE)
 def second_host() -> Iterator[str]:
     """A network namespace joined to this one by a veth pair, with a default route back: the second host's address."""
     reason = _unavailable()
