@@ -131,9 +131,9 @@ def _start_cluster(args: argparse.Namespace) -> ClusterState:
 
 def _load_job(path: Path) -> TrainingJob:
     """The job file, validated, with its model entry point imported and built (on the meta device: no memory)."""
-    from primus.models.entrypoint import check_entrypoint  # torch loads only for the verbs that take a spec
-
     job = load_job_file(path)
+    from primus.models.entrypoint import check_entrypoint  # torch loads only for a spec that is valid so far: an error is said at once
+
     check_entrypoint(job.spec.training)
     return job
 

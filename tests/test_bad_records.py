@@ -8,6 +8,7 @@ import math
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -227,13 +228,14 @@ def test_bad_spec_files_are_one_line_errors(dataset: Path, tmp_path: Path) -> No
         "scalar.yaml": (b"just some words\n", "not a TrainingJob: the document is a str, not a mapping"),
         "fixed.yaml": (yaml.safe_dump(_fixed_uri_job(dataset, 3)).encode(), "spec.data.sources[0].uri: "),
     }
-    for name, (content, message) in files.items():
-        path = tmp_path / name
-        path.write_bytes(content)
-        for verb in ("validate", "run", "submit"):
-            result = _cli(tmp_path, verb, str(path))
-            assert result.returncode == 2, (name, verb, result.stderr)
-            assert "Traceback" not in result.stderr, (name, verb)
-            (line,) = result.stderr.splitlines()
-            assert line.startswith("error: ") and message in line, (name, verb, line)
+    for name, (content, _) in files.items():
+        (tmp_path / name).write_bytes(content)
+    runs = [(name, verb, message) for name, (_, message) in files.items() for verb in ("validate", "run", "submit")]
+    with ThreadPoolExecutor(max_workers=2) as pool:  # independent CLI processes, two at a time
+        results = list(pool.map(lambda run: _cli(tmp_path, run[1], str(tmp_path / run[0])), runs))
+    for (name, verb, message), result in zip(runs, results, strict=True):
+        assert result.returncode == 2, (name, verb, result.stderr)
+        assert "Traceback" not in result.stderr, (name, verb)
+        (line,) = result.stderr.splitlines()
+        assert line.startswith("error: ") and message in line, (name, verb, line)
     assert not (tmp_path / "state").exists() or not any((tmp_path / "state").iterdir()), "nothing was started"
