@@ -139,10 +139,21 @@ def _load_job(path: Path) -> TrainingJob:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    job = _load_job(args.job)
-    sources = ", ".join(s.name for s in job.spec.data.sources)
-    console.print(f"{args.job}: valid TrainingJob {job.metadata.name!r} (sources: {sources})")
-    return 0
+    """Each file in turn, in one process (torch loads once): a line for each valid one, the errors of each invalid one."""
+    invalid = 0
+    for path in args.job:
+        try:
+            job = _load_job(path)
+        except SpecError as exc:
+            invalid += 1
+            for problem in exc.problems:
+                err_console.print(f"[red]error[/red]: {problem}", highlight=False)
+            continue
+        sources = ", ".join(s.name for s in job.spec.data.sources)
+        console.print(f"{path}: valid TrainingJob {job.metadata.name!r} (sources: {sources})")
+    if invalid and len(args.job) > 1:
+        err_console.print(f"{invalid} of {len(args.job)} files are not valid job specs", highlight=False)
+    return EXIT_USER_ERROR if invalid else 0
 
 
 def _start_planners(scratch: Path, replicas: int) -> list[ServiceProcess]:
@@ -489,7 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.set_defaults(fn=fn)
         return command
 
-    add("validate", cmd_validate, "check a job spec without running anything").add_argument("job", type=Path)
+    add("validate", cmd_validate, "check job specs without running anything").add_argument("job", type=Path, nargs="+", help="one or more job spec files")
     plan = add("plan", cmd_plan, "print the task graph a job would get, without running anything")
     plan.add_argument("job", type=Path)
     plan.add_argument("--explain", action="store_true", help="one line per partition: included, waiting or skipped, and why")

@@ -69,14 +69,34 @@ def test_example_loads_with_local_uris_resolved_once_its_folders_exist(example: 
             assert Path(source.uri.removeprefix("file://")).resolve().is_relative_to(tmp_path.resolve()), source.uri
 
 
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict[Path, Path]]:
+    """`primus validate` of every example, laid out, in one call (torch loads once): the result and each copy."""
+    root = tmp_path_factory.mktemp("examples")
+    copies = {example: _laid_out(example, root) for example in EXAMPLES}
+    return _cli("validate", *map(str, copies.values()), cwd=root), copies
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
-def test_primus_validate_accepts_example(example: Path, tmp_path: Path) -> None:
-    copy = _laid_out(example, tmp_path)
-    result = _cli("validate", str(copy), cwd=tmp_path)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output
-    assert "error" not in output.lower(), output
-    assert "valid TrainingJob" in output
+def test_primus_validate_accepts_example(example: Path, validated: tuple[subprocess.CompletedProcess[str], dict[Path, Path]]) -> None:
+    result, copies = validated
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith(f"{copies[example]}: ")]
+    assert "valid TrainingJob" in line, result.stdout
+    assert "error" not in result.stderr.lower(), result.stderr
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_primus_validate_of_several_files_names_each_bad_one_and_exits_2(tmp_path: Path) -> None:
+    good = _laid_out(DEMO, tmp_path)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("just some words\n")
+    result = _cli("validate", str(good), str(bad), cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"{good}: valid TrainingJob" in result.stdout
+    assert result.stderr.splitlines() == [
+        f"error: {bad}: not a TrainingJob: the document is a str, not a mapping with apiVersion, kind, metadata and spec",
+        "1 of 2 files are not valid job specs",
+    ]
 
 
 def test_demo_example_is_the_job_primus_demo_writes_for_its_default_data() -> None:
