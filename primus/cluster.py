@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -293,25 +294,39 @@ def restart_service(state: ClusterState, state_dir: Path, name: str) -> ClusterS
 
 
 def stop_services(services: list[ServiceProcess] | tuple[ServiceProcess, ...], timeout: float = 20.0, stop_signal: int = signal.SIGTERM) -> list[str]:
-    """SIGTERM (or stop_signal) in reverse start order and wait for each; SIGKILL what outlives the timeout."""
-    stopped = []
-    for service in reversed(list(services)):
-        if not _alive(service.pid):
-            continue
-        os.kill(service.pid, stop_signal)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                pid, _ = os.waitpid(service.pid, os.WNOHANG)
-            except ChildProcessError:
-                pid = service.pid if not _alive(service.pid) else 0
-            if pid:
-                break
-            time.sleep(0.05)
-        else:
-            os.kill(service.pid, signal.SIGKILL)
-        stopped.append(service.name)
-    return stopped
+    """SIGTERM (or stop_signal) the last started (the master, which drives jobs on the others) and wait for it; then the
+    rest at once, each waited for; SIGKILL what outlives the timeout. The names of those stopped, in that order."""
+    alive = [service for service in reversed(list(services)) if _alive(service.pid)]
+    if not alive:
+        return []
+    _signal_and_wait(alive[:1], timeout, stop_signal)
+    _signal_and_wait(alive[1:], timeout, stop_signal)
+    return [service.name for service in alive]
+
+
+def _signal_and_wait(services: list[ServiceProcess], timeout: float, stop_signal: int) -> None:
+    for service in services:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(service.pid, stop_signal)
+    deadline = time.monotonic() + timeout
+    waiting = list(services)
+    while waiting and time.monotonic() < deadline:
+        waiting = [service for service in waiting if not _reaped(service.pid)]
+        if waiting:
+            time.sleep(0.02)
+    for service in waiting:
+        log.warning("%s (pid %d) outlived %.0fs after signal %d: killed", service.name, service.pid, timeout, stop_signal)
+        os.kill(service.pid, signal.SIGKILL)
+        _reaped(service.pid)
+
+
+def _reaped(pid: int) -> bool:
+    """Whether the process has exited (reaped here when it is this process's child)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # not our child (started by another `primus up`): alive until its pid is gone
+        return not _alive(pid)
+    return done == pid
 
 
 def running_cluster(state_dir: Path) -> ClusterState | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from primus import rpc
 from primus.cluster import ClusterState, start_cluster, stop_services
 from primus.demo import demo_job
 from primus.demo_data import generate_dataset
@@ -21,12 +23,28 @@ from tests.tiers import Tier, tier_of
 START = datetime(2026, 11, 1, tzinfo=UTC)
 DAYS = 3
 ROWS_PER_HOUR = 600
+REQUIRE_CORES_ENV = "PRIMUS_REQUIRE_CORES"  # CI sets it: a test that needs more cores fails there instead of skipping
 
 
 def pytest_configure(config: pytest.Config) -> None:
     for tier in Tier:
         config.addinivalue_line("markers", f"{tier.marker}: the {tier.marker} tier, set from what the test uses (tests/tiers.py)")
     config.addinivalue_line("markers", "smoke: the one end-to-end job `make test` runs beside the unit tier")
+    config.addinivalue_line("markers", f"needs_cores(n, why): skips where fewer than n cores are usable, fails instead when {REQUIRE_CORES_ENV}=1 (CI)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that needs more cores than this machine gives says why and skips; where CI requires it, it fails instead."""
+    marker = item.get_closest_marker("needs_cores")
+    if marker is None:
+        return
+    needed, have = int(marker.args[0]), len(os.sched_getaffinity(0))
+    if have >= needed:
+        return
+    reason = f"needs {needed} usable cores ({marker.kwargs.get('why', 'see the test')}); this process has {have}"
+    if os.environ.get(REQUIRE_CORES_ENV) == "1":
+        pytest.fail(f"{reason}, and {REQUIRE_CORES_ENV}=1 requires it to run")
+    pytest.skip(reason)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -80,10 +98,40 @@ def job_file(dataset: Path, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[ClusterState]:
-    """Planner, resource controller and master as local processes, state under tmp_path."""
+    """Planner, resource controller and master as local processes, state under tmp_path: a fresh set for a test that
+    kills, restarts or stops a service. A test that only submits jobs takes shared_cluster."""
     state = start_cluster(tmp_path / "runs", tmp_path / "state")
     yield state
     stop_services(state.services)
+
+
+@pytest.fixture(scope="module")
+def module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]:
+    root = tmp_path_factory.mktemp("cluster")
+    state = start_cluster(root / "runs", root / "state")
+    yield state
+    stop_services(state.services)
+
+
+@pytest.fixture
+def shared_cluster(module_cluster: ClusterState) -> Iterator[ClusterState]:
+    """One set of services for the tests of a module that only submit jobs (none kills or restarts a service). Each
+    test finds no job of another still running: what a test leaves running is cancelled after it, and waited for."""
+    yield module_cluster
+    end_running_jobs(module_cluster)
+
+
+def end_running_jobs(state: ClusterState, timeout: float = 60.0) -> None:
+    """Cancel every job of the cluster that has not ended, and wait until each has (its executors released)."""
+    master = master_pb2_grpc.MasterServiceStub(rpc.connect(state.address("master")))
+    running = [j.job_id for j in master.ListJobs(master_pb2.ListJobsRequest(), timeout=10).jobs if j.state < common_pb2.JOB_STATE_SUCCEEDED]
+    for job_id in running:
+        master.CancelJob(master_pb2.CancelJobRequest(job_id=job_id), timeout=10)
+    deadline = time.monotonic() + timeout
+    for job_id in running:
+        while master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job.state < common_pb2.JOB_STATE_SUCCEEDED:
+            assert time.monotonic() < deadline, f"job {job_id}, left running by a test, did not end within {timeout:.0f}s of its cancel"
+            time.sleep(0.1)
 
 
 def finish_job(master: master_pb2_grpc.MasterServiceStub, job_id: str, timeout: float = 240.0) -> dict[str, Any]:

@@ -196,9 +196,8 @@ def test_cgroup_cpu_limit_resizes_in_place(harness: Harness) -> None:
     assert after < 0.45, f"at limit 0.25 it still used {after:.2f} CPU/s: the resize did not bite"
 
 
+@pytest.mark.needs_cores(2, why="affinity can only cut whole cores")
 def test_affinity_cpu_limit_resizes_in_place(harness: Harness) -> None:
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("affinity can only cut whole cores: this needs at least 2")
     backend = harness.backend(LimitMechanism.AFFINITY_WATCHDOG)
     handle = harness.launch(backend, BURN_TWO_CORES, 2.0, 256)
     warmed_up(backend, handle)

@@ -161,7 +161,8 @@ print(json.dumps({
 
 @pytest.mark.timeout(900)
 def test_a_plain_pip_install_decodes_into_shared_memory(tmp_path: Path) -> None:
-    """A fresh venv, `pip install` of this tree (not editable, no `make native`): the first use builds the extension."""
+    """A fresh venv, `pip install` of this tree (not editable, no `make native`; its dependencies those installed
+    here): the first use builds the extension."""
     source = tmp_path / "src"
     source.mkdir()
     for name in ("pyproject.toml", "README.md", "primus", "services"):
@@ -170,9 +171,19 @@ def test_a_plain_pip_install_decodes_into_shared_memory(tmp_path: Path) -> None:
         else:
             shutil.copy2(ROOT / name, source / name)
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = str(venv / "bin" / "python")
-    install = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(source)], capture_output=True, text=True, timeout=780)
+    # The dependencies (torch, pyarrow, Cython, setuptools, pip itself) are the ones installed here, seen through a .pth
+    # file after the new environment's own site-packages: what is tested is the package built from this tree, not a
+    # download of its dependencies.
+    (site,) = (venv / "lib").glob("python*/site-packages")
+    (site / "installed-here.pth").write_text("\n".join(p for p in sys.path if p.endswith("site-packages")) + "\n")
+    install = subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--no-build-isolation", "--no-index", str(source)],
+        capture_output=True,
+        text=True,
+        timeout=780,
+    )
     assert install.returncode == 0, install.stderr[-3000:]
     env = {k: v for k, v in _env(tmp_path / "cache", "").items() if k not in ("PYTHONPATH", "CXX")}
     done = subprocess.run([python, "-c", PIP_CHECK, str(tmp_path / "small.parquet")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)

@@ -61,8 +61,7 @@ def test_the_split_travels_in_the_environment() -> None:
 
 # --- real processes ------------------------------------------------------------------------------
 
-TWO_CORES = len(os.sched_getaffinity(0)) >= 2
-needs_two_cores = pytest.mark.skipif(not TWO_CORES, reason="a kept core needs a machine of at least 2 cores")
+needs_two_cores = pytest.mark.needs_cores(2, why="a kept core")
 
 # A trainer as services/trainer/__main__.py places its threads: one thread started before the step moves to its
 # cores, one started by the training thread afterwards (a feed's reader); each reports where it runs.
