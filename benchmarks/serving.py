@@ -52,12 +52,12 @@ from primus.data.feed import BatchFeed, Lost, fixed
 from primus.demo import DEMO_START, demo_job
 from primus.demo_data import generate_dataset
 from primus.samples import training_schema
+from primus.settings import PlannerSettings
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor import reader, server, serving
 from services.data_executor.server import DataExecutor, create_executor
 from services.data_executor.shared_memory import SLOT_BYTES
-from services.planner import servicer
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server
 
@@ -163,9 +163,8 @@ def _serve(conn: Connection, handlers: dict[str, Handler]) -> None:
 
 
 def planner_host(conn: Connection, retry_after: float | None) -> None:
-    if retry_after is not None:
-        setattr(servicer, "RETRY_AFTER_SECONDS", retry_after)  # noqa: B010 - experiment: how long an idle reader waits before leasing again
-    planner = create_server("127.0.0.1:0", PlanRegistry())
+    settings = PlannerSettings(retry_after_seconds=retry_after) if retry_after is not None else PlannerSettings()  # experiment: how long an idle reader waits
+    planner = create_server("127.0.0.1:0", PlanRegistry(settings=settings), settings=settings)
     _serve(conn, {"address": lambda: planner.address})
     planner.stop(grace=0)
 

@@ -11,11 +11,11 @@ from collections.abc import Callable
 import grpc
 
 from primus import rpc
+from primus.settings import WorkerSettings
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 
 log = logging.getLogger(__name__)
-INTERVAL_SECONDS = 1.0
 CPU_ENV = "PRIMUS_CPU_LIMIT"  # the resource controller launches a worker with its size in these
 MEMORY_ENV = "PRIMUS_MEMORY_MIB"
 MIB = 1024 * 1024
@@ -93,7 +93,7 @@ class HeartbeatSender:
     telemetry. A controller that is away (UNAVAILABLE, DEADLINE_EXCEEDED) is tried again each interval, with one
     warning per outage; any other failure is logged once per kind until a beat gets through."""
 
-    def __init__(self, controller_address: str, job_id: str, executor_id: str, collect: Collect, interval: float = INTERVAL_SECONDS) -> None:
+    def __init__(self, controller_address: str, job_id: str, executor_id: str, collect: Collect, interval: float = WorkerSettings.heartbeat_interval_seconds) -> None:
         self._job_id = job_id
         self._executor_id = executor_id
         self._collect = collect

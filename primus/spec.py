@@ -149,7 +149,9 @@ class Resources(_Model):
     trainer: RoleResources = RoleResources(replicas=1, memory_mib=2048)
     quota: JobQuota = JobQuota()
     queue: str = Field("default", pattern=_NAME, description="the resource controller's queue whose quota this job counts against")
-    heartbeat_timeout_seconds: float = Field(10.0, ge=1, le=600, description="an executor silent this long is lost: ended, its leases go back")
+    heartbeat_timeout_seconds: float | None = Field(
+        None, ge=1, le=600, description="an executor silent this long is lost: ended, its leases go back (default: the resource controller's, 10 s)"
+    )
 
     @field_validator("trainer")
     @classmethod

@@ -7,22 +7,20 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 import grpc
 
 from primus import hosts, masters, rpc
+from primus.settings import WorkerSettings, add_arguments, from_args_or_exit
 from primus.spec import TrainingJob, load_job_text
 from primus.v1 import master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 
 AWAY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-START_GRACE_SECONDS = 120.0  # as long as the master waits for a peer that is away (restarting)
-RETRY_SECONDS = 1.0
-MAX_RETRY_SECONDS = 5.0
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -35,6 +33,7 @@ class WorkerArgs:
     master: str
     resource_controller: str
     runs_dir: Path
+    settings: WorkerSettings = field(default_factory=WorkerSettings)  # its timings: flags, else PRIMUS_* variables, else defaults
 
     @property
     def run_dir(self) -> Path:
@@ -42,19 +41,24 @@ class WorkerArgs:
 
 
 def parse_worker_args(prog: str, description: str) -> WorkerArgs:
+    """The worker's arguments and its WorkerSettings; a bad setting ends the process (one `error:` line, exit code 2)."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     for name in ("--job-id", "--executor-id", "--planner", "--master", "--resource-controller"):
         parser.add_argument(name, required=True)
     parser.add_argument("--runs-dir", type=Path, required=True)
+    add_arguments(parser, WorkerSettings)
     ns = parser.parse_args()
-    return WorkerArgs(ns.job_id, ns.executor_id, ns.planner, ns.master, ns.resource_controller, ns.runs_dir)
+    settings = from_args_or_exit(WorkerSettings, ns, prog.rsplit(".", 1)[-1].replace("_", " "))
+    return WorkerArgs(ns.job_id, ns.executor_id, ns.planner, ns.master, ns.resource_controller, ns.runs_dir, settings)
 
 
-def while_away(call: Callable[[], T], what: str, grace_seconds: float = START_GRACE_SECONDS) -> T:
+def while_away(call: Callable[[], T], what: str, settings: WorkerSettings | None = None) -> T:
     """call(), again while its peer is away (UNAVAILABLE, DEADLINE_EXCEEDED: a master or controller restarting, a
-    standby taking over), backing off from 1 s to 5 s, for up to grace_seconds; then, or on any other error, the error."""
-    deadline = time.monotonic() + grace_seconds
-    wait = RETRY_SECONDS
+    standby taking over), backing off from start_retry_seconds to start_max_retry_seconds, for up to
+    start_grace_seconds; then, or on any other error, the error."""
+    settings = settings or WorkerSettings()
+    deadline = time.monotonic() + settings.start_grace_seconds
+    wait = settings.start_retry_seconds
     while True:
         try:
             return call()
@@ -63,13 +67,13 @@ def while_away(call: Callable[[], T], what: str, grace_seconds: float = START_GR
                 raise
             log.warning("%s: it is away (%s); trying again in %.0f s", what, exc.code().name, wait)
             time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
-            wait = min(wait * 2, MAX_RETRY_SECONDS)
+            wait = min(wait * 2, settings.start_max_retry_seconds)
 
 
-def fetch_job_spec(master_address: str, job_id: str, grace_seconds: float = START_GRACE_SECONDS) -> TrainingJob:
-    """The job's validated spec, as the master holds it; waits for a master that is restarting."""
+def fetch_job_spec(master_address: str, job_id: str, settings: WorkerSettings | None = None) -> TrainingJob:
+    """The job's validated spec, as the master holds it; waits for a master that is restarting (settings.start_grace_seconds)."""
     stub = master_pb2_grpc.MasterServiceStub(masters.connect(master_address))
-    reply = while_away(lambda: stub.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10), f"the job's spec from the master at {master_address}", grace_seconds)
+    reply = while_away(lambda: stub.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10), f"the job's spec from the master at {master_address}", settings)
     return load_job_text(reply.job.spec_yaml, f"job {job_id}")
 
 
@@ -79,4 +83,4 @@ def register(args: WorkerArgs, address: str, data_address: str = "") -> None:
     request = rc_pb2.RegisterExecutorRequest(
         job_id=args.job_id, executor_id=args.executor_id, address=address, data_address=data_address, pid=os.getpid(), host_id=hosts.host_id()
     )
-    while_away(lambda: stub.RegisterExecutor(request, timeout=10), f"registering with the resource controller at {args.resource_controller}")
+    while_away(lambda: stub.RegisterExecutor(request, timeout=10), f"registering with the resource controller at {args.resource_controller}", args.settings)

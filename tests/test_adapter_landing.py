@@ -12,6 +12,7 @@ import pytest
 
 from primus.demo_data import generate_dataset
 from primus.samples import training_schema
+from primus.settings import PlannerSettings
 from primus.sources import Partition
 from primus.sources.landing import LandingAdapter, stamp_hour
 from primus.spec import Source, TrainingJob, parse_job
@@ -79,7 +80,7 @@ def test_open_ended_plan_takes_landed_files_and_later_ones_incrementally(parts: 
     landing.mkdir()
     early = [land(part, landing, f"batch-{i}.parquet", FIRST + i * HOUR + timedelta(minutes=10)) for i, part in enumerate(parts[:3])]
     clock = Clock(NOW - HOUR + timedelta(minutes=30))  # the last past hour is still running when the plan is made
-    registry = PlanRegistry(resolve=resolver(LandingAdapter(now=clock)), replan_seconds=3600)
+    registry = PlanRegistry(resolve=resolver(LandingAdapter(now=clock)), settings=PlannerSettings(replan_seconds=3600))
     try:
         job_plan = registry.create("landing-job", stream_job(landing).to_yaml())
         plan, ledger = job_plan.plan, job_plan.ledger
@@ -114,7 +115,7 @@ def test_extended_stream_task_depends_on_the_last_planned_one(parts: list[Path],
     landing.mkdir()
     land(parts[0], landing, "batch-0.parquet", FIRST + timedelta(minutes=10))
     clock = Clock(NOW - HOUR + timedelta(minutes=30))
-    registry = PlanRegistry(resolve=resolver(LandingAdapter(now=clock)), replan_seconds=3600)
+    registry = PlanRegistry(resolve=resolver(LandingAdapter(now=clock)), settings=PlannerSettings(replan_seconds=3600))
     try:
         plan = registry.create("chain-job", stream_job(landing).to_yaml()).plan
         last = plan.tasks[-1].task_id

@@ -6,14 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from primus.settings import ControllerSettings
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.resource_controller.backend import ExitReason
-from services.resource_controller.decisions import MEASURE_AFTER_SECONDS, DecisionLog, LoggedAction, LoggedDecision
+from services.resource_controller.decisions import DecisionLog, LoggedAction, LoggedDecision
 from services.resource_controller.records import Beat, ExecutorRecord, ExecutorState, state_after_exit
 from services.resource_controller.signals import executor_signals, role_signals, throughput
 from services.resource_controller.slots import SlotHealth
 
 KEY = ("job", "data_executor", 0)
+MEASURE_AFTER_SECONDS = ControllerSettings().measure_after_seconds  # what a DecisionLog waits by default
 
 
 def test_a_slot_failing_three_times_within_the_window_is_blacklisted() -> None:

@@ -1,10 +1,12 @@
-"""Two trainer ranks in data parallel, as real jobs: exact per-source counts, kill -9 of one rank, the ranks in the report."""
+"""Two trainer ranks in data parallel, as real jobs: exact per-source counts, kill -9 of one rank, the ranks in the report.
+
+The fault plan (primus.faults) holds rank 0 still after a round (rank 1 then waits for it in the next collective), so
+each kill lands mid-training on the small shared dataset."""
 
 from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,29 +15,23 @@ import yaml
 
 from primus import rpc
 from primus.cluster import ClusterState
-from primus.demo_data import generate_dataset
+from primus.faults import FaultPlan, Pause
 from primus.spec import load_job_file
-from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+from primus.v1 import master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
-from tests.conftest import START, finish_job, job_document
+from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
+from tests.faults_helpers import fault_cluster, paused_mid_training
 
-DAYS = 4
-ROWS_PER_HOUR = 600
 TRAIN_ROWS = (DAYS - 1) * 24 * ROWS_PER_HOUR
 EVAL_ROWS = 24 * ROWS_PER_HOUR
 TIMEOUT = 300.0
-
-
-@pytest.fixture(scope="module")
-def dp_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("dp") / "clicks"
-    generate_dataset(root, START, DAYS, rows_per_hour=ROWS_PER_HOUR, seed=7)
-    return root
+KILL_RANK_AT = 60  # of about 225 rounds: ten past the last checkpoint
+KILL_EXECUTOR_AT = 20  # early: its streams still have tasks to serve
 
 
 def _submit(cluster: ClusterState, dataset: Path, tmp_path: Path, ranks: int = 2) -> tuple[master_pb2_grpc.MasterServiceStub, str]:
-    document = job_document(dataset, days=DAYS)
+    document = job_document(dataset)
     spec: Any = document["spec"]
     spec["resources"]["trainer"]["replicas"] = ranks
     spec["training"].update({"batchSize": 64, "checkpointEverySteps": 25, "reportEverySteps": 10})
@@ -60,8 +56,8 @@ def _assert_exact(report: dict[str, Any]) -> None:
 
 
 @pytest.mark.timeout(360)
-def test_two_ranks_train_every_row_exactly_once(cluster: ClusterState, dp_dataset: Path, tmp_path: Path) -> None:
-    master, job_id = _submit(cluster, dp_dataset, tmp_path)
+def test_two_ranks_train_every_row_exactly_once(cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
+    master, job_id = _submit(cluster, dataset, tmp_path)
     report = finish_job(master, job_id, timeout=TIMEOUT)
     _assert_exact(report)
     ranks = report["trainer"]["ranks"]
@@ -71,26 +67,18 @@ def test_two_ranks_train_every_row_exactly_once(cluster: ClusterState, dp_datase
     assert len(trainers) == 2 and not report.get("restarts")
 
 
-def _wait_for_step(master: master_pb2_grpc.MasterServiceStub, job_id: str, step: int) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        job = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job
-        if job.progress.step >= step:
-            assert job.state == common_pb2.JOB_STATE_RUNNING, "the kill must land mid-training"
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} did not reach step {step}")
-
-
 @pytest.mark.timeout(480)
-def test_kill_one_rank_restarts_the_gang_with_exact_counts(cluster: ClusterState, dp_dataset: Path, tmp_path: Path) -> None:
-    master, job_id = _submit(cluster, dp_dataset, tmp_path)
-    _wait_for_step(master, job_id, 120)
-    rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(cluster.address("resource_controller")))
-    executors = rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=rc_pb2.EXECUTOR_ROLE_TRAINER), timeout=10).executors
-    victim = next(e for e in executors if e.executor_id.endswith("-1"))
-    os.kill(victim.pid, signal.SIGKILL)
-    report = finish_job(master, job_id, timeout=TIMEOUT)
+def test_kill_one_rank_restarts_the_gang_with_exact_counts(dataset: Path, tmp_path: Path) -> None:
+    plan = FaultPlan(tmp_path / "faults", (Pause("trainer", KILL_RANK_AT, rank=0),))
+    with fault_cluster(plan, tmp_path) as cluster:
+        master, job_id = _submit(cluster, dataset, tmp_path)
+        paused_mid_training(plan, master, job_id, KILL_RANK_AT, TRAIN_ROWS, timeout=TIMEOUT)
+        rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(cluster.address("resource_controller")))
+        executors = rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=rc_pb2.EXECUTOR_ROLE_TRAINER), timeout=10).executors
+        victim = next(e for e in executors if e.executor_id.endswith("-1"))
+        os.kill(victim.pid, signal.SIGKILL)
+        plan.release("trainer", KILL_RANK_AT)
+        report = finish_job(master, job_id, timeout=TIMEOUT)
     _assert_exact(report)
     assert report["restarts"] == {"trainer": 1}, "one gang restart, counted once"
     trainers = [s for s in report["services"] if s["role"] == "trainer"]
@@ -99,13 +87,18 @@ def test_kill_one_rank_restarts_the_gang_with_exact_counts(cluster: ClusterState
 
 
 @pytest.mark.timeout(480)
-def test_a_lost_data_executor_restarts_the_gang_with_exact_counts(cluster: ClusterState, dp_dataset: Path, tmp_path: Path) -> None:
-    master, job_id = _submit(cluster, dp_dataset, tmp_path)
-    _wait_for_step(master, job_id, 20)  # early: its streams still have tasks to serve
-    rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(cluster.address("resource_controller")))
-    executors = rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR), timeout=10).executors
-    victim = next(e for e in executors if e.state == rc_pb2.EXECUTOR_STATE_READY)
-    os.kill(victim.pid, signal.SIGKILL)
-    report = finish_job(master, job_id, timeout=TIMEOUT)
+def test_a_lost_data_executor_restarts_the_gang_with_exact_counts(dataset: Path, tmp_path: Path) -> None:
+    """Early, and the victim holds one of its streams still after a batch: it still has tasks to serve when it dies."""
+    plan = FaultPlan(tmp_path / "faults", (Pause("trainer", KILL_EXECUTOR_AT, rank=0), Pause("data_executor", 1)))
+    with fault_cluster(plan, tmp_path) as cluster:
+        master, job_id = _submit(cluster, dataset, tmp_path)
+        paused_mid_training(plan, master, job_id, KILL_EXECUTOR_AT, TRAIN_ROWS, timeout=TIMEOUT)
+        victim = plan.wait_paused("data_executor", 1)
+        rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(cluster.address("resource_controller")))
+        executors = rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR), timeout=10).executors
+        assert victim in [e.pid for e in executors if e.state == rc_pb2.EXECUTOR_STATE_READY]
+        os.kill(victim, signal.SIGKILL)
+        plan.release("trainer", KILL_EXECUTOR_AT)
+        report = finish_job(master, job_id, timeout=TIMEOUT)
     _assert_exact(report)
     assert report["restarts"] == {"data executor": 1, "trainer": 1}, "the executor relaunched, the gang restarted once"

@@ -1,5 +1,8 @@
 """Executors change number and size while a job runs: scale-out, scale-in, an in-place resize, a silent executor, a
-controller killed and restarted, and the autoscaler itself; each ends with exact per-source sample counts."""
+controller killed and restarted, and the autoscaler itself; each ends with exact per-source sample counts.
+
+The fault plan (primus.faults) holds the trainer still after a step, so each change lands mid-training on the small
+shared dataset."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,31 +21,37 @@ import yaml
 
 from primus import rpc
 from primus.cluster import ClusterState, restart_service, stop_services
-from primus.demo_data import generate_dataset
+from primus.faults import FaultPlan, Pause
 from primus.spec import load_job_file
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
-from tests.conftest import START, finish_job, job_document
+from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
+from tests.faults_helpers import fault_cluster, paused_mid_training
 
-DAYS = 6
-ROWS_PER_HOUR = 600
 TRAIN_ROWS = (DAYS - 1) * 24 * ROWS_PER_HOUR
 EVAL_ROWS = 24 * ROWS_PER_HOUR
 TIMEOUT = 240.0
 DATA = rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR
+PAUSE_AT = 60  # the trainer holds still after this step (of 450): a change lands mid-training
+PAUSE_AGAIN_AT = 120  # and again after this one, where a test needs the job to go on between two changes
 
 
-@pytest.fixture(scope="module")
-def long_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("elastic") / "clicks"
-    generate_dataset(root, START, DAYS, rows_per_hour=ROWS_PER_HOUR, seed=11)
-    return root
+@pytest.fixture
+def plan(tmp_path: Path) -> FaultPlan:
+    return FaultPlan(tmp_path / "faults", (Pause("trainer", PAUSE_AT), Pause("trainer", PAUSE_AGAIN_AT)))
+
+
+@pytest.fixture
+def cluster(plan: FaultPlan, tmp_path: Path) -> Iterator[ClusterState]:
+    """A fresh cluster per test (they scale, stop and restart executors and services), every process in it carrying the fault plan."""
+    with fault_cluster(plan, tmp_path) as state:
+        yield state
 
 
 def _job(dataset: Path, tmp_path: Path, executors: int, batch_size: int = 64, **resources: Any) -> str:
-    """Small minibatches, so the job runs long enough for a change to land in the middle of it."""
-    document = job_document(dataset, days=DAYS)
+    """Small minibatches and frequent checkpoints and reports: many steps, a pause point among them."""
+    document = job_document(dataset)
     spec = document["spec"]
     assert isinstance(spec, dict)
     spec["training"].update({"batchSize": batch_size, "checkpointEverySteps": 25, "reportEverySteps": 10})
@@ -55,6 +65,19 @@ def _job(dataset: Path, tmp_path: Path, executors: int, batch_size: int = 64, **
 def _stubs(cluster: ClusterState) -> tuple[master_pb2_grpc.MasterServiceStub, rc_grpc.ResourceControllerServiceStub]:
     master = master_pb2_grpc.MasterServiceStub(rpc.connect(cluster.address("master")))
     return master, rc_grpc.ResourceControllerServiceStub(rpc.connect(cluster.address("resource_controller")))
+
+
+def _submit_until_paused(master: master_pb2_grpc.MasterServiceStub, plan: FaultPlan, spec_yaml: str) -> str:
+    """Submit and wait until the trainer holds still after PAUSE_AT, the job running with rows left to train."""
+    job_id = str(master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=spec_yaml), timeout=30).job_id)
+    paused_mid_training(plan, master, job_id, PAUSE_AT, TRAIN_ROWS)
+    return job_id
+
+
+def _release(plan: FaultPlan) -> None:
+    """The trainer goes on after PAUSE_AT; its pause at PAUSE_AGAIN_AT is released ahead, unless a test waits for it."""
+    plan.release("trainer", PAUSE_AT)
+    plan.release("trainer", PAUSE_AGAIN_AT)
 
 
 def _submit(master: master_pb2_grpc.MasterServiceStub, spec_yaml: str, until_step: int) -> str:
@@ -96,11 +119,17 @@ def _data_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.timeout(300)
-def test_scale_out_joins_running_streams(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+def test_scale_out_joins_running_streams(cluster: ClusterState, plan: FaultPlan, dataset: Path, tmp_path: Path) -> None:
     master, rc = _stubs(cluster)
-    job_id = _submit(master, _job(long_dataset, tmp_path, executors=1), until_step=60)
+    job_id = _submit_until_paused(master, plan, _job(dataset, tmp_path, executors=1))
     reply = rc.ScaleRole(rc_pb2.ScaleRoleRequest(job_id=job_id, role=DATA, replicas=3, reason="test"), timeout=30)
     assert len(reply.launched) == 2
+    launched = {x.executor_id for x in reply.launched}
+    _wait_for(
+        lambda: len([e for e in _executors(rc, job_id) if e.executor_id in launched and e.state == rc_pb2.EXECUTOR_STATE_READY]) == 2,
+        "the new executors to start while the trainer holds still",
+    )
+    _release(plan)
     joined = _wait_for(
         lambda: [e for e in _executors(rc, job_id) if e.executor_id in {x.executor_id for x in reply.launched} and e.telemetry.rows_served > 0],
         "the new executors to serve rows to the running trainer",
@@ -124,12 +153,13 @@ def _primus(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.timeout(300)
-def test_scale_in_drains_before_release(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+def test_scale_in_drains_before_release(cluster: ClusterState, plan: FaultPlan, dataset: Path, tmp_path: Path) -> None:
     master, rc = _stubs(cluster)
-    job_id = _submit(master, _job(long_dataset, tmp_path, executors=3), until_step=60)
+    job_id = _submit_until_paused(master, plan, _job(dataset, tmp_path, executors=3))
     reply = rc.ScaleRole(rc_pb2.ScaleRoleRequest(job_id=job_id, role=DATA, replicas=1, reason="test"), timeout=30)
     drained = {e.executor_id for e in reply.draining}
     assert len(drained) == 2
+    _release(plan)
     released = _wait_for(
         lambda: [e for e in _executors(rc, job_id) if e.executor_id in drained and e.state == rc_pb2.EXECUTOR_STATE_RELEASED],
         "the drained executors to be released",
@@ -143,9 +173,9 @@ def test_scale_in_drains_before_release(cluster: ClusterState, long_dataset: Pat
 
 
 @pytest.mark.timeout(300)
-def test_resize_in_place_keeps_the_streams(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+def test_resize_in_place_keeps_the_streams(cluster: ClusterState, plan: FaultPlan, dataset: Path, tmp_path: Path) -> None:
     master, rc = _stubs(cluster)
-    job_id = _submit(master, _job(long_dataset, tmp_path, executors=1, data_executor={"cpu": 0.5, "memoryMiB": 512}), until_step=60)
+    job_id = _submit_until_paused(master, plan, _job(dataset, tmp_path, executors=1, data_executor={"cpu": 0.5, "memoryMiB": 512}))
     (before,) = _executors(rc, job_id)
     reply = rc.ResizeExecutor(
         rc_pb2.ResizeExecutorRequest(job_id=job_id, executor_id=before.executor_id, resources=rc_pb2.ExecutorResources(cpu=1.5, memory_mib=1024), reason="test"),
@@ -155,6 +185,7 @@ def test_resize_in_place_keeps_the_streams(cluster: ClusterState, long_dataset: 
     _wait_for(lambda: _executors(rc, job_id)[0].telemetry.reader_threads == 3, "the executor to run 3 readers at 1.5 cores")
     after = _executors(rc, job_id)[0]
     assert after.telemetry.memory_limit_bytes == 1024 << 20
+    _release(plan)
     report = finish_job(master, job_id)
     _assert_exact(report)
     assert report["restarts"] == {}
@@ -163,12 +194,12 @@ def test_resize_in_place_keeps_the_streams(cluster: ClusterState, long_dataset: 
 
 
 @pytest.mark.timeout(300)
-def test_silent_executor_is_lost_within_its_heartbeat_timeout(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+def test_silent_executor_is_lost_within_its_heartbeat_timeout(cluster: ClusterState, plan: FaultPlan, dataset: Path, tmp_path: Path) -> None:
     """SIGSTOP: the process lives but says nothing. Its heartbeats stop, so it is ended and its leases go back."""
     master, rc = _stubs(cluster)
-    # minibatches of 16: the job must still be running when the controller gives up on the silent executor (about 3 s
-    # after the stop), or there is nothing left to relaunch it for
-    job_id = _submit(master, _job(long_dataset, tmp_path, executors=2, batch_size=16, heartbeatTimeoutSeconds=3), until_step=60)
+    # the trainer holds still until the controller has given up on the silent executor (about 3 s after the stop): the
+    # job is still running then, so there is something left to relaunch it for
+    job_id = _submit_until_paused(master, plan, _job(dataset, tmp_path, executors=2, heartbeatTimeoutSeconds=3))
     victim = next(e for e in _executors(rc, job_id) if e.state == rc_pb2.EXECUTOR_STATE_READY)
     stopped = time.monotonic()
     os.kill(victim.pid, signal.SIGSTOP)
@@ -179,25 +210,28 @@ def test_silent_executor_is_lost_within_its_heartbeat_timeout(cluster: ClusterSt
     )
     assert time.monotonic() - stopped < 12, "lost within seconds of its timeout, not the five minutes of a lease"
     assert lost.exit_reason == rc_pb2.EXIT_REASON_HEARTBEAT_LOST and "no heartbeat" in lost.message
+    _release(plan)
     report = finish_job(master, job_id)
     _assert_exact(report)
     assert report["restarts"] == {"data executor": 1}
 
 
 @pytest.mark.timeout(300)
-def test_kill_resource_controller_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+def test_kill_resource_controller_mid_job(cluster: ClusterState, plan: FaultPlan, dataset: Path, tmp_path: Path) -> None:
     """kill -9 of the controller: its executors keep running; restarted at its address, it re-adopts them."""
     master, rc = _stubs(cluster)
-    job_id = _submit(master, _job(long_dataset, tmp_path, executors=2), until_step=100)
+    job_id = _submit_until_paused(master, plan, _job(dataset, tmp_path, executors=2))
     pids = {e.executor_id: e.pid for e in _executors(rc, job_id) if e.state == rc_pb2.EXECUTOR_STATE_READY}
     old = next(s for s in cluster.services if s.name == "resource_controller")
     os.kill(old.pid, signal.SIGKILL)
     os.waitpid(old.pid, 0)
-    time.sleep(2.0)  # the job goes on without it
+    plan.release("trainer", PAUSE_AT)
+    paused_mid_training(plan, master, job_id, PAUSE_AGAIN_AT, TRAIN_ROWS)  # the job went on without it, and holds still again
     restarted = restart_service(cluster, tmp_path / "state", "resource_controller")
     try:
         adopted = {e.executor_id: e.pid for e in _executors(rc, job_id) if e.state == rc_pb2.EXECUTOR_STATE_READY}
         assert adopted == pids, "the restarted controller re-adopted the same running executors"
+        plan.release("trainer", PAUSE_AGAIN_AT)
         report = finish_job(master, job_id)
         _assert_exact(report)
         assert report["restarts"] == {}, "nothing was relaunched: the executors were never orphaned"
@@ -212,12 +246,13 @@ def test_restart_command_names_the_resource_controller(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(420)
-def test_autoscaler_adds_executors_to_a_cpu_starved_job(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+def test_autoscaler_adds_executors_to_a_cpu_starved_job(cluster: ClusterState, plan: FaultPlan, dataset: Path, tmp_path: Path) -> None:
     """One executor held to 5% of a core by its CPU limit starves the trainer: the autoscaler adds executors,
     logs why, and the counts stay exact."""
     autoscale = {"minReplicas": 1, "maxReplicas": 3, "scaleUp": {"stabilizationWindowSeconds": 1, "cooldownSeconds": 3, "maxStep": 2}}
     master, rc = _stubs(cluster)
-    job_id = _submit(master, _job(long_dataset, tmp_path, executors=1, data_executor={"cpu": 0.05, "memoryMiB": 512, "autoscale": autoscale}), until_step=1)
+    _release(plan)  # no pause: the stalls it would end are the autoscaler's signal
+    job_id = _submit(master, _job(dataset, tmp_path, executors=1, data_executor={"cpu": 0.05, "memoryMiB": 512, "autoscale": autoscale}), until_step=1)
     # The decision is what is under test: a new executor counts once launched, since one held to 5% of a core can take
     # most of a minute to import its libraries and report READY on a loaded machine.
     launched = {rc_pb2.EXECUTOR_STATE_PENDING, rc_pb2.EXECUTOR_STATE_STARTING, rc_pb2.EXECUTOR_STATE_READY}
@@ -233,13 +268,14 @@ def test_autoscaler_adds_executors_to_a_cpu_starved_job(cluster: ClusterState, l
 
 
 @pytest.mark.timeout(300)
-def test_an_oom_killed_executor_is_replaced_with_more_memory(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+def test_an_oom_killed_executor_is_replaced_with_more_memory(cluster: ClusterState, plan: FaultPlan, dataset: Path, tmp_path: Path) -> None:
     """A trainer limited below what torch needs is OOM-killed at its memory limit; with vertical autoscaling its
     replacement gets four times the memory, resumes, and the job ends exact."""
     vertical = {"minMemoryMiB": 128, "maxMemoryMiB": 2048, "memoryFactor": 4}
     trainer = {"replicas": 1, "cpu": 1, "memoryMiB": 128, "autoscale": {"minReplicas": 1, "maxReplicas": 1, "vertical": vertical}}
     master, _ = _stubs(cluster)
-    spec = _job(long_dataset, tmp_path, executors=1, trainer=trainer)
+    _release(plan)  # no pause: nothing is timed against this job's steps
+    spec = _job(dataset, tmp_path, executors=1, trainer=trainer)
     job_id = str(master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=spec), timeout=30).job_id)
     report = finish_job(master, job_id)
     _assert_exact(report)

@@ -1,10 +1,13 @@
-"""Crashes mid-job: kill -9 of a data executor, the trainer, the master or the planner still trains every sample exactly once."""
+"""Crashes mid-job: kill -9 of a data executor, the trainer, the master or the planner still trains every sample exactly once.
+
+The fault plan (primus.faults) holds the trainer still after a step, so each kill lands mid-training on the small
+shared dataset, with no race against the job's end."""
 
 from __future__ import annotations
 
 import os
 import signal
-import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,32 +16,35 @@ import yaml
 from primus import rpc
 from primus.cluster import ClusterState, restart_service, stop_services
 from primus.cost import load_cost
-from primus.demo_data import generate_dataset
+from primus.faults import Exit, FaultPlan, Pause
 from primus.spec import load_job_file
-from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+from primus.v1 import master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
-from services.master.driver import EXIT_AFTER_RELAUNCH_ENV
-from tests.conftest import START, finish_job, job_document
+from services.master.driver import AFTER_RELAUNCH
+from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
+from tests.faults_helpers import fault_cluster, newest_checkpoint, paused_mid_training, wait_for
 
-DAYS = 8
-ROWS_PER_HOUR = 600
 TRAIN_ROWS = (DAYS - 1) * 24 * ROWS_PER_HOUR
 EVAL_ROWS = 24 * ROWS_PER_HOUR
-TIMEOUT = 240.0
+PAUSE_AT = 60  # the trainer holds still after this step (of 450), its progress reported (every 10), ten steps past its last checkpoint (every 25)
 
 
-@pytest.fixture(scope="module")
-def long_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Enough tasks (168 to train on) that read-ahead buffers cannot hold them all when a crash lands."""
-    root = tmp_path_factory.mktemp("long") / "clicks"
-    generate_dataset(root, START, DAYS, rows_per_hour=ROWS_PER_HOUR, seed=5)
-    return root
+@pytest.fixture
+def plan(tmp_path: Path) -> FaultPlan:
+    return FaultPlan(tmp_path / "faults", (Pause("trainer", PAUSE_AT),))
+
+
+@pytest.fixture
+def cluster(plan: FaultPlan, tmp_path: Path) -> Iterator[ClusterState]:
+    """A fresh cluster per test (they kill and restart services), every process in it carrying the fault plan."""
+    with fault_cluster(plan, tmp_path) as state:
+        yield state
 
 
 def _slow_job(dataset: Path, tmp_path: Path) -> str:
-    """Small minibatches and frequent checkpoints, so that a crash lands mid-training."""
-    document = job_document(dataset, days=DAYS)
+    """Small minibatches and frequent checkpoints: many steps, and a checkpoint shortly before each pause."""
+    document = job_document(dataset)
     training = document["spec"]["training"]  # type: ignore[index]
     training.update({"batchSize": 64, "checkpointEverySteps": 25, "reportEverySteps": 10})
     path = tmp_path / "job.yaml"
@@ -46,22 +52,12 @@ def _slow_job(dataset: Path, tmp_path: Path) -> str:
     return load_job_file(path).to_yaml()
 
 
-def _wait(master: master_pb2_grpc.MasterServiceStub, job_id: str, until_step: int) -> master_pb2.Job:
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        job = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job
-        if job.progress.step >= until_step or job.state >= common_pb2.JOB_STATE_SUCCEEDED:
-            return job
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} did not reach step {until_step}")
-
-
-def _submit_until_step(cluster: ClusterState, dataset: Path, tmp_path: Path, step: int) -> tuple[master_pb2_grpc.MasterServiceStub, str]:
-    """Submit the slow job and wait until it has trained `step` steps, still running: a crash then lands mid-training."""
+def _submit_until_paused(cluster: ClusterState, plan: FaultPlan, dataset: Path, tmp_path: Path, step: int) -> tuple[master_pb2_grpc.MasterServiceStub, str]:
+    """Submit the slow job and wait until its trainer holds still after `step`, the job running with rows left to
+    train: a crash then lands mid-training."""
     master = master_pb2_grpc.MasterServiceStub(rpc.connect(cluster.address("master")))
     job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=_slow_job(dataset, tmp_path)), timeout=30).job_id
-    job = _wait(master, job_id, until_step=step)
-    assert job.state == common_pb2.JOB_STATE_RUNNING, "the crash must land mid-training"
+    paused_mid_training(plan, master, job_id, step, TRAIN_ROWS)
     return master, job_id
 
 
@@ -105,20 +101,27 @@ def _assert_exact(report: dict[str, object]) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_kill_data_executor_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
-    master, job_id = _submit_until_step(cluster, long_dataset, tmp_path, 150)
-    _kill(cluster, job_id, rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR)
-    report = finish_job(master, job_id)
-    _assert_exact(report)
-    assert report["restarts"] == {"data executor": 1}
-    (source,) = report["sources"]  # type: ignore[misc]
-    assert source["retries"] >= 1, "the lost executor's leases were served again"
+def test_kill_data_executor_mid_job(dataset: Path, tmp_path: Path) -> None:
+    """The victim is the executor holding one of its streams still after a batch, its tasks leased: the trainer's
+    read-ahead cannot have taken all it had to serve when it dies."""
+    plan = FaultPlan(tmp_path / "faults", (Pause("trainer", PAUSE_AT), Pause("data_executor", 1)))
+    with fault_cluster(plan, tmp_path) as cluster:
+        master, job_id = _submit_until_paused(cluster, plan, dataset, tmp_path, PAUSE_AT)
+        victim = plan.wait_paused("data_executor", 1)
+        assert victim in _executor_pids(cluster, job_id).values()
+        os.kill(victim, signal.SIGKILL)
+        plan.release("trainer", PAUSE_AT)
+        report = finish_job(master, job_id)
+        _assert_exact(report)
+        assert report["restarts"] == {"data executor": 1}
+        (source,) = report["sources"]  # type: ignore[misc]
+        assert source["retries"] >= 1, "the lost executor's leases were served again"
 
 
 @pytest.mark.timeout(300)
-def test_kill_trainer_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
-    master, job_id = _submit_until_step(cluster, long_dataset, tmp_path, 300)
-    _kill(cluster, job_id, rc_pb2.EXECUTOR_ROLE_TRAINER)
+def test_kill_trainer_mid_job(cluster: ClusterState, plan: FaultPlan, dataset: Path, tmp_path: Path) -> None:
+    master, job_id = _submit_until_paused(cluster, plan, dataset, tmp_path, PAUSE_AT)
+    _kill(cluster, job_id, rc_pb2.EXECUTOR_ROLE_TRAINER)  # the paused one: its relaunch resumes from step 50 and passes 60 unpaused
     report = finish_job(master, job_id)
     _assert_exact(report)
     assert report["restarts"] == {"trainer": 1}
@@ -127,13 +130,15 @@ def test_kill_trainer_mid_job(cluster: ClusterState, long_dataset: Path, tmp_pat
 
 
 @pytest.mark.timeout(300)
-def test_kill_master_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+def test_kill_master_mid_job(cluster: ClusterState, plan: FaultPlan, dataset: Path, tmp_path: Path) -> None:
     """The master's jobs live in SQLite; restarted at its address, it follows the running job to the end."""
-    _, job_id = _submit_until_step(cluster, long_dataset, tmp_path, 200)
+    _, job_id = _submit_until_paused(cluster, plan, dataset, tmp_path, PAUSE_AT)
     old = next(s for s in cluster.services if s.name == "master")
     os.kill(old.pid, signal.SIGKILL)
     os.waitpid(old.pid, 0)
-    time.sleep(1.0)  # the trainer keeps training while the master is away
+    before = newest_checkpoint(tmp_path / "runs", job_id)
+    plan.release("trainer", PAUSE_AT)
+    wait_for(lambda: newest_checkpoint(tmp_path / "runs", job_id) > before, "the trainer to keep training (and checkpoint) while the master is away")
     restarted = restart_service(cluster, tmp_path / "state", "master")
     try:
         report = finish_job(master_pb2_grpc.MasterServiceStub(rpc.connect(restarted.address("master"))), job_id)
@@ -144,28 +149,24 @@ def test_kill_master_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path
 
 
 @pytest.mark.timeout(300)
-def test_kill_master_right_after_a_trainer_restart(cluster: ClusterState, long_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The master relaunches a killed trainer and dies right then (a test hook); restarted, it relaunches nothing more,
-    and the new trainer, started while no master served, finishes the job exactly."""
-    monkeypatch.setenv(EXIT_AFTER_RELAUNCH_ENV, "1")
-    cluster = restart_service(cluster, tmp_path / "state", "master")
-    monkeypatch.delenv(EXIT_AFTER_RELAUNCH_ENV)
-    _, job_id = _submit_until_step(cluster, long_dataset, tmp_path, 200)
-    _kill(cluster, job_id, rc_pb2.EXECUTOR_ROLE_TRAINER)
-    old = next(s for s in cluster.services if s.name == "master")
-    deadline = time.monotonic() + 60
-    while _running(old.pid):
-        assert time.monotonic() < deadline, "the hook makes the master exit right after relaunching the trainer"
-        time.sleep(0.1)
-    restarted = restart_service(cluster, tmp_path / "state", "master")
-    try:
-        report = finish_job(master_pb2_grpc.MasterServiceStub(rpc.connect(restarted.address("master"))), job_id)
-        _assert_exact(report)
-        assert report["restarts"] == {"trainer": 1}, "the relaunch before the crash is counted once; nothing else was relaunched"
-        trainers = [s for s in report["services"] if s["role"] == "trainer"]  # type: ignore[union-attr]
-        assert len(trainers) == 2
-    finally:
-        stop_services([s for s in restarted.services if s.name == "master"])
+def test_kill_master_right_after_a_trainer_restart(dataset: Path, tmp_path: Path) -> None:
+    """The master relaunches a killed trainer and dies right then (a fault point); restarted, it relaunches nothing
+    more, and the new trainer, started while no master served, finishes the job exactly."""
+    plan = FaultPlan(tmp_path / "faults", (Pause("trainer", PAUSE_AT),), (Exit(AFTER_RELAUNCH),))
+    with fault_cluster(plan, tmp_path) as cluster:
+        _, job_id = _submit_until_paused(cluster, plan, dataset, tmp_path, PAUSE_AT)
+        _kill(cluster, job_id, rc_pb2.EXECUTOR_ROLE_TRAINER)
+        old = next(s for s in cluster.services if s.name == "master")
+        wait_for(lambda: not _running(old.pid), "the fault point to make the master exit right after relaunching the trainer")
+        restarted = restart_service(cluster, tmp_path / "state", "master")  # the same plan: the exit, claimed, does not fire again
+        try:
+            report = finish_job(master_pb2_grpc.MasterServiceStub(rpc.connect(restarted.address("master"))), job_id)
+            _assert_exact(report)
+            assert report["restarts"] == {"trainer": 1}, "the relaunch before the crash is counted once; nothing else was relaunched"
+            trainers = [s for s in report["services"] if s["role"] == "trainer"]  # type: ignore[union-attr]
+            assert len(trainers) == 2
+        finally:
+            stop_services([s for s in restarted.services if s.name == "master"])
 
 
 def _executor_pids(cluster: ClusterState, job_id: str) -> dict[str, int]:
@@ -174,17 +175,19 @@ def _executor_pids(cluster: ClusterState, job_id: str) -> dict[str, int]:
 
 
 @pytest.mark.timeout(300)
-def test_kill_planner_mid_job(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+def test_kill_planner_mid_job(cluster: ClusterState, plan: FaultPlan, dataset: Path, tmp_path: Path) -> None:
     """A planner restarted at its address takes its plan over from its journal: the executors wait for it and go on."""
-    master, job_id = _submit_until_step(cluster, long_dataset, tmp_path, 200)
+    master, job_id = _submit_until_paused(cluster, plan, dataset, tmp_path, PAUSE_AT)
     executors = _executor_pids(cluster, job_id)
     old = next(s for s in cluster.services if s.name == "planner")
     workers = _children(old.pid)
-    assert workers, "an 8-day source is resolved by the planner's worker processes"
+    assert workers, "a multi-day source is resolved by the planner's worker processes"
     os.kill(old.pid, signal.SIGKILL)
     os.waitpid(old.pid, 0)
-    time.sleep(3.0)  # long enough for the trainer to checkpoint while the planner is gone, and for the workers to notice
-    assert not [pid for pid in workers if _running(pid)], "a killed planner's worker processes exit instead of leaking"
+    before = newest_checkpoint(tmp_path / "runs", job_id)
+    plan.release("trainer", PAUSE_AT)
+    wait_for(lambda: newest_checkpoint(tmp_path / "runs", job_id) > before, "the trainer to checkpoint while the planner is gone")
+    wait_for(lambda: not [pid for pid in workers if _running(pid)], "a killed planner's worker processes to exit instead of leaking", timeout=30)
     restarted = restart_service(cluster, tmp_path / "state", "planner")
     try:
         report = finish_job(master, job_id)

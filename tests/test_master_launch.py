@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,12 +12,22 @@ import yaml
 
 from primus import rpc
 from primus.cluster import ClusterState, restart_service, stop_services
+from primus.faults import Exit, FaultPlan
 from primus.spec import load_job_file
 from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2, planner_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
-from services.master.driver import EXIT_AFTER_LAUNCH_ENV
+from services.master.driver import AFTER_LAUNCH
 from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
+from tests.faults_helpers import fault_cluster
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[ClusterState]:
+    """A fresh cluster whose master exits right after its first launch (a fault point of primus.faults): once, so a
+    restarted master, which carries the same plan, goes on."""
+    with fault_cluster(FaultPlan(tmp_path / "faults", exits=(Exit(AFTER_LAUNCH),)), tmp_path) as state:
+        yield state
 
 
 def _gone(pid: int, timeout: float = 60.0) -> bool:
@@ -32,10 +43,7 @@ def _gone(pid: int, timeout: float = 60.0) -> bool:
 
 
 @pytest.mark.timeout(300)
-def test_master_dies_right_after_launch(cluster: ClusterState, dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(EXIT_AFTER_LAUNCH_ENV, "1")
-    cluster = restart_service(cluster, tmp_path / "state", "master")  # this master exits right after its first launch
-    monkeypatch.delenv(EXIT_AFTER_LAUNCH_ENV)
+def test_master_dies_right_after_launch(cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
     restarted: ClusterState | None = None
     try:
         document = job_document(dataset, executors=2)
@@ -44,7 +52,7 @@ def test_master_dies_right_after_launch(cluster: ClusterState, dataset: Path, tm
         master = master_pb2_grpc.MasterServiceStub(rpc.connect(cluster.address("master")))
         job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=load_job_file(path).to_yaml()), timeout=30).job_id
         old = next(s for s in cluster.services if s.name == "master")
-        assert _gone(old.pid), "the test hook makes the master exit right after launching"
+        assert _gone(old.pid), "the fault point makes the master exit right after launching"
         restarted = restart_service(cluster, tmp_path / "state", "master")
         master = master_pb2_grpc.MasterServiceStub(rpc.connect(restarted.address("master")))
         report = finish_job(master, job_id)

@@ -21,13 +21,16 @@ import yaml
 from primus import rpc
 from primus.cluster import ClusterState, start_cluster, stop_services
 from primus.demo_data import generate_dataset
+from primus.settings import PlannerSettings, as_env
 from primus.sources.nats_stream import run_async
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
+from tests.clock import OWN_HOUR, stamped
 from tests.conftest import START, finish_job, job_document
+from tests.faults_helpers import wait_for_step
 from tests.stores import NATS, require_port
 from tests.test_adapter_nats import delete, sample
-from tests.test_faults import _kill, _wait
+from tests.test_faults import _kill
 
 NATS_URI = "nats://127.0.0.1:4222"
 
@@ -81,8 +84,8 @@ def _by_source(report: dict[str, Any]) -> tuple[dict[str, int], dict[str, dict[s
 
 
 @pytest.mark.timeout(300)
-def test_weights_give_the_shares_asked_for_and_every_row_trains_once(cluster: ClusterState, two_sources: tuple[Path, Path], tmp_path: Path) -> None:
-    master, job_id = _submit(cluster, _mixed_job(*two_sources, tmp_path))
+def test_weights_give_the_shares_asked_for_and_every_row_trains_once(shared_cluster: ClusterState, two_sources: tuple[Path, Path], tmp_path: Path) -> None:
+    master, job_id = _submit(shared_cluster, _mixed_job(*two_sources, tmp_path))
     report = finish_job(master, job_id)
     assert report["state"] == "SUCCEEDED", report["message"]
     served, trained = _by_source(report)
@@ -97,12 +100,14 @@ def test_weights_give_the_shares_asked_for_and_every_row_trains_once(cluster: Cl
 
 
 @pytest.mark.timeout(300)
-def test_kill_trainer_mid_mix_resumes_from_its_checkpoint_with_exact_per_source_counts(cluster: ClusterState, two_sources: tuple[Path, Path], tmp_path: Path) -> None:
+def test_kill_trainer_mid_mix_resumes_from_its_checkpoint_with_exact_per_source_counts(
+    shared_cluster: ClusterState, two_sources: tuple[Path, Path], tmp_path: Path
+) -> None:
     spec = _mixed_job(*two_sources, tmp_path, checkpointEverySteps=25, reportEverySteps=10)
-    master, job_id = _submit(cluster, spec)
-    job = _wait(master, job_id, until_step=200)
+    master, job_id = _submit(shared_cluster, spec)
+    job = wait_for_step(master, job_id, 200)
     assert job.state == common_pb2.JOB_STATE_RUNNING, "the kill must land mid-training"
-    _kill(cluster, job_id, rc_pb2.EXECUTOR_ROLE_TRAINER)
+    _kill(shared_cluster, job_id, rc_pb2.EXECUTOR_ROLE_TRAINER)
     report = finish_job(master, job_id)
     assert report["state"] == "SUCCEEDED", report["message"]
     assert report["restarts"] == {"trainer": 1}
@@ -114,31 +119,32 @@ def test_kill_trainer_mid_mix_resumes_from_its_checkpoint_with_exact_per_source_
 
 
 @pytest.fixture
-def fast_replan_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ClusterState]:
+def fast_replan_cluster(tmp_path: Path) -> Iterator[ClusterState]:
     """The cluster with a planner that looks for newly ready stream slots every half second."""
-    monkeypatch.setenv("PRIMUS_REPLAN_SECONDS", "0.5")
-    state = start_cluster(tmp_path / "runs", tmp_path / "state")
+    state = start_cluster(tmp_path / "runs", tmp_path / "state", env=as_env(PlannerSettings(replan_seconds=0.5)))
     yield state
     stop_services(state.services)
 
 
-def _current_hour() -> datetime:
-    now = datetime.now(UTC)
-    if now.minute == 59 and now.second > 30:  # the hour must not end while the test writes its stream
-        time.sleep(61 - now.second)
-        now = datetime.now(UTC)
+def _nats_hour() -> datetime:
+    """The current hour, with at least half a minute of it left: a NATS message belongs to the hour the server stored it
+    in, so a test that publishes an hour's messages and seals that hour needs the server's clock to stay in it."""
+    deadline = time.monotonic() + 60
+    while (now := datetime.now(UTC)).minute == 59 and now.second > 30:
+        assert time.monotonic() < deadline, "the hour did not turn"
+        time.sleep(0.5)
     return now.replace(minute=0, second=0, microsecond=0)
 
 
 @pytest.mark.timeout(300)
 def test_a_stalled_stream_lets_history_train_and_catches_up_when_it_flows(fast_replan_cluster: ClusterState, two_sources: tuple[Path, Path], tmp_path: Path) -> None:
     fresh, old = two_sources
-    hour = _current_hour()
+    hour = OWN_HOUR  # the stream's hour is the test's own: stamped on its files, sealed by its marker
     landing = tmp_path / "landing"
     landing.mkdir()
     stream_rows = 0
     for i, part in enumerate(sorted(fresh.rglob("*.parquet"))[:8]):  # eight hours of events land in this hour
-        shutil.copy(part, landing / f"events-{i:02d}.parquet")
+        shutil.copy(part, landing / stamped(f"events-{i:02d}", hour))
         stream_rows += pq.ParquetFile(part).metadata.num_rows
     document = yaml.safe_load(_mixed_job(fresh, old, tmp_path, checkpointEverySteps=25, reportEverySteps=10))
     stream = {
@@ -154,7 +160,7 @@ def test_a_stalled_stream_lets_history_train_and_catches_up_when_it_flows(fast_r
     document["spec"]["data"]["sources"] = [stream, _source("old", old, START, 3, weight=1)]
     master, job_id = _submit(fast_replan_cluster, yaml.safe_dump(document))
     # The stream's hour is not sealed: nothing of it can be planned, and training goes on from history.
-    job = _wait(master, job_id, until_step=150)
+    job = wait_for_step(master, job_id, 150)
     assert job.state == common_pb2.JOB_STATE_RUNNING
     stalled_for = 1.0
     time.sleep(stalled_for)
@@ -183,10 +189,10 @@ async def _publish_events(stream: str, count: int, hour: datetime) -> None:
 
 @pytest.mark.timeout(300)
 @pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
-def test_nats_and_landing_streams_train_with_parquet_history_in_one_job(cluster: ClusterState, two_sources: tuple[Path, Path], tmp_path: Path) -> None:
+def test_nats_and_landing_streams_train_with_parquet_history_in_one_job(shared_cluster: ClusterState, two_sources: tuple[Path, Path], tmp_path: Path) -> None:
     require_port(*NATS)
     fresh, old = two_sources
-    hour = _current_hour()
+    hour = _nats_hour()
     stream, events = f"PRIMUS_MIX_{uuid.uuid4().hex[:10].upper()}", 3_000
     run_async(lambda: _publish_events(stream, events, hour))
     landing = tmp_path / "landing"
@@ -204,7 +210,7 @@ def test_nats_and_landing_streams_train_with_parquet_history_in_one_job(cluster:
         _source("old", old, START, 3, weight=2),
     ]
     try:
-        master, job_id = _submit(cluster, yaml.safe_dump(document))
+        master, job_id = _submit(shared_cluster, yaml.safe_dump(document))
         report = finish_job(master, job_id)
     finally:
         run_async(lambda: delete(stream))

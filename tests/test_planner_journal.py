@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ from primus.cluster import JOURNAL_ENV, ClusterState, restart_service, start_clu
 from primus.data.planner_calls import PLAN_LOST_EXIT_CODE
 from primus.demo_data import generate_dataset
 from primus.errors import InvalidRequestError
+from primus.faults import FaultPlan, Pause
+from primus.settings import PlannerSettings, as_env
 from primus.sources import Partition, Piece
 from primus.sources.base import ManifestEntry
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc, planner_pb2, planner_pb2_grpc
@@ -51,11 +53,11 @@ from services.planner.ledger import Progress, TaskLedger, TaskStatus, WorkDone
 from services.planner.plan import Decision
 from services.planner.registry import PlanRegistry
 from services.planner.tasks import TaskSpec
+from tests.clock import OWN_HOUR
 from tests.conftest import START, finish_job, job_document
+from tests.faults_helpers import fault_cluster
 from tests.stores import POSTGRES, require_port
-from tests.test_faults import _assert_exact, _submit_until_step, long_dataset
-
-__all__ = ["long_dataset"]  # the fixture, shared with test_faults
+from tests.test_faults import PAUSE_AT, _assert_exact, _submit_until_paused
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 TRAIN, EVAL = common_pb2.TASK_PURPOSE_TRAIN, common_pb2.TASK_PURPOSE_EVAL
@@ -363,14 +365,6 @@ def _lease_again(ledger: TaskLedger, task_id: str, executor: str) -> tuple[str, 
 # --- incremental planning -------------------------------------------------------------------
 
 
-def _current_hour() -> datetime:
-    now = datetime.now(UTC)
-    if now.minute == 59 and now.second > 30:  # the hour must not end while the test lands its files
-        time.sleep(61 - now.second)
-        now = datetime.now(UTC)
-    return now.replace(minute=0, second=0, microsecond=0)
-
-
 def _land(parts: list[Path], landing: Path, stamp: datetime | None = None) -> int:
     """Land Parquet files in the folder (named with the hour they are stamped for, if any); returns their rows."""
     rows = 0
@@ -428,21 +422,21 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]
 
 def test_incremental_batches_keep_their_ids_and_planning_goes_on_after_recovery(history: tuple[Path, list[Path]], tmp_path: Path) -> None:
     old, fresh = history
-    hour = _current_hour()
+    hour = OWN_HOUR  # the stream's hours are the test's own: stamped on its files, sealed by its markers
     landing = tmp_path / "landing"
     landing.mkdir()
     url = str(tmp_path / "journal.db")
     spec = _stream_job(old, landing, hour, tmp_path)
-    before = PlanRegistry(replan_seconds=3600, journal=Journal(_open(url)))
+    before = PlanRegistry(settings=PlannerSettings(replan_seconds=3600), journal=Journal(_open(url)))
     first = before.create("job-s", spec)
     assert first.plan.open_ended and not [t for t in first.plan.tasks if t.source == "live"]
-    _land(fresh[:3], landing)
+    _land(fresh[:3], landing, stamp=hour)
     (landing / f"_SUCCESS.{hour:%Y%m%dT%H}").touch()
     assert before.extend("job-s") > 0, "the sealed hour's files are planned as an incremental batch"
     first_batch = [t.task_id for t in before.get("job-s").plan.tasks if t.source == "live"]
     expected = _state(before, "job-s")
 
-    after = PlanRegistry(replan_seconds=0.2, journal=Journal(_open(url)))
+    after = PlanRegistry(settings=PlannerSettings(replan_seconds=0.2), journal=Journal(_open(url)))
     assert after.recover() == 1
     assert _state(after, "job-s") == expected, "the incremental batch has the same ids and the plan the same fingerprint"
     _land(fresh[3:5], landing, stamp=hour + timedelta(hours=1))
@@ -456,7 +450,7 @@ def test_incremental_batches_keep_their_ids_and_planning_goes_on_after_recovery(
     assert live[: len(first_batch)] == first_batch and len(live) > len(first_batch)
     assert recovered.ledger.counts()[TaskStatus.PENDING] == len(recovered.plan.tasks)
     after.close()
-    again = PlanRegistry(replan_seconds=3600, journal=Journal(_open(url)))
+    again = PlanRegistry(settings=PlannerSettings(replan_seconds=3600), journal=Journal(_open(url)))
     again.recover()
     assert _state(again, "job-s")["plan"] == _state(after, "job-s")["plan"], "the batch planned after the recovery is journalled too"
     assert again.get("job-s").recoveries == 2
@@ -470,12 +464,11 @@ def test_incremental_batches_keep_their_ids_and_planning_goes_on_after_recovery(
 def journalled_cluster(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ClusterState]:
     """The services as local processes, the planner looking for newly ready stream slots every half second, its
     journal in the runs dir (SQLite, the default) or in a PostgreSQL schema of its own."""
-    monkeypatch.setenv("PRIMUS_REPLAN_SECONDS", "0.5")
     if request.param == "postgres":
         monkeypatch.setenv(JOURNAL_ENV, _schema_url(request.getfixturevalue("pg_schema")))
     else:
         monkeypatch.delenv(JOURNAL_ENV, raising=False)
-    state = start_cluster(tmp_path / "runs", tmp_path / "state")
+    state = start_cluster(tmp_path / "runs", tmp_path / "state", env=as_env(PlannerSettings(replan_seconds=0.5)))
     yield state
     stop_services(state.services)
 
@@ -507,7 +500,7 @@ def test_a_planner_killed_mid_job_takes_the_same_plan_over_and_the_job_trains_ev
 ) -> None:
     cluster = journalled_cluster
     old, fresh = history
-    hour = _current_hour()
+    hour = OWN_HOUR
     landing = tmp_path / "landing"
     landing.mkdir()
     master = master_pb2_grpc.MasterServiceStub(rpc.connect(cluster.address("master")))
@@ -516,7 +509,7 @@ def test_a_planner_killed_mid_job_takes_the_same_plan_over_and_the_job_trains_ev
     planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(cluster.address("planner")))
     _wait_for("training to start", lambda: _step(master, job_id) >= 50)
     planned = planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job_id), timeout=10).summary.task_count
-    live_rows = _land(fresh[:4], landing)
+    live_rows = _land(fresh[:4], landing, stamp=hour)
     (landing / f"_SUCCESS.{hour:%Y%m%dT%H}").touch()  # an incremental batch: the stream's first hour
     summary = _wait_for(
         "the first hour to be planned", lambda: (s := planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job_id), timeout=10).summary).task_count > planned and s
@@ -555,22 +548,26 @@ def test_a_planner_killed_mid_job_takes_the_same_plan_over_and_the_job_trains_ev
 
 
 @pytest.mark.timeout(300)
-def test_a_planner_that_lost_its_journal_has_the_master_plan_again_and_resume_from_the_checkpoint(cluster: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+def test_a_planner_that_lost_its_journal_has_the_master_plan_again_and_resume_from_the_checkpoint(dataset: Path, tmp_path: Path) -> None:
     """Without its journal a restarted planner holds no plan: the master plans the job again and restarts its
-    executors, and the new trainer resumes from its checkpoint (a batch source plans the same task ids again)."""
-    master, job_id = _submit_until_step(cluster, long_dataset, tmp_path, 200)
-    old = next(s for s in cluster.services if s.name == "planner")
-    os.kill(old.pid, signal.SIGKILL)
-    os.waitpid(old.pid, 0)
-    for suffix in ("", "-wal", "-shm"):
-        (Path(cluster.runs_dir) / f"{JOURNAL_FILE}{suffix}").unlink(missing_ok=True)
-    restarted = restart_service(cluster, tmp_path / "state", "planner")
-    try:
-        report = finish_job(master, job_id)
-        _assert_exact(report)
-        assert report["restarts"] == {"planner": 1}, "a lost plan restarts the job's executors once, outside their crash budgets"
-        trainers = [s for s in report["services"] if s["role"] == "trainer"]
-        assert len(trainers) == 2, "the first trainer was replaced by one that resumed from its checkpoint"
-        assert trainers[0]["exit_code"] in (PLAN_LOST_EXIT_CODE, 128 + signal.SIGTERM), "the first trainer stopped without failing the job"
-    finally:
-        stop_services([s for s in restarted.services if s.name == "planner"])
+    executors, and the new trainer resumes from its checkpoint (a batch source plans the same task ids again). The
+    trainer holds still after a step (the fault plan) while the planner is killed: the loss lands mid-training."""
+    plan = FaultPlan(tmp_path / "faults", (Pause("trainer", PAUSE_AT),))
+    with fault_cluster(plan, tmp_path) as cluster:
+        master, job_id = _submit_until_paused(cluster, plan, dataset, tmp_path, PAUSE_AT)
+        old = next(s for s in cluster.services if s.name == "planner")
+        os.kill(old.pid, signal.SIGKILL)
+        os.waitpid(old.pid, 0)
+        for suffix in ("", "-wal", "-shm"):
+            (Path(cluster.runs_dir) / f"{JOURNAL_FILE}{suffix}").unlink(missing_ok=True)
+        restarted = restart_service(cluster, tmp_path / "state", "planner")
+        try:
+            plan.release("trainer", PAUSE_AT)
+            report = finish_job(master, job_id)
+            _assert_exact(report)
+            assert report["restarts"] == {"planner": 1}, "a lost plan restarts the job's executors once, outside their crash budgets"
+            trainers = [s for s in report["services"] if s["role"] == "trainer"]
+            assert len(trainers) == 2, "the first trainer was replaced by one that resumed from its checkpoint"
+            assert trainers[0]["exit_code"] in (PLAN_LOST_EXIT_CODE, 128 + signal.SIGTERM), "the first trainer stopped without failing the job"
+        finally:
+            stop_services([s for s in restarted.services if s.name == "planner"])

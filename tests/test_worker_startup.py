@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -11,11 +12,13 @@ import pytest
 
 from primus.client import JobState, PrimusClient
 from primus.cluster import ClusterState, restart_service, stop_services
+from primus.settings import WorkerSettings
 from primus.spec import load_job_file
 from primus.worker import fetch_job_spec
 
 
-def test_the_spec_is_fetched_once_the_master_is_back(cluster: ClusterState, job_file: Path, tmp_path: Path) -> None:
+def test_the_spec_is_fetched_once_the_master_is_back(cluster: ClusterState, job_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="primus.worker")
     address = cluster.address("master")
     with PrimusClient(address) as client:
         job_id = client.submit(load_job_file(job_file))
@@ -28,14 +31,17 @@ def test_the_spec_is_fetched_once_the_master_is_back(cluster: ClusterState, job_
     fetched: list[object] = []
     worker = threading.Thread(target=lambda: fetched.append(fetch_job_spec(address, job_id)), daemon=True)
     worker.start()
-    time.sleep(3)
+    deadline = time.monotonic() + 30
+    while len([r for r in caplog.records if "it is away" in r.getMessage()]) < 2:  # it tried twice, and waits to try again
+        assert time.monotonic() < deadline and worker.is_alive(), f"the worker gave up or never tried: {fetched} {caplog.text}"
+        time.sleep(0.05)
     assert worker.is_alive() and not fetched, "the master is down: the worker waits"
     restarted = restart_service(cluster, tmp_path / "state", "master")
     try:
         worker.join(60)
         (job,) = fetched
         assert job.metadata.name == load_job_file(job_file).metadata.name
-        listed = fetch_job_spec(f"127.0.0.1:9,{address}", job_id, grace_seconds=30)  # a master list: the first that serves
+        listed = fetch_job_spec(f"127.0.0.1:9,{address}", job_id, WorkerSettings(start_grace_seconds=30))  # a master list: the first that serves
         assert listed.metadata.name == job.metadata.name
     finally:
         stop_services([s for s in restarted.services if s.name == "master"])  # the fixture stops the services it started
@@ -44,6 +50,6 @@ def test_the_spec_is_fetched_once_the_master_is_back(cluster: ClusterState, job_
 def test_a_master_that_stays_away_fails_after_the_grace() -> None:
     started = time.monotonic()
     with pytest.raises(grpc.RpcError) as caught:
-        fetch_job_spec("127.0.0.1:9", "no-job", grace_seconds=2)
+        fetch_job_spec("127.0.0.1:9", "no-job", WorkerSettings(start_grace_seconds=2))
     assert caught.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)  # type: ignore[attr-defined]  # RpcError is also a Call
     assert time.monotonic() - started >= 2

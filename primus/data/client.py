@@ -19,12 +19,12 @@ from primus.data.databatch import DataBatch
 from primus.data.discovery import executor_discovery
 from primus.data.feed import BatchFeed, Discover, Lost, Served
 from primus.data.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
+from primus.settings import WorkerSettings, from_env
 from primus.spec import TrainingJob
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc, planner_pb2_grpc
 from primus.worker import fetch_job_spec
 
 log = logging.getLogger(__name__)
-IDLE_REPORT_SECONDS = 2.0  # while the feed waits for data, the master is asked this often whether to stop
 STATE_VERSION = 1
 
 
@@ -49,9 +49,18 @@ class DataClient:
     checkpoint, commit(state) tells the planner after the checkpoint is saved, load_state_dict() resumes from it."""
 
     def __init__(
-        self, job: TrainingJob, job_id: str, consumer_id: str, planner: planner_pb2_grpc.PlannerServiceStub, discover: Discover, progress: ProgressFn | None = None
+        self,
+        job: TrainingJob,
+        job_id: str,
+        consumer_id: str,
+        planner: planner_pb2_grpc.PlannerServiceStub,
+        discover: Discover,
+        progress: ProgressFn | None = None,
+        settings: WorkerSettings | None = None,
     ) -> None:
+        """settings: how often a waiting feed asks the master whether to stop, how long a planner that is away is retried."""
         self.job, self.job_id, self.consumer_id = job, job_id, consumer_id
+        self.settings = settings or WorkerSettings()
         self._planner, self._discover, self._progress = planner, discover, progress
         training = job.spec.training
         self._mixer = Mixer([SourcePolicy(s.name, s.priority, s.weight, s.max_lag_rows) for s in job.spec.data.sample_sources], training.batch_size)
@@ -71,12 +80,14 @@ class DataClient:
 
     @classmethod
     def from_env(cls) -> DataClient:
-        """The client of the job whose trainer runs this script (`primus run` with training.script)."""
+        """The client of the job whose trainer runs this script (`primus run` with training.script); its WorkerSettings
+        from the PRIMUS_* variables, as the trainer's."""
         context = DataContext.from_env()
-        job = fetch_job_spec(context.master, context.job_id)
+        settings = from_env(WorkerSettings)
+        job = fetch_job_spec(context.master, context.job_id, settings)
         planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(context.planner))
         progress = HOOKS.progress or master_progress(context.master, context.job_id, context.consumer_id)
-        client = cls(job, context.job_id, context.consumer_id, planner, executor_discovery(context.resource_controller, context.job_id), progress)
+        client = cls(job, context.job_id, context.consumer_id, planner, executor_discovery(context.resource_controller, context.job_id), progress, settings)
         client.context = context
         return client
 
@@ -104,7 +115,7 @@ class DataClient:
     def commit(self, state: Mapping[str, Any]) -> None:
         """After the checkpoint holding state is saved: the planner counts its rows as consumed, for good."""
         progress = [p for p in ConsumedTasks.from_state(dict(state["consumed"])).progress() if self._committed.get(p.task_id) != (p.rows_consumed, p.finished)]
-        planner_calls.commit(self._planner, self.job_id, self.consumer_id, int(state["seq"]), progress)
+        planner_calls.commit(self._planner, self.job_id, self.consumer_id, int(state["seq"]), progress, grace_seconds=self.settings.worker_planner_grace_seconds)
         self.seq = int(state["seq"])
         self._committed.update({p.task_id: (p.rows_consumed, p.finished) for p in progress})
 
@@ -122,9 +133,9 @@ class DataClient:
         return self._progress(phase, self.steps, sum(self.consumed().values()), loss if loss == loss else 0.0)
 
     def _idle(self) -> bool:
-        """While the feed waits for data: whether the master asks to stop, at most every IDLE_REPORT_SECONDS."""
+        """While the feed waits for data: whether the master asks to stop, at most every settings.idle_report_seconds."""
         now = time.monotonic()
-        if now - self._idle_asked < IDLE_REPORT_SECONDS:
+        if now - self._idle_asked < self.settings.idle_report_seconds:
             return False
         self._idle_asked = now
         self._stop = self._stop or self._ask("train", float(self.metrics.get("loss", 0.0)))
@@ -132,7 +143,7 @@ class DataClient:
 
     def _resume(self) -> None:
         if not self._resumed:
-            reset = planner_calls.resume(self._planner, self.job_id, self.consumer_id, self.seq, self._consumed.progress())
+            reset = planner_calls.resume(self._planner, self.job_id, self.consumer_id, self.seq, self._consumed.progress(), self.settings.worker_planner_grace_seconds)
             log.info("data resumed after checkpoint %d; %d tasks will be served again", self.seq, reset)
             self._resumed = True
 
@@ -142,7 +153,7 @@ class DataClient:
         for event in feed:
             if isinstance(event, Lost):
                 log.warning("lost %s; its tasks are served again", event.error)
-                planner_calls.commit(self._planner, self.job_id, self.consumer_id, self.seq, [], lost=[event.executor_id])
+                planner_calls.commit(self._planner, self.job_id, self.consumer_id, self.seq, [], [event.executor_id], self.settings.worker_planner_grace_seconds)
                 feed.reopen()
                 continue
             yield event

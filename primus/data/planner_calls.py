@@ -10,11 +10,11 @@ from typing import Any
 import grpc
 
 from primus.errors import ConflictError
+from primus.settings import WorkerSettings
 from primus.v1 import planner_pb2, planner_pb2_grpc
 
 log = logging.getLogger(__name__)
 PLANNER_AWAY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-PLANNER_GRACE_SECONDS = 120.0  # as long as the master waits for a planner that is away
 PLAN_LOST_EXIT_CODE = 75  # EX_TEMPFAIL: the master plans the job again and restarts the trainer from its checkpoint
 
 
@@ -22,10 +22,10 @@ class PlanLostError(Exception):
     """The planner no longer holds this job's plan (it restarted) or cannot be reached: the master decides what next."""
 
 
-def to_planner(call: Callable[..., Any], request: Any) -> Any:
+def to_planner(call: Callable[..., Any], request: Any, grace_seconds: float = WorkerSettings.worker_planner_grace_seconds) -> Any:
     """One planner call, retried while the planner is away (a restarting planner takes its plan over from its journal;
     commits and resumes carry absolute offsets, so a retry is harmless). A plan the planner no longer has, or a planner
-    away past the grace, becomes PlanLostError, so the trainer exits without failing the job."""
+    away past grace_seconds, becomes PlanLostError, so the trainer exits without failing the job."""
     away_since: float | None = None
     while True:
         try:
@@ -34,7 +34,7 @@ def to_planner(call: Callable[..., Any], request: Any) -> Any:
             code = exc.code()
             if code in PLANNER_AWAY_CODES:
                 away_since = away_since or time.monotonic()
-                if time.monotonic() - away_since < PLANNER_GRACE_SECONDS:
+                if time.monotonic() - away_since < grace_seconds:
                     log.warning("the planner is away (%s); retrying", code.name)
                     time.sleep(1.0)
                     continue
@@ -45,15 +45,28 @@ def to_planner(call: Callable[..., Any], request: Any) -> Any:
             raise
 
 
-def resume(planner: planner_pb2_grpc.PlannerServiceStub, job_id: str, consumer_id: str, seq: int, progress: Sequence[planner_pb2.TaskProgress]) -> int:
+def resume(
+    planner: planner_pb2_grpc.PlannerServiceStub,
+    job_id: str,
+    consumer_id: str,
+    seq: int,
+    progress: Sequence[planner_pb2.TaskProgress],
+    grace_seconds: float = WorkerSettings.worker_planner_grace_seconds,
+) -> int:
     """Have the planner serve again everything after checkpoint seq (whose progress is given); the tasks reset."""
     request = planner_pb2.ResumeTrainingRequest(job_id=job_id, trainer_id=consumer_id, checkpoint_seq=seq, progress=list(progress))
-    return int(to_planner(planner.ResumeTraining, request).tasks_reset)
+    return int(to_planner(planner.ResumeTraining, request, grace_seconds).tasks_reset)
 
 
 def commit(
-    planner: planner_pb2_grpc.PlannerServiceStub, job_id: str, consumer_id: str, seq: int, progress: Sequence[planner_pb2.TaskProgress], lost: Sequence[str] = ()
+    planner: planner_pb2_grpc.PlannerServiceStub,
+    job_id: str,
+    consumer_id: str,
+    seq: int,
+    progress: Sequence[planner_pb2.TaskProgress],
+    lost: Sequence[str] = (),
+    grace_seconds: float = WorkerSettings.worker_planner_grace_seconds,
 ) -> None:
     """Commit the progress a checkpoint seq holds; executors lost since have their tasks served again after it."""
     request = planner_pb2.CommitProgressRequest(job_id=job_id, trainer_id=consumer_id, checkpoint_seq=seq, progress=list(progress), lost_executors=list(lost))
-    to_planner(planner.CommitProgress, request)
+    to_planner(planner.CommitProgress, request, grace_seconds)

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from google.protobuf.message import DecodeError
 
-from primus import security
+from primus import faults, security
 from primus.arena import Arena
 from primus.dataplane import END_OF_STREAM
 from primus.v1 import data_executor_pb2
@@ -64,6 +64,7 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         try:
             signals = ConsumerSignals(reader, shared.release if shared is not None else None, arena.give_back if arena is not None else None)
             writer.begin(self._schema)
+            batches = 0
             for served in stream.served:
                 while served:
                     credits = signals.take_credits(len(served))
@@ -71,6 +72,8 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
                         return
                     sent, served = served[:credits], served[credits:]
                     _send(writer, sent, arena, shared)
+                    batches += len(sent)
+                    faults.after_step("data_executor", batches)  # tests only: this stream holds still mid-job, its tasks leased
             writer.write_metadata(pa.py_buffer(END_OF_STREAM))
             signals.wait_closed()
         finally:

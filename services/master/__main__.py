@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from primus import metrics_http, rpc, telemetry
+from primus.settings import MasterSettings, add_arguments, from_args_or_exit
 from services.master.leader import Leadership
 from services.master.server import create_server
 from services.master.store import is_url
@@ -23,13 +24,15 @@ def main() -> None:
     parser.add_argument("--ready-file", default=None, help="write the bound address (and the metrics address) here once serving")
     metrics_http.add_port_argument(parser)
     parser.add_argument("--advertise-address", default="", help="address launched executors use to reach the master (default: the bound one)")
+    add_arguments(parser, MasterSettings)
     args = parser.parse_args()
+    settings = from_args_or_exit(MasterSettings, args, "master")
     rpc.configure_logging("master")
     telemetry.setup_tracing("master", args.runs_dir)
     store = args.store or str(args.runs_dir / "primus.db")
     leadership = Leadership(store) if is_url(store) else None
     if leadership is not None:
-        leadership.acquire()  # a standby serves nothing until the leader is gone
+        leadership.acquire(settings.leader_poll_seconds)  # a standby serves nothing until the leader is gone
     master = create_server(
         args.bind,
         args.runs_dir,
@@ -38,6 +41,7 @@ def main() -> None:
         args.resource_controller,
         advertise=args.advertise_address,
         metrics_port=args.metrics_port,
+        settings=settings,
     )
     rpc.run_until_signalled(master.running, ready_file=args.ready_file)
 

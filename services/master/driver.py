@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -13,10 +12,11 @@ from pathlib import Path
 
 import grpc
 
-from primus import telemetry
+from primus import faults, telemetry
 from primus.errors import ConflictError, InvalidRequestError
 from primus.job_state import JobState
 from primus.roles import ROLES, Role, of_proto
+from primus.settings import MasterSettings
 from primus.spec import JobSpec, TrainingJob, load_job_text
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
@@ -37,12 +37,11 @@ from services.master.status import (
 from services.master.store import JobRecord, JobStore
 
 log = logging.getLogger(__name__)
-POLL_SECONDS = 0.5
 SUSPENDED = JobState.SUSPENDED.value
 RESUMING = {"phase": "resuming", "step": 0, "samples": 0}  # until the new trainer reports: the old one's count is not its
 AUTOSCALE_FREE = (1, 64)  # a role's replica bounds without autoscaling
-EXIT_AFTER_LAUNCH_ENV = "PRIMUS_TEST_MASTER_EXIT_AFTER_LAUNCH"  # tests: the master dies right after launching executors
-EXIT_AFTER_RELAUNCH_ENV = "PRIMUS_TEST_MASTER_EXIT_AFTER_RELAUNCH"  # tests: ... right after relaunching a crashed one
+AFTER_LAUNCH = "master.after_launch"  # fault points (primus.faults, tests only): right after launching a job's executors
+AFTER_RELAUNCH = "master.after_relaunch"  # ... right after relaunching a crashed one
 _LIVE = (rc_pb2.EXECUTOR_STATE_STARTING, rc_pb2.EXECUTOR_STATE_READY, rc_pb2.EXECUTOR_STATE_DRAINING, rc_pb2.EXECUTOR_STATE_PENDING)
 _CRASHED = (rc_pb2.EXECUTOR_STATE_FAILED, rc_pb2.EXECUTOR_STATE_LOST)
 AWAY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -73,8 +72,9 @@ def _since(start: float | None) -> float | None:
 class JobDriver:
     """One thread per job; every decision is reconcile()'s, every step is persisted before the next one."""
 
-    def __init__(self, store: JobStore, peers: Peers, own_info: Callable[[], common_pb2.ServiceInfo]) -> None:
+    def __init__(self, store: JobStore, peers: Peers, own_info: Callable[[], common_pb2.ServiceInfo], settings: MasterSettings | None = None) -> None:
         self._store = store
+        self._settings = settings or MasterSettings()
         self._peers = peers
         self._own_info = own_info
         self._threads: dict[str, threading.Thread] = {}
@@ -192,13 +192,13 @@ class JobDriver:
                 while True:
                     record = self._store.get(job_id)
                     status = JobStatus.from_record(record, spec)
-                    actions = rc.reconcile(status, self._observe(record, status, spec, looks))
+                    actions = rc.reconcile(status, self._observe(record, status, spec, looks), self._settings)
                     for action in actions:
                         self._apply(record, action, looks)
                     if any(isinstance(a, rc.Finish | rc.Suspend) for a in actions) or (status.state is JobState.SUSPENDED and not status.cancel_requested):
                         return
                     if all(isinstance(a, rc.Wait) for a in actions):
-                        self._store.wait_for_change(POLL_SECONDS)
+                        self._store.wait_for_change(self._settings.master_poll_seconds)
             except JobFailedError as exc:
                 self._end(job_id, JobState.FAILED, str(exc))
             except grpc.RpcError as exc:
@@ -262,9 +262,7 @@ class JobDriver:
             case rc.Launch(role, count):
                 self._relaunch(record, role, count)
             case rc.Launched():
-                if os.environ.get(EXIT_AFTER_LAUNCH_ENV) == "1":
-                    log.warning("job %s: %s=1: the master exits right after launching", job_id, EXIT_AFTER_LAUNCH_ENV)
-                    os._exit(17)
+                faults.exit_point(AFTER_LAUNCH)
                 message = "executors launched" if record.state != JobState.RUNNING else record.message
                 self._store.update(job_id, state=JobState.RUNNING.value, progress_update={LAUNCH_PENDING: False}, message=message)
             case rc.Relaunch(role, replaces, why):
@@ -275,9 +273,7 @@ class JobDriver:
                 self._store.update(job_id, progress_update={RESTARTS: restarts, CRASHES_HANDLED: handled}, message=f"{replaces}: {why}; relaunched a {name}")
                 log.warning("job %s: %s: %s; relaunching", job_id, replaces, why)
                 self._relaunch(record, role, 1, replaces=replaces)
-                if os.environ.get(EXIT_AFTER_RELAUNCH_ENV) == "1":
-                    log.warning("job %s: %s=1: the master exits right after relaunching", job_id, EXIT_AFTER_RELAUNCH_ENV)
-                    os._exit(17)
+                faults.exit_point(AFTER_RELAUNCH)
             case rc.RestartGang(replaces, why, ranks):
                 self._restart_gang(record, replaces, why, ranks)
             case rc.Replan():

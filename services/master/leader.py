@@ -8,8 +8,9 @@ import zlib
 
 import psycopg
 
+from primus.settings import MasterSettings
+
 log = logging.getLogger(__name__)
-POLL_SECONDS = 1.0
 
 
 class Leadership:
@@ -24,8 +25,8 @@ class Leadership:
         row = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (self._key,)).fetchone()
         return bool(row and row[0])
 
-    def acquire(self, poll_seconds: float = POLL_SECONDS) -> None:
-        """Block until this master leads."""
+    def acquire(self, poll_seconds: float = MasterSettings.leader_poll_seconds) -> None:
+        """Block until this master leads, trying every poll_seconds (MasterSettings.leader_poll_seconds)."""
         if self.try_acquire():
             return
         log.info("standing by: another master leads (it holds the store's advisory lock %#x)", self._key)

@@ -1,4 +1,4 @@
-"""reconcile(status, observed) -> actions: every decision the master takes for a job, as a pure function."""
+"""reconcile(status, observed, settings) -> actions: every decision the master takes for a job, as a pure function."""
 
 from __future__ import annotations
 
@@ -8,11 +8,8 @@ from typing import Any
 
 from primus.job_state import JobState
 from primus.roles import ROLES, Role
+from primus.settings import MasterSettings
 from services.master.status import JobStatus
-
-PLANNER_GRACE_SECONDS = 120.0
-CONTROLLER_GRACE_SECONDS = 120.0
-EXIT_GRACE_SECONDS = 3.0
 
 
 class Phase(StrEnum):
@@ -123,8 +120,9 @@ def _end(state: JobState, message: str) -> list[Action]:
     return [Finish(state, message), DropPlan()]
 
 
-def reconcile(status: JobStatus, observed: Observed) -> list[Action]:
-    """The actions that move the job toward its desired state, in order; [Wait] when there is nothing to do."""
+def reconcile(status: JobStatus, observed: Observed, settings: MasterSettings) -> list[Action]:
+    """The actions that move the job toward its desired state, in order; [Wait] when there is nothing to do. settings:
+    how long a peer may be away, and the trainers gone without a result, before the job fails."""
     if status.state.final:
         return [DropPlan()] if observed.plan is not None else []
     if status.cancel_requested:
@@ -138,8 +136,8 @@ def reconcile(status: JobStatus, observed: Observed) -> list[Action]:
             return _end(JobState.FAILED, f"trainer failed: {observed.result['error']}")
         return _end(JobState.SUCCEEDED, f"trained {observed.result.get('steps', 0)} steps")
     if observed.planner_away_for is not None:
-        if observed.planner_away_for > PLANNER_GRACE_SECONDS:
-            return _end(JobState.FAILED, f"the planner has been unreachable for {PLANNER_GRACE_SECONDS:.0f}s")
+        if observed.planner_away_for > settings.planner_grace_seconds:
+            return _end(JobState.FAILED, f"the planner has been unreachable for {settings.planner_grace_seconds:.0f}s")
         return [Wait("the planner is away")]  # executors wait for it; nothing to judge until it is back
     if observed.plan is None:
         return [Plan()] if status.state in (JobState.PENDING, JobState.PLANNING) else [Replan()]
@@ -147,8 +145,8 @@ def reconcile(status: JobStatus, observed: Observed) -> list[Action]:
     if observed.plan.recoveries > status.plan_recoveries:
         actions.append(CountPlannerRecoveries(observed.plan.recoveries))
     if observed.controller_away_for is not None:
-        if observed.controller_away_for > CONTROLLER_GRACE_SECONDS:
-            return _end(JobState.FAILED, f"the resource controller has been unreachable for {CONTROLLER_GRACE_SECONDS:.0f}s")
+        if observed.controller_away_for > settings.controller_grace_seconds:
+            return _end(JobState.FAILED, f"the resource controller has been unreachable for {settings.controller_grace_seconds:.0f}s")
         return [*actions, Wait("the resource controller is away")]  # restarting: its executors keep working
     if status.launch_pending or status.state is not JobState.RUNNING:
         # The intent was recorded before the launch: executors that run already (a master that died right after
@@ -174,7 +172,7 @@ def reconcile(status: JobStatus, observed: Observed) -> list[Action]:
             actions.append(RestartGang(crashed.executor_id, why, tuple(e.executor_id for e in observed.executors if e.role is Role.TRAINER)))
             continue
         actions.append(Relaunch(crashed.role, crashed.executor_id, why))
-    if not actions and observed.trainers_gone_for > EXIT_GRACE_SECONDS:
+    if not actions and observed.trainers_gone_for > settings.exit_grace_seconds:
         last = [e for e in observed.executors if e.role is Role.TRAINER][-1]
         return _end(JobState.FAILED, f"{last.executor_id} exited with code {last.exit_code} before reporting a result; see {last.log_path}")
     if observed.plan.quarantined and observed.fail_on_quarantine:

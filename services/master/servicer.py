@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 
 from primus.errors import ConflictError, NotFoundError
+from primus.settings import MasterSettings
 from primus.spec import WarmStart, load_job_text, resolve_paths
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from services.master import savepoints
@@ -21,7 +22,6 @@ from services.master.status import STOP_REQUESTED  # progress key: `primus stop`
 from services.master.store import JobRecord, JobStore
 
 STOP_MESSAGE = "training finishes where it is, then evaluation and the report"
-LOG_POLL_SECONDS = 0.5  # a follower of a job's logs looks for new lines this often
 
 
 def job_proto(record: JobRecord) -> master_pb2.Job:
@@ -52,8 +52,9 @@ def new_job_id(name: str) -> str:
 
 
 class MasterServicer(master_pb2_grpc.MasterServiceServicer):
-    def __init__(self, store: JobStore, driver: JobDriver, runs_dir: Path) -> None:
+    def __init__(self, store: JobStore, driver: JobDriver, runs_dir: Path, settings: MasterSettings | None = None) -> None:
         self._store = store
+        self._settings = settings or MasterSettings()
         self._driver = driver
         self._runs_dir = runs_dir.resolve()
         self._stop_at: dict[str, datetime | None] = {}  # each job's training.stopAt, parsed once
@@ -141,7 +142,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
                 yield master_pb2.WatchJobResponse(job=job_proto(record))
             if record.final and (record.report_path or record.error):
                 return
-            self._store.wait_for_change(1.0)
+            self._store.wait_for_change(self._settings.watch_poll_seconds)
 
     def GetJobLogs(self, request: master_pb2.GetJobLogsRequest, context: grpc.ServicerContext) -> Iterator[master_pb2.GetJobLogsResponse]:
         record = self._store.get(request.job_id)
@@ -156,7 +157,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
                 yield master_pb2.GetJobLogsResponse(lines=[master_pb2.LogLine(executor_id=e, line=line) for e, line in lines])
             if not request.follow or ended:
                 return
-            self._store.wait_for_change(LOG_POLL_SECONDS)
+            self._store.wait_for_change(self._settings.log_poll_seconds)
 
     def ReportTrainingProgress(self, request: master_pb2.ReportTrainingProgressRequest, context: grpc.ServicerContext) -> master_pb2.ReportTrainingProgressResponse:
         progress = {"phase": request.phase, "step": request.step, "samples": request.samples, "loss": request.loss}

@@ -12,12 +12,13 @@ from pathlib import Path
 from primus import metrics_http, rpc, telemetry
 from primus.cluster import JOURNAL_ENV
 from primus.errors import InvalidRequestError, UnavailableError
+from primus.settings import PlannerSettings, add_arguments, from_args_or_exit
 from primus.sources.files import set_metadata_latency
 from services.planner.distributed import DistributedResolver
 from services.planner.journal import Journal
 from services.planner.journal_store import open_store
 from services.planner.plan import PartitionResolver, Resolve
-from services.planner.registry import REPLAN_SECONDS, PlanRegistry
+from services.planner.registry import PlanRegistry
 from services.planner.server import create_server
 
 JOURNAL_FILE = "planner-journal.db"
@@ -33,7 +34,7 @@ def _closer(resolve: Resolve) -> Callable[[], None]:
     return lambda: getattr(resolve, "close", lambda: None)()
 
 
-def _journal(value: str | None, runs_dir: Path | None) -> Journal | None:
+def _journal(value: str | None, runs_dir: Path | None, settings: PlannerSettings) -> Journal | None:
     """The journal --journal (or PRIMUS_PLANNER_JOURNAL) names; by default an SQLite file in the runs dir, and none
     without a runs dir. A value that names no store, or a store that cannot be reached, ends the planner (exit 2)."""
     url = value if value is not None else str(runs_dir / JOURNAL_FILE) if runs_dir is not None else "off"
@@ -42,7 +43,7 @@ def _journal(value: str | None, runs_dir: Path | None) -> Journal | None:
     except (InvalidRequestError, UnavailableError) as exc:
         print(f"error: planner: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    return Journal(store) if store is not None else None
+    return Journal(store, settings.journal_flush_seconds, settings.journal_accounts_seconds) if store is not None else None
 
 
 def main() -> None:
@@ -51,17 +52,10 @@ def main() -> None:
     parser.add_argument("--runs-dir", type=Path, default=None, help="where traces are written")
     parser.add_argument("--ready-file", default=None, help="write the bound address (and the metrics address) here once serving")
     metrics_http.add_port_argument(parser)
-    parser.add_argument("--lease-seconds", type=float, default=300.0)
     parser.add_argument("--max-attempts", type=int, default=None, help="attempts before a task is quarantined (default: the job's data.maxAttempts)")
     parser.add_argument("--resolve-threads", type=int, default=16, help="1: a slot at a time; more: files a day at a time, other adapters on this many threads")
     parser.add_argument("--resolve-processes", type=int, default=2, help="worker processes resolving partitions, in shards of whole days, for sources longer than a day")
     parser.add_argument("--replicas", type=_addresses, default=[], metavar="ADDR,ADDR", help="planner replicas that resolve partitions for CreatePlan")
-    parser.add_argument(
-        "--replan-seconds",
-        type=float,
-        default=float(os.environ.get("PRIMUS_REPLAN_SECONDS", REPLAN_SECONDS)),
-        help="how often a plan whose data still arrives (streams) looks for newly ready slots (env PRIMUS_REPLAN_SECONDS)",
-    )
     parser.add_argument("--metadata-latency-ms", type=float, default=0.0, help="benchmarks only: sleep this long before each file list, stat and footer open")
     parser.add_argument(
         "--journal",
@@ -70,17 +64,23 @@ def main() -> None:
         help=f"where plans and ledgers are journalled so that a restarted planner takes them over: a path or sqlite:///PATH, postgresql://..., "
         f"or off (env {JOURNAL_ENV}; default RUNS_DIR/{JOURNAL_FILE}, off without --runs-dir)",
     )
+    add_arguments(parser, PlannerSettings)
     args = parser.parse_args()
+    settings = from_args_or_exit(PlannerSettings, args, "planner")
     latency = args.metadata_latency_ms / 1000.0
     set_metadata_latency(latency)
-    resolve: Resolve = DistributedResolver(args.replicas) if args.replicas else PartitionResolver(args.resolve_threads, args.resolve_processes, latency)
+    resolve: Resolve = (
+        DistributedResolver(args.replicas)
+        if args.replicas
+        else PartitionResolver(args.resolve_threads, args.resolve_processes, latency, parent_check_seconds=settings.parent_check_seconds)
+    )
     rpc.configure_logging("planner")
     telemetry.setup_tracing("planner", args.runs_dir)
-    journal = _journal(args.journal, args.runs_dir)
-    registry = PlanRegistry(resolve, lease_seconds=args.lease_seconds, max_attempts=args.max_attempts, replan_seconds=args.replan_seconds, journal=journal)
+    journal = _journal(args.journal, args.runs_dir, settings)
+    registry = PlanRegistry(resolve, max_attempts=args.max_attempts, journal=journal, settings=settings)
     if journal is not None:
         log.info("journal at %s: %d plan(s) recovered", journal.where, registry.recover())  # before serving: no call finds a plan missing
-    running = create_server(args.bind, registry, metrics_port=args.metrics_port)
+    running = create_server(args.bind, registry, metrics_port=args.metrics_port, settings=settings)
     rpc.run_until_signalled(running, on_stop=_closer(resolve), ready_file=args.ready_file)
     registry.close()  # after the server stopped: the last calls' records are written too
 

@@ -22,6 +22,7 @@ from enum import Enum
 from typing import Any
 
 from primus.errors import PrimusError, UnavailableError
+from primus.settings import PlannerSettings
 from primus.sources import Partition, Piece
 from primus.sources.base import ManifestEntry
 from services.planner.journal_store import STORE_ERRORS, JournalStore
@@ -31,8 +32,6 @@ from services.planner.task_state import Event
 from services.planner.tasks import TaskSpec
 
 log = logging.getLogger(__name__)
-FLUSH_SECONDS = 0.005  # the writer gathers records this long before it writes them in one transaction
-ACCOUNTS_SECONDS = 0.25  # how often the cost counters of each plan are saved, when they changed
 DURABLE_TIMEOUT_SECONDS = 30.0
 RETRY_SECONDS = 0.5  # after a failed write, the batch is written again this much later
 
@@ -278,7 +277,9 @@ class Journal:
     before it is written (a checkpoint commit's reply waits for it, since the trainer then deletes older checkpoints).
     """
 
-    def __init__(self, store: JournalStore, flush_seconds: float = FLUSH_SECONDS, accounts_seconds: float = ACCOUNTS_SECONDS) -> None:
+    def __init__(
+        self, store: JournalStore, flush_seconds: float = PlannerSettings.journal_flush_seconds, accounts_seconds: float = PlannerSettings.journal_accounts_seconds
+    ) -> None:
         self.store = store
         self._flush_seconds = flush_seconds
         self._accounts_seconds = accounts_seconds

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from primus.errors import ConflictError, NotFoundError
+from primus.settings import PlannerSettings
 from primus.v1 import common_pb2
 from services.planner.shares import SourceCandidate, SourceShare, catch_up, choose_source
 from services.planner.task_state import (
@@ -42,7 +43,6 @@ from services.planner.tasks import TaskSpec
 __all__ = ["IllegalTransitionError", "Lease", "Progress", "SourceAccount", "TaskEntry", "TaskLedger", "TaskMoved", "TaskStatus", "TransitionObserver", "WorkDone"]
 
 log = logging.getLogger(__name__)
-DEFAULT_LEASE_SECONDS = 300.0
 DEFAULT_MAX_ATTEMPTS = 3
 SPECULATE_AFTER_FACTOR = 3.0
 SPECULATE_MIN_SECONDS = 5.0
@@ -266,7 +266,7 @@ class TaskLedger:
     def __init__(
         self,
         tasks: Iterable[TaskSpec],
-        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        lease_seconds: float = PlannerSettings.lease_seconds,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         quotas: dict[str, tuple[int, int]] | None = None,
         shares: dict[str, SourceShare] | None = None,

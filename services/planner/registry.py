@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from primus.errors import NotFoundError
+from primus.settings import PlannerSettings
 from primus.spec import TrainingJob, load_job_text
 from services.planner.journal import (
     JOURNALLED_EVENTS,
@@ -29,7 +30,6 @@ from services.planner.plan import PartitionResolver, Plan, Resolve, build_plan, 
 from services.planner.shares import SourceShare
 
 log = logging.getLogger(__name__)
-REPLAN_SECONDS = 30.0
 
 
 @dataclass
@@ -45,18 +45,18 @@ class PlanRegistry:
     def __init__(
         self,
         resolve: Resolve | None = None,
-        lease_seconds: float = 300.0,
         max_attempts: int | None = None,
-        replan_seconds: float = REPLAN_SECONDS,
         journal: Journal | None = None,
+        settings: PlannerSettings | None = None,
     ) -> None:
         """journal: where plans and their lasting transitions are written, so that recover() in a restarted planner
-        takes them over; None keeps them in memory only."""
-        self.resolve = resolve or PartitionResolver()
+        takes them over; None keeps them in memory only. settings: its lease_seconds and replan_seconds."""
+        settings = settings or PlannerSettings()
+        self.resolve = resolve or PartitionResolver(parent_check_seconds=settings.parent_check_seconds)
         self.journal = journal
-        self._lease_seconds = lease_seconds
+        self._lease_seconds = settings.lease_seconds
         self._max_attempts = max_attempts
-        self._replan_seconds = replan_seconds
+        self._replan_seconds = settings.replan_seconds
         self._plans: dict[str, JobPlan] = {}
         self._retired: dict[str, SourceAccount] = {}  # per source, what the plans dropped so far had spent
         self._lock = threading.Lock()

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from primus.samples import training_schema
+from primus.settings import PlannerSettings
 from primus.sources import Partition, get_adapter
 from primus.sources.base import ManifestEntry, Piece
 from primus.sources.metadata import IN_FLIGHT, set_metadata_latency
@@ -21,7 +22,6 @@ from primus.spec import Source, TrainingJob
 Resolve = Callable[[TrainingJob, Source, Sequence[datetime]], list[Partition]]
 SHARD_DAYS = 7  # the most days of one source a worker resolves in one go
 SHARDS_PER_PROCESS = 4  # enough shards that the workers finish together
-PARENT_CHECK_SECONDS = 1.0
 
 
 def required_columns(job: TrainingJob, source: Source) -> list[str]:
@@ -111,17 +111,17 @@ def day_shards(slots: Sequence[datetime], target: int) -> list[range]:
     return shards
 
 
-def _init_worker(latency_seconds: float) -> None:
+def _init_worker(latency_seconds: float, parent_check_seconds: float) -> None:
     """A worker starts ready: the modelled latency set, and the files adapter (the usual one) imported before its first shard."""
     set_metadata_latency(latency_seconds)
     get_adapter("files")
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(), parent_check_seconds), name="parent-watch", daemon=True).start()
 
 
-def _exit_with_parent(parent: int) -> None:
+def _exit_with_parent(parent: int, check_seconds: float) -> None:
     """A worker outlives its planner only when the planner was killed; it then has nothing left to do but leak."""
     while os.getppid() == parent:
-        time.sleep(PARENT_CHECK_SECONDS)
+        time.sleep(check_seconds)
     os._exit(0)
 
 
@@ -146,11 +146,20 @@ class PartitionResolver:
     processes (spawned once and kept): one planner then uses every core, not one core's worth of GIL.
     """
 
-    def __init__(self, concurrency: int = 16, processes: int = 1, worker_latency_seconds: float = 0.0, in_flight: int = IN_FLIGHT) -> None:
+    def __init__(
+        self,
+        concurrency: int = 16,
+        processes: int = 1,
+        worker_latency_seconds: float = 0.0,
+        in_flight: int = IN_FLIGHT,
+        parent_check_seconds: float = PlannerSettings.parent_check_seconds,
+    ) -> None:
+        """parent_check_seconds: how often a worker process looks whether the planner is gone (then it exits)."""
         self.concurrency = concurrency
         self.processes = processes
         self.in_flight = in_flight
         self._worker_latency = worker_latency_seconds
+        self._parent_check_seconds = parent_check_seconds
         self._pool: ProcessPoolExecutor | None = None
 
     def __call__(self, job: TrainingJob, source: Source, slots: Sequence[datetime]) -> list[Partition]:
@@ -183,7 +192,7 @@ class PartitionResolver:
         """The worker pool, every worker started: a pool starts a worker per task while none is idle, so one task each."""
         if self._pool is None:
             context = multiprocessing.get_context("spawn")
-            pool = ProcessPoolExecutor(self.processes, mp_context=context, initializer=_init_worker, initargs=(self._worker_latency,))
+            pool = ProcessPoolExecutor(self.processes, mp_context=context, initializer=_init_worker, initargs=(self._worker_latency, self._parent_check_seconds))
             for started in [pool.submit(os.getpid) for _ in range(self.processes)]:
                 started.result()
             self._pool = pool

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import grpc
 
 from primus.errors import InvalidRequestError, PrimusError
+from primus.settings import PlannerSettings
 from primus.sources.wire import piece_to_split
 from primus.spec import load_job_text
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
@@ -19,9 +20,6 @@ from services.planner.manifest import decision_to_proto, partition_to_proto
 from services.planner.plan import Plan, build_plan
 from services.planner.registry import PlanRegistry
 from services.planner.tasks import TaskSpec
-
-RETRY_AFTER_SECONDS = 0.2
-LONG_POLL_SECONDS = 1.0
 
 
 def summary_proto(plan: Plan) -> planner_pb2.PlanSummary:
@@ -125,10 +123,12 @@ def _lease_outcome(reply: planner_pb2.LeaseTaskResponse) -> str:
 
 
 class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
-    def __init__(self, registry: PlanRegistry, timed: Timed = _untimed) -> None:
-        """timed hears how long each LeaseTask and ClaimTask took, and how it ended (the planner's metrics)."""
+    def __init__(self, registry: PlanRegistry, timed: Timed = _untimed, settings: PlannerSettings | None = None) -> None:
+        """timed hears how long each LeaseTask and ClaimTask took, and how it ended (the planner's metrics). settings:
+        how long LeaseTask long-polls, and the retry_after_seconds its empty answers carry."""
         self._registry = registry
         self._timed = timed
+        self._settings = settings or PlannerSettings()
 
     def CreatePlan(self, request: planner_pb2.CreatePlanRequest, context: grpc.ServicerContext) -> planner_pb2.CreatePlanResponse:
         return planner_pb2.CreatePlanResponse(summary=summary_proto(self._registry.create(request.job_id, request.spec_yaml).plan))
@@ -172,16 +172,16 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         return reply
 
     def _lease_task(self, request: planner_pb2.LeaseTaskRequest, context: grpc.ServicerContext) -> planner_pb2.LeaseTaskResponse:
-        """Long-polls: with nothing runnable yet, waits up to a second for the ledger to change before answering."""
+        """Long-polls: with nothing runnable yet, waits up to long_poll_seconds for the ledger to change before answering."""
         ledger = self._registry.get(request.job_id).ledger
-        deadline = time.monotonic() + LONG_POLL_SECONDS
+        deadline = time.monotonic() + self._settings.long_poll_seconds
         while True:
             reply = _lease(ledger, request.job_id, request.executor_id, request.purpose)
             if reply is not None:
                 return reply
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not context.is_active():
-                return planner_pb2.LeaseTaskResponse(retry_after_seconds=RETRY_AFTER_SECONDS)
+                return planner_pb2.LeaseTaskResponse(retry_after_seconds=self._settings.retry_after_seconds)
             ledger.wait_for_change(min(remaining, 0.25))
 
     def ClaimTask(self, request: planner_pb2.ClaimTaskRequest, context: grpc.ServicerContext) -> planner_pb2.ClaimTaskResponse:

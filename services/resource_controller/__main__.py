@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 from primus import metrics_http, rpc, telemetry
+from primus.settings import ControllerSettings, from_args_or_exit
+from primus.settings import add_arguments as add_timing_arguments
 from services.resource_controller.backends import BackendUnavailableError, add_arguments, build_backends, config_from
 from services.resource_controller.server import create_server
 from services.resource_controller.signals import QueueQuota
@@ -36,7 +38,9 @@ def main() -> None:
     parser.add_argument("--ready-file", default=None, help="write the bound address (and the metrics address) here once serving")
     metrics_http.add_port_argument(parser)
     add_arguments(parser)
+    add_timing_arguments(parser, ControllerSettings)
     args = parser.parse_args()
+    settings = from_args_or_exit(ControllerSettings, args, "resource controller")
     rpc.configure_logging("resource_controller")
     telemetry.setup_tracing("resource_controller", args.runs_dir)
     try:
@@ -46,7 +50,13 @@ def main() -> None:
         raise SystemExit(2) from None
     try:
         controller = create_server(
-            args.bind, backends, state_dir=args.state_dir or args.runs_dir, queue_quotas=dict(args.queue), cores=args.cores, metrics_port=args.metrics_port
+            args.bind,
+            backends,
+            state_dir=args.state_dir or args.runs_dir,
+            queue_quotas=dict(args.queue),
+            cores=args.cores,
+            metrics_port=args.metrics_port,
+            settings=settings,
         )
     except OSError as exc:
         print(f"error: resource controller: {exc}", file=sys.stderr)

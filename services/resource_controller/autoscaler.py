@@ -24,7 +24,6 @@ from services.resource_controller.records import ExecutorRecord, ExecutorState
 from services.resource_controller.signals import QueueQuota, held, quota_view, role_signals, throughput
 
 log = logging.getLogger(__name__)
-TICK_SECONDS = 1.0
 ROLES = ("data_executor", "trainer")
 
 
@@ -65,7 +64,7 @@ class Autoscaler:
         self._stop.set()
 
     def _run(self) -> None:
-        while not self._stop.wait(TICK_SECONDS):
+        while not self._stop.wait(self._pool.settings.autoscale_tick_seconds):
             try:
                 self.tick()
             except Exception:
@@ -93,7 +92,8 @@ class Autoscaler:
             records = by_job[job_id]
             if not any(r.state.live for r in records):
                 continue
-            self._pool.set_heartbeat_timeout(job_id, spec.spec.resources.heartbeat_timeout_seconds)
+            if spec.spec.resources.heartbeat_timeout_seconds is not None:  # the job's own wins over the controller's default
+                self._pool.set_heartbeat_timeout(job_id, spec.spec.resources.heartbeat_timeout_seconds)
             samples, _ = throughput([r for r in records if r.role == "trainer"], now)
             self._pool.decisions.measure(job_id, now, samples)
             queue = spec.spec.resources.queue

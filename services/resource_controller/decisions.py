@@ -7,9 +7,9 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from primus.settings import ControllerSettings
 from primus.v1 import resource_controller_pb2 as rc_pb2
 
-MEASURE_AFTER_SECONDS = 8.0  # how long after an action its effect on samples/s is read
 ROLE_ENUMS = {"data_executor": rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR, "trainer": rc_pb2.EXECUTOR_ROLE_TRAINER}
 
 
@@ -77,7 +77,9 @@ class DecisionLog:
     """Thread-safe, per job; a HOLD is kept only when it differs from the role's previous entry, so a guard that
     holds for minutes is one line, not one a second."""
 
-    def __init__(self) -> None:
+    def __init__(self, measure_after_seconds: float = ControllerSettings.measure_after_seconds) -> None:
+        """measure_after_seconds: how long after an action its effect on samples/s is read."""
+        self.measure_after_seconds = measure_after_seconds
         self._lock = threading.Lock()
         self._entries: dict[str, list[LoggedDecision]] = {}
 
@@ -96,7 +98,7 @@ class DecisionLog:
         """Fill in the throughput after each action of the job that is old enough to show its effect."""
         with self._lock:
             for entry in self._entries.get(job_id, []):
-                if not entry.measured and entry.action is not LoggedAction.HOLD and now - entry.at >= MEASURE_AFTER_SECONDS:
+                if not entry.measured and entry.action is not LoggedAction.HOLD and now - entry.at >= self.measure_after_seconds:
                     entry.throughput_after, entry.measured = samples_per_second, True
 
     def counts(self) -> dict[tuple[str, str, bool], int]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from primus.dataplane import remove_shared_memory
 from primus.errors import ConflictError, InvalidRequestError, NotFoundError
+from primus.settings import ControllerSettings
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.resource_controller.backend import EventKind, ExecutorEvent, ExitReason, LaunchSpec, RoleSize, SchedulerBackend
 from services.resource_controller.control import ExecutorControl
@@ -28,10 +29,7 @@ from services.resource_controller.signals import executor_signals
 from services.resource_controller.slots import SlotHealth
 
 log = logging.getLogger(__name__)
-DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 10.0
-REGISTER_TIMEOUT_SECONDS = 120.0  # launched but never registered: ended as failed
-DRAIN_TIMEOUT_SECONDS = 120.0  # a drain that takes longer is cut short (its streams then break, and the trainer commits them as lost)
-RELEASE_GRACE_SECONDS = 10.0
+SHUTDOWN_GRACE_SECONDS = 5.0  # release_all (the controller stopping): each executor's time to exit, shorter than a release's
 ROLE_MODULES = ("data_executor", "trainer")
 OomMemory = Callable[[ExecutorRecord], int | None]  # the memory a replacement of an OOM-killed executor gets, or None
 
@@ -59,17 +57,22 @@ class ExecutorPool:
         backend: SchedulerBackend | Mapping[str, SchedulerBackend],
         own_address: str = "",
         state_path: Path | None = None,
-        poll_seconds: float = 0.25,
         control: ExecutorControl | None = None,
         slots: SlotHealth | None = None,
         clock: Callable[[], float] = time.monotonic,
+        settings: ControllerSettings | None = None,
     ) -> None:
+        """settings: the timings (heartbeat timeout, register and drain timeouts, release grace, the watcher's poll, the
+        slot blacklist's unless slots is given, when a decision's effect is measured)."""
+        self.settings = settings = settings or ControllerSettings()
         self.backends: dict[str, SchedulerBackend] = dict(backend) if isinstance(backend, Mapping) else {backend.name: backend}
         self.own_address = own_address
-        self.decisions = DecisionLog()
+        self.decisions = DecisionLog(settings.measure_after_seconds)
         self.oom_memory: OomMemory = lambda record: None
         self._control = control or ExecutorControl()
-        self._slots = slots or SlotHealth()
+        self._slots = slots or SlotHealth(
+            window_seconds=settings.failure_window_seconds, blacklist_seconds=settings.blacklist_seconds, cap_seconds=settings.blacklist_cap_seconds
+        )
         self._clock = clock
         self._state_path = state_path
         self._records: dict[str, ExecutorRecord] = {}
@@ -80,7 +83,7 @@ class ExecutorPool:
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._load()
-        self._watcher = threading.Thread(target=self._watch, args=(poll_seconds,), name="executor-watcher", daemon=True)
+        self._watcher = threading.Thread(target=self._watch, args=(settings.pool_poll_seconds,), name="executor-watcher", daemon=True)
 
     def start(self, own_address: str) -> None:
         """Start watching, once the controller's own address (which executors register with) is known."""
@@ -90,6 +93,7 @@ class ExecutorPool:
     # --- jobs -----------------------------------------------------------------------------------
 
     def set_heartbeat_timeout(self, job_id: str, seconds: float) -> None:
+        """The job's own heartbeat timeout (resources.heartbeatTimeoutSeconds): it wins over settings.heartbeat_timeout_seconds."""
         with self._lock:
             self._timeouts[job_id] = seconds
 
@@ -286,8 +290,9 @@ class ExecutorPool:
         self.drain(executor_id, ExitReason.MIGRATED)
         return self.record(launched[0].executor_id)
 
-    def release(self, job_id: str, grace_seconds: float = RELEASE_GRACE_SECONDS, role: str = "") -> list[ExecutorRecord]:
-        """Stop every executor of a job (or of one role of it: a gang restart), gently first; pending launches are dropped."""
+    def release(self, job_id: str, grace_seconds: float | None = None, role: str = "") -> list[ExecutorRecord]:
+        """Stop every executor of a job (or of one role of it: a gang restart), gently first (grace_seconds, by default
+        settings.release_grace_seconds); pending launches are dropped."""
         with self._lock:
             records = [r for r in self._records.values() if r.job_id == job_id and (not role or r.role == role)]
             for record in records:
@@ -300,7 +305,7 @@ class ExecutorPool:
         self._save()
         return [r.view() for r in records]
 
-    def _release_one(self, executor_id: str, reason: ExitReason, grace_seconds: float = RELEASE_GRACE_SECONDS, save: bool = True) -> None:
+    def _release_one(self, executor_id: str, reason: ExitReason, grace_seconds: float | None = None, save: bool = True) -> None:
         with self._lock:
             record = self._records[executor_id]
             if record.handle is None or not record.state.live:
@@ -308,7 +313,7 @@ class ExecutorPool:
             if record.state is not ExecutorState.DRAINING or record.exit_reason is None:  # a drain keeps its reason (migrated, scaled in)
                 record.exit_reason = reason
             handle, backend = record.handle, self._backend(record)
-        code = backend.release(handle, grace_seconds)
+        code = backend.release(handle, self.settings.release_grace_seconds if grace_seconds is None else grace_seconds)
         with self._lock:
             if record.state.live:
                 record.state, record.exit_code = ExecutorState.RELEASED, code or 0
@@ -329,7 +334,7 @@ class ExecutorPool:
         """On SIGTERM: release every job's executors."""
         self._stop.set()
         for job_id in {r.job_id for r in self.records()}:
-            self.release(job_id, grace_seconds=5.0)
+            self.release(job_id, grace_seconds=min(SHUTDOWN_GRACE_SECONDS, self.settings.release_grace_seconds))
         self._close_backends()
 
     def _close_backends(self) -> None:
@@ -436,7 +441,7 @@ class ExecutorPool:
         """Time-based transitions of one executor; True when something changed."""
         with self._lock:
             state, handle = record.state, record.handle
-            timeout = self._timeouts.get(record.job_id, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS)
+            timeout = self._timeouts.get(record.job_id, self.settings.heartbeat_timeout_seconds)
         if state is ExecutorState.PENDING:
             if self._slots.blacklisted_until((record.job_id, record.role, record.slot), now) is None and record.job_id in self._jobs:
                 log.info("%s: its slot's blacklist lapsed; launching", record.executor_id)
@@ -445,8 +450,8 @@ class ExecutorPool:
             return False
         if handle is None or not state.live:
             return False
-        if state is ExecutorState.STARTING and now - record.launched_at > REGISTER_TIMEOUT_SECONDS:
-            self._backend(record).kill(handle, ExitReason.ERROR, f"did not register within {REGISTER_TIMEOUT_SECONDS:.0f}s")
+        if state is ExecutorState.STARTING and now - record.launched_at > self.settings.register_timeout_seconds:
+            self._backend(record).kill(handle, ExitReason.ERROR, f"did not register within {self.settings.register_timeout_seconds:.0f}s")
             return False
         if state in (ExecutorState.READY, ExecutorState.DRAINING) and now - record.heartbeat_at > timeout:
             silent = now - record.heartbeat_at
@@ -458,11 +463,11 @@ class ExecutorPool:
         if state is ExecutorState.DRAINING:
             beat = record.beats[-1] if record.beats else None
             drained = beat is not None and beat.draining and beat.streams_active == 0 and beat.at > record.drain_started
-            if drained or now - record.drain_started > DRAIN_TIMEOUT_SECONDS:
+            if drained or now - record.drain_started > self.settings.drain_timeout_seconds:
                 reason = record.exit_reason or ExitReason.SCALED_IN
                 with self._lock:
                     record.drain_started = float("inf")  # released once
-                    record.message = "drained: its streams ended" if drained else f"drain cut short after {DRAIN_TIMEOUT_SECONDS:.0f}s"
+                    record.message = "drained: its streams ended" if drained else f"drain cut short after {self.settings.drain_timeout_seconds:.0f}s"
                 threading.Thread(target=self._release_one, args=(record.executor_id, reason), name=f"release-{record.executor_id}", daemon=True).start()
         return False
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from primus import metrics_http, rpc
+from primus.settings import ControllerSettings
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from services.resource_controller.autoscaler import Autoscaler
@@ -54,11 +55,13 @@ def create_server(
     queue_quotas: dict[str, QueueQuota] | None = None,
     cores: float | None = None,
     metrics_port: int = metrics_http.OFF,
+    settings: ControllerSettings | None = None,
 ) -> ResourceController:
     """backend: one backend, or several by name (jobs pick one with resources.backend; default local). state_dir keeps
     the controller's state file: a controller started again with the same one re-adopts the executors that still run.
-    metrics_port: where Prometheus /metrics is served, on the bind host (0: a free port; OFF: not served)."""
-    pool = ExecutorPool(backend or LocalProcessBackend(), state_path=state_dir / STATE_FILE if state_dir else None)
+    metrics_port: where Prometheus /metrics is served, on the bind host (0: a free port; OFF: not served). settings: the
+    controller's timings (default: ControllerSettings())."""
+    pool = ExecutorPool(backend or LocalProcessBackend(), state_path=state_dir / STATE_FILE if state_dir else None, settings=settings)
     autoscaler = Autoscaler(pool, JobSpecs(), queue_quotas, cores)
     servicer = ResourceControllerServicer(pool, autoscaler)
     metrics = metrics_http.serve(metrics_http.host_of(bind), metrics_port)

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-FAILURES_TO_BLACKLIST = 3  # failures of one slot within the window
-FAILURE_WINDOW_SECONDS = 60.0
-BLACKLIST_SECONDS = 15.0  # the first time; doubled on each blacklisting of the same slot, up to the cap
-BLACKLIST_CAP_SECONDS = 240.0
+from primus.settings import ControllerSettings
+
+FAILURES_TO_BLACKLIST = 3  # failures of one slot within the window (ControllerSettings: the window, the blacklist and its cap)
 
 SlotKey = tuple[str, str, int]  # job, role, slot
 
@@ -27,9 +26,9 @@ class SlotHealth:
     def __init__(
         self,
         failures: int = FAILURES_TO_BLACKLIST,
-        window_seconds: float = FAILURE_WINDOW_SECONDS,
-        blacklist_seconds: float = BLACKLIST_SECONDS,
-        cap_seconds: float = BLACKLIST_CAP_SECONDS,
+        window_seconds: float = ControllerSettings.failure_window_seconds,
+        blacklist_seconds: float = ControllerSettings.blacklist_seconds,
+        cap_seconds: float = ControllerSettings.blacklist_cap_seconds,
     ) -> None:
         self._failures, self._window, self._first, self._cap = failures, window_seconds, blacklist_seconds, cap_seconds
         self._slots: dict[SlotKey, _Slot] = {}

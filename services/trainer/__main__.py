@@ -51,7 +51,7 @@ def main() -> int:
     try:
         register(args, server.address)
         heartbeats = start_heartbeats(args, status)
-        job = fetch_job_spec(args.master, args.job_id)
+        job = fetch_job_spec(args.master, args.job_id, args.settings)
         cores.to_step_cores()  # this thread runs the model step, on the cores the local backend kept for it
         result = run_trainer(args, job, status)
         log.info("trained %d steps on %d samples; eval auc %.4f logloss %.4f", result.steps, result.train_samples, result.auc, result.logloss)

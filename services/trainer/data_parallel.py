@@ -13,8 +13,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from primus.settings import WorkerSettings
+
 GANG_LOST_EXIT_CODE = 76  # a peer rank died (or an executor was lost): the master restarts every rank from the checkpoint
-GANG_TIMEOUT_SECONDS = 120.0  # a collective waiting longer than this for a peer ends the rank (PRIMUS_GANG_TIMEOUT_SECONDS)
 T = TypeVar("T")
 
 
@@ -47,13 +48,10 @@ def backend_for(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
-def timeout_seconds(env: Mapping[str, str] = os.environ) -> float:
-    return float(env.get("PRIMUS_GANG_TIMEOUT_SECONDS", GANG_TIMEOUT_SECONDS))
-
-
-def init_gang(env: RankEnv, device: torch.device, timeout: float | None = None) -> None:
-    """Join the gang's process group (blocks until every rank has joined, up to the timeout). On GPUs each rank takes
-    the GPU of its rank (modulo the GPUs this host has), which `training.device: cuda` then means."""
+def init_gang(env: RankEnv, device: torch.device, timeout: float = WorkerSettings.gang_timeout_seconds) -> None:
+    """Join the gang's process group (blocks until every rank has joined, up to the timeout, which also bounds every
+    collective's wait for a peer). On GPUs each rank takes the GPU of its rank (modulo the GPUs this host has), which
+    `training.device: cuda` then means."""
     if device.type == "cuda":
         torch.cuda.set_device(env.rank % torch.cuda.device_count())
     guarded(
@@ -62,7 +60,7 @@ def init_gang(env: RankEnv, device: torch.device, timeout: float | None = None) 
             init_method=f"tcp://{env.master_addr}:{env.master_port}",
             rank=env.rank,
             world_size=env.world_size,
-            timeout=timedelta(seconds=timeout if timeout is not None else timeout_seconds()),
+            timeout=timedelta(seconds=timeout),
         )
     )
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from primus import faults
 from primus.data.consumed import ConsumedTasks
 from primus.data.feed import Lost
 from primus.data.mixer import MAX_HELD_BATCHES, Minibatch
@@ -87,7 +88,7 @@ class GangSession(TrainingSession):
         self._last = {"checkpoint": self.rounds, "report": self.rounds, "export": self.rounds}
         if self.lead:
             request = planner_pb2.ResumeTrainingRequest(job_id=self.job_id, trainer_id=self.trainer_id, checkpoint_seq=self.seq, progress=self.consumed.progress())
-            reset = to_planner(self.planner.ResumeTraining, request).tasks_reset
+            reset = to_planner(self.planner.ResumeTraining, request, self.settings.worker_planner_grace_seconds).tasks_reset
             if saved is not None:
                 log.info("resumed the gang from checkpoint %d at round %d; %d tasks will be served again", saved.seq, saved.steps, reset)
         guarded(dist.barrier)
@@ -134,7 +135,7 @@ class GangSession(TrainingSession):
             request = planner_pb2.CommitProgressRequest(
                 job_id=self.job_id, trainer_id=self.trainer_id, checkpoint_seq=self.seq, progress=changed, lost_executors=lost or []
             )
-            to_planner(self.planner.CommitProgress, request)
+            to_planner(self.planner.CommitProgress, request, self.settings.worker_planner_grace_seconds)
             self._committed.update({p.task_id: (p.rows_consumed, p.finished) for p in changed})
 
     def train(self) -> TrainingResult:
@@ -169,6 +170,7 @@ class GangSession(TrainingSession):
                 self.step_seconds += time.perf_counter() - stepping
                 self.rounds += plan.steps
                 self._on_schedule()
+                faults.after_step("trainer", self.rounds, self.env.rank)  # tests only: the round done, its checkpoint committed
             self.mixer.finish()
             self.checkpoint()
             if self.lead:

@@ -25,7 +25,6 @@ from services.trainer.training import ProgressFn, TrainingResult, finite
 from services.trainer.user_script import run_script
 
 log = logging.getLogger(__name__)
-RESULT_DEADLINE_SECONDS = 300.0
 DONE_PHASE = "done"
 SERVICE_NAME = trainer_pb2.DESCRIPTOR.services_by_name["TrainerService"].full_name
 
@@ -40,8 +39,9 @@ def start_status_server(status: TrainerStatus, metrics_port: int = metrics_http.
     )
 
 
-def start_heartbeats(args: WorkerArgs, status: TrainerStatus, interval: float = heartbeat.INTERVAL_SECONDS) -> heartbeat.HeartbeatSender:
-    """The trainer's heartbeats: its CPU and memory, the time its training loop waited for data, its progress."""
+def start_heartbeats(args: WorkerArgs, status: TrainerStatus, interval: float | None = None) -> heartbeat.HeartbeatSender:
+    """The trainer's heartbeats: its CPU and memory, the time its training loop waited for data, its progress; every
+    interval seconds (by default args.settings.heartbeat_interval_seconds)."""
     cpu, memory_mib = heartbeat.launch_limits()
 
     def collect() -> rc_pb2.ExecutorTelemetry:
@@ -51,7 +51,8 @@ def start_heartbeats(args: WorkerArgs, status: TrainerStatus, interval: float = 
             beat.steps, beat.samples = status.step, status.samples
         return beat
 
-    return heartbeat.HeartbeatSender(args.resource_controller, args.job_id, args.executor_id, collect, interval).start()
+    every = args.settings.heartbeat_interval_seconds if interval is None else interval
+    return heartbeat.HeartbeatSender(args.resource_controller, args.job_id, args.executor_id, collect, every).start()
 
 
 def run_trainer(args: WorkerArgs, job: TrainingJob, status: TrainerStatus) -> TrainingResult:
@@ -70,19 +71,19 @@ def run_trainer(args: WorkerArgs, job: TrainingJob, status: TrainerStatus) -> Tr
     if job.spec.training.script is not None:  # the user's own loop over primus.data
         result, request = run_script(args, job, progress)
         status.update(DONE_PHASE, result.steps, result.train_samples, result.final_loss)
-        deliver_result(master, request)
+        deliver_result(master, request, args.settings.result_deadline_seconds)
         return result
     planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(args.planner))
     env = RankEnv.from_env()
     if env.distributed:
         return run_rank(args, job, status, master, planner, env, progress)
     discover = executor_discovery(args.resource_controller, args.job_id)
-    session = TrainingSession(args.job_id, args.executor_id, job, planner, args.run_dir / "checkpoints", discover, progress)
+    session = TrainingSession(args.job_id, args.executor_id, job, planner, args.run_dir / "checkpoints", discover, progress, settings=args.settings)
     session.resume()
     session.train()
     result = session.evaluate() if job.spec.data.eval is not None else session.finish()
     status.update(DONE_PHASE, result.steps, result.train_samples, result.final_loss)  # from here on a release is expected
-    deliver_result(master, result_request(args, result))
+    deliver_result(master, result_request(args, result), args.settings.result_deadline_seconds)
     return result
 
 
@@ -98,14 +99,16 @@ def run_rank(
     """One rank of a data-parallel trainer: rank 0 reports progress, evaluates and reports the result with every
     rank's counts; the other ranks end once training is checkpointed."""
     log.info("rank %d of %d: joining the gang at %s:%d", env.rank, env.world_size, env.master_addr, env.master_port)
-    init_gang(env, resolve_device(job.spec.training.device))
+    init_gang(env, resolve_device(job.spec.training.device), args.settings.gang_timeout_seconds)
 
     def quiet(phase: str, step: int, samples: int, loss: float) -> bool:
         status.update(phase, step, samples, loss)
         return False
 
     discover = executor_discovery(args.resource_controller, args.job_id)
-    session = GangSession(args.job_id, args.executor_id, job, planner, args.run_dir / "checkpoints", discover, progress if env.rank == 0 else quiet, env=env)
+    session = GangSession(
+        args.job_id, args.executor_id, job, planner, args.run_dir / "checkpoints", discover, progress if env.rank == 0 else quiet, env=env, settings=args.settings
+    )
     session.resume()
     session.train()
     session.gather_ranks()
@@ -119,7 +122,7 @@ def run_rank(
     request.ranks.extend(
         master_pb2.RankResult(rank=r.rank, samples=r.samples, steps=r.steps, wait_seconds=r.wait_seconds, step_seconds=r.step_seconds) for r in session.ranks
     )
-    deliver_result(master, request)
+    deliver_result(master, request, args.settings.result_deadline_seconds)
     return result
 
 
@@ -174,9 +177,9 @@ def result_request(args: WorkerArgs, result: TrainingResult) -> master_pb2.Repor
     )
 
 
-def deliver_result(master: master_pb2_grpc.MasterServiceStub, request: master_pb2.ReportTrainingResultRequest) -> None:
-    """The result must reach the master, which may be restarting: keep trying for a while."""
-    deadline = time.monotonic() + RESULT_DEADLINE_SECONDS
+def deliver_result(master: master_pb2_grpc.MasterServiceStub, request: master_pb2.ReportTrainingResultRequest, deadline_seconds: float) -> None:
+    """The result must reach the master, which may be restarting: keep trying for deadline_seconds."""
+    deadline = time.monotonic() + deadline_seconds
     while True:
         try:
             master.ReportTrainingResult(request, timeout=30)
@@ -190,4 +193,4 @@ def deliver_result(master: master_pb2_grpc.MasterServiceStub, request: master_pb
 
 def report_failure(args: WorkerArgs, error: str) -> None:
     master = master_pb2_grpc.MasterServiceStub(masters.connect(args.master))
-    deliver_result(master, master_pb2.ReportTrainingResultRequest(job_id=args.job_id, trainer_id=args.executor_id, error=error))
+    deliver_result(master, master_pb2.ReportTrainingResultRequest(job_id=args.job_id, trainer_id=args.executor_id, error=error), args.settings.result_deadline_seconds)

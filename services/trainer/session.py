@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from primus import telemetry
+from primus import faults, telemetry
 from primus.batch import dense_matrix, sparse_matrix
 from primus.data.consumed import ConsumedTasks
 from primus.data.feed import BatchFeed, Discover, Feed, Lost
@@ -16,6 +16,7 @@ from primus.data.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
 from primus.data.planner_calls import to_planner
 from primus.errors import DataError
 from primus.metrics import EvalAccumulator
+from primus.settings import WorkerSettings
 from primus.spec import TrainingJob, WarmStart
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.trainer import checkpoint as ckpt
@@ -24,7 +25,6 @@ from services.trainer.export import export_snapshot
 from services.trainer.training import CtrTrainer, ProgressFn, TrainingResult, finite
 
 log = logging.getLogger(__name__)
-IDLE_REPORT_SECONDS = 2.0  # while the feed waits for data, the master is asked this often whether to stop
 OpenFeed = Callable[[int, int], Feed]  # (task purpose, batches the consumer may hold past the next) -> a feed
 
 
@@ -41,9 +41,12 @@ class TrainingSession:
         discover: Discover,
         progress: ProgressFn,
         open_feed: OpenFeed | None = None,
+        settings: WorkerSettings | None = None,
     ) -> None:
-        """open_feed: where the batches come from; by default a BatchFeed from the executors discover() names."""
+        """open_feed: where the batches come from; by default a BatchFeed from the executors discover() names.
+        settings: how often a waiting feed asks the master whether to stop, how long a planner that is away is retried."""
         self.job_id, self.trainer_id, self.job = job_id, trainer_id, job
+        self.settings = settings or WorkerSettings()
         self.planner = planner
         self.checkpoint_dir = checkpoint_dir
         self.discover = discover
@@ -66,9 +69,9 @@ class TrainingSession:
 
     def _stop_asked(self) -> bool:
         """While the feed waits for data (an open-ended source between batches), whether the master asks training to
-        stop (`primus stop`, or a cancel): asked at most every IDLE_REPORT_SECONDS, with the progress so far."""
+        stop (`primus stop`, or a cancel): asked at most every settings.idle_report_seconds, with the progress so far."""
         now = time.monotonic()
-        if now - self._idle_asked < IDLE_REPORT_SECONDS:
+        if now - self._idle_asked < self.settings.idle_report_seconds:
             return False
         self._idle_asked = now
         result = self.trainer.result
@@ -89,7 +92,7 @@ class TrainingSession:
         steps = self.trainer.result.steps
         self._last = {"checkpoint": steps, "report": steps, "export": steps}
         request = planner_pb2.ResumeTrainingRequest(job_id=self.job_id, trainer_id=self.trainer_id, checkpoint_seq=self.seq, progress=self.consumed.progress())
-        reset = to_planner(self.planner.ResumeTraining, request).tasks_reset
+        reset = to_planner(self.planner.ResumeTraining, request, self.settings.worker_planner_grace_seconds).tasks_reset
         if saved is not None:
             log.info("resumed from checkpoint %d at step %d; %d tasks will be served again", saved.seq, saved.steps, reset)
         return saved is not None
@@ -147,7 +150,7 @@ class TrainingSession:
             request = planner_pb2.CommitProgressRequest(
                 job_id=self.job_id, trainer_id=self.trainer_id, checkpoint_seq=self.seq, progress=changed, lost_executors=lost or []
             )
-            to_planner(self.planner.CommitProgress, request)
+            to_planner(self.planner.CommitProgress, request, self.settings.worker_planner_grace_seconds)
             self._committed.update({p.task_id: (p.rows_consumed, p.finished) for p in changed})
 
     def train(self) -> TrainingResult:
@@ -199,10 +202,12 @@ class TrainingSession:
         if training.export is not None and steps - self._last["export"] >= training.export.every_steps:
             self._export()
             self._last["export"] = steps
+        stop = False
         if steps - self._last["report"] >= training.report_every_steps:
             self._last["report"] = steps
-            return self.progress("train", steps, self.trainer.result.train_samples, self.trainer.recent_loss())
-        return False
+            stop = self.progress("train", steps, self.trainer.result.train_samples, self.trainer.recent_loss())
+        faults.after_step("trainer", steps)  # tests only: the step done, its checkpoint committed, its progress reported
+        return stop
 
     def _export(self) -> None:
         """A model snapshot for serving (state dict and TorchScript), when the spec asks for them."""
@@ -221,7 +226,7 @@ class TrainingSession:
             for event in feed:
                 if isinstance(event, Lost):
                     lost = planner_pb2.CommitProgressRequest(job_id=self.job_id, trainer_id=self.trainer_id, checkpoint_seq=self.seq, lost_executors=[event.executor_id])
-                    to_planner(self.planner.CommitProgress, lost)
+                    to_planner(self.planner.CommitProgress, lost, self.settings.worker_planner_grace_seconds)
                     feed.reopen()
                     continue
                 fresh = seen.accept(event.batch, event.origin)
