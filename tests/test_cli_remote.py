@@ -94,8 +94,8 @@ def _wait_final(client: PrimusClient, job_id: str, timeout: float = 240.0) -> No
         time.sleep(0.5)
 
 
-def test_a_master_operated_from_elsewhere(cluster: ClusterState, job_file: Path, tmp_path: Path) -> None:
-    address = cluster.address("master")
+def test_a_master_operated_from_elsewhere(shared_cluster: ClusterState, job_file: Path, tmp_path: Path) -> None:
+    address = shared_cluster.address("master")
     elsewhere = tmp_path / "laptop"
     elsewhere.mkdir()
     with PrimusClient(address) as client:
@@ -107,7 +107,7 @@ def test_a_master_operated_from_elsewhere(cluster: ClusterState, job_file: Path,
 
     listed = _primus(elsewhere, "--master", address, "get", "jobs", "-o", "json")
     assert listed.returncode == 0, listed.stderr
-    (job,) = json.loads(listed.stdout)
+    (job,) = [j for j in json.loads(listed.stdout) if j["job_id"] == job_id]  # the master's other jobs are other tests'
     assert job["job_id"] == job_id and job["state"] == "SUCCEEDED" and job["progress"]["samples_trained"] > 0
     assert "spec_yaml" not in job
 
@@ -116,7 +116,9 @@ def test_a_master_operated_from_elsewhere(cluster: ClusterState, job_file: Path,
     assert yaml.safe_load(by_env.stdout)[0]["job_id"] == job_id
 
     table = _primus(elsewhere, "--master", address, "get", "jobs")
-    assert table.returncode == 0 and job_id in table.stdout and "SUCCEEDED" in table.stdout and "STATE" in table.stdout
+    assert table.returncode == 0 and "STATE" in table.stdout, table.stderr
+    (row,) = [line for line in table.stdout.splitlines() if job_id in line]
+    assert "SUCCEEDED" in row, table.stdout
 
     assert _primus(elsewhere, "config", "set-context", "lab", "--master", address).returncode == 0
     assert _primus(elsewhere, "config", "use-context", "lab").returncode == 0
@@ -137,7 +139,7 @@ def test_a_master_operated_from_elsewhere(cluster: ClusterState, job_file: Path,
     _one_line_error(_primus(elsewhere, "logs", job_id, "--executor", "nobody"), "has no log of 'nobody'")
     _one_line_error(_primus(elsewhere, "get", "job", "no-such-job"), f"no job 'no-such-job' (the master at {address})")
     _one_line_error(_primus(elsewhere, "cancel", job_id), "already ended as SUCCEEDED")
-    run_dir = Path(json.loads(listed.stdout)[0]["run_dir"])
+    run_dir = Path(job["run_dir"])
     kept = _primus(elsewhere, "delete", job_id)
     assert kept.returncode == 0 and "kept" in kept.stdout and run_dir.is_dir(), kept.stderr
     _one_line_error(_primus(elsewhere, "get", "job", job_id), f"no job '{job_id}'")
@@ -169,10 +171,10 @@ def _open_ended_document(dataset: Path, landing: Path) -> dict[str, object]:
     return document
 
 
-def test_stop_ends_an_open_ended_job_with_its_evaluation_and_report(cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
+def test_stop_ends_an_open_ended_job_with_its_evaluation_and_report(shared_cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
     """A landing stream with no end beside two days of history: the history trains, then the trainer waits for the
     stream; `primus stop` ends training there, the evaluation day is scored and the job succeeds with its report."""
-    address = cluster.address("master")
+    address = shared_cluster.address("master")
     history_rows = (DAYS - 1) * 24 * ROWS_PER_HOUR
     with PrimusClient(address) as client:
         job_id = client.submit(load_job_text(yaml.safe_dump(_open_ended_document(dataset, tmp_path / "landing"))))
@@ -193,7 +195,7 @@ def test_stop_ends_an_open_ended_job_with_its_evaluation_and_report(cluster: Clu
     assert report["trainer"]["eval_samples"] == 24 * ROWS_PER_HOUR, "the evaluation ran after the stop"
     assert len([s for s in report["services"] if s["role"] == "data_executor"]) == 3, "the scaled-out executor served too"
     _one_line_error(_primus(tmp_path, "--master", address, "stop", job_id), "already ended as SUCCEEDED")
-    rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(cluster.address("resource_controller")))
+    rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(shared_cluster.address("resource_controller")))
     deadline = time.monotonic() + 60  # the job's processes still flush their traces into its run folder as they exit
     while any(
         e.state in (rc_pb2.EXECUTOR_STATE_READY, rc_pb2.EXECUTOR_STATE_STARTING, rc_pb2.EXECUTOR_STATE_DRAINING)
@@ -201,16 +203,39 @@ def test_stop_ends_an_open_ended_job_with_its_evaluation_and_report(cluster: Clu
     ):
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    time.sleep(1)
+    _until_run_folder_settles(Path(job.run_dir))
     purged = _primus(tmp_path, "--master", address, "delete", job_id, "--purge")
     assert purged.returncode == 0 and "deleted too" in purged.stdout and not Path(job.run_dir).exists(), purged.stderr
 
 
-def test_stop_at_ends_an_open_ended_job_by_itself(cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
+SPANS_EXPORTED_EVERY = 1.0  # seconds: each service writes the spans it has ended in a batch this often (primus.telemetry)
+
+
+def _files(folder: Path) -> dict[Path, tuple[int, int]]:
+    return {path: (stat.st_size, stat.st_mtime_ns) for path in folder.rglob("*") if path.is_file() and (stat := path.stat())}
+
+
+def _until_run_folder_settles(run_dir: Path, timeout: float = 60.0) -> None:
+    """Until nothing more is written into an ended job's run folder: the master's driver of the job has returned (its
+    `job` span is in the master's traces: no service acts for the job any more), and the folder has then stayed the
+    same for longer than the services take to write the spans they have ended."""
+    deadline = time.monotonic() + timeout
+    while not any('"name":"job"' in path.read_text() for path in (run_dir / "traces").glob("master-*.otlp.jsonl")):
+        assert time.monotonic() < deadline, f"the master's driver of the job did not end: no job span under {run_dir / 'traces'}"
+        time.sleep(0.1)
+    files, since = _files(run_dir), time.monotonic()
+    while time.monotonic() - since <= 1.5 * SPANS_EXPORTED_EVERY:
+        assert time.monotonic() < deadline, f"the run folder {run_dir} is still written to"
+        time.sleep(0.1)
+        if (now := _files(run_dir)) != files:
+            files, since = now, time.monotonic()
+
+
+def test_stop_at_ends_an_open_ended_job_by_itself(shared_cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
     document = _open_ended_document(dataset, tmp_path / "landing")
     stop_at = datetime.now(UTC) + timedelta(seconds=20)
     document["spec"]["training"]["stopAt"] = stop_at.isoformat()  # type: ignore[index]
-    with PrimusClient(cluster.address("master")) as client:
+    with PrimusClient(shared_cluster.address("master")) as client:
         job_id = client.submit(load_job_text(yaml.safe_dump(document)))
         final = None
         for final in client.watch(job_id):
@@ -222,13 +247,15 @@ def test_stop_at_ends_an_open_ended_job_by_itself(cluster: ClusterState, dataset
 
 def _history_trained(client: PrimusClient, job_id: str) -> None:
     """Until the trainer has trained every full minibatch of the history (the mixer keeps less than one back until more
-    rows come, or the stop) and waits for the stream: the count at that mark and still over the idle report (2 s)."""
-    at_least = (DAYS - 1) * 24 * ROWS_PER_HOUR - int(load_job_text(client.get(job_id).spec_yaml).spec.training.batch_size)
-    deadline, seen = time.monotonic() + 240, -1
-    while (trained := client.get(job_id).progress.samples_trained) != seen or trained < at_least:
-        assert time.monotonic() < deadline and not client.get(job_id).state.final, client.get(job_id)
-        seen = trained
-        time.sleep(3)
+    rows come, or the stop), so that it waits for the stream: the count the master has from it (reported every few
+    steps, and while it waits at every idle report) less than a minibatch short of the history. A resumed job's count
+    is the new trainer's (0 until it reports)."""
+    history = (DAYS - 1) * 24 * ROWS_PER_HOUR
+    batch_size = int(load_job_text(client.get(job_id).spec_yaml).spec.training.batch_size)
+    deadline = time.monotonic() + 240
+    while history - (job := client.get(job_id)).progress.samples_trained >= batch_size:
+        assert time.monotonic() < deadline and not job.state.final, job
+        time.sleep(0.3)
 
 
 def _until_state(client: PrimusClient, job_id: str, state: JobState, timeout: float = 120) -> None:
@@ -238,9 +265,9 @@ def _until_state(client: PrimusClient, job_id: str, state: JobState, timeout: fl
         time.sleep(0.3)
 
 
-def test_suspend_releases_and_resume_goes_on_exactly(cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
-    address = cluster.address("master")
-    rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(cluster.address("resource_controller")))
+def test_suspend_releases_and_resume_goes_on_exactly(shared_cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
+    address = shared_cluster.address("master")
+    rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(shared_cluster.address("resource_controller")))
     with PrimusClient(address) as client:
         job_id = client.submit(load_job_text(yaml.safe_dump(_open_ended_document(dataset, tmp_path / "landing"))))
         _history_trained(client, job_id)

@@ -25,9 +25,19 @@ def _cancel_unless_ended(tmp_path: Path, address: str, job_id: str) -> None:
     assert cancelled.returncode == 0 or "already ended as SUCCEEDED" in cancelled.stderr, cancelled.stderr
 
 
+def _until_trainer_said(cluster: ClusterState, job_id: str, line: str, timeout: float = 120.0) -> None:
+    """Until the job's trainer has written `line` into its log (read where the controller says it is)."""
+    rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(cluster.address("resource_controller")))
+    request = rc_pb2.ListExecutorsRequest(job_id=job_id, role=rc_pb2.EXECUTOR_ROLE_TRAINER)
+    deadline = time.monotonic() + timeout
+    while not any(e.log_path and Path(e.log_path).is_file() and line in Path(e.log_path).read_text() for e in rc.ListExecutors(request, timeout=10).executors):
+        assert time.monotonic() < deadline, f"the trainer of {job_id} did not say {line!r} within {timeout:.0f} s"
+        time.sleep(0.2)
+
+
 @pytest.mark.timeout(400)
-def test_savepoint_and_a_job_started_from_it(cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
-    address = cluster.address("master")
+def test_savepoint_and_a_job_started_from_it(shared_cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
+    address = shared_cluster.address("master")
     document = job_document(dataset)
     document["spec"]["training"].update({"batchSize": 64, "checkpointEverySteps": 25, "reportEverySteps": 10})  # type: ignore[index]
     job_file = tmp_path / "job.yaml"
@@ -63,19 +73,18 @@ def test_savepoint_and_a_job_started_from_it(cluster: ClusterState, dataset: Pat
         assert json.loads(described.stdout)[0]["job_id"] == second
         warm = yaml.safe_load(client.get(second).spec_yaml)["spec"]["training"]["warmStart"]
         assert warm == {"checkpoint": savepoint["path"], "optimizer": "keep"}
-        deadline = time.monotonic() + 120
-        while "warm start from" not in (logs := _primus(tmp_path, "--master", address, "logs", second)).stdout:
-            assert time.monotonic() < deadline, logs.stdout[-2000:]
-            time.sleep(1.0)
+        _until_trainer_said(shared_cluster, second, "warm start from")
+        logs = _primus(tmp_path, "--master", address, "logs", second)
+        assert logs.returncode == 0 and "warm start from" in logs.stdout, logs.stderr + logs.stdout[-2000:]
         assert savepoint["path"] in logs.stdout, "the new job's trainer starts from the savepoint's model"
         _cancel_unless_ended(tmp_path, address, second)
         _wait_final(client, second)
 
 
 @pytest.mark.timeout(300)
-def test_scale_sets_autoscale_bounds(cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
+def test_scale_sets_autoscale_bounds(shared_cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
     """`primus scale --min --max`: new bounds for a role whose autoscaling is on; a count outside them moves inside."""
-    address = cluster.address("master")
+    address = shared_cluster.address("master")
     document = _open_ended_document(dataset, tmp_path / "landing")
     executor = document["spec"]["resources"]["dataExecutor"]  # type: ignore[index]
     executor.update({"replicas": 1, "autoscale": {"enabled": True, "minReplicas": 1, "maxReplicas": 2}})
@@ -90,7 +99,7 @@ def test_scale_sets_autoscale_bounds(cluster: ClusterState, dataset: Path, tmp_p
         _one_line_error(_primus(tmp_path, "--master", address, "scale", job_id, "--replicas", "3"), "replicas 3 lies outside its autoscale bounds")
         bounded = _primus(tmp_path, "--master", address, "scale", job_id, "--min", "3", "--max", "4")
         assert bounded.returncode == 0 and "dataExecutor scaled to 3 and autoscale bounds [3, 4]" in bounded.stdout, bounded.stderr + bounded.stdout
-        rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(cluster.address("resource_controller")))
+        rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(shared_cluster.address("resource_controller")))
         live = (rc_pb2.EXECUTOR_STATE_READY, rc_pb2.EXECUTOR_STATE_STARTING, rc_pb2.EXECUTOR_STATE_PENDING)
         executors = rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR), timeout=10).executors
         assert 3 <= len([e for e in executors if e.state in live]) <= 4, "inside the new bounds"

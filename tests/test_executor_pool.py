@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from services.resource_controller import limits
 from services.resource_controller.backend import ExitReason, LimitMechanism, LocalProcessBackend
 from services.resource_controller.decisions import LoggedAction
 from services.resource_controller.pool import ExecutorPool, LaunchRequest
@@ -78,7 +79,10 @@ def test_a_restarted_pool_takes_back_what_runs_and_marks_what_exited(tmp_path: P
     first.close()  # as after kill -9: no release; the processes run on
     try:
         os.kill(gone.pid, signal.SIGKILL)
-        time.sleep(0.2)
+        deadline = time.monotonic() + 10
+        while limits.is_alive(gone.pid):  # dead (a zombie counts), as the restarted pool will find it
+            assert time.monotonic() < deadline, f"{gone.pid} outlived its SIGKILL"
+            time.sleep(0.01)
         second = ExecutorPool(_backend(SLEEP), own_address="127.0.0.1:3", state_path=state)
         try:
             adopted, lost = second.record(kept.executor_id), second.record(gone.executor_id)

@@ -5,10 +5,18 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
 from primus.data.handoff import Handoff
+
+
+def _until(condition: Callable[[], bool], what: str, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {seconds} s waiting for {what}"
+        time.sleep(0.001)
 
 
 def test_items_come_out_in_order() -> None:
@@ -46,7 +54,7 @@ def test_a_waiting_producer_wakes_only_once_it_is_drained_to_half() -> None:
         put_done.set()
 
     threading.Thread(target=produce, daemon=True).start()
-    time.sleep(0.05)
+    _until(lambda: handoff._producers_waiting == 1, "the producer to find it full and wait")
     assert handoff.get_nowait() == 0
     assert not put_done.wait(0.1), "three of four left: the producer still waits"
     assert handoff.get_nowait() == 1
@@ -59,7 +67,7 @@ def test_a_waiting_consumer_wakes_at_the_first_item() -> None:
     got: list[object] = []
     consumer = threading.Thread(target=lambda: got.append(handoff.get(timeout=5)), daemon=True)
     consumer.start()
-    time.sleep(0.05)
+    _until(lambda: handoff._consumer_waiting, "the consumer to find it empty and wait")
     handoff.put("x", timeout=0.1)
     consumer.join(2)
     assert got == ["x"]

@@ -102,11 +102,19 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
 def test_heartbeats_come_about_every_second_and_outlive_a_controller_restart(controller: ControllerHost, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="primus.heartbeat")
     beats = controller.servicer
-    sender = heartbeat.HeartbeatSender(controller.address, "job-hb", "e0", lambda: heartbeat.process_telemetry(0.5, 512 * 1024 * 1024)).start()
+    tries: list[float] = []  # each beat the sender tries: it collects its telemetry first
+
+    def collect() -> rc_pb2.ExecutorTelemetry:
+        tries.append(time.monotonic())
+        return heartbeat.process_telemetry(0.5, 512 * 1024 * 1024)
+
+    started = time.monotonic()
+    sender = heartbeat.HeartbeatSender(controller.address, "job-hb", "e0", collect).start()
     try:
-        time.sleep(3.5)
+        assert _wait_for(lambda: beats.count() >= 4 and sender.sent == beats.count()), f"4 beats heard and answered: {beats.count()}, {sender.sent}"
         first = list(beats.beats)
-        assert 3 <= len(first) <= 5, f"{len(first)} beats in 3.5 s"
+        in_window = [at for at, _ in first if at - started <= 3.5]
+        assert 3 <= len(in_window) <= 5, f"{len(in_window)} beats in the first 3.5 s"
         gaps = [b[0] - a[0] for a, b in itertools.pairwise(first)]
         assert all(0.7 < gap < 1.5 for gap in gaps), f"about a second apart: {gaps}"
         sent = [request for _, request in first]
@@ -119,7 +127,9 @@ def test_heartbeats_come_about_every_second_and_outlive_a_controller_restart(con
         assert sender.sent == len(first) and sender.known
 
         controller.stop()  # the controller restarts...
-        time.sleep(2.5)
+        tried = len(tries)
+        # two beats tried and failed while it is away: the sender has begun a third try once the second has failed
+        assert _wait_for(lambda: len(tries) >= tried + 3), f"the sender tries again every second: {len(tries) - tried} tries since the stop"
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "unreachable" in r.getMessage()]
         assert len(warnings) == 1, f"one warning per outage, not one per beat: {[r.getMessage() for r in warnings]}"
         assert sender.sent == len(first) and beats.count() == len(first)
@@ -130,9 +140,9 @@ def test_heartbeats_come_about_every_second_and_outlive_a_controller_restart(con
         assert beats.beats[-1][1].telemetry.cpu_seconds > cpu[-1]
     finally:
         sender.stop()
-    stopped_at = beats.count()
-    time.sleep(1.5)
-    assert beats.count() == stopped_at, "no beat after stop()"
+    stopped_at, tried = beats.count(), len(tries)
+    assert not [t for t in threading.enumerate() if t.name == "heartbeat-e0"], "stop() returns once the sender's thread has ended"
+    assert beats.count() == stopped_at and len(tries) == tried, "no beat after stop(): nothing is left to send one"
 
 
 def test_the_trainer_reports_its_stall_and_progress(controller: ControllerHost, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -165,9 +175,14 @@ def test_discovery_keeps_the_last_known_executors_while_the_controller_is_away(c
     first = discover()
     assert first == {"e0": DataEndpoint(controller.servicer.executors[0].data_address)}, "ready executors of this job only"
     controller.stop()
-    for _ in range(5):
+
+    def found_away() -> bool:
         assert discover() == first, "the controller is away: the last known set stands"
-        time.sleep(0.1)
+        return any("unreachable" in r.getMessage() for r in caplog.records)
+
+    assert _wait_for(found_away, seconds=5), "discovery asked the stopped controller and found it away"
+    for _ in range(4):  # each asks it again (the failed question is gone), and finds it away again
+        assert discover() == first, "the controller is away: the last known set stands"
     assert len([r for r in caplog.records if "unreachable" in r.getMessage()]) == 1, "said once per outage"
     controller.servicer.executors.append(_executor("e1", "job-d"))
     controller.start()

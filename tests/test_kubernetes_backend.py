@@ -211,6 +211,17 @@ def test_pending_timeout_names_the_scheduler_reason(double: KubeApiDouble, conne
     double.wait_for(lambda: double.pod(NS, spec.executor_id) is None, "the pending pod to be deleted")
 
 
+def _version(pod: dict[str, Any] | None) -> str:
+    return str((pod or {}).get("metadata", {}).get("resourceVersion", ""))
+
+
+def _seen_version(backend: KubernetesBackend, handle: KubernetesHandle) -> str:
+    """The resourceVersion of the pod as the backend last saw it (listed or watched): once it is the API server's, every
+    change to the pod has been turned into the backend's events."""
+    tracked = backend._find(handle)
+    return _version(tracked.pod if tracked is not None else None)
+
+
 def test_resize_in_place(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:
     backend = connect()
     spec = _spec(tmp_path, SLEEP)
@@ -223,7 +234,7 @@ def test_resize_in_place(double: KubeApiDouble, connect: Callable[..., Kubernete
     pod = double.pod(NS, spec.executor_id)
     assert pod is not None and pod["spec"]["containers"][0]["resources"] == applied
     assert double.calls("PATCH", f"/pods/{spec.executor_id}/resize")[0].content_type == "application/strategic-merge-patch+json"
-    time.sleep(0.3)
+    double.wait_for(lambda: _seen_version(backend, handle) == _version(double.pod(NS, spec.executor_id)), "the backend to see the pod as it is now")
     assert [e for e in backend.poll() if e.kind is not EventKind.RUNNING] == [], "no RESIZE_FAILED: the same pod, the same process"
 
 

@@ -7,8 +7,10 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -149,6 +151,34 @@ def wait_for_exit(backend: LocalProcessBackend, handle: LocalHandle, timeout: fl
 SATURATED = 0.2  # idle cores per second below which the machine had no capacity left for a burner to take
 
 
+def cfs_periods(handle: LocalHandle) -> int:
+    """The CFS periods the executor's cgroup has run under its CPU quota (nr_periods of cpu.stat, in v2 and v1 alike)."""
+    for directory in handle.cgroups:
+        stat = Path(directory) / "cpu.stat"
+        if stat.exists():
+            for line in stat.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "nr_periods":
+                    return int(value)
+    raise AssertionError(f"no nr_periods in a cpu.stat of {handle.cgroups}")
+
+
+def watchdog_looks(monkeypatch: pytest.MonkeyPatch) -> Counter[int]:
+    """How many times the memory watchdog has read each pid's resident memory: each of its passes reads every executor
+    it guards once, then kills one above its limit."""
+    looks: Counter[int] = Counter()
+    read = limits.resident_bytes
+
+    def counted(pid: int) -> int:
+        resident = read(pid)
+        if threading.current_thread().name == "memory-watchdog":
+            looks[pid] += 1
+        return resident
+
+    monkeypatch.setattr(limits, "resident_bytes", counted)
+    return looks
+
+
 def idle_core_seconds() -> float:
     """Idle (and iowait) time of all the machine's cores since boot, from /proc/stat."""
     fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
@@ -189,7 +219,8 @@ def test_cgroup_cpu_limit_resizes_in_place(harness: Harness) -> None:
     warmed_up(backend, handle)
     before, idle = unthrottled_rate(backend, handle, enough=0.7)
     assert backend.resize(handle, 0.25, 256)
-    time.sleep(0.2)  # let the new quota govern a few whole periods
+    resized_at = cfs_periods(handle)
+    wait_until(lambda: cfs_periods(handle) >= resized_at + 3, 5.0, "the new quota to govern a few whole periods")  # the one under way, then two
     after = cpu_rate(backend, handle)[0]
     print(f"{backend.mechanism.value}: CPU/s {before:.2f} at limit 1.0 (machine idle {idle:.2f} cores), {after:.2f} at limit 0.25")
     assert before > 0.7 or idle < SATURATED, f"a 1-core burner at limit 1.0 used only {before:.2f} CPU/s while {idle:.2f} cores were idle"
@@ -222,13 +253,16 @@ def test_memory_limit_ends_in_oom_killed(harness: Harness, backend: LocalProcess
     assert not any(Path(d).exists() for d in handle.cgroups), "the cgroup outlived its process"
 
 
-def test_raising_memory_takes_effect_in_place(harness: Harness, backend: LocalProcessBackend) -> None:
+def test_raising_memory_takes_effect_in_place(harness: Harness, backend: LocalProcessBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    looks = watchdog_looks(monkeypatch)
     go = harness.tmp_path / "go"
     handle = harness.launch(backend, GROW_ON_GO, 1.0, 256, str(go))
     assert backend.resize(handle, 1.0, 512)
     go.touch()
     wait_until(lambda: Path(f"{go}.done").exists() or not limits.is_alive(handle.pid), 10.0, "the child to grow to 300 MiB")
-    time.sleep(0.3)  # a few watchdog passes
+    if backend.mechanism is LimitMechanism.AFFINITY_WATCHDOG:  # a cgroup's limit bites as the memory is taken: before .done
+        grown = looks[handle.pid]
+        wait_until(lambda: looks[handle.pid] >= grown + 3 or not limits.is_alive(handle.pid), 5.0, "a few watchdog passes over it at 300 MiB")
     exits = [e for e in backend.poll() if e.kind is EventKind.EXITED]
     assert not exits, f"it died at 300 MiB although its limit was raised to 512 MiB: {exits}"
     assert backend.usage(handle)[1] >= 300 * limits.MIB

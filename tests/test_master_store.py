@@ -126,7 +126,10 @@ def test_standby_takes_over_a_running_job(cluster: ClusterState, dataset: Path, 
             while client.get(job_id).progress.step < 100:
                 assert time.monotonic() < deadline, "the job trains"
                 time.sleep(0.1)
-            time.sleep(1.0)
+            standby_log = tmp_path / "standby.log"
+            while "standing by: another master leads" not in standby_log.read_text():  # it tried the lock, and waits for it
+                assert time.monotonic() < deadline and standby.poll() is None, standby_log.read_text()
+                time.sleep(0.1)
             assert not standby_ready.exists(), "the standby serves nothing while the leader leads"
             os.kill(leader.pid, signal.SIGKILL)
             leader.wait()

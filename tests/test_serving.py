@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import shutil
 import socket
+import sys
 import threading
 import time
 import weakref
@@ -12,6 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import grpc
@@ -171,6 +173,45 @@ def test_status_rpc_counts_served_rows(planner: rpc.RunningServer, dataset: Path
         assert status.tasks_done == 24
 
 
+def _stacks() -> dict[str, list[str]]:
+    """Each thread of this process, by name, with the qualified names of the functions on its stack, innermost first."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    stacks: dict[str, list[str]] = {}
+    for ident, frame in sys._current_frames().items():
+        functions: list[str] = []
+        at: FrameType | None = frame
+        while at is not None:
+            functions.append(at.f_code.co_qualname)
+            at = at.f_back
+        stacks[names.get(ident, f"thread-{ident}")] = functions
+    return stacks
+
+
+def _stalled(consumer_id: str) -> bool:
+    """The executor's stream holds still: its exchange waits for credits, each of its readers waits for room in the
+    read-ahead queue (a reader leases again only once its task is queued), and no planner call of it is under way (an
+    idle call thread waits in the pool's _worker)."""
+    stacks = _stacks()
+    readers = [stack for name, stack in stacks.items() if name.startswith(f"reader-{consumer_id}-")]
+    calls = [stack for name, stack in stacks.items() if name.startswith("planner-calls")]
+    return (
+        any("ConsumerSignals.take_credits" in stack for stack in stacks.values())
+        and bool(readers)
+        and all("TaskStreamer._put" in stack for stack in readers)
+        and all(stack[0] == "_worker" for stack in calls)
+    )
+
+
+def _until_stalled(consumer_id: str, seconds: float = 30.0, polls: int = 3) -> None:
+    """Until the stream has held still on `polls` looks in a row (a call handed to an idle pool thread looks idle for
+    the moment it takes to wake)."""
+    deadline, still = time.monotonic() + seconds, 0
+    while still < polls:
+        assert time.monotonic() < deadline, f"the stream of {consumer_id!r} did not stall within {seconds:.0f} s: {_stacks()}"
+        still = still + 1 if _stalled(consumer_id) else 0
+        time.sleep(0.01)
+
+
 def test_a_stalled_consumer_stalls_reading(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
     """Credits bound what is in flight: with no credits returned, the executor stops leasing and reading."""
     job = _job(dataset, tmp_path)
@@ -178,7 +219,7 @@ def test_a_stalled_consumer_stalls_reading(planner: rpc.RunningServer, dataset: 
     with _executor("job-slow", planner, job) as executor:
         client, writer, reader = _exchange(executor, "job-slow", credits=2)
         assert reader.read_chunk().data.num_rows == ROWS_PER_HOUR
-        time.sleep(2.0)
+        _until_stalled("bare")
         plan = stub.GetPlan(planner_pb2.GetPlanRequest(job_id="job-slow"), timeout=10)
         train_tasks = (DAYS - 1) * 24
         in_flight = plan.tasks_leased + plan.tasks_done

@@ -70,17 +70,21 @@ import json, os, sys, threading, time
 from primus import cores
 split = cores.enter_trainer()
 seen = {}
+placed = {"early": threading.Event(), "reader": threading.Event()}
 def early():
     seen["early"] = sorted(os.sched_getaffinity(0))
+    placed["early"].set()
     time.sleep(60)
 threading.Thread(target=early, daemon=True).start()
 cores.to_step_cores()
 def reader():
     cores.off_step_cores()
     seen["reader"] = sorted(os.sched_getaffinity(0))
+    placed["reader"].set()
     time.sleep(60)
 threading.Thread(target=reader, daemon=True).start()
-time.sleep(0.3)
+for name, event in placed.items():
+    assert event.wait(30), f"the {name} thread did not say where it runs"
 seen["step"] = sorted(os.sched_getaffinity(0))
 seen["env"] = [os.environ.get(cores.STEP_CORES_ENV, ""), os.environ.get(cores.SHARED_CORES_ENV, "")]
 print(json.dumps(seen), flush=True)
