@@ -361,7 +361,7 @@ def test_an_executor_process_serves_arena_batches_that_match_the_files(dataset: 
         process.join(timeout=30)
         planner.stop(grace=0)
     assert process.exitcode == 0
-    assert not list(Path("/dev/shm").glob("primus-arena-e0-*")), "the arena file goes with its process"
+    assert not Path(state["path"]).exists(), "the arena file goes with its process"
 
 
 def test_the_arena_size_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, shm: Path) -> None:

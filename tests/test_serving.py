@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import shutil
 import socket
 import sys
@@ -26,6 +27,7 @@ from opentelemetry import baggage, context
 from primus import hosts, rpc, telemetry
 from primus.data.consumed import ConsumedTasks
 from primus.data.feed import BatchFeed, DataEndpoint, Lost, Served, fixed
+from primus.dataplane import shared_memory_folder
 from primus.errors import DataError, UnavailableError
 from primus.samples import training_schema
 from primus.sources.base import Piece
@@ -260,7 +262,8 @@ def test_a_colocated_consumer_maps_batches_from_shared_memory(planner: rpc.Runni
         assert 0 not in slots and len(set(slots)) < len(slots) / 2, f"a consumer that lets go of its batches gets the same few slots again: {slots}"
         wire = [e for e in BatchFeed(fixed({"e0": executor.data_address}), "job-shm", "t", common_pb2.TASK_PURPOSE_EVAL, shared_memory=False)]
         assert wire and not any(e.origin.shared_memory_path for e in wire if isinstance(e, Served))
-    assert not list(Path("/dev/shm").glob("primus-e0-*")), "the executor removes its shared-memory folder"
+    # this process's own folder: another test process may run an executor of the same name meanwhile
+    assert not shared_memory_folder("e0", os.getpid()).exists(), "the executor removes its shared-memory folder"
 
 
 def test_an_executor_on_another_host_serves_over_the_network_not_shared_memory(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
@@ -540,3 +543,53 @@ def test_a_stream_lets_go_of_the_tasks_it_has_served(planner: rpc.RunningServer,
             alive = sum(ref() is not None for refs in served[:20] for ref in refs)
     assert len(served) == (DAYS - 1) * 24
     assert alive == 0, f"{alive} batches of the first 20 served tasks are still held after 30"
+
+
+def _lease_everything(stub: planner_pb2_grpc.PlannerServiceStub, job_id: str) -> list[planner_pb2.DataTask]:
+    """Every training task leased by another executor: a stream of this job then waits for data that does not come."""
+    leased = []
+    while (reply := stub.LeaseTask(planner_pb2.LeaseTaskRequest(job_id=job_id, executor_id="elsewhere", purpose=TRAIN), timeout=10)).HasField("task"):
+        leased.append(reply.task)
+    assert leased and not reply.exhausted
+    return leased
+
+
+def _open_streams(executor: DataExecutor) -> int:
+    return executor.controls.streams_active
+
+
+def test_a_stream_waiting_for_data_ends_when_its_consumer_goes(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
+    """A consumer that closes its exchange while the stream waits for a task (an open-ended source between landings)
+    ends the stream there: its reader threads leave and nothing is left leased to it."""
+    job = _job(dataset, tmp_path)
+    stub = _plan(planner, "job-wait", job)
+    _lease_everything(stub, "job-wait")
+    with _executor("job-wait", planner, job) as executor:
+        client, writer, _reader = _exchange(executor, "job-wait", credits=4)
+        _wait_for(lambda: _open_streams(executor) == 1)
+        assert _open_streams(executor) == 1, "the exchange opened a stream"
+        writer.close()
+        client.close()
+        _wait_for(lambda: _open_streams(executor) == 0)
+        assert _open_streams(executor) == 0, "the stream ended with its consumer, not at the first data to come"
+        _wait_for(lambda: not any(name.startswith("reader-bare-") for name in _stacks()))
+        assert not any(name.startswith("reader-bare-") for name in _stacks()), "its readers left"
+
+
+def test_an_executor_stops_at_once_while_a_stream_waits_for_data(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
+    """SIGTERM's stop() ends streams that wait for data instead of waiting on them: the Flight server's shutdown
+    would otherwise wait for data that may never come, and the process would be killed for its silence."""
+    job = _job(dataset, tmp_path)
+    stub = _plan(planner, "job-stop", job)
+    _lease_everything(stub, "job-stop")
+    (executor,) = _executors(1, "job-stop", planner, job)
+    client, _writer, _reader = _exchange(executor, "job-stop", credits=4)
+    _wait_for(lambda: _open_streams(executor) == 1)
+    stopping = threading.Thread(target=executor.stop, name="stopping")
+    stopping.start()
+    stopping.join(timeout=20)
+    try:
+        assert not stopping.is_alive(), "stop() waited on a stream that waits for data"
+        assert _open_streams(executor) == 0
+    finally:
+        client.close()

@@ -27,6 +27,7 @@ def main() -> None:
 
     def stop() -> None:
         heartbeats.stop()
+        executor.streamer.abandon_streams()  # a stream waiting for data would hold the Flight server's shutdown up
         executor.flight.shutdown()
 
     rpc.run_until_signalled(executor.control, on_stop=stop)

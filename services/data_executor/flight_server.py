@@ -62,7 +62,7 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         shared = StreamSharedMemory(self._drop, ticket.shared_memory_slots or DEFAULT_SLOTS) if ticket.shared_memory and self._drop is not None else None
         arena = self._arena if shared is not None else None
         try:
-            signals = ConsumerSignals(reader, shared.release if shared is not None else None, arena.give_back if arena is not None else None)
+            signals = ConsumerSignals(reader, shared.release if shared is not None else None, arena.give_back if arena is not None else None, stream.abandon)
             writer.begin(self._schema)
             batches = 0
             for served in stream.served:
@@ -74,6 +74,8 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
                     _send(writer, sent, arena, shared)
                     batches += len(sent)
                     faults.after_step("data_executor", batches)  # tests only: this stream holds still mid-job, its tasks leased
+            if signals.closed or stream.abandoned.is_set():  # the consumer went, or the executor stops: END_OF_STREAM would say all is served
+                return
             writer.write_metadata(pa.py_buffer(END_OF_STREAM))
             signals.wait_closed()
         finally:
@@ -167,10 +169,12 @@ class ConsumerSignals:
         reader: flight.MetadataRecordBatchReader,
         on_release: Callable[[Iterable[int]], None] | None,
         on_give_back: Callable[[list[int]], None] | None = None,
+        on_closed: Callable[[], None] | None = None,
     ) -> None:
         self._reader = reader
         self._on_release = on_release
         self._on_give_back = on_give_back
+        self._on_closed = on_closed
         self._credits = 0
         self._closed = False
         self._error: Exception | None = None
@@ -187,6 +191,10 @@ class ConsumerSignals:
             taken = min(wanted, self._credits)
             self._credits -= taken
             return taken
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def wait_closed(self) -> None:
         self._thread.join()
@@ -215,6 +223,8 @@ class ConsumerSignals:
             with self._changed:
                 self._closed = True
                 self._changed.notify_all()
+            if self._on_closed is not None:
+                self._on_closed()
 
 
 def _signal(chunk: flight.FlightStreamChunk) -> data_executor_pb2.ConsumerSignal:

@@ -25,9 +25,11 @@ class DataExecutor:
     flight: SampleFlightServer
     data_address: str
     controls: ExecutorControls
+    streamer: TaskStreamer
 
     def stop(self) -> None:
         self.control.health.enter_graceful_shutdown()
+        self.streamer.abandon_streams()  # a stream waiting for data would hold the Flight server's shutdown up
         self.flight.shutdown()
         self.control.stop()
 
@@ -61,4 +63,4 @@ def create_executor(
     control = rpc.start_server(
         "data_executor", f"{host}:0", [lambda s: data_executor_pb2_grpc.add_DataExecutorServiceServicer_to_server(servicer, s)], [SERVICE_NAME], metrics=metrics
     )
-    return DataExecutor(control=control, flight=flight, data_address=hosts.advertised(f"{host}:{flight.port}"), controls=controls)
+    return DataExecutor(control=control, flight=flight, data_address=hosts.advertised(f"{host}:{flight.port}"), controls=controls, streamer=streamer)

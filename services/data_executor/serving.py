@@ -123,6 +123,13 @@ class _ReadAhead(queue.Queue[Any]):
             self.maxsize = maxsize
             self.not_full.notify_all()
 
+    def put_past_bound(self, item: object) -> None:
+        """Queue an item even when the queue is full: the end of a stream must reach a consumer waiting on get()."""
+        with self.mutex:
+            self.queue.append(item)
+            self.unfinished_tasks += 1
+            self.not_empty.notify()
+
 
 @dataclass(eq=False)
 class _Stream:
@@ -139,6 +146,7 @@ class _Stream:
     target: int
     live: int
     lock: threading.Lock = field(default_factory=threading.Lock)
+    abandoned: threading.Event = field(default_factory=threading.Event)
 
     def surplus(self) -> bool:
         """True for a reader that must leave now (counted out already): there are more than `target`."""
@@ -172,13 +180,24 @@ class _Stream:
         self.leases.drain()
         self.board.interrupt()  # readers waiting to lease again wake now, and leave
 
+    def abandon(self) -> None:
+        """The consumer is gone, or the executor stops: readers leave, and `served` ends even while it waits for a task
+        that may never come (an open-ended stream). What is leased and not served goes back at close()."""
+        self.abandoned.set()
+        self.stop.set()
+        self.board.interrupt()
+        self.items.put_past_bound(_END)
+
 
 @dataclass(frozen=True)
 class OpenStream:
-    """A stream whose readers are running: iterate `served`, then call close() (once), served to the end or not."""
+    """A stream whose readers are running: iterate `served`, then call close() (once), served to the end or not;
+    abandon() (any thread, any number of times) ends `served` early."""
 
     served: Generator[Served, None, None]
     close: Callable[[], None]
+    abandon: Callable[[], None]
+    abandoned: threading.Event  # set by abandon(): `served` ended early, so its end says nothing about the data
 
 
 def _granted(claim: Future[planner_pb2.ClaimTaskResponse]) -> bool:
@@ -273,11 +292,21 @@ class TaskStreamer:
         for stream in streams:
             stream.drain()
 
+    def abandon_streams(self) -> None:
+        """The executor stops: every open stream ends now, its unserved leases going back, rather than holding the
+        process up while it waits for data that may never come."""
+        with self._lock:
+            streams = list(self._streams)
+        for stream in streams:
+            stream.abandon()
+
     def stream(self, ticket: data_executor_pb2.DataTicket) -> Generator[Served, None, None]:
         """Each read task's batches, a task at a time, once its claim is granted; leasing starts at the first next()."""
         opened = self.open(ticket)
         try:
             yield from opened.served
+            if opened.abandoned.is_set():  # a quiet end would tell the consumer that every task is served
+                raise UnavailableError(f"data executor {self._executor_id} stops: this stream ends before its data does")
         finally:
             opened.close()
 
@@ -307,7 +336,7 @@ class TaskStreamer:
                 self._streams.discard(stream)
             self._counters.add(streams_active=-1)
 
-        return OpenStream(served, close)
+        return OpenStream(served, close, stream.abandon, stream.abandoned)
 
     def _start_reader(self, stream: _Stream) -> None:
         name = f"reader-{stream.consumer_id}-{next(self._reader_names)}"

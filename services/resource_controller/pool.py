@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -298,8 +299,10 @@ class ExecutorPool:
             for record in records:
                 if record.state is ExecutorState.PENDING:
                     record.state, record.exit_reason = ExecutorState.RELEASED, ExitReason.RELEASED
-        for record in records:
-            self._release_one(record.executor_id, ExitReason.RELEASED, grace_seconds, save=False)
+        if records:  # side by side: each gets its grace at the same time, not one after another's
+            with ThreadPoolExecutor(max_workers=len(records), thread_name_prefix=f"release-{job_id}") as releasing:
+                for done in [releasing.submit(self._release_one, r.executor_id, ExitReason.RELEASED, grace_seconds, save=False) for r in records]:
+                    done.result()
         if not role:
             self._slots.forget_job(job_id)
         self._save()
