@@ -18,6 +18,7 @@ import yaml
 
 from primus import rpc
 from primus.cluster import ClusterState
+from primus.faults import FaultPlan, Pause
 from primus.spec import load_job_file
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from tests.conftest import ROWS_PER_HOUR, START, finish_job
@@ -68,16 +69,17 @@ def _checkpoints(runs: Path, pattern: str = "*/checkpoints/user-*.pt") -> int:
 
 @pytest.mark.timeout(400)
 def test_primus_run_of_the_example_loop_survives_kill_9_of_the_trainer_with_exact_per_source_counts(dataset: Path, tmp_path: Path) -> None:
-    job = _job(dataset, tmp_path, str(ROOT / "examples" / "user_loop.py"), "--checkpoint-every", "5", "--step-delay", "0.1")
+    job = _job(dataset, tmp_path, str(ROOT / "examples" / "user_loop.py"), "--checkpoint-every", "5")
     runs = tmp_path / "runs"
-    run = subprocess.Popen(_primus(tmp_path, "run", str(job)), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    plan = FaultPlan(tmp_path / "faults", pauses=(Pause("trainer", 6),))  # 30 batches trained and committed, of about 170
+    run = subprocess.Popen(_primus(tmp_path, "run", str(job)), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **plan.env()})
     try:
-        deadline = time.monotonic() + 240
-        while _checkpoints(runs) < 6:  # 30 batches trained and committed, of about 170
-            assert run.poll() is None and time.monotonic() < deadline, "the job must still be training when the kill lands"
-            time.sleep(0.1)
-        pid = _trainer_pid(runs)
-        assert pid is not None
+
+        def still_running() -> None:
+            assert run.poll() is None, "the job must still be training when the kill lands"
+
+        pid = plan.wait_paused("trainer", 6, timeout=240, check=still_running)
+        assert pid == _trainer_pid(runs) and _checkpoints(runs) == 6, "the trainer holds still after its sixth checkpoint"
         os.kill(pid, signal.SIGKILL)
         stdout, stderr = run.communicate(timeout=300)
     finally:

@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 import torch.utils.data
 
-from primus import rpc
+from primus import faults, rpc
 from primus.batch import Batch
 from primus.data import planner_calls
 from primus.data.consumed import ConsumedTasks
@@ -67,6 +67,7 @@ class DataClient:
         self._loss_weights = {name: s.loss_weight for name, s in training.sources.items()}
         self._consumed = ConsumedTasks()
         self._committed: dict[str, tuple[int, bool]] = {}
+        self._commits = 0  # commits by this process: what a fault plan's trainer pause counts in a user's loop
         self.seq = 0
         self.steps = 0  # batches yielded, over every run of the job (kept in the state)
         self.eval_rows = 0
@@ -118,6 +119,8 @@ class DataClient:
         planner_calls.commit(self._planner, self.job_id, self.consumer_id, int(state["seq"]), progress, grace_seconds=self.settings.worker_planner_grace_seconds)
         self.seq = int(state["seq"])
         self._committed.update({p.task_id: (p.rows_consumed, p.finished) for p in progress})
+        self._commits += 1
+        faults.after_step("trainer", self._commits)  # tests only: a user's loop holds still after its Nth commit
 
     def report(self, metrics: Mapping[str, float]) -> bool:
         """Metrics for the job's progress and its final report (loss, if given, is the progress loss). True when the
