@@ -22,6 +22,9 @@ SHM_ROOT = Path("/dev/shm")
 
 # Metadata-only message an executor sends after its last batch; the consumer then closes its side of the exchange.
 END_OF_STREAM = b"end-of-stream"
+# Metadata-only message an executor sends when it stops before its stream's data ends (released, shutting down): the
+# consumer counts the executor lost (what it had leased goes back to the planner) and closes its side.
+EXECUTOR_STOPPING = b"executor-stopping"
 
 
 def write_batch_file(batch: pa.RecordBatch, path: str) -> None:

@@ -64,16 +64,20 @@ def test_rejected_records_are_counted_and_kept(dataset: Path, tmp_path: Path, mo
     assert pa.Table.from_batches(pieces_read.batches).equals(pa.Table.from_batches(read.batches)), "the same rows, in the same order"
 
 
-def _run(tmp_path: Path, data: Path, policy: str) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
+def _start(tmp_path: Path, data: Path, policy: str) -> subprocess.Popen[str]:
+    """`primus run` of the job over `data` with data.onQuarantine set to `policy`, in folders of its own."""
     document = job_document(data)
     document["spec"]["data"]["onQuarantine"] = policy  # type: ignore[index]
     job = tmp_path / f"job-{policy}.yaml"
     job.write_text(yaml.safe_dump(document))
-    runs = tmp_path / f"runs-{policy}"
-    command = [sys.executable, "-m", "primus.cli", "--state-dir", str(tmp_path / f"state-{policy}"), "--runs-dir", str(runs), "run", str(job)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    (report,) = runs.glob("ctr-demo-*/report.json")
-    return result, json.loads(report.read_text())
+    command = [sys.executable, "-m", "primus.cli", "--state-dir", str(tmp_path / f"state-{policy}"), "--runs-dir", str(tmp_path / f"runs-{policy}"), "run", str(job)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(tmp_path: Path, run: subprocess.Popen[str], policy: str) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
+    stdout, stderr = run.communicate(timeout=300)
+    (report,) = (tmp_path / f"runs-{policy}").glob("ctr-demo-*/report.json")
+    return subprocess.CompletedProcess(run.args, run.returncode, stdout, stderr), json.loads(report.read_text())
 
 
 def test_corrupt_file_is_quarantined_and_the_policy_decides(dataset: Path, tmp_path: Path) -> None:
@@ -82,18 +86,25 @@ def test_corrupt_file_is_quarantined_and_the_policy_decides(dataset: Path, tmp_p
     victim = next(data.glob("date=2026-11-01/hour=09/*.parquet"))
     victim.write_bytes(b"PAR1" + b"\x00" * 64)
 
-    result, report = _run(tmp_path, data, "continue")
-    assert result.returncode == 0, result.stderr
-    assert report["state"] == "SUCCEEDED"
-    (quarantined,) = report["quarantined"]  # type: ignore[misc]
-    assert quarantined["partition"] == "clicks/2026-11-01T09" and str(victim) in quarantined["reason"]
-    assert quarantined["attempts"] == 3
-    (source,) = report["sources"]  # type: ignore[misc]
-    assert source["samples"] == (DAYS * 24 - 1) * ROWS_PER_HOUR
-    assert source["retries"] == 2 and source["tasks_quarantined"] == 1
-    assert "quarantined" in result.stdout
+    runs = {policy: _start(tmp_path, data, policy) for policy in ("continue", "fail")}  # side by side: they share nothing
+    try:
+        result, report = _finish(tmp_path, runs["continue"], "continue")
+        assert result.returncode == 0, result.stderr
+        assert report["state"] == "SUCCEEDED"
+        (quarantined,) = report["quarantined"]  # type: ignore[misc]
+        assert quarantined["partition"] == "clicks/2026-11-01T09" and str(victim) in quarantined["reason"]
+        assert quarantined["attempts"] == 3
+        (source,) = report["sources"]  # type: ignore[misc]
+        assert source["samples"] == (DAYS * 24 - 1) * ROWS_PER_HOUR
+        assert source["retries"] == 2 and source["tasks_quarantined"] == 1
+        assert "quarantined" in result.stdout
 
-    result, report = _run(tmp_path, data, "fail")
-    assert result.returncode == 1
-    assert report["state"] == "FAILED"
-    assert "data.onQuarantine is 'fail'" in str(report["message"]) and "clicks/2026-11-01T09" in str(report["message"])
+        result, report = _finish(tmp_path, runs["fail"], "fail")
+        assert result.returncode == 1
+        assert report["state"] == "FAILED"
+        assert "data.onQuarantine is 'fail'" in str(report["message"]) and "clicks/2026-11-01T09" in str(report["message"])
+    finally:
+        for run in runs.values():  # one left running by a failed assertion
+            if run.poll() is None:
+                run.kill()
+                run.communicate()

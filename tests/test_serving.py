@@ -577,19 +577,31 @@ def test_a_stream_waiting_for_data_ends_when_its_consumer_goes(planner: rpc.Runn
 
 
 def test_an_executor_stops_at_once_while_a_stream_waits_for_data(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
-    """SIGTERM's stop() ends streams that wait for data instead of waiting on them: the Flight server's shutdown
-    would otherwise wait for data that may never come, and the process would be killed for its silence."""
+    """SIGTERM's stop() ends streams that wait for data instead of waiting on them (the Flight server's shutdown would
+    wait for data that may never come, and the process be killed for its silence). It tells the consumer, who counts
+    the executor lost, not finished: its stream ended before its data did."""
     job = _job(dataset, tmp_path)
     stub = _plan(planner, "job-stop", job)
     _lease_everything(stub, "job-stop")
     (executor,) = _executors(1, "job-stop", planner, job)
-    client, _writer, _reader = _exchange(executor, "job-stop", credits=4)
+    feed = BatchFeed(fixed({"e0": executor.data_address}), "job-stop", "t", TRAIN, replacement_timeout=1)
+    events: list[Served | Lost] = []
+
+    def consume() -> None:
+        for event in feed:
+            events.append(event)
+            if isinstance(event, Lost):
+                return
+
+    consuming = threading.Thread(target=consume, name="consuming", daemon=True)
+    consuming.start()
     _wait_for(lambda: _open_streams(executor) == 1)
-    stopping = threading.Thread(target=executor.stop, name="stopping")
+    assert _open_streams(executor) == 1
+    stopping = threading.Thread(target=executor.stop, name="stopping", daemon=True)
     stopping.start()
     stopping.join(timeout=20)
-    try:
-        assert not stopping.is_alive(), "stop() waited on a stream that waits for data"
-        assert _open_streams(executor) == 0
-    finally:
-        client.close()
+    assert not stopping.is_alive(), "stop() waited on a stream that waits for data"
+    assert _open_streams(executor) == 0
+    consuming.join(timeout=20)
+    lost = [e for e in events if isinstance(e, Lost)]
+    assert lost and lost[0].executor_id == "e0" and "stopped before its stream ended" in lost[0].error, events

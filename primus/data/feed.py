@@ -16,7 +16,7 @@ import pyarrow.flight as flight
 
 from primus import cores, hosts, security, telemetry
 from primus.data.handoff import Handoff
-from primus.dataplane import END_OF_STREAM, SharedMemoryMaps
+from primus.dataplane import END_OF_STREAM, EXECUTOR_STOPPING, SharedMemoryMaps
 from primus.errors import UnavailableError
 from primus.v1 import data_executor_pb2
 
@@ -298,6 +298,9 @@ class BatchFeed:
                         self._give_back_holds(writer, maps)
                     writer.done_writing()  # the server then ends the call
                     continue
+                if chunk.data is None and meta == EXECUTOR_STOPPING:  # released or shutting down before its data ended
+                    writer.done_writing()  # the server's call ends at once; what the executor had leased goes back
+                    raise UnavailableError("it stopped before its stream ended")
                 if chunk.data is not None:
                     origin = data_executor_pb2.BatchOrigin()
                     origin.ParseFromString(meta)

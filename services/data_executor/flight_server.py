@@ -2,8 +2,9 @@
 
 Credits: the consumer sends a window and then one credit per batch it has taken, as ConsumerSignal messages. The
 executor sends a batch only against a credit, so at most a window of batches is ever in flight per stream.
-Closing is orderly: the executor sends END_OF_STREAM and waits for the consumer to close its side. Returning
-from the handler while the consumer still writes credits would cut off the batches still in flight.
+Closing is orderly: the executor sends END_OF_STREAM (or EXECUTOR_STOPPING, when it stops first) and waits for the
+consumer to close its side. Returning from the handler while the consumer still writes credits would cut off the
+batches still in flight, and end the call under the thread that reads them.
 A consumer on the same host may ask for shared memory. With the process's arena active (primus.arena), batches were
 decoded straight into shared memory: the message carries only the batch's column layout in the arena, the consumer
 maps it without any copy, and the executor keeps the batch alive until the consumer gives its hold back (a hold
@@ -14,6 +15,7 @@ memory go out as one BatchGroup message per task, or per as many of its batches 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterable
 
@@ -23,7 +25,7 @@ from google.protobuf.message import DecodeError
 
 from primus import faults, security
 from primus.arena import Arena
-from primus.dataplane import END_OF_STREAM
+from primus.dataplane import END_OF_STREAM, EXECUTOR_STOPPING
 from primus.v1 import data_executor_pb2
 from services.data_executor.serving import Served, TaskStreamer
 from services.data_executor.shared_memory import DEFAULT_SLOTS, SharedMemoryDrop, SharedMemoryRing
@@ -74,10 +76,10 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
                     _send(writer, sent, arena, shared)
                     batches += len(sent)
                     faults.after_step("data_executor", batches)  # tests only: this stream holds still mid-job, its tasks leased
-            if signals.closed or stream.abandoned.is_set():  # the consumer went, or the executor stops: END_OF_STREAM would say all is served
-                return
-            writer.write_metadata(pa.py_buffer(END_OF_STREAM))
-            signals.wait_closed()
+            if not signals.closed:  # a consumer gone needs no word; one still there closes its side once told
+                with contextlib.suppress(flight.FlightError, OSError):  # it went meanwhile: its signals end by themselves
+                    writer.write_metadata(pa.py_buffer(EXECUTOR_STOPPING if stream.abandoned.is_set() else END_OF_STREAM))
+            signals.wait_closed()  # returning sooner would end the call under the thread that reads its signals
         finally:
             stream.close()
             if shared is not None:
