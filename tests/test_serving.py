@@ -77,10 +77,12 @@ def _executor(job_id: str, planner: rpc.RunningServer, job: TrainingJob) -> Iter
         executor.stop()
 
 
-def _exchange(executor: DataExecutor, job_id: str, credits: int) -> tuple[flight.FlightClient, flight.FlightStreamWriter, flight.FlightStreamReader]:
+def _exchange(
+    executor: DataExecutor, job_id: str, credits: int, consumer_id: str = "bare"
+) -> tuple[flight.FlightClient, flight.FlightStreamWriter, flight.FlightStreamReader]:
     """A bare DoExchange without shared memory that grants `credits` batches and no more."""
     client = flight.connect(f"grpc://{executor.data_address}")
-    ticket = data_executor_pb2.DataTicket(job_id=job_id, consumer_id="bare", purpose=TRAIN)
+    ticket = data_executor_pb2.DataTicket(job_id=job_id, consumer_id=consumer_id, purpose=TRAIN)
     writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(ticket.SerializeToString()))
     writer.write_metadata(pa.py_buffer(data_executor_pb2.ConsumerSignal(credits=credits).SerializeToString()))
     return client, writer, reader
@@ -565,15 +567,15 @@ def test_a_stream_waiting_for_data_ends_when_its_consumer_goes(planner: rpc.Runn
     stub = _plan(planner, "job-wait", job)
     _lease_everything(stub, "job-wait")
     with _executor("job-wait", planner, job) as executor:
-        client, writer, _reader = _exchange(executor, "job-wait", credits=4)
+        client, writer, _reader = _exchange(executor, "job-wait", credits=4, consumer_id="gone")  # its readers: reader-gone-*
         _wait_for(lambda: _open_streams(executor) == 1)
         assert _open_streams(executor) == 1, "the exchange opened a stream"
         writer.close()
         client.close()
         _wait_for(lambda: _open_streams(executor) == 0)
         assert _open_streams(executor) == 0, "the stream ended with its consumer, not at the first data to come"
-        _wait_for(lambda: not any(name.startswith("reader-bare-") for name in _stacks()))
-        assert not any(name.startswith("reader-bare-") for name in _stacks()), "its readers left"
+        _wait_for(lambda: not any(name.startswith("reader-gone-") for name in _stacks()))
+        assert not any(name.startswith("reader-gone-") for name in _stacks()), "its readers left"
 
 
 def test_an_executor_stops_at_once_while_a_stream_waits_for_data(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
