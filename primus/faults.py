@@ -27,9 +27,9 @@ class FaultPlanError(ValueError):
 
 @dataclass(frozen=True)
 class Pause:
-    """Hold `role` still once its counter reaches `step`: a trainer's steps (a gang's rounds, a user's loop's commits), each with its checkpoint
-    committed if one fell due; a data executor's batches sent on one stream (that stream holds still, its tasks
-    leased). Writes paused-<role>-<step> (the pid) and waits for released-<role>-<step>. rank: only that rank of a
+    """Hold `role` still once its counter reaches `step`: a trainer's steps (a gang's rounds, a user's loop's
+    commits), each with its checkpoint committed if one fell due; a data executor's batches sent on one stream (that
+    stream holds still, its tasks leased). Writes paused-<role>-<step> (the pid) and waits for released-<role>-<step>. rank: only that rank of a
     data-parallel trainer pauses (None: whichever process gets there first)."""
 
     role: str

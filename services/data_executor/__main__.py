@@ -27,8 +27,7 @@ def main() -> None:
 
     def stop() -> None:
         heartbeats.stop()
-        executor.streamer.abandon_streams()  # a stream waiting for data would hold the Flight server's shutdown up
-        executor.flight.shutdown()
+        executor.stop_data_plane()
 
     rpc.run_until_signalled(executor.control, on_stop=stop)
 

@@ -27,10 +27,14 @@ class DataExecutor:
     controls: ExecutorControls
     streamer: TaskStreamer
 
+    def stop_data_plane(self) -> None:
+        """End every open stream (a stream waiting for data would hold the Flight server's shutdown up), then stop it."""
+        self.streamer.abandon_streams()
+        self.flight.shutdown()
+
     def stop(self) -> None:
         self.control.health.enter_graceful_shutdown()
-        self.streamer.abandon_streams()  # a stream waiting for data would hold the Flight server's shutdown up
-        self.flight.shutdown()
+        self.stop_data_plane()
         self.control.stop()
 
 
