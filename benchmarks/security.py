@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from primus import certs, rpc, security
+from primus import certs, rpc, security, tokens
 from primus.v1 import master_pb2, master_pb2_grpc
 
 MODES = ("plaintext", "tls", "mtls", "mtls+token")
@@ -128,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     service = certs.issue(ca, directory, "service")
     client_cert = certs.issue(ca, directory, "client", hosts=[], server=False)
     secret_file = directory / "token.secret"
-    secret_file.write_bytes(security.new_secret())
-    token = security.create_token(security.read_secret(str(secret_file)), "bench", 3600)
+    secret_file.write_bytes(tokens.new_secret())
+    token = tokens.create_token(tokens.read_secret(str(secret_file)), "bench", 3600)
     tls = security.Settings(str(ca.cert), str(service.cert), str(service.key))
     mtls = security.Settings(str(ca.cert), str(service.cert), str(service.key), mtls=True)
     pairs = {

@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from primus import contexts, rpc, security
+from primus import contexts, rpc, security, tokens
 from primus.backend_flags import add_backend_arguments, controller_argv
 from primus.client import CredentialsRefusedError, JobConflictError, JobNotFoundError, MasterUnreachableError, PrimusClient
 from primus.cluster import (
@@ -365,8 +365,8 @@ def cmd_token(args: argparse.Namespace) -> int:
     if not secret_file:
         raise UserError(f"primus token create needs the master's secret: --secret-file, {security.SECRET_ENV}, or services started here with `primus up --auth`")
     try:
-        token = security.create_token(security.read_secret(secret_file), args.subject, security.parse_ttl(args.ttl))
-    except (security.SecurityError, security.TokenError) as exc:
+        token = tokens.create_token(tokens.read_secret(secret_file), args.subject, tokens.parse_ttl(args.ttl))
+    except (tokens.SecretError, tokens.TokenError) as exc:
         raise UserError(str(exc)) from None
     print(token)
     return 0
@@ -454,6 +454,10 @@ def cmd_explore(args: argparse.Namespace) -> int:
     return 0
 
 
+# The controller is away, or (under --auth) serves the services only: the job's saved report has the decisions.
+_SCALING_LOG_AWAY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
+
+
 def _scaling_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     """From the running resource controller, or else from the job's saved report."""
     state = running_cluster(args.state_dir)
@@ -462,7 +466,7 @@ def _scaling_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         try:
             decisions = stub.GetScalingLog(rc_pb2.GetScalingLogRequest(job_id=str(args.run)), timeout=10).decisions
         except grpc.RpcError as exc:
-            if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            if exc.code() not in _SCALING_LOG_AWAY:
                 raise
         else:
             if decisions:

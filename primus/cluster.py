@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from primus import certs, cores, rpc, security
+from primus import certs, cores, rpc, security, tokens
 from primus.errors import UnavailableError
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,7 @@ def _start(
 
 
 _SECURITY_VARS = (security.CA_ENV, security.CERT_ENV, security.KEY_ENV, security.MTLS_ENV, security.TOKEN_ENV, security.SECRET_ENV)
+LOCAL_USER = "local-user"  # the user `primus up --auth` makes a token for: an admin of every namespace
 SERVICE_TOKEN_TTL_SECONDS = 30 * 86400.0  # the local services' and user's tokens: as long as a local cluster lives
 
 
@@ -156,12 +157,12 @@ def local_security(state_dir: Path, tls: bool = False, mtls: bool = False, auth:
             user = security.Settings(str(ca.cert), str(client.cert), str(client.key))
     if auth:
         secret_file = directory / "token.secret"
-        secret_file.write_bytes(security.new_secret())
+        secret_file.write_bytes(tokens.new_secret())
         os.chmod(secret_file, 0o600)
-        secret = security.read_secret(str(secret_file))
-        service_token = security.create_token(secret, "primus-services", SERVICE_TOKEN_TTL_SECONDS)
+        secret = tokens.read_secret(str(secret_file))
+        service_token = tokens.create_token(secret, "primus-services", SERVICE_TOKEN_TTL_SECONDS, kind=tokens.TokenKind.SERVICE)
         services = security.Settings(services.ca, services.cert, services.key, services.mtls, service_token, str(secret_file))
-        user = user.with_client(token=security.create_token(secret, "local-user", SERVICE_TOKEN_TTL_SECONDS))
+        user = user.with_client(token=tokens.create_token(secret, LOCAL_USER, SERVICE_TOKEN_TTL_SECONDS))
     return services, user
 
 

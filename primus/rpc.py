@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import os
@@ -18,8 +19,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry import context, trace
 
-from primus import hosts, security, telemetry
+from primus import access, guards, hosts, security, telemetry
+from primus.access import Audience
 from primus.errors import PrimusError
+from primus.guards import CALLER, Guard
+from primus.identity import Principal, Verifier
 from primus.metrics_http import MetricsEndpoint
 from primus.v1 import common_pb2, common_pb2_grpc
 
@@ -53,11 +57,16 @@ _SERVICE_CONFIG = json.dumps(
 VERSION = "0.1.0"
 
 
-def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], streaming: bool) -> Callable[..., Any]:
-    """Wrap one handler: join the caller's trace, open a server span, map domain errors to statuses."""
+def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], streaming: bool, guard: Guard | None) -> Callable[..., Any]:
+    """Wrap one handler: admit the caller (with a guard), join the caller's trace, open a server span, map domain
+    errors to statuses. The caller is primus.guard.caller() inside the handler."""
     tracer = telemetry.tracer("primus.rpc")
 
+    def admitted(request: Any, ctx: grpc.ServicerContext) -> contextvars.Token[Principal] | None:
+        return None if guard is None else CALLER.set(guard.admit_call(method, headers, ctx, request))
+
     def unary(request: Any, ctx: grpc.ServicerContext) -> Any:
+        caller = admitted(request, ctx)
         token = context.attach(telemetry.extract_cached(headers))
         try:
             with tracer.start_as_current_span(method, kind=trace.SpanKind.SERVER) as span:
@@ -68,8 +77,11 @@ def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], stream
                     ctx.abort(exc.code, str(exc))
         finally:
             context.detach(token)
+            if caller is not None:
+                CALLER.reset(caller)
 
     def stream(request: Any, ctx: grpc.ServicerContext) -> Iterator[Any]:
+        caller = admitted(request, ctx)
         token = context.attach(telemetry.extract_cached(headers))
         try:
             with tracer.start_as_current_span(method, kind=trace.SpanKind.SERVER):
@@ -79,21 +91,29 @@ def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], stream
                     ctx.abort(exc.code, str(exc))
         finally:
             context.detach(token)
+            if caller is not None:
+                CALLER.reset(caller)
 
     return stream if streaming else unary
 
 
 class _ServerInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    def __init__(self, guard: Guard | None) -> None:
+        self._guard = guard
+
     def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
         handler = continuation(details)
         method = details.method
         if handler is None or not method.startswith("/primus."):
             return handler
         headers = {k: v for k, v in (details.invocation_metadata or ()) if isinstance(v, str)}
+        guard = None if access.audience(method) is Audience.OPEN else self._guard
         if handler.unary_unary is not None:
-            return handler._replace(unary_unary=_traced(method, headers, handler.unary_unary, False))
+            return handler._replace(unary_unary=_traced(method, headers, handler.unary_unary, False, guard))
         if handler.unary_stream is not None:
-            return handler._replace(unary_stream=_traced(method, headers, handler.unary_stream, True))
+            return handler._replace(unary_stream=_traced(method, headers, handler.unary_stream, True, guard))
+        if guard is not None:  # a client-streaming method no Primus API has yet: refuse rather than let it through unchecked
+            raise PrimusError(f"{method}: client-streaming methods are not guarded")
         return handler
 
 
@@ -129,14 +149,38 @@ class _PropagatingInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStream
         return continuation(self._details(details), request)
 
 
-def channel(target: str, options: Sequence[tuple[str, Any]] = (), credentials: security.Settings | None = None) -> grpc.Channel:
-    """A plain channel to target: TLS (and the client certificate under mTLS) when the settings (default: this process's
-    environment, primus.security) name a CA or certificate, plaintext otherwise."""
-    settings = security.from_env() if credentials is None else credentials
+def _raw_channel(target: str, options: Sequence[tuple[str, Any]], settings: security.Settings) -> grpc.Channel:
     tls = security.channel_credentials(settings)
     if tls is None:
         return grpc.insecure_channel(target, options=list(options))
     return grpc.secure_channel(target, tls, options=list(options))
+
+
+def channel(target: str, options: Sequence[tuple[str, Any]] = (), credentials: security.Settings | None = None) -> grpc.Channel:
+    """A plain channel to target (no retries, no trace headers): TLS (and the client certificate under mTLS) when the
+    settings (default: this process's environment, primus.security) name a CA or certificate, plaintext otherwise; the
+    settings' token with every call."""
+    settings = security.from_env() if credentials is None else credentials
+    raw = _raw_channel(target, options, settings)
+    metadata = security.auth_metadata(settings)
+    return grpc.intercept_channel(raw, _HeaderInterceptor(metadata)) if metadata else raw
+
+
+class _HeaderInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[type-arg]
+    """Sends fixed headers (the bearer token) with every call."""
+
+    def __init__(self, headers: tuple[tuple[str, str], ...]) -> None:
+        self._headers = headers
+
+    def _details(self, details: grpc.ClientCallDetails) -> _CallDetails:
+        metadata = (*details.metadata, *self._headers) if details.metadata else self._headers
+        return _CallDetails(details.method, details.timeout, metadata, details.credentials, details.wait_for_ready, details.compression)
+
+    def intercept_unary_unary(self, continuation: Callable[..., Any], details: grpc.ClientCallDetails, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation: Callable[..., Any], details: grpc.ClientCallDetails, request: Any) -> Any:
+        return continuation(self._details(details), request)
 
 
 def connect(address: str, eager: bool = False, credentials: security.Settings | None = None) -> grpc.Channel:
@@ -144,7 +188,7 @@ def connect(address: str, eager: bool = False, credentials: security.Settings | 
     start connecting now, in the background, so that the first call does not wait for the connection. credentials:
     TLS files and token (default: this process's environment, primus.security)."""
     settings = security.from_env() if credentials is None else credentials
-    raw = channel(address, [*_OPTIONS, ("grpc.service_config", _SERVICE_CONFIG)], settings)
+    raw = _raw_channel(address, [*_OPTIONS, ("grpc.service_config", _SERVICE_CONFIG)], settings)
     if eager:
         grpc.channel_ready_future(raw)  # subscribing with try_to_connect starts the connection; nothing waits on it
     return grpc.intercept_channel(raw, _PropagatingInterceptor(security.auth_metadata(settings)))
@@ -177,6 +221,7 @@ class RunningServer:
     address: str
     health: health.HealthServicer
     metrics: MetricsEndpoint | None = None
+    guard: Guard | None = None  # None: security is off
 
     @property
     def metrics_address(self) -> str:
@@ -198,16 +243,18 @@ def start_server(
     max_workers: int = 32,
     metrics: MetricsEndpoint | None = None,
     credentials: security.Settings | None = None,
+    verifiers: Sequence[Verifier] = (),
 ) -> RunningServer:
     """Assemble and start a server with the given servicers, health, reflection and the info service.
 
     bind may end in ':0' to take a free port; the returned address names the bound one. metrics: the process's
-    Prometheus endpoint, whose address the info service names; it stops with the server. credentials: TLS files and
-    token secret (default: this process's environment, primus.security); with a secret, the master's API needs a token.
+    Prometheus endpoint, whose address the info service names; it stops with the server. credentials: TLS files,
+    token secret or job credential (default: this process's environment, primus.security); with any of them every call
+    is authenticated and authorised (primus.guards). verifiers: more identity sources for bearer tokens (a JWT issuer).
     """
     settings = security.from_env() if credentials is None else credentials
-    interceptors = [*security.server_interceptors(settings, list(service_names)), _ServerInterceptor()]
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), interceptors=interceptors, options=_OPTIONS)
+    guard = guards.for_settings(settings.token, settings.token_secret_file, settings.tls and settings.mtls, verifiers)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), interceptors=[_ServerInterceptor(guard)], options=_OPTIONS)
     for register in registrations:
         register(server)
     host = bind.rsplit(":", 1)[0]
@@ -225,8 +272,16 @@ def start_server(
     server.start()
     for service in ("", *names):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    log.info("%s serves gRPC at %s over %s%s", name, address, security.describe(settings), ", its API behind bearer tokens" if len(interceptors) > 1 else "")
-    return RunningServer(name=name, server=server, address=address, health=health_servicer, metrics=metrics)
+    log.info("%s serves gRPC at %s over %s%s", name, address, security.describe(settings), _guarded(guard))
+    return RunningServer(name=name, server=server, address=address, health=health_servicer, metrics=metrics, guard=guard)
+
+
+def _guarded(guard: Guard | None) -> str:
+    if guard is None:
+        return ""
+    if guard.own_job:
+        return f", every call checked: job {guard.own_job}'s credential only"
+    return ", every call authenticated (bearer tokens) and authorised" if guard.authenticator.require_token else ", every call authorised by its client certificate"
 
 
 HANDOVER_SIGNAL = signal.SIGUSR1  # stop serving but leave what the service launched running: a restart takes it over

@@ -1,22 +1,17 @@
-"""Transport security and tokens: TLS/mTLS settings from the environment, HMAC bearer tokens, gRPC and Flight credentials."""
+"""Transport security: TLS/mTLS settings from the environment, tokens on the wire, job credentials, gRPC and Flight credentials."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import json
 import logging
 import os
-import secrets
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from primus import tokens
 from primus.errors import PrimusError
 
 log = logging.getLogger(__name__)
@@ -25,19 +20,13 @@ CA_ENV = "PRIMUS_TLS_CA"  # PEM file: the CA that signs the services' certificat
 CERT_ENV = "PRIMUS_TLS_CERT"  # PEM file: this process's certificate (a server's; with mTLS also presented as a client)
 KEY_ENV = "PRIMUS_TLS_KEY"  # PEM file: its private key
 MTLS_ENV = "PRIMUS_TLS_MTLS"  # 1/true: servers require a client certificate signed by the CA
-SECRET_ENV = "PRIMUS_TOKEN_SECRET_FILE"  # server side: the HMAC secret the master checks bearer tokens with
-TOKEN_ENV = "PRIMUS_TOKEN"  # client side: the bearer token sent to the master
-TOKEN_VERSION = "v1"
-PROTECTED_SERVICES = ("primus.v1.MasterService",)  # the APIs that require a token when a secret is configured
+SECRET_ENV = tokens.SECRET_ENV  # the services' side: the HMAC secret tokens are checked (and job credentials derived) with
+TOKEN_ENV = "PRIMUS_TOKEN"  # client side: the bearer token sent with every call (a job's processes: their job's credential)
 AUTHORIZATION = "authorization"
 
 
 class SecurityError(PrimusError):
     """A TLS file or token secret that cannot be used: the message names the variable or flag and the value."""
-
-
-class TokenError(PrimusError):
-    """A bearer token that is malformed, signed with another secret, or expired."""
 
 
 class CredentialsRefusedError(PrimusError):
@@ -88,127 +77,33 @@ def _read(path: str, what: str) -> bytes:
         raise SecurityError(f"{what}: cannot read {path!r}: {exc.strerror or exc}") from None
 
 
-# --- tokens ---------------------------------------------------------------------------------------------------------
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def new_secret() -> bytes:
-    """32 random bytes, hex encoded: a token secret to keep in a file readable only by the master's user."""
-    return secrets.token_hex(32).encode()
-
-
-def read_secret(path: str) -> bytes:
-    secret = _read(path, SECRET_ENV).strip()
-    if len(secret) < 16:
-        raise SecurityError(f"{SECRET_ENV}: {path!r} holds {len(secret)} bytes; a token secret needs at least 16")
-    return secret
-
-
-def create_token(secret: bytes, subject: str, ttl_seconds: float, now: float | None = None) -> str:
-    """A bearer token `v1.<claims>.<signature>` for subject, valid ttl_seconds from now."""
-    if not subject:
-        raise TokenError("token subject: must not be empty")
-    if ttl_seconds <= 0:
-        raise TokenError(f"token ttl: must be positive, not {ttl_seconds}")
-    issued = time.time() if now is None else now
-    claims = _b64(json.dumps({"sub": subject, "iat": int(issued), "exp": int(issued + ttl_seconds)}, separators=(",", ":")).encode())
-    return f"{TOKEN_VERSION}.{claims}.{_sign(secret, claims)}"
-
-
-def _sign(secret: bytes, claims: str) -> str:
-    return _b64(hmac.new(secret, f"{TOKEN_VERSION}.{claims}".encode(), hashlib.sha256).digest())
-
-
-@dataclass(frozen=True)
-class Claims:
-    subject: str
-    issued_unix: int
-    expires_unix: int
-
-
-def verify_token(secret: bytes, token: str, now: float | None = None) -> Claims:
-    """The token's claims; TokenError (saying why) when malformed, signed with another secret or expired."""
-    parts = token.split(".")
-    if len(parts) != 3 or parts[0] != TOKEN_VERSION:
-        raise TokenError("malformed token (expected v1.<claims>.<signature>)")
-    if not hmac.compare_digest(_sign(secret, parts[1]), parts[2]):
-        raise TokenError("token signature does not match (signed with another secret, or altered)")
-    try:
-        data = json.loads(_unb64(parts[1]))
-        claims = Claims(str(data["sub"]), int(data["iat"]), int(data["exp"]))
-    except (ValueError, KeyError, TypeError):
-        raise TokenError("malformed token claims") from None
-    if (time.time() if now is None else now) >= claims.expires_unix:
-        raise TokenError(f"token of {claims.subject!r} expired at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(claims.expires_unix))}")
-    return claims
-
-
-def parse_ttl(text: str) -> float:
-    """'90s', '15m', '1h', '7d' or a number of seconds."""
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    raw = text.strip().lower()
-    try:
-        value = float(raw[:-1]) * units[raw[-1]] if raw and raw[-1] in units else float(raw)
-    except ValueError:
-        raise TokenError(f"--ttl: {text!r} is not a duration like 90s, 15m, 1h or 7d") from None
-    if value <= 0:
-        raise TokenError(f"--ttl: {text!r} must be positive")
-    return value
-
-
-class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
-    """Requires a valid `authorization: Bearer <token>` on the protected services; refuses with UNAUTHENTICATED and logs."""
-
-    def __init__(self, secret: bytes, services: tuple[str, ...] = PROTECTED_SERVICES) -> None:
-        self._secret = secret
-        self._prefixes = tuple(f"/{service}/" for service in services)
-
-    def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
-        handler = continuation(details)
-        if handler is None or not details.method.startswith(self._prefixes):
-            return handler
-        header = next((v for k, v in (details.invocation_metadata or ()) if k == AUTHORIZATION and isinstance(v, str)), "")
-        if not header:
-            return _refusal(handler, details.method, "missing bearer token (set --token, PRIMUS_TOKEN or the context's token)")
-        try:
-            verify_token(self._secret, header.removeprefix("Bearer ").strip())
-        except TokenError as exc:
-            return _refusal(handler, details.method, str(exc))
-        return handler
-
-
-def _refusal(handler: Any, method: str, reason: str) -> Any:
-    def refuse(request: Any, context: grpc.ServicerContext) -> Any:
-        log.warning("refused %s from %s: UNAUTHENTICATED: %s", method, context.peer(), reason)
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
-
-    if handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(refuse, handler.request_deserializer, handler.response_serializer)
-    if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(refuse, handler.request_deserializer, handler.response_serializer)
-    if handler.stream_stream is not None:
-        return grpc.stream_stream_rpc_method_handler(refuse, handler.request_deserializer, handler.response_serializer)
-    return grpc.unary_unary_rpc_method_handler(refuse, handler.request_deserializer, handler.response_serializer)
-
-
-def server_interceptors(settings: Settings, service_names: tuple[str, ...] | list[str]) -> list[TokenInterceptor]:
-    """The token check, for a server that serves a protected service while a token secret is configured."""
-    protected = tuple(name for name in service_names if name in PROTECTED_SERVICES)
-    if not settings.token_secret_file or not protected:
-        return []
-    return [TokenInterceptor(read_secret(settings.token_secret_file), protected)]
+# --- tokens on the wire ---------------------------------------------------------------------------------------------
 
 
 def auth_metadata(settings: Settings) -> tuple[tuple[str, str], ...]:
     """The header a client sends with every call (none without a token)."""
     return ((AUTHORIZATION, f"Bearer {settings.token}"),) if settings.token else ()
+
+
+class JobCredentials:
+    """The controller's side of a job's credential: derived from the services' secret for each job it launches.
+    Without a secret (security off, or mutual TLS alone) a job's processes get nothing new."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = from_env() if settings is None else settings
+        self._secret = tokens.read_secret(self.settings.token_secret_file) if self.settings.token_secret_file else None
+
+    def token(self, job_id: str) -> str:
+        return tokens.job_token(self._secret, job_id) if self._secret is not None else ""
+
+    def env(self, job_id: str) -> dict[str, str]:
+        """What a job's executor or trainer gets in its environment: its job's credential in place of the service
+        token, and no secret (it cannot mint another job's credential)."""
+        return {TOKEN_ENV: self.token(job_id), SECRET_ENV: ""} if self._secret is not None else {}
+
+    def client(self, job_id: str) -> Settings:
+        """These settings, presenting the job's credential (the controller calling that job's executors)."""
+        return replace(self.settings, token=self.token(job_id)) if self._secret is not None else self.settings
 
 
 # --- gRPC credentials --------------------------------------------------------------------------------------------------
@@ -261,12 +156,29 @@ def flight_server_kwargs(settings: Settings | None = None) -> dict[str, Any]:
     return kwargs
 
 
+def flight_middleware(settings: Settings | None = None) -> dict[str, Any]:
+    """FlightServerBase's `middleware`: with tokens on (a job's credential, or a secret), every Flight call is
+    admitted by the same guard as gRPC (a job's executor serves only its own job's trainers); empty otherwise."""
+    from primus import flight_auth, guards
+
+    settings = from_env() if settings is None else settings
+    guard = guards.for_settings(settings.token, settings.token_secret_file, settings.tls and settings.mtls)
+    if guard is None or not guard.authenticator.require_token:
+        return {}  # mutual TLS alone: the handshake already required a certificate of the CA
+    return {"auth": flight_auth.FlightGuard(guard)}
+
+
 def flight_connect(address: str, settings: Settings | None = None) -> Any:
-    """A Flight client to an executor at host:port, over TLS (with this process's certificate under mTLS) when set."""
+    """A Flight client to an executor at host:port, over TLS (with this process's certificate under mTLS) when set,
+    sending this process's token (a trainer: its job's credential) with every call."""
     import pyarrow.flight as flight
 
     settings = from_env() if settings is None else settings
     kwargs: dict[str, Any] = {}
+    if settings.token:
+        from primus import flight_auth
+
+        kwargs["middleware"] = [flight_auth.FlightToken(settings.token)]
     if settings.tls:
         if settings.ca:
             kwargs["tls_root_certs"] = _read(settings.ca, CA_ENV)

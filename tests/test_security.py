@@ -9,33 +9,38 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from primus import certs, contexts, security
+from primus import certs, contexts, rpc, security, tokens
 from primus.client import CredentialsRefusedError, PrimusClient
 from primus.cluster import ClusterState, local_security, restart_service, start_cluster, stop_services
+from primus.v1 import planner_pb2, planner_pb2_grpc
+from primus.v1 import resource_controller_pb2 as rc_pb2
+from primus.v1 import resource_controller_pb2_grpc as rc_pb2_grpc
 from tests.conftest import DAYS, ROWS_PER_HOUR
 
 
 def test_token_round_trip_and_each_refusal() -> None:
-    secret = security.new_secret()
-    token = security.create_token(secret, "alice", 60, now=1000.0)
-    assert security.verify_token(secret, token, now=1059.0).subject == "alice"
-    with pytest.raises(security.TokenError, match="expired"):
-        security.verify_token(secret, token, now=1060.0)
-    with pytest.raises(security.TokenError, match="another secret"):
-        security.verify_token(security.new_secret(), token, now=1001.0)
+    secret = tokens.new_secret()
+    token = tokens.create_token(secret, "alice", 60, now=1000.0)
+    claims = tokens.verify_token(secret, token, now=1059.0)
+    assert claims.subject == "alice" and claims.kind is tokens.TokenKind.USER and len(claims.token_id) == 16
+    with pytest.raises(tokens.TokenError, match="expired"):
+        tokens.verify_token(secret, token, now=1060.0)
+    with pytest.raises(tokens.TokenError, match="another secret"):
+        tokens.verify_token(tokens.new_secret(), token, now=1001.0)
     version, _claims, signature = token.split(".")
-    forged = security._b64(json.dumps({"sub": "root", "iat": 1000, "exp": 99999999999}).encode())
-    with pytest.raises(security.TokenError, match="another secret"):
-        security.verify_token(secret, f"{version}.{forged}.{signature}", now=1001.0)
-    with pytest.raises(security.TokenError, match="malformed"):
-        security.verify_token(secret, "Bearer nonsense", now=1001.0)
-    assert security.parse_ttl("1h") == 3600 and security.parse_ttl("90s") == 90 and security.parse_ttl("2d") == 172800
-    with pytest.raises(security.TokenError, match="--ttl"):
-        security.parse_ttl("soon")
+    forged = tokens._b64(json.dumps({"sub": "root", "iat": 1000, "exp": 99999999999, "kind": "service"}).encode())
+    with pytest.raises(tokens.TokenError, match="another secret"):
+        tokens.verify_token(secret, f"{version}.{forged}.{signature}", now=1001.0)
+    with pytest.raises(tokens.TokenError, match="malformed"):
+        tokens.verify_token(secret, "Bearer nonsense", now=1001.0)
+    assert tokens.parse_ttl("1h") == 3600 and tokens.parse_ttl("90s") == 90 and tokens.parse_ttl("2d") == 172800
+    with pytest.raises(tokens.TokenError, match="--ttl"):
+        tokens.parse_ttl("soon")
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +63,13 @@ def test_the_local_user_gets_in_and_every_wrong_credential_is_refused(secured: t
     assert user.ca and user.cert and user.key and user.token
     with PrimusClient(state.address("master"), timeout=10, credentials=user) as client:
         assert client.list() == []
-    secret = security.read_secret(state.services_security.token_secret_file)
+    secret = tokens.read_secret(state.services_security.token_secret_file)
     other_ca = certs.create_ca(root / "other")
     other_client = certs.issue(other_ca, root / "other", "client", hosts=[], server=False)
     wrong = {
         "missing token": (security.Settings(user.ca, user.cert, user.key), "missing bearer token"),
-        "expired token": (user.with_client(token=security.create_token(secret, "bob", 1, now=time.time() - 10)), "expired"),
-        "token of another secret": (user.with_client(token=security.create_token(security.new_secret(), "eve", 60)), "another secret"),
+        "expired token": (user.with_client(token=tokens.create_token(secret, "bob", 1, now=time.time() - 10)), "expired"),
+        "token of another secret": (user.with_client(token=tokens.create_token(tokens.new_secret(), "eve", 60)), "another secret"),
         "no client certificate (mTLS)": (security.Settings(ca=user.ca, token=user.token), "TLS handshake"),
         "client certificate of another CA": (security.Settings(user.ca, str(other_client.cert), str(other_client.key), token=user.token), "TLS handshake"),
         "server not trusted (wrong CA)": (security.Settings(str(other_ca.cert), user.cert, user.key, token=user.token), "TLS handshake"),
@@ -79,6 +84,40 @@ def test_the_local_user_gets_in_and_every_wrong_credential_is_refused(secured: t
     assert log.count("refused /primus.v1.MasterService/ListJobs") >= 3, log[-2000:]
     assert "UNAUTHENTICATED: missing bearer token" in log and "expired at" in log and "another secret" in log
     assert "Handshake failed" in log and "PEER_DID_NOT_RETURN_A_CERTIFICATE" in log, "gRPC's core logs each refused handshake"
+
+
+def _internal_calls(state: ClusterState, credentials: security.Settings) -> dict[str, grpc.StatusCode]:
+    """What the planner's DropPlan and the controller's ReleaseExecutors answer these credentials."""
+    answers = {}
+    for service, call in (("planner", "DropPlan"), ("resource_controller", "ReleaseExecutors")):
+        channel = rpc.connect(state.address(service), credentials=credentials)
+        try:
+            if service == "planner":
+                planner_pb2_grpc.PlannerServiceStub(channel).DropPlan(planner_pb2.DropPlanRequest(job_id="someone-elses"), timeout=10)
+            else:
+                rc_pb2_grpc.ResourceControllerServiceStub(channel).ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id="someone-elses"), timeout=10)
+            answers[call] = grpc.StatusCode.OK
+        except grpc.RpcError as exc:
+            answers[call] = exc.code()
+        finally:
+            channel.close()
+    return answers
+
+
+def test_the_planner_and_controller_refuse_users_and_strangers(secured: tuple[ClusterState, Path]) -> None:
+    state, _root = secured
+    user, services = state.client_security, state.services_security
+    denied, unauthenticated = grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED
+    assert _internal_calls(state, user) == {"DropPlan": denied, "ReleaseExecutors": denied}, "the user's certificate and token"
+    no_token = security.Settings(user.ca, user.cert, user.key)
+    assert _internal_calls(state, no_token) == {"DropPlan": unauthenticated, "ReleaseExecutors": unauthenticated}, "the user's certificate alone"
+    secret = tokens.read_secret(services.token_secret_file)
+    job = user.with_client(token=tokens.job_token(secret, "another-job"))
+    assert _internal_calls(state, job) == {"DropPlan": denied, "ReleaseExecutors": denied}, "a job's credential"
+    assert _internal_calls(state, services) == {"DropPlan": grpc.StatusCode.OK, "ReleaseExecutors": grpc.StatusCode.OK}
+    logs = {s.name: Path(s.log).read_text(errors="replace") for s in state.services}
+    assert "refused /primus.v1.PlannerService/DropPlan from ipv4:127.0.0.1" in logs["planner"] and "PERMISSION_DENIED: user local-user" in logs["planner"]
+    assert "refused /primus.v1.ResourceControllerService/ReleaseExecutors" in logs["resource_controller"]
 
 
 def test_flight_serves_over_mutual_tls_only(tmp_path: Path) -> None:
@@ -123,8 +162,13 @@ def test_a_job_runs_end_to_end_under_mutual_tls_and_tokens(job_file: Path, tmp_p
     for log in executors:
         text = log.read_text(errors="replace")
         assert "Arrow Flight serves over mutual TLS" in text and "data_executor serves gRPC" in text and "over mutual TLS" in text, text[-2000:]
-    master = (tmp_path / "state" / "logs" / "master.log").read_text(errors="replace")
-    assert "over mutual TLS, its API behind bearer tokens" in master
+        assert "every call checked: job ctr-demo-" in text and "credential only" in text, "an executor admits its own job's credential only"
+    for service in ("master", "planner", "resource_controller"):
+        text = (tmp_path / "state" / "logs" / f"{service}.log").read_text(errors="replace")
+        assert "over mutual TLS, every call authenticated (bearer tokens) and authorised" in text, text[:2000]
+    logs = [*(tmp_path / "state" / "logs").glob("*.log"), *(tmp_path / "runs").glob("ctr-demo-*/logs/*.log")]
+    refusals = [line for log in logs for line in log.read_text(errors="replace").splitlines() if "refused" in line]
+    assert not refusals, "every call of the job's own processes carries its credential: " + "\n".join(refusals[:5])
 
 
 def test_cli_refuses_without_credentials_and_accepts_a_created_token(tmp_path: Path) -> None:
@@ -142,6 +186,8 @@ def test_cli_refuses_without_credentials_and_accepts_a_created_token(tmp_path: P
         refused = _primus(tmp_path, "--master", master, "--ca", ca, "get", "jobs", state="elsewhere")
         assert refused.returncode == 3 and "refused the token" in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
+        anonymous = _internal_calls(state, security.Settings(ca=ca))
+        assert anonymous == {"DropPlan": grpc.StatusCode.UNAUTHENTICATED, "ReleaseExecutors": grpc.StatusCode.UNAUTHENTICATED}, "a client that only trusts the CA"
         plaintext = _primus(tmp_path, "--master", master, "get", "jobs", state="elsewhere")
         assert plaintext.returncode == 3 and "TLS handshake" in plaintext.stderr, plaintext.stderr
         token = _primus(tmp_path, "token", "create", "--subject", "alice", "--ttl", "1h")

@@ -35,7 +35,7 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
     """DoGet(ticket=DataTicket) -> record batches, each with a BatchOrigin as app_metadata."""
 
     def __init__(self, location: str, job_id: str, schema: pa.Schema, streamer: TaskStreamer, drop: SharedMemoryDrop | None = None, arena: Arena | None = None) -> None:
-        super().__init__(location, **security.flight_server_kwargs())
+        super().__init__(location, middleware=security.flight_middleware(), **security.flight_server_kwargs())
         self._job_id = job_id
         self._schema = schema
         self._streamer = streamer

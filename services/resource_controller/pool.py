@@ -19,6 +19,7 @@ from typing import Any
 
 from primus.dataplane import remove_shared_memory
 from primus.errors import ConflictError, InvalidRequestError, NotFoundError
+from primus.security import JobCredentials
 from primus.settings import ControllerSettings
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.resource_controller.backend import EventKind, ExecutorEvent, ExitReason, LaunchSpec, RoleSize, SchedulerBackend
@@ -70,7 +71,8 @@ class ExecutorPool:
         self.own_address = own_address
         self.decisions = DecisionLog(settings.measure_after_seconds)
         self.oom_memory: OomMemory = lambda record: None
-        self._control = control or ExecutorControl()
+        self._credentials = JobCredentials()  # each job's processes get their job's credential (with --auth)
+        self._control = control or ExecutorControl(self._credentials)
         self._slots = slots or SlotHealth(
             window_seconds=settings.failure_window_seconds, blacklist_seconds=settings.blacklist_seconds, cap_seconds=settings.blacklist_cap_seconds
         )
@@ -174,7 +176,7 @@ class ExecutorPool:
         )  # fmt: skip
         backend = self._backend(record)
         gang = self._gangs.get(record.job_id) if record.role == "trainer" else None
-        env = gang.env(record.slot) if gang is not None and record.slot < gang.world_size else {}
+        env = {**(gang.env(record.slot) if gang is not None and record.slot < gang.world_size else {}), **self._credentials.env(record.job_id)}
         spec = LaunchSpec(record.executor_id, record.job_id, record.role, args, record.cpu, record.memory_mib, Path(record.log_path), env=env, placement=job.placement)
         try:
             handle = backend.launch(spec)
@@ -252,7 +254,7 @@ class ExecutorPool:
             record.state, record.drain_started, record.exit_reason = ExecutorState.DRAINING, self._clock(), reason
             address, role = record.address, record.role
         if role == "data_executor":
-            self._control.drain(address)
+            self._control.drain(record.job_id, address)
         else:  # a trainer has no streams to end: release it now
             threading.Thread(target=self._release_one, args=(executor_id, reason), daemon=True).start()
         self._save()
@@ -274,7 +276,7 @@ class ExecutorPool:
         if growing and not backend.resize(handle, cpu, memory_mib):
             return self._migrate(executor_id, cpu, memory_mib), False
         if role == "data_executor":
-            self._control.set_resources(address, cpu, memory_mib)
+            self._control.set_resources(record.job_id, address, cpu, memory_mib)
         if not growing and not backend.resize(handle, cpu, memory_mib):
             log.warning("%s: the backend could not lower its limits in place; its own budget is lowered", executor_id)
         with self._lock:
