@@ -17,12 +17,14 @@ class Audience(StrEnum):
 _MASTER, _PLANNER, _CONTROLLER = "primus.v1.MasterService", "primus.v1.PlannerService", "primus.v1.ResourceControllerService"
 _USER_API = ("SubmitJob", "GetJob", "ListJobs", "CancelJob", "StopJob", "DeleteJob", "ScaleJob", "SuspendJob", "ResumeJob", "SavepointJob", "WatchJob", "GetJobLogs")
 _LEDGER = ("GetPlan", "LeaseTask", "ClaimTask", "ReleaseTask", "CompleteTask", "CompleteTasks", "FailTask", "CommitProgress", "ResumeTraining")
+_ACCESS = "primus.v1.AccessService"
 _OPEN_SERVICES = ("primus.v1.InfoService",)
 _JOB_SERVICES = ("primus.v1.DataExecutorService", "primus.v1.TrainerService")  # served by a job's own processes
 
 AUDIENCES: dict[str, Audience] = {
     **{f"/{_MASTER}/{m}": Audience.USERS for m in _USER_API},
     **{f"/{_MASTER}/{m}": Audience.JOB for m in ("ReportTrainingProgress", "ReportTrainingResult")},
+    **{f"/{_ACCESS}/{m}": Audience.USERS for m in ("WhoAmI", "CreateToken", "RevokeToken", "ListTokens", "ListAudit")},
     **{f"/{_PLANNER}/{m}": Audience.JOB for m in _LEDGER},
     **{f"/{_PLANNER}/{m}": Audience.SERVICES for m in ("CreatePlan", "DropPlan", "PreviewPlan", "ResolvePartitions")},
     **{f"/{_CONTROLLER}/{m}": Audience.JOB for m in ("RegisterExecutor", "Heartbeat", "ListExecutors")},

@@ -18,9 +18,9 @@ from typing import Any
 
 import grpc
 
-from primus import contexts, rpc, security, tokens
+from primus import access_cli, contexts, rpc, security
 from primus.backend_flags import add_backend_arguments, controller_argv
-from primus.client import CredentialsRefusedError, JobConflictError, JobNotFoundError, MasterUnreachableError, PrimusClient
+from primus.client import AccessDeniedError, CredentialsRefusedError, JobConflictError, JobNotFoundError, MasterUnreachableError, PrimusClient
 from primus.cluster import (
     RESTARTABLE,
     ClusterState,
@@ -35,7 +35,7 @@ from primus.cluster import (
 )
 from primus.console import console, err_console, print_plan, print_report
 from primus.cost import load_cost, print_cost
-from primus.errors import PrimusError, SpecError
+from primus.errors import PrimusError, SpecError, UserError
 from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
 from primus.job_output import OUTPUTS, describe_job, follow, print_data, print_jobs
 from primus.job_state import JobState
@@ -47,10 +47,7 @@ from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 
 EXIT_USER_ERROR = 2
 EXIT_CREDENTIALS = 3  # the master refused this client's token or TLS handshake
-
-
-class UserError(PrimusError):
-    """Something the user must fix (exit code 2): a backend that is not there, a wrong address."""
+EXIT_DENIED = 4  # the master knows who this is, and its roles do not allow the request
 
 
 DEFAULT_STATE_DIR = Path(".primus")
@@ -202,8 +199,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         console.print(f"{service.name:<20} pid {service.pid:<8} {service.address}  log {service.log}")
     secured = state.services_security
     if secured.tls or secured.token_secret_file:
-        said = [security.describe(secured), *(["the master's API behind tokens"] if secured.token_secret_file else [])]
-        console.print(f"security: {', '.join(said)}; certificates and secret in {args.state_dir / 'security'}", highlight=False)
+        said = [security.describe(secured), *(["every call behind tokens and roles"] if secured.token_secret_file else [])]
+        console.print(f"security: {', '.join(said)}; certificates, secret and access policy in {args.state_dir / 'security'}", highlight=False)
+        if not secured.token_secret_file and not secured.mtls:
+            err_console.print("[yellow]warning[/yellow]: --tls alone encrypts but authenticates no one: add --auth (tokens) or use --mtls", highlight=False)
     path, config = contexts.config_path(), _config()
     config.set_context(contexts.LOCAL_CONTEXT, state.address("master"), make_current=True, credentials=dict(state.client))
     config.save(path)
@@ -357,21 +356,6 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_token(args: argparse.Namespace) -> int:
-    """Print a bearer token signed with the master's secret (--secret-file, PRIMUS_TOKEN_SECRET_FILE, or the one
-    `primus up --auth` made for this state folder)."""
-    local = ClusterState.load(args.state_dir / "cluster.json")
-    secret_file = args.secret_file or security.from_env().token_secret_file or (local.services_security.token_secret_file if local is not None else "")
-    if not secret_file:
-        raise UserError(f"primus token create needs the master's secret: --secret-file, {security.SECRET_ENV}, or services started here with `primus up --auth`")
-    try:
-        token = tokens.create_token(tokens.read_secret(secret_file), args.subject, tokens.parse_ttl(args.ttl))
-    except (tokens.SecretError, tokens.TokenError) as exc:
-        raise UserError(str(exc)) from None
-    print(token)
-    return 0
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     job = _load_job(args.job)
     with _cluster_for_run(args) as state, PrimusClient(state.address("master"), credentials=_credentials(args, state.client_security)) as client:
@@ -512,11 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = add("up", cmd_up, "start master, planner and resource_controller as local processes")
     add_backend_arguments(up, many=True)
     _add_security_switches(up)
-    token = add("token", cmd_token, "print a bearer token for the master's API, signed with its secret")
-    token.add_argument("action", choices=("create",))
-    token.add_argument("--subject", required=True, help="who the token is for (logged by the master on refusals)")
-    token.add_argument("--ttl", default="1h", help="how long it is valid: 90s, 15m, 1h, 7d (default 1h)")
-    token.add_argument("--secret-file", default="", help=f"the master's secret (default: {security.SECRET_ENV}, then the one `primus up --auth` made here)")
+    access_cli.add_verbs(add, _client)
     add("down", cmd_down, "stop the services `primus up` started")
     restart = add("restart", cmd_restart, "stop one service `primus up` started and start it again at its address; running jobs carry on")
     restart.add_argument(
@@ -631,6 +611,9 @@ def main(argv: list[str] | None = None) -> int:
     except security.SecurityError as exc:
         err_console.print(f"[red]error[/red]: {exc}", highlight=False)
         return EXIT_USER_ERROR
+    except AccessDeniedError as exc:
+        err_console.print(f"[red]error[/red]: {exc}", highlight=False)
+        return EXIT_DENIED
     except (UserError, MasterUnreachableError, JobNotFoundError, JobConflictError) as exc:
         err_console.print(f"[red]error[/red]: {exc}", highlight=False)
         return EXIT_USER_ERROR

@@ -14,6 +14,7 @@ refuses. Credentials (CA, client certificate and key, token) come from `credenti
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -24,7 +25,7 @@ from primus import masters, security
 from primus.errors import ConflictError, NotFoundError, PrimusError, SpecError, UnavailableError
 from primus.job_state import JobState as JobState  # re-exported: SDK users read job.state
 from primus.spec import TrainingJob
-from primus.v1 import master_pb2, master_pb2_grpc
+from primus.v1 import access_pb2, access_pb2_grpc, master_pb2, master_pb2_grpc
 
 CALL_TIMEOUT_SECONDS = 30.0
 
@@ -44,6 +45,12 @@ class MasterUnreachableError(UnavailableError):
 
 class JobNotFoundError(NotFoundError):
     """The master has no job of that id."""
+
+
+class AccessDeniedError(PrimusError):
+    """The master knows who this is, and that caller may not do this (its roles in the job's namespace)."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
 
 
 class JobConflictError(ConflictError):
@@ -74,6 +81,8 @@ class JobView:
     run_dir: str
     report_path: str
     spec_yaml: str
+    namespace: str = "default"  # the team's (metadata.namespace)
+    owner: str = ""  # who submitted it ('' with security off)
 
     @classmethod
     def from_proto(cls, job: master_pb2.Job) -> JobView:
@@ -81,6 +90,7 @@ class JobView:
         return cls(
             job.job_id, job.name, JobState.from_proto(job.state), job.message, job.created_unix, job.updated_unix,
             JobProgress(p.phase, p.step, p.samples_trained, p.loss, p.tasks_total, p.tasks_done), job.run_dir, job.report_path, job.spec_yaml,
+            job.namespace or "default", job.owner,
         )  # fmt: skip
 
     def to_dict(self, with_spec: bool = False) -> dict[str, Any]:
@@ -100,6 +110,7 @@ class PrimusClient:
         self._timeout = timeout
         self._channel = masters.connect(master, credentials=credentials)
         self._stub = master_pb2_grpc.MasterServiceStub(self._channel)
+        self._access = access_pb2_grpc.AccessServiceStub(self._channel)
 
     def close(self) -> None:
         self._channel.close()
@@ -177,6 +188,27 @@ class PrimusClient:
         except grpc.RpcError as exc:
             raise self._error(exc, job_id) from None
 
+    def whoami(self) -> access_pb2.WhoAmIResponse:
+        """Who the master takes this client for, and its roles."""
+        reply: access_pb2.WhoAmIResponse = self._call(self._access.WhoAmI, access_pb2.WhoAmIRequest())
+        return reply
+
+    def create_token(self, subject: str, ttl_seconds: float, kind: str = "user") -> access_pb2.CreateTokenResponse:
+        """A token the master issues and records (needs admin of every namespace)."""
+        reply: access_pb2.CreateTokenResponse = self._call(self._access.CreateToken, access_pb2.CreateTokenRequest(subject=subject, ttl_seconds=ttl_seconds, kind=kind))
+        return reply
+
+    def revoke_token(self, token_id: str) -> access_pb2.TokenInfo:
+        reply: access_pb2.RevokeTokenResponse = self._call(self._access.RevokeToken, access_pb2.RevokeTokenRequest(token_id=token_id))
+        return reply.info
+
+    def tokens(self) -> builtins.list[access_pb2.TokenInfo]:
+        return list(self._call(self._access.ListTokens, access_pb2.ListTokensRequest()).tokens)
+
+    def audit(self, job_id: str = "", since_unix: float = 0.0, limit: int = 0) -> builtins.list[access_pb2.AuditEntry]:
+        """The audit trail, oldest first: every change asked of the master (needs admin)."""
+        return list(self._call(self._access.ListAudit, access_pb2.ListAuditRequest(job_id=job_id, since_unix=since_unix, limit=limit), job_id).entries)
+
     def _call(self, method: Any, request: Any, job_id: str = "") -> Any:
         try:
             return method(request, timeout=self._timeout)
@@ -191,6 +223,8 @@ class PrimusClient:
             return CredentialsRefusedError(
                 f"the TLS handshake with the master at {self.master} failed; check --ca, --cert and --key (or PRIMUS_TLS_CA, _CERT, _KEY, the context)"
             )
+        if code == grpc.StatusCode.PERMISSION_DENIED:
+            return AccessDeniedError(f"the master at {self.master} refused: {details}")
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             return MasterUnreachableError(f"no master answers at {self.master} ({code.name}); check the address (--master, PRIMUS_MASTER or the context)")
         if code == grpc.StatusCode.NOT_FOUND:

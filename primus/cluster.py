@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from primus import certs, cores, rpc, security, tokens
+from primus import certs, cores, rbac, rpc, security, tokens
 from primus.errors import UnavailableError
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ def _start(
     return ServiceProcess(name=name, pid=process.pid, address=address, log=str(log_path), metrics_address=said.get("metrics_address", ""))
 
 
-_SECURITY_VARS = (security.CA_ENV, security.CERT_ENV, security.KEY_ENV, security.MTLS_ENV, security.TOKEN_ENV, security.SECRET_ENV)
+_SECURITY_VARS = (security.CA_ENV, security.CERT_ENV, security.KEY_ENV, security.MTLS_ENV, security.TOKEN_ENV, security.SECRET_ENV, security.POLICY_ENV)
 LOCAL_USER = "local-user"  # the user `primus up --auth` makes a token for: an admin of every namespace
 SERVICE_TOKEN_TTL_SECONDS = 30 * 86400.0  # the local services' and user's tokens: as long as a local cluster lives
 
@@ -161,7 +161,9 @@ def local_security(state_dir: Path, tls: bool = False, mtls: bool = False, auth:
         os.chmod(secret_file, 0o600)
         secret = tokens.read_secret(str(secret_file))
         service_token = tokens.create_token(secret, "primus-services", SERVICE_TOKEN_TTL_SECONDS, kind=tokens.TokenKind.SERVICE)
-        services = security.Settings(services.ca, services.cert, services.key, services.mtls, service_token, str(secret_file))
+        policy = directory / "access-policy.yaml"
+        policy.write_text(rbac.policy_yaml([rbac.Binding(rbac.ALL_NAMESPACES, rbac.AccessRole.ADMIN, frozenset({LOCAL_USER}))]))
+        services = security.Settings(services.ca, services.cert, services.key, services.mtls, service_token, str(secret_file), str(policy))
         user = user.with_client(token=tokens.create_token(secret, LOCAL_USER, SERVICE_TOKEN_TTL_SECONDS))
     return services, user
 

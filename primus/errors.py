@@ -49,3 +49,9 @@ class UnavailableError(PrimusError):
     """A peer service or store that cannot be reached; the message names the address."""
 
     code = grpc.StatusCode.UNAVAILABLE
+
+
+class UserError(PrimusError):
+    """Something the user of the CLI must fix (exit code 2): a backend that is not there, a wrong address, a flag."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,9 +29,9 @@ def caller() -> Principal:
 class RefusedError(Exception):
     """A call the guard does not admit: UNAUTHENTICATED (who is it?) or PERMISSION_DENIED (not this)."""
 
-    def __init__(self, code: grpc.StatusCode, reason: str) -> None:
+    def __init__(self, code: grpc.StatusCode, reason: str, who: str = "unauthenticated") -> None:
         super().__init__(reason)
-        self.code, self.reason = code, reason
+        self.code, self.reason, self.who = code, reason, who
 
 
 @dataclass
@@ -42,6 +42,7 @@ class Guard:
     authenticator: Authenticator
     own_job: str = ""
     refused: int = field(default=0)
+    on_refusal: Callable[[str, str, str, RefusedError], None] | None = None  # (method, peer, job id, refusal): the master audits them
 
     def admit(self, method: str, authorization: str, peer_names: Sequence[str], job_id: str) -> Principal:
         """The caller, allowed to call method about job_id; RefusedError (UNAUTHENTICATED or PERMISSION_DENIED) otherwise."""
@@ -51,18 +52,21 @@ class Guard:
             raise RefusedError(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
         reason = access.refusal(principal, method, job_id or self.own_job)
         if reason:
-            raise RefusedError(grpc.StatusCode.PERMISSION_DENIED, f"{principal}: {reason}")
+            raise RefusedError(grpc.StatusCode.PERMISSION_DENIED, f"{principal}: {reason}", str(principal))
         return principal
 
     def admit_call(self, method: str, headers: dict[str, str], context: grpc.ServicerContext, request: Any) -> Principal:
         """admit() for a gRPC call: aborts it with the status (and logs caller, method and reason) when refused."""
         raw: bytes | list[bytes] = context.auth_context().get("x509_common_name") or []
         names = [name.decode(errors="replace") for name in ([raw] if isinstance(raw, bytes) else raw)]
+        job_id = str(getattr(request, "job_id", "") or "")
         try:
-            return self.admit(method, headers.get(AUTHORIZATION, ""), names, str(getattr(request, "job_id", "") or ""))
+            return self.admit(method, headers.get(AUTHORIZATION, ""), names, job_id)
         except RefusedError as exc:
             self.refused += 1
             log.warning("refused %s from %s: %s: %s", method, context.peer(), exc.code.name, exc.reason)
+            if self.on_refusal is not None:
+                self.on_refusal(method, context.peer(), job_id, exc)
             context.abort(exc.code, exc.reason)
             raise  # abort raises; this line is for the type checker
 

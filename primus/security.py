@@ -23,6 +23,7 @@ MTLS_ENV = "PRIMUS_TLS_MTLS"  # 1/true: servers require a client certificate sig
 SECRET_ENV = tokens.SECRET_ENV  # the services' side: the HMAC secret tokens are checked (and job credentials derived) with
 TOKEN_ENV = "PRIMUS_TOKEN"  # client side: the bearer token sent with every call (a job's processes: their job's credential)
 AUTHORIZATION = "authorization"
+POLICY_ENV = "PRIMUS_ACCESS_POLICY"  # the master's side: the role bindings file (primus.rbac)
 
 
 class SecurityError(PrimusError):
@@ -42,7 +43,8 @@ class Settings:
     key: str = ""
     mtls: bool = False
     token: str = ""  # the token this process sends to the master
-    token_secret_file: str = ""  # the secret a master checks tokens with
+    token_secret_file: str = ""  # the secret services check tokens with (and derive job credentials from)
+    access_policy: str = ""  # the master's role bindings (primus.rbac)
 
     @property
     def tls(self) -> bool:
@@ -54,7 +56,15 @@ class Settings:
 
     def env(self) -> dict[str, str]:
         """The environment variables that carry these settings to a child process."""
-        pairs = {CA_ENV: self.ca, CERT_ENV: self.cert, KEY_ENV: self.key, MTLS_ENV: "1" if self.mtls else "", TOKEN_ENV: self.token, SECRET_ENV: self.token_secret_file}
+        pairs = {
+            CA_ENV: self.ca,
+            CERT_ENV: self.cert,
+            KEY_ENV: self.key,
+            MTLS_ENV: "1" if self.mtls else "",
+            TOKEN_ENV: self.token,
+            SECRET_ENV: self.token_secret_file,
+            POLICY_ENV: self.access_policy,
+        }
         return {name: value for name, value in pairs.items() if value}
 
 
@@ -67,7 +77,9 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     """The settings the environment names (PRIMUS_TLS_CA, _CERT, _KEY, _MTLS, PRIMUS_TOKEN, PRIMUS_TOKEN_SECRET_FILE)."""
     env = os.environ if env is None else env
     mtls = env.get(MTLS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-    return Settings(env.get(CA_ENV, ""), env.get(CERT_ENV, ""), env.get(KEY_ENV, ""), mtls, env.get(TOKEN_ENV, "").strip(), env.get(SECRET_ENV, ""))
+    return Settings(
+        env.get(CA_ENV, ""), env.get(CERT_ENV, ""), env.get(KEY_ENV, ""), mtls, env.get(TOKEN_ENV, "").strip(), env.get(SECRET_ENV, ""), env.get(POLICY_ENV, "")
+    )
 
 
 def _read(path: str, what: str) -> bytes:

@@ -17,6 +17,7 @@ from primus.errors import SpecError
 API_VERSION = "primus/v1"
 PLACEHOLDERS = ("{date}", "{hour}")
 _NAME = r"^[a-z][a-z0-9_-]{0,62}$"
+_NAMESPACE = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"  # as a Kubernetes namespace
 
 
 class _Model(BaseModel):
@@ -590,6 +591,7 @@ class Training(_Model):
 
 class Metadata(_Model):
     name: str = Field(pattern=_NAME)
+    namespace: str = Field(default="default", pattern=_NAMESPACE)  # the team's: roles are granted per namespace
 
 
 class JobSpec(_Model):

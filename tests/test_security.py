@@ -15,12 +15,13 @@ import pyarrow.flight as flight
 import pytest
 
 from primus import certs, contexts, rpc, security, tokens
-from primus.client import CredentialsRefusedError, PrimusClient
+from primus.client import AccessDeniedError, CredentialsRefusedError, PrimusClient
 from primus.cluster import ClusterState, local_security, restart_service, start_cluster, stop_services
+from primus.spec import parse_job
 from primus.v1 import planner_pb2, planner_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_pb2_grpc
-from tests.conftest import DAYS, ROWS_PER_HOUR
+from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 
 
 def test_token_round_trip_and_each_refusal() -> None:
@@ -62,7 +63,7 @@ def test_the_local_user_gets_in_and_every_wrong_credential_is_refused(secured: t
     user = state.client_security
     assert user.ca and user.cert and user.key and user.token
     with PrimusClient(state.address("master"), timeout=10, credentials=user) as client:
-        assert client.list() == []
+        assert all(job.owner == "local-user" for job in client.list()), "the local user sees its own jobs"
     secret = tokens.read_secret(state.services_security.token_secret_file)
     other_ca = certs.create_ca(root / "other")
     other_client = certs.issue(other_ca, root / "other", "client", hosts=[], server=False)
@@ -174,7 +175,7 @@ def test_a_job_runs_end_to_end_under_mutual_tls_and_tokens(job_file: Path, tmp_p
 def test_cli_refuses_without_credentials_and_accepts_a_created_token(tmp_path: Path) -> None:
     up = _primus(tmp_path, "up", "--tls", "--auth")
     assert up.returncode == 0, up.stderr + up.stdout
-    assert "security: TLS, the master's API behind tokens" in up.stdout
+    assert "security: TLS, every call behind tokens and roles" in up.stdout
     try:
         state = ClusterState.load(tmp_path / "state" / "cluster.json")
         assert state is not None
@@ -200,12 +201,64 @@ def test_cli_refuses_without_credentials_and_accepts_a_created_token(tmp_path: P
         _primus(tmp_path, "down")
 
 
+def test_roles_decide_who_changes_a_job_revoked_tokens_are_refused_and_the_audit_survives_a_restart(secured: tuple[ClusterState, Path], dataset: Path) -> None:
+    state, root = secured
+    local = state.client_security
+    document = job_document(dataset)
+    document["metadata"]["namespace"] = "team-a"
+    job = parse_job(document)
+    with PrimusClient(state.address("master"), timeout=30, credentials=local) as admin:
+        issued = {name: admin.create_token(name, 600) for name in ("mallory", "bob", "carol", "dave")}
+        policy = Path(state.services_security.access_policy)
+        more = ("{namespace: team-b, role: editor, users: [bob]}", "{namespace: team-a, role: viewer, users: [carol]}")
+        policy.write_text(policy.read_text() + "".join(f"- {binding}\n" for binding in more))
+        job_id = admin.submit(job)
+        assert admin.get(job_id).namespace == "team-a" and admin.get(job_id).owner == "local-user"
+
+        def as_user(name: str) -> PrimusClient:
+            return PrimusClient(state.address("master"), timeout=30, credentials=local.with_client(token=issued[name].token))
+
+        with as_user("mallory") as mallory, pytest.raises(AccessDeniedError, match="user mallory may not change in namespace 'team-a'"):
+            mallory.cancel(job_id)
+        with as_user("mallory") as mallory:
+            assert [j.job_id for j in mallory.list()] == [], "get lists only what you may see"
+        with as_user("bob") as bob, pytest.raises(AccessDeniedError, match="user bob may not change in namespace 'team-a': it needs editor and has no role"):
+            bob.cancel(job_id)
+        with as_user("carol") as carol:
+            assert carol.get(job_id).job_id == job_id
+            with pytest.raises(AccessDeniedError, match="needs editor and is viewer there"):
+                carol.cancel(job_id)
+            with pytest.raises(AccessDeniedError, match="every namespace"):
+                carol.create_token("carol-2", 60)
+        with as_user("dave") as dave:
+            assert dave.whoami().name == "dave"
+            admin.revoke_token(issued["dave"].info.token_id)
+            with pytest.raises(CredentialsRefusedError, match="was revoked"):
+                dave.whoami()
+        assert admin.cancel(job_id).job_id == job_id
+        trail = [(e.principal, e.method, e.job_id, e.result) for e in admin.audit(job_id)]
+        assert trail[0] == ("user local-user", "SubmitJob", job_id, "OK"), trail
+        assert ("user mallory", "CancelJob", job_id, "PERMISSION_DENIED") in trail and ("user bob", "CancelJob", job_id, "PERMISSION_DENIED") in trail
+        assert trail[-1] == ("user local-user", "CancelJob", job_id, "OK")
+        everything = [(e.principal, e.method, e.result) for e in admin.audit()]
+        assert ("user local-user", "RevokeToken", "OK") in everything and ("user carol", "CreateToken", "PERMISSION_DENIED") in everything
+        for _ in admin.watch(job_id):
+            pass
+    restarted = restart_service(state, root / "state", "master")
+    with PrimusClient(restarted.address("master"), timeout=30, credentials=local) as admin:
+        assert [(e.method, e.result) for e in admin.audit(job_id)][-1] == ("CancelJob", "OK"), "the trail is in the master's store"
+        assert any(t.token_id == issued["dave"].info.token_id and t.revoked_unix for t in admin.tokens())
+    dave_again = PrimusClient(restarted.address("master"), timeout=30, credentials=local.with_client(token=issued["dave"].token))
+    with dave_again, pytest.raises(CredentialsRefusedError, match="was revoked"):
+        dave_again.whoami()
+
+
 def test_a_restarted_master_serves_the_same_credentials(secured: tuple[ClusterState, Path]) -> None:
     state, root = secured
     restarted = restart_service(state, root / "state", "master")
     assert restarted.security_env == state.security_env and restarted.client == state.client
     with PrimusClient(restarted.address("master"), timeout=10, credentials=restarted.client_security) as client:
-        assert client.list() == []
+        assert all(job.owner == "local-user" for job in client.list()), "the local user sees its own jobs"
     no_certificate = security.Settings(ca=state.client_security.ca, token=state.client_security.token)
     with PrimusClient(restarted.address("master"), timeout=10, credentials=no_certificate) as client, pytest.raises(CredentialsRefusedError, match="TLS handshake"):
         client.list()

@@ -24,7 +24,7 @@ class JobProgress(_message.Message):
     def __init__(self, phase: _Optional[str] = ..., step: _Optional[int] = ..., samples_trained: _Optional[int] = ..., loss: _Optional[float] = ..., tasks_total: _Optional[int] = ..., tasks_done: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "name", "state", "message", "created_unix", "updated_unix", "progress", "spec_yaml", "report_path", "run_dir")
+    __slots__ = ("job_id", "name", "state", "message", "created_unix", "updated_unix", "progress", "spec_yaml", "report_path", "run_dir", "namespace", "owner")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,8 @@ class Job(_message.Message):
     SPEC_YAML_FIELD_NUMBER: _ClassVar[int]
     REPORT_PATH_FIELD_NUMBER: _ClassVar[int]
     RUN_DIR_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     state: _common_pb2.JobState
@@ -45,7 +47,9 @@ class Job(_message.Message):
     spec_yaml: str
     report_path: str
     run_dir: str
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., message: _Optional[str] = ..., created_unix: _Optional[float] = ..., updated_unix: _Optional[float] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., spec_yaml: _Optional[str] = ..., report_path: _Optional[str] = ..., run_dir: _Optional[str] = ...) -> None: ...
+    namespace: str
+    owner: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., message: _Optional[str] = ..., created_unix: _Optional[float] = ..., updated_unix: _Optional[float] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., spec_yaml: _Optional[str] = ..., report_path: _Optional[str] = ..., run_dir: _Optional[str] = ..., namespace: _Optional[str] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec_yaml", "spec_dir", "from_savepoint")

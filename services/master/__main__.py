@@ -22,6 +22,7 @@ def main() -> None:
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="each job's folder is created here")
     parser.add_argument("--db", "--store", dest="store", default=None, help=STORE_HELP)
     parser.add_argument("--ready-file", default=None, help="write the bound address (and the metrics address) here once serving")
+    parser.add_argument("--access-policy", default=None, help="role bindings per namespace, YAML (default: PRIMUS_ACCESS_POLICY; docs/security.md)")
     metrics_http.add_port_argument(parser)
     parser.add_argument("--advertise-address", default="", help="address launched executors use to reach the master (default: the bound one)")
     add_arguments(parser, MasterSettings)
@@ -42,6 +43,7 @@ def main() -> None:
         advertise=args.advertise_address,
         metrics_port=args.metrics_port,
         settings=settings,
+        access_policy=args.access_policy,
     )
     rpc.run_until_signalled(master.running, ready_file=args.ready_file)
 

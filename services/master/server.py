@@ -6,9 +6,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from primus import metrics_http, rpc
+from primus import jwt_tokens, metrics_http, rbac, rpc, security, tokens
 from primus.settings import MasterSettings
-from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+from primus.v1 import access_pb2, access_pb2_grpc, common_pb2, master_pb2, master_pb2_grpc
+from services.master.access import AccessRecords, AccessServicer, Gate, PolicyFile
 from services.master.driver import JobDriver
 from services.master.peers import Peers
 from services.master.prometheus import master_metrics
@@ -16,6 +17,7 @@ from services.master.servicer import MasterServicer
 from services.master.store import JobStore
 
 SERVICE_NAME = master_pb2.DESCRIPTOR.services_by_name["MasterService"].full_name
+ACCESS_SERVICE_NAME = access_pb2.DESCRIPTOR.services_by_name["AccessService"].full_name
 
 
 @dataclass
@@ -34,11 +36,18 @@ def create_server(
     advertise: str = "",
     metrics_port: int = metrics_http.OFF,
     settings: MasterSettings | None = None,
+    access_policy: str | None = None,
 ) -> Master:
     """metrics_port: where Prometheus /metrics is served, on the bind host (0: a free port; OFF: not served). settings:
-    the master's timings (default: MasterSettings())."""
+    the master's timings (default: MasterSettings()). access_policy: the role bindings file (default:
+    PRIMUS_ACCESS_POLICY; none: users see and change their own jobs only). Security (TLS, tokens, an identity
+    provider's JWTs) comes from the environment (primus.security, primus.jwt_tokens)."""
     settings = settings or MasterSettings()
+    credentials = security.from_env()
+    policy = PolicyFile(os.environ.get(rbac.POLICY_ENV, "") if access_policy is None else access_policy)
     store = JobStore(db_path)
+    records = AccessRecords(store)
+    gate = Gate(policy)
     holder: dict[str, rpc.RunningServer] = {}
 
     def own_info() -> common_pb2.ServiceInfo:
@@ -46,10 +55,21 @@ def create_server(
         return common_pb2.ServiceInfo(name="master", pid=os.getpid(), address=advertise or running.address, version=rpc.VERSION, metrics_address=running.metrics_address)
 
     driver = JobDriver(store, Peers(planner_address, rc_address), own_info, settings)
-    servicer = MasterServicer(store, driver, runs_dir, settings)
+    servicer = MasterServicer(store, driver, runs_dir, settings, gate, records)
+    secret = tokens.read_secret(credentials.token_secret_file) if credentials.token_secret_file else None
+    access = AccessServicer(records, gate, secret)
+    jwt = jwt_tokens.settings_from_env()
     metrics = metrics_http.serve(metrics_http.host_of(bind), metrics_port)
     metrics.add(lambda: master_metrics(store))
-    running = rpc.start_server("master", bind, [lambda s: master_pb2_grpc.add_MasterServiceServicer_to_server(servicer, s)], [SERVICE_NAME], metrics=metrics)
+    registrations = [
+        lambda s: master_pb2_grpc.add_MasterServiceServicer_to_server(servicer, s),
+        lambda s: access_pb2_grpc.add_AccessServiceServicer_to_server(access, s),
+    ]
+    verifiers = [jwt_tokens.JwtTokens(jwt)] if jwt is not None else []
+    running = rpc.start_server("master", bind, registrations, [SERVICE_NAME, ACCESS_SERVICE_NAME], metrics=metrics, credentials=credentials, verifiers=verifiers)
+    if running.guard is not None:
+        running.guard.authenticator.revoked = records.is_revoked
+        running.guard.on_refusal = records.refused
     holder["server"] = running
     driver.recover()
     return Master(running=running, store=store, driver=driver)

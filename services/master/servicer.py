@@ -12,10 +12,14 @@ from pathlib import Path
 import grpc
 
 from primus.errors import ConflictError, NotFoundError
+from primus.guards import caller
+from primus.identity import Kind
+from primus.rbac import Verb
 from primus.settings import MasterSettings
 from primus.spec import WarmStart, load_job_text, resolve_paths
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from services.master import savepoints
+from services.master.access import AccessRecords, Gate, PolicyFile, audited
 from services.master.driver import SUSPENDED, JobDriver
 from services.master.logs import LogCursor
 from services.master.status import STOP_REQUESTED  # progress key: `primus stop` (or training.stopAt) asked training to finish where it is
@@ -44,6 +48,8 @@ def job_proto(record: JobRecord) -> master_pb2.Job:
         spec_yaml=record.spec_yaml,
         report_path=record.report_path,
         run_dir=record.run_dir,
+        namespace=record.namespace,
+        owner=record.owner,
     )
 
 
@@ -51,16 +57,32 @@ def new_job_id(name: str) -> str:
     return f"{name}-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
+def _records(servicer: MasterServicer) -> AccessRecords:
+    return servicer.access
+
+
 class MasterServicer(master_pb2_grpc.MasterServiceServicer):
-    def __init__(self, store: JobStore, driver: JobDriver, runs_dir: Path, settings: MasterSettings | None = None) -> None:
+    """The user API checks the caller's role in the job's namespace (primus.rbac) and audits every change."""
+
+    def __init__(
+        self, store: JobStore, driver: JobDriver, runs_dir: Path, settings: MasterSettings | None = None, gate: Gate | None = None, access: AccessRecords | None = None
+    ) -> None:
         self._store = store
         self._settings = settings or MasterSettings()
         self._driver = driver
         self._runs_dir = runs_dir.resolve()
         self._stop_at: dict[str, datetime | None] = {}  # each job's training.stopAt, parsed once
+        self._gate = gate or Gate(PolicyFile(""))
+        self.access = access or AccessRecords(store)
 
+    def _job(self, verb: Verb, job_id: str) -> JobRecord:
+        """The job, if the caller may do verb on it."""
+        return self._gate.job(verb, self._store.get(job_id))
+
+    @audited(_records)
     def SubmitJob(self, request: master_pb2.SubmitJobRequest, context: grpc.ServicerContext) -> master_pb2.SubmitJobResponse:
         job = load_job_text(request.spec_yaml, "submitted spec")
+        self._gate.require(Verb.SUBMIT, job.metadata.namespace)
         if request.spec_dir:
             job = resolve_paths(job, Path(request.spec_dir))
         if request.from_savepoint:
@@ -79,19 +101,22 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             created=now,
             updated=now,
             message="accepted",
+            namespace=job.metadata.namespace,
+            owner=caller().name if caller().kind is Kind.USER else "",
         )
         self._store.insert(record)
         self._driver.start(job_id)
         return master_pb2.SubmitJobResponse(job_id=job_id)
 
     def GetJob(self, request: master_pb2.GetJobRequest, context: grpc.ServicerContext) -> master_pb2.GetJobResponse:
-        return master_pb2.GetJobResponse(job=job_proto(self._store.get(request.job_id)))
+        return master_pb2.GetJobResponse(job=job_proto(self._job(Verb.READ, request.job_id)))
 
     def ListJobs(self, request: master_pb2.ListJobsRequest, context: grpc.ServicerContext) -> master_pb2.ListJobsResponse:
-        return master_pb2.ListJobsResponse(jobs=[job_proto(r) for r in self._store.list()])
+        return master_pb2.ListJobsResponse(jobs=[job_proto(r) for r in self._store.list() if self._gate.visible(r)])
 
+    @audited(_records)
     def CancelJob(self, request: master_pb2.CancelJobRequest, context: grpc.ServicerContext) -> master_pb2.CancelJobResponse:
-        record = self._store.get(request.job_id)
+        record = self._job(Verb.CHANGE, request.job_id)
         if record.final:
             raise ConflictError(f"job {request.job_id} already ended as {record.state}")
         cancelled = self._store.update(request.job_id, cancel_requested=True)
@@ -99,8 +124,9 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             self._driver.start(request.job_id, resume=True)
         return master_pb2.CancelJobResponse(job=job_proto(cancelled))
 
+    @audited(_records)
     def StopJob(self, request: master_pb2.StopJobRequest, context: grpc.ServicerContext) -> master_pb2.StopJobResponse:
-        record = self._store.get(request.job_id)
+        record = self._job(Verb.CHANGE, request.job_id)
         if record.final:
             raise ConflictError(f"job {request.job_id} already ended as {record.state}")
         if record.cancel_requested:
@@ -108,7 +134,9 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         stopped = self._store.update(request.job_id, progress_update={STOP_REQUESTED: True}, message=f"stop requested: {STOP_MESSAGE}")
         return master_pb2.StopJobResponse(job=job_proto(stopped))
 
+    @audited(_records)
     def DeleteJob(self, request: master_pb2.DeleteJobRequest, context: grpc.ServicerContext) -> master_pb2.DeleteJobResponse:
+        self._job(Verb.CHANGE, request.job_id)
         record = self._store.delete(request.job_id)
         run_dir = Path(record.run_dir) if record.run_dir else None
         purged = False
@@ -117,23 +145,31 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             purged = True
         return master_pb2.DeleteJobResponse(run_dir=record.run_dir, purged=purged)
 
+    @audited(_records)
     def ScaleJob(self, request: master_pb2.ScaleJobRequest, context: grpc.ServicerContext) -> master_pb2.ScaleJobResponse:
+        self._job(Verb.CHANGE, request.job_id)
         bounds = (request.min_replicas, request.max_replicas) if request.min_replicas or request.max_replicas else None
         job, launched, draining = self._driver.scale(request.job_id, request.role, request.replicas, request.reason, bounds)
         return master_pb2.ScaleJobResponse(job=job_proto(job), launched=launched, draining=draining)
 
+    @audited(_records)
     def SuspendJob(self, request: master_pb2.SuspendJobRequest, context: grpc.ServicerContext) -> master_pb2.SuspendJobResponse:
+        self._job(Verb.CHANGE, request.job_id)
         return master_pb2.SuspendJobResponse(job=job_proto(self._driver.suspend(request.job_id)))
 
+    @audited(_records)
     def ResumeJob(self, request: master_pb2.ResumeJobRequest, context: grpc.ServicerContext) -> master_pb2.ResumeJobResponse:
+        self._job(Verb.CHANGE, request.job_id)
         return master_pb2.ResumeJobResponse(job=job_proto(self._driver.resume(request.job_id)))
 
+    @audited(_records)
     def SavepointJob(self, request: master_pb2.SavepointJobRequest, context: grpc.ServicerContext) -> master_pb2.SavepointJobResponse:
-        record = self._store.get(request.job_id)
+        record = self._job(Verb.CHANGE, request.job_id)
         taken = savepoints.take(self._runs_dir, record.job_id, Path(record.run_dir), request.name)
         return master_pb2.SavepointJobResponse(name=taken.name, job_id=taken.job_id, path=taken.path, steps=taken.steps, created_unix=taken.created_unix)
 
     def WatchJob(self, request: master_pb2.WatchJobRequest, context: grpc.ServicerContext) -> Iterator[master_pb2.WatchJobResponse]:
+        self._job(Verb.READ, request.job_id)
         last = -1.0
         while context.is_active():
             record = self._store.get(request.job_id)
@@ -145,7 +181,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             self._store.wait_for_change(self._settings.watch_poll_seconds)
 
     def GetJobLogs(self, request: master_pb2.GetJobLogsRequest, context: grpc.ServicerContext) -> Iterator[master_pb2.GetJobLogsResponse]:
-        record = self._store.get(request.job_id)
+        record = self._job(Verb.READ, request.job_id)
         cursor = LogCursor(Path(record.run_dir) / "logs", request.executor_id, max(0, request.tail_lines))
         if request.executor_id and not request.follow and request.executor_id not in cursor.executors():
             known = ", ".join(cursor.executors()) or "none yet"

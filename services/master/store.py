@@ -1,7 +1,8 @@
-"""JobStore: jobs persisted in SQLite (default) or PostgreSQL (a URL), versioned, with change notification for watchers."""
+"""JobStore: jobs persisted in SQLite (default) or PostgreSQL (a URL), versioned, with change notification for watchers; other tables share it."""
 
 from __future__ import annotations
 
+import builtins
 import json
 import sqlite3
 import threading
@@ -30,10 +31,17 @@ CREATE TABLE IF NOT EXISTS jobs (
     created DOUBLE PRECISION NOT NULL,
     updated DOUBLE PRECISION NOT NULL,
     error TEXT NOT NULL DEFAULT '',
-    version INTEGER NOT NULL DEFAULT 1
+    version INTEGER NOT NULL DEFAULT 1,
+    namespace TEXT NOT NULL DEFAULT 'default',
+    owner TEXT NOT NULL DEFAULT ''
 )
 """
-_ADDED_COLUMNS = {"error": "TEXT NOT NULL DEFAULT ''", "version": "INTEGER NOT NULL DEFAULT 1"}  # for a store written before them
+_ADDED_COLUMNS = {  # for a store written before them
+    "error": "TEXT NOT NULL DEFAULT ''",
+    "version": "INTEGER NOT NULL DEFAULT 1",
+    "namespace": "TEXT NOT NULL DEFAULT 'default'",
+    "owner": "TEXT NOT NULL DEFAULT ''",
+}
 
 
 class StaleVersionError(ConflictError):
@@ -56,6 +64,8 @@ class JobRecord:
     cancel_requested: bool = False
     error: str = ""  # why the report could not be written
     version: int = 1  # the resource version: one more on every write
+    namespace: str = "default"  # the team's (metadata.namespace)
+    owner: str = ""  # who submitted it ('' with security off)
 
     @property
     def final(self) -> bool:
@@ -104,8 +114,19 @@ class JobStore:
     def insert(self, record: JobRecord) -> None:
         with self._lock:
             self._execute(
-                "INSERT INTO jobs (job_id, name, state, message, spec_yaml, run_dir, created, updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (record.job_id, record.name, record.state, record.message, record.spec_yaml, record.run_dir, record.created, record.updated),
+                "INSERT INTO jobs (job_id, name, state, message, spec_yaml, run_dir, created, updated, namespace, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.job_id,
+                    record.name,
+                    record.state,
+                    record.message,
+                    record.spec_yaml,
+                    record.run_dir,
+                    record.created,
+                    record.updated,
+                    record.namespace,
+                    record.owner,
+                ),
             )
             self.changed.notify_all()
 
@@ -174,6 +195,16 @@ class JobStore:
             self.changed.notify_all()
         return record
 
+    def execute(self, query: str, params: tuple[Any, ...] = ()) -> int:
+        """One statement of another table of this store (audit, tokens), under its lock; the rows it changed."""
+        with self._lock:
+            return self._execute(query, params)
+
+    def query(self, query: str, params: tuple[Any, ...] = ()) -> builtins.list[tuple[Any, ...]]:
+        """The rows of one query of another table of this store, under its lock."""
+        with self._lock:
+            return self._rows(query, params)
+
     def wait_for_change(self, timeout: float) -> None:
         with self.changed:
             self.changed.wait(timeout)
@@ -183,11 +214,11 @@ class JobStore:
             self._conn.close()
 
 
-_COLUMNS = "job_id, name, state, message, spec_yaml, run_dir, report_path, progress, result, cancel_requested, created, updated, error, version"
+_COLUMNS = "job_id, name, state, message, spec_yaml, run_dir, report_path, progress, result, cancel_requested, created, updated, error, version, namespace, owner"
 
 
 def _record(row: tuple[Any, ...]) -> JobRecord:
-    job_id, name, state, message, spec_yaml, run_dir, report_path, progress, result, cancel, created, updated, error, version = row
+    job_id, name, state, message, spec_yaml, run_dir, report_path, progress, result, cancel, created, updated, error, version, namespace, owner = row
     return JobRecord(
         job_id=job_id,
         name=name,
@@ -203,4 +234,6 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
         cancel_requested=bool(cancel),
         error=error,
         version=version,
+        namespace=namespace,
+        owner=owner,
     )
