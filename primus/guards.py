@@ -57,11 +57,14 @@ class Guard:
 
     def admit_call(self, method: str, headers: dict[str, str], context: grpc.ServicerContext, request: Any) -> Principal:
         """admit() for a gRPC call: aborts it with the status (and logs caller, method and reason) when refused."""
-        raw: bytes | list[bytes] = context.auth_context().get("x509_common_name") or []
-        names = [name.decode(errors="replace") for name in ([raw] if isinstance(raw, bytes) else raw)]
+        authorization = headers.get(AUTHORIZATION, "")
+        names: list[str] = []
+        if not authorization and not self.authenticator.require_token:  # only then does the certificate name the caller
+            raw: bytes | list[bytes] = context.auth_context().get("x509_common_name") or []
+            names = [name.decode(errors="replace") for name in ([raw] if isinstance(raw, bytes) else raw)]
         job_id = str(getattr(request, "job_id", "") or "")
         try:
-            return self.admit(method, headers.get(AUTHORIZATION, ""), names, job_id)
+            return self.admit(method, authorization, names, job_id)
         except RefusedError as exc:
             self.refused += 1
             log.warning("refused %s from %s: %s: %s", method, context.peer(), exc.code.name, exc.reason)
