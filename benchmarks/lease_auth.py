@@ -12,12 +12,13 @@ round, and each keeps its median. Prints a table, then one JSON object as the la
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing as mp
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -56,9 +57,8 @@ def _serve(settings: security.Settings, tasks: int, pipe: Connection) -> None:
 
     while True:
         servicer = PlannerServicer(_Registry(tasks))  # type: ignore[arg-type]
-        running = rpc.start_server(
-            "planner", "127.0.0.1:0", [lambda s: planner_pb2_grpc.add_PlannerServiceServicer_to_server(servicer, s)], ["primus.v1.PlannerService"], credentials=settings
-        )
+        register = functools.partial(planner_pb2_grpc.add_PlannerServiceServicer_to_server, servicer)
+        running = rpc.start_server("planner", "127.0.0.1:0", [register], ["primus.v1.PlannerService"], credentials=settings)
         pipe.send(running.address)
         more = pipe.recv()
         running.stop(0)
@@ -103,7 +103,7 @@ def _settings(directory: Path) -> dict[str, tuple[security.Settings, security.Se
         "open": (security.Settings(), security.Settings()),
         "guarded": (security.Settings(token_secret_file=str(secret_file)), security.Settings(token=job_token)),
         "mtls": (tls_server, tls_client),
-        "guarded-mtls": (security.Settings(tls_server.ca, tls_server.cert, tls_server.key, True, token_secret_file=str(secret_file)), tls_client.with_client(token=job_token)),
+        "guarded-mtls": (replace(tls_server, token_secret_file=str(secret_file)), tls_client.with_client(token=job_token)),
     }
 
 
