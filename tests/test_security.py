@@ -116,6 +116,14 @@ def test_the_planner_and_controller_refuse_users_and_strangers(secured: tuple[Cl
     job = user.with_client(token=tokens.job_token(secret, "another-job"))
     assert _internal_calls(state, job) == {"DropPlan": denied, "ReleaseExecutors": denied}, "a job's credential"
     assert _internal_calls(state, services) == {"DropPlan": grpc.StatusCode.OK, "ReleaseExecutors": grpc.StatusCode.OK}
+    channel = rpc.connect(state.address("planner"), credentials=job)
+    try:
+        lease = planner_pb2.LeaseTaskRequest(job_id="job-b", executor_id="another-job-data-executor-0")
+        with pytest.raises(grpc.RpcError) as refused:
+            planner_pb2_grpc.PlannerServiceStub(channel).LeaseTask(lease, timeout=10)
+        assert refused.value.code() is denied and "the credential of job another-job may not act on job job-b" in str(refused.value.details())
+    finally:
+        channel.close()
     logs = {s.name: Path(s.log).read_text(errors="replace") for s in state.services}
     assert "refused /primus.v1.PlannerService/DropPlan from ipv4:127.0.0.1" in logs["planner"] and "PERMISSION_DENIED: user local-user" in logs["planner"]
     assert "refused /primus.v1.ResourceControllerService/ReleaseExecutors" in logs["resource_controller"]
