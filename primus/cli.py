@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import yaml
 
-from primus import access_cli, contexts, rpc, security
+from primus import access_cli, contexts, rpc, security, spec_versions
 from primus.backend_flags import add_backend_arguments, controller_argv
 from primus.client import AccessDeniedError, CredentialsRefusedError, JobConflictError, JobNotFoundError, MasterUnreachableError, PrimusClient
 from primus.cluster import (
@@ -40,7 +41,7 @@ from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
 from primus.job_output import OUTPUTS, describe_job, follow, print_data, print_jobs
 from primus.job_state import JobState
 from primus.scaling_log import decision_row, scaling_table
-from primus.spec import TrainingJob, load_job_file
+from primus.spec import TrainingJob, load_job_file, load_job_text
 from primus.v1 import planner_pb2, planner_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
@@ -151,6 +152,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if invalid and len(args.job) > 1:
         err_console.print(f"{invalid} of {len(args.job)} files are not valid job specs", highlight=False)
     return EXIT_USER_ERROR if invalid else 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    """The job file in another spec version: validated first, then every field carried over (comments are not)."""
+    try:
+        text = args.job.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([f"{args.job}: cannot read the job file ({getattr(exc, 'strerror', None) or exc})"]) from None
+    load_job_text(text, str(args.job))  # one that does not validate is not converted: its errors, in its own version
+    document = yaml.safe_load(text)
+    converted = spec_versions.convert(document, args.to, str(args.job))
+    text = yaml.safe_dump(converted, sort_keys=False)
+    if args.output_file is None:
+        print(text, end="")
+    else:
+        args.output_file.write_text(text)
+        err_console.print(f"{args.job} ({document['apiVersion']}) -> {args.output_file} ({args.to})", highlight=False)
+    return 0
 
 
 def _start_planners(scratch: Path, replicas: int) -> list[ServiceProcess]:
@@ -489,6 +508,10 @@ def build_parser() -> argparse.ArgumentParser:
         return command
 
     add("validate", cmd_validate, "check job specs without running anything").add_argument("job", type=Path, nargs="+", help="one or more job spec files")
+    convert = add("convert", cmd_convert, "write a job spec in another version (primus/v1 <-> primus/v2), every field carried over")
+    convert.add_argument("job", type=Path)
+    convert.add_argument("--to", default=spec_versions.LATEST, choices=spec_versions.VERSIONS, help=f"the version to write (default {spec_versions.LATEST})")
+    convert.add_argument("-o", "--output-file", type=Path, default=None, help="write it here (default: standard output); YAML comments are not carried over")
     plan = add("plan", cmd_plan, "print the task graph a job would get, without running anything")
     plan.add_argument("job", type=Path)
     plan.add_argument("--explain", action="store_true", help="one line per partition: included, waiting or skipped, and why")

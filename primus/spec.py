@@ -1,4 +1,4 @@
-"""The TrainingJob spec (apiVersion primus/v1): models, YAML loading and one-line errors."""
+"""The TrainingJob spec (apiVersion primus/v1 and primus/v2): models, YAML loading and one-line errors."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from primus import spec_versions
 from primus.errors import SpecError
 
-API_VERSION = "primus/v1"
+API_VERSION = "primus/v1"  # the layout of the models below (the hub); a document may also be primus/v2
 PLACEHOLDERS = ("{date}", "{hour}")
 _NAME = r"^[a-z][a-z0-9_-]{0,62}$"
 _NAMESPACE = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"  # as a Kubernetes namespace
@@ -615,15 +616,22 @@ class JobSpec(_Model):
 
 
 class TrainingJob(_Model):
-    """A whole job document."""
+    """A whole job document, laid out as primus/v1 (the hub); api_version is the version it was written in, and
+    to_yaml() writes it in that version again (primus.spec_versions)."""
 
-    api_version: Literal["primus/v1"]
+    api_version: Literal["primus/v1", "primus/v2"]
     kind: Literal["TrainingJob"]
     metadata: Metadata
     spec: JobSpec
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)
+        """The job as YAML, in the version it was written in."""
+        return yaml.safe_dump(self.document(), sort_keys=False)
+
+    def document(self, version: str | None = None) -> dict[str, Any]:
+        """The job as a plain document in `version` (default: the one it was written in)."""
+        hub = self.model_dump(mode="json", by_alias=True)
+        return spec_versions.convert({**hub, "apiVersion": API_VERSION}, version or self.api_version)
 
     def with_backend(self, backend: str) -> TrainingJob:
         """The same job with its executors on another backend (`primus run --backend`)."""
@@ -651,17 +659,20 @@ def _message(error: Any) -> str:
 
 
 def parse_job(document: object) -> TrainingJob:
-    """Validate a parsed YAML document; raise SpecError with one line per problem."""
+    """Validate a parsed YAML document of any version (primus.spec_versions); raise SpecError with one line per
+    problem, its field path in the document's own version."""
     if not isinstance(document, dict):
         raise SpecError(["(document): a TrainingJob must be a mapping with apiVersion, kind, metadata and spec"])
+    version = spec_versions.V2 if document.get("apiVersion") == spec_versions.V2 else spec_versions.V1
+    hub = spec_versions.v2_to_v1(document) if version == spec_versions.V2 else document
     try:
-        job = TrainingJob.model_validate(document)
+        job = TrainingJob.model_validate(hub)
     except ValidationError as exc:
-        raise SpecError([f"{_field_path(e['loc'])}: {_message(e)}" for e in exc.errors()]) from None
+        raise SpecError(spec_versions.problems_in(version, [f"{_field_path(e['loc'])}: {_message(e)}" for e in exc.errors()])) from None
     problems = _template_problems(job)
     if problems:
-        raise SpecError(problems)
-    return job
+        raise SpecError(spec_versions.problems_in(version, problems))
+    return job.model_copy(update={"api_version": version})
 
 
 def _template_problems(job: TrainingJob) -> list[str]:

@@ -54,7 +54,7 @@ def test_a_refused_value_is_named_with_its_field(dataset: Path, tmp_path: Path) 
     document["spec"]["training"]["batchSize"] = 0  # type: ignore[index]
     document["spec"]["training"]["optimizer"] = "lion"  # type: ignore[index]
     problems = _problems(tmp_path, document)
-    assert "apiVersion: Input should be 'primus/v1', not 'primus/v999'" in problems
+    assert "apiVersion: Input should be 'primus/v1' or 'primus/v2', not 'primus/v999'" in problems
     assert "spec.training.batchSize: Input should be greater than or equal to 1, not 0" in problems
     assert any(p.startswith("spec.training.optimizer: ") and p.endswith("not 'lion'") for p in problems), problems
 
