@@ -54,12 +54,19 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterS
     stop_services((final or state).services)
 
 
+def _current(secured: tuple[ClusterState, Path]) -> ClusterState:
+    """The secured cluster as it is now: a test that restarted a service saved the new one (stop what runs, not a pid
+    that is gone)."""
+    state, root = secured
+    return ClusterState.load(root / "state" / "cluster.json") or state
+
+
 def _master_log(state: ClusterState) -> str:
     return Path(next(s.log for s in state.services if s.name == "master")).read_text(errors="replace")
 
 
 def test_the_local_user_gets_in_and_every_wrong_credential_is_refused(secured: tuple[ClusterState, Path]) -> None:
-    state, root = secured
+    state, root = _current(secured), secured[1]
     user = state.client_security
     assert user.ca and user.cert and user.key and user.token
     with PrimusClient(state.address("master"), timeout=10, credentials=user) as client:
@@ -106,7 +113,7 @@ def _internal_calls(state: ClusterState, credentials: security.Settings) -> dict
 
 
 def test_the_planner_and_controller_refuse_users_and_strangers(secured: tuple[ClusterState, Path]) -> None:
-    state, _root = secured
+    state = _current(secured)
     user, services = state.client_security, state.services_security
     denied, unauthenticated = grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED
     assert _internal_calls(state, user) == {"DropPlan": denied, "ReleaseExecutors": denied}, "the user's certificate and token"
@@ -210,7 +217,7 @@ def test_cli_refuses_without_credentials_and_accepts_a_created_token(tmp_path: P
 
 
 def test_roles_decide_who_changes_a_job_revoked_tokens_are_refused_and_the_audit_survives_a_restart(secured: tuple[ClusterState, Path], dataset: Path) -> None:
-    state, root = secured
+    state, root = _current(secured), secured[1]
     local = state.client_security
     document = job_document(dataset)
     document["metadata"]["namespace"] = "team-a"
@@ -262,7 +269,7 @@ def test_roles_decide_who_changes_a_job_revoked_tokens_are_refused_and_the_audit
 
 
 def test_a_restarted_master_serves_the_same_credentials(secured: tuple[ClusterState, Path]) -> None:
-    state, root = secured
+    state, root = _current(secured), secured[1]
     restarted = restart_service(state, root / "state", "master")
     assert restarted.security_env == state.security_env and restarted.client == state.client
     with PrimusClient(restarted.address("master"), timeout=10, credentials=restarted.client_security) as client:
