@@ -149,3 +149,39 @@ def test_standby_takes_over_a_running_job(cluster: ClusterState, dataset: Path, 
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
                 process.wait(timeout=30)
+
+
+def test_a_standby_reads_the_leaders_audit_trail_and_revocations(pg_url: str) -> None:
+    from primus.identity import Kind, Principal
+    from primus.v1 import access_pb2
+    from services.master.access import AccessRecords, Subject
+
+    leader_store, standby_store = JobStore(pg_url), JobStore(pg_url)
+    try:
+        leader = AccessRecords(leader_store)
+        leader.audit(Principal(Kind.USER, "alice"), "CancelJob", Subject("job-1", "team-a"), "PERMISSION_DENIED", "alice may not change")
+        leader.issued(access_pb2.TokenInfo(token_id="t-1", subject="bob", kind="user", created_by="user root", issued_unix=1.0, expires_unix=2e9))
+        leader.revoke("t-1")
+        standby = AccessRecords(standby_store)  # what a master that takes over reads: the same store
+        (entry,) = standby.entries("job-1")
+        assert (entry.principal, entry.method, entry.namespace, entry.result) == ("user alice", "CancelJob", "team-a", "PERMISSION_DENIED")
+        assert standby.is_revoked("t-1") and not standby.is_revoked("t-2")
+        assert [t.subject for t in standby.tokens()] == ["bob"]
+    finally:
+        leader_store.close()
+        standby_store.close()
+
+
+def test_a_store_written_before_namespaces_gets_them_on_open(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE jobs (job_id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL, message TEXT NOT NULL DEFAULT '', spec_yaml TEXT NOT NULL,"
+            " run_dir TEXT NOT NULL, report_path TEXT NOT NULL DEFAULT '', progress TEXT NOT NULL DEFAULT '{}', result TEXT NOT NULL DEFAULT '{}',"
+            " cancel_requested INTEGER NOT NULL DEFAULT 0, created DOUBLE PRECISION NOT NULL, updated DOUBLE PRECISION NOT NULL)"
+        )
+        conn.execute("INSERT INTO jobs (job_id, name, state, spec_yaml, run_dir, created, updated) VALUES ('old', 'j', 'RUNNING', '{}', '/tmp/x', 1, 1)")
+    record = JobStore(path).get("old")
+    assert (record.namespace, record.owner, record.version, record.state) == ("default", "", 1, "RUNNING")
