@@ -150,11 +150,12 @@ class Authenticator:
 
 
 def _expiry(token: str) -> float:
-    """When a verified token stops being good enough to remember: its own expiry, else in a minute."""
-    if token.startswith(tokens.SIGNED_PREFIX):
+    """When a verified token stops being good enough to remember: the exp claim of a signed token or a JWT (both
+    carry their claims as the middle part), else in a minute (a job's credential, which does not expire)."""
+    if not token.startswith(tokens.JOB_PREFIX):
         try:
             claims = token.split(".")[1]
             return float(json.loads(base64.urlsafe_b64decode(claims + "=" * (-len(claims) % 4)))["exp"])
-        except (ValueError, KeyError, IndexError):
-            return 0.0
+        except (ValueError, KeyError, IndexError, TypeError):
+            return 0.0  # verified, yet no readable expiry: verify it again every time
     return time.time() + 60.0

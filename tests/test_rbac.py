@@ -10,7 +10,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from primus import jwt_tokens, rbac, tokens
+from primus import identity, jwt_tokens, rbac, tokens
 from primus.identity import Authenticator, Kind, Principal
 from primus.rbac import AccessRole, Binding, Policy, PolicyError, Verb
 
@@ -96,6 +96,7 @@ def test_a_locally_signed_jwt_names_a_user_and_their_groups(tmp_path: Path) -> N
     authenticator = Authenticator([verifier], require_token=True)
     dana = authenticator.authenticate("Bearer " + jwt.encode(claims, key, algorithm="ES256"))
     assert dana == Principal(Kind.USER, "dana@example.com", token_id="j-1", groups=("b-leads",))
+    assert identity._expiry(jwt.encode(claims, key, algorithm="ES256")) == claims["exp"], "a verified JWT is remembered only until it expires"
     assert rbac.refusal(TEAMS, dana, Verb.AUDIT, "team-b") == ""
     refused = {
         "JWT expired": {**claims, "exp": now - 5},
