@@ -10,6 +10,7 @@ It speaks the JSON wire format of the core/v1 pod endpoints that the official `k
 - DELETE /api/v1/namespaces/{ns}/pods/{name}     delete with gracePeriodSeconds (query or DeleteOptions body)
 - PATCH  /api/v1/namespaces/{ns}/pods/{name}/resize   in-place resize (strategic-merge, merge or JSON patch)
 - GET    /api/v1/namespaces/{ns}/pods/{name}/log      the container's output
+- POST   /api/v1/namespaces/{ns}/secrets         create; GET, PUT and DELETE /api/v1/namespaces/{ns}/secrets/{name}
 
 An unknown namespace answers 404 (a real API server lists an unknown namespace as empty, and 404s a create in it); errors
 are Status objects. Switches for tests: `forbidden` (403 for everything), `unschedulable` (a scheduler message: pods stay
@@ -28,11 +29,17 @@ code 137). A delete sends SIGTERM, SIGKILL after the grace period, then removes 
 once. A resize that fits the node is PodResizeInProgress for `resize_seconds`, then applied (spec and
 containerStatuses[].resources); one above the node's capacity is PodResizePending Infeasible.
 
+Env entries from a Secret (`valueFrom.secretKeyRef`) are resolved, and `secret` volumes are written to a folder of the
+pod's and bind-mounted at their mountPath in a mount namespace of the container's own (`unshare --mount`, as root), so
+the process reads them where the manifest says; a missing Secret leaves the pod Pending with the container waiting,
+reason CreateContainerConfigError, as a kubelet does.
+
 There is no scheduler beyond that one node, no garbage collector for ownerReferences, no admission, no images.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import json
@@ -164,6 +171,7 @@ class KubeApiDouble:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._pods: dict[tuple[str, str], _Pod] = {}
+        self._secrets: dict[tuple[str, str], Json] = {}
         self._rv = 1000
         self._history: list[tuple[int, str, str, Json]] = []  # (resourceVersion, namespace, event type, object)
         self._compacted = 0  # watches from an older resourceVersion get 410 Gone
@@ -287,6 +295,8 @@ class KubeApiDouble:
         segments = [unquote(s) for s in parts.path.strip("/").split("/")]
         with self._lock:
             self.requests.append(Request(method, parts.path, query, content_type))
+        if segments[:3] == ["api", "v1", "namespaces"] and len(segments) in (5, 6) and segments[4] == "secrets":
+            return self._secret(h, method, segments[3], segments[5] if len(segments) == 6 else "", body)
         if segments[:3] != ["api", "v1", "namespaces"] or len(segments) < 5 or segments[4] != "pods":
             return h.send_json(404, status_body(404, "NotFound", "the server could not find the requested resource"))
         namespace, rest = segments[3], segments[5:]
@@ -496,6 +506,9 @@ class KubeApiDouble:
         if not self._schedule(key, pod):
             return
         process = self._start(key, pod)
+        while process is None and self._waits_for_config(key, pod):  # a kubelet tries again until the Secret is there
+            time.sleep(0.2)
+            process = self._start(key, pod)
         if process is None:
             return
         oom, term_sent, next_check = False, False, 0.0
@@ -543,6 +556,70 @@ class KubeApiDouble:
             time.sleep(delay)
             delay = 0.2
 
+    def _waits_for_config(self, key: tuple[str, str], pod: _Pod) -> bool:
+        with self._lock:
+            status = _container_status(pod.obj, pod.obj["spec"]["containers"][0]["name"]) or {}
+            waiting = (status.get("state") or {}).get("waiting") or {}
+            return self._pods.get(key) is pod and not self._closing and waiting.get("reason") == "CreateContainerConfigError"
+
+    def _secret(self, h: _Handler, method: str, namespace: str, name: str, body: bytes) -> None:
+        """Secrets: create, read, replace, delete (data as base64, as the API stores it)."""
+        if namespace not in self.namespaces:
+            return h.send_json(404, status_body(404, "NotFound", f'namespaces "{namespace}" not found', {"name": namespace, "kind": "namespaces"}))
+        with self._lock:
+            if method in ("POST", "PUT"):
+                obj = json.loads(body)
+                name = name or obj["metadata"]["name"]
+                if method == "POST" and (namespace, name) in self._secrets:
+                    return h.send_json(409, status_body(409, "AlreadyExists", f'secrets "{name}" already exists', {"name": name, "kind": "secrets"}))
+                if method == "PUT" and (namespace, name) not in self._secrets:
+                    return h.send_json(404, status_body(404, "NotFound", f'secrets "{name}" not found', {"name": name, "kind": "secrets"}))
+                self._rv += 1
+                obj.setdefault("metadata", {}).update(namespace=namespace, name=name, resourceVersion=str(self._rv), uid=str(uuid.uuid4()))
+                self._secrets[(namespace, name)] = obj
+                self._changed.notify_all()
+                return h.send_json(201 if method == "POST" else 200, obj)
+            found = self._secrets.get((namespace, name))
+            if found is None:
+                return h.send_json(404, status_body(404, "NotFound", f'secrets "{name}" not found', {"name": name, "kind": "secrets"}))
+            if method == "DELETE":
+                del self._secrets[(namespace, name)]
+                return h.send_json(200, status_body(200, "Success", "", {"name": name, "kind": "secrets"}) | {"status": "Success"})
+            if method == "GET":
+                return h.send_json(200, copy.deepcopy(found))
+        return h.send_json(405, status_body(405, "MethodNotAllowed", f"{method} is not supported on secrets by this double"))
+
+    def secrets(self, namespace: str) -> dict[str, Json]:
+        """The Secrets of a namespace, by name (as stored: data base64)."""
+        with self._lock:
+            return {name: copy.deepcopy(obj) for (ns, name), obj in self._secrets.items() if ns == namespace}
+
+    def _secret_data(self, namespace: str, name: str) -> dict[str, bytes] | None:
+        found = self._secrets.get((namespace, name))
+        return None if found is None else {k: base64.b64decode(v) for k, v in (found.get("data") or {}).items()}
+
+    def _mounts(self, pod: _Pod, container: Json) -> list[tuple[Path, str]]:
+        """The pod's secret volumes written to folders of its own: (folder, mountPath); KeyError naming a missing Secret."""
+        namespace = pod.obj["metadata"]["namespace"]
+        volumes = {v["name"]: v for v in pod.obj["spec"].get("volumes") or []}
+        mounts = []
+        for mount in container.get("volumeMounts") or []:
+            secret = (volumes.get(mount["name"]) or {}).get("secret")
+            if secret is None:
+                continue  # only secret volumes are materialised by this double
+            data = self._secret_data(namespace, secret["secretName"])
+            if data is None:
+                raise KeyError(f'secret "{secret["secretName"]}" not found')
+            folder = self._logs / f"volumes-{pod.obj['metadata']['uid']}-{mount['name']}"
+            folder.mkdir(parents=True, exist_ok=True)
+            items = secret.get("items") or [{"key": k, "path": k} for k in data]
+            for item in items:
+                target = folder / item["path"]
+                target.write_bytes(data[item["key"]])
+                os.chmod(target, int(secret.get("defaultMode", 0o644)))
+            mounts.append((folder, str(mount["mountPath"])))
+        return mounts
+
     def _start(self, key: tuple[str, str], pod: _Pod) -> subprocess.Popen[bytes] | None:
         with self._lock:
             if self._pods.get(key) is not pod or self._closing:
@@ -550,7 +627,13 @@ class KubeApiDouble:
             container = pod.obj["spec"]["containers"][0]
             command = [*(container.get("command") or []), *(container.get("args") or [])]
             env = {k: os.environ[k] for k in IMAGE_ENV if k in os.environ}
-            env.update(_resolve_env(pod.obj, container))
+            try:
+                env.update(_resolve_env(pod.obj, container, lambda name, k: (self._secret_data(key[0], name) or {})[k].decode()))
+                mounts = self._mounts(pod, container)
+            except KeyError as exc:
+                _set_container_state(pod.obj, container, {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc).strip("'\"")}}, ready=False)
+                self._record(pod, "MODIFIED")
+                return None
             annotated = (pod.obj["metadata"].get("annotations") or {}).get("primus.io/log-path")
             pod.log_file = Path(annotated) if annotated and self.write_log_path else self._logs / f"{key[0]}-{key[1]}.log"
             try:
@@ -558,6 +641,9 @@ class KubeApiDouble:
                     raise OSError("no command: the double runs no image entrypoint")
                 if command[0] == "python":
                     command[0] = sys.executable
+                if mounts:  # each secret volume at its mountPath, seen by this container alone
+                    binds = " && ".join(f'mkdir -p "{path}" && mount --bind "{folder}" "{path}"' for folder, path in mounts)
+                    command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", f'{binds} && exec "$@"', "sh", *command]
                 pod.log_file.parent.mkdir(parents=True, exist_ok=True)
                 with pod.log_file.open("ab") as out:
                     process = subprocess.Popen(
@@ -615,6 +701,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:
         self.double.handle(self, "DELETE")
+
+    def do_PUT(self) -> None:
+        self.double.handle(self, "PUT")
 
     def do_PATCH(self) -> None:
         self.double.handle(self, "PATCH")
@@ -704,8 +793,9 @@ def _set_container_state(obj: Json, container: Json, state: Json, ready: bool) -
     status.update(state=state, ready=ready, started=ready)
 
 
-def _resolve_env(obj: Json, container: Json) -> dict[str, str]:
-    """The container's env, the downward API's fieldRef and resourceFieldRef resolved as a kubelet would on this node."""
+def _resolve_env(obj: Json, container: Json, secret_value: Callable[[str, str], str] | None = None) -> dict[str, str]:
+    """The container's env, the downward API's fieldRef and resourceFieldRef, and secretKeyRef (secret_value(name, key);
+    KeyError when missing) resolved as a kubelet would on this node."""
     fields = {
         "status.podIP": POD_IP, "status.hostIP": POD_IP, "metadata.name": obj["metadata"]["name"], "metadata.namespace": obj["metadata"]["namespace"],
         "metadata.uid": obj["metadata"]["uid"], "spec.nodeName": NODE, "spec.serviceAccountName": obj["spec"].get("serviceAccountName", "default"),
@@ -721,6 +811,12 @@ def _resolve_env(obj: Json, container: Json) -> dict[str, str]:
             resource = source["resourceFieldRef"]["resource"]
             amount = (container.get("resources") or {}).get(resource.split(".")[0], {}).get(resource.split(".")[1], "0")
             env[entry["name"]] = str(int(-(-quantity(amount) // 1)))
+        elif "secretKeyRef" in source and secret_value is not None:
+            ref = source["secretKeyRef"]
+            try:
+                env[entry["name"]] = secret_value(ref["name"], ref["key"])
+            except KeyError:
+                raise KeyError(f'secret "{ref["name"]}" not found, or has no key "{ref["key"]}"') from None
     return env
 
 

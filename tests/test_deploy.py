@@ -234,6 +234,8 @@ def test_resource_controller_may_manage_pods(rendered: tuple[str, tuple[Doc, ...
     role = _one(docs, "Role", RC_ACCOUNT)
     pod_verbs = {verb for rule in role["rules"] if "" in rule["apiGroups"] and "pods" in rule["resources"] for verb in rule["verbs"]}
     assert {"create", "list", "watch", "delete"} <= pod_verbs
+    secret_verbs = {verb for rule in role["rules"] if "" in rule["apiGroups"] and "secrets" in rule["resources"] for verb in rule["verbs"]}
+    assert {"create", "update", "delete"} <= secret_verbs, "each job's credentials go in a Secret of its own"
     binding = _one(docs, "RoleBinding", RC_ACCOUNT)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RC_ACCOUNT}
     assert [(s["kind"], s["name"], s.get("namespace")) for s in binding["subjects"]] == [("ServiceAccount", RC_ACCOUNT, NAMESPACES[name])]

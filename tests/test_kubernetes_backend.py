@@ -4,6 +4,8 @@ start-up errors, and whole Primus jobs whose executors are pods: one deleted mid
 
 from __future__ import annotations
 
+import base64
+import json
 import socket
 import subprocess
 import sys
@@ -17,7 +19,8 @@ import yaml
 from kubernetes import client as k8s
 
 from primus import rpc
-from primus.cluster import ClusterState, start_cluster, stop_services
+from primus.client import PrimusClient
+from primus.cluster import ClusterState, local_security, start_cluster, stop_services
 from primus.spec import load_job_file
 from primus.telemetry import TRACE_ENV
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
@@ -429,3 +432,52 @@ def test_scale_out_and_in_through_pods(kube: KubeApiDouble, kube_cluster: Cluste
     report = finish_job(master, job_id)
     _assert_exact(report)
     assert report["restarts"] == {}, "a drained executor is not a crash"
+
+
+@pytest.mark.timeout(300)
+def test_a_job_runs_on_pods_under_mutual_tls_and_tokens(kube: KubeApiDouble, dataset: Path, tmp_path: Path) -> None:
+    """The controller gives each job a Secret (its credential, the TLS files); the pods take the token from it and mount
+    the files; the job runs with every call authenticated and authorised, and the Secret goes with the job's last pod."""
+    args = ["--backend", "kubernetes", "--kubernetes-api", kube.url, "--kubernetes-namespace", NS]
+    state = start_cluster(tmp_path / "runs", tmp_path / "state", controller_args=args, secured=local_security(tmp_path / "state", mtls=True, auth=True))
+    try:
+        document = job_document(dataset)
+        document["spec"]["resources"]["backend"] = "kubernetes"  # type: ignore[index]
+        (tmp_path / "job.yaml").write_text(yaml.safe_dump(document))
+        with PrimusClient(state.address("master"), timeout=30, credentials=state.client_security) as client:
+            job_id = client.submit(load_job_file(tmp_path / "job.yaml"))
+            for view in client.watch(job_id):
+                final = view
+        report = json.loads(Path(final.report_path).read_text())
+        _assert_exact(report)
+        created = [r for r in kube.requests if r.method == "POST" and r.path.endswith("/secrets")]
+        assert len(created) >= 1, "the job's Secret was created before its pods"
+        pods = [r for r in kube.requests if r.method == "POST" and r.path.endswith("/pods")]
+        assert len(pods) >= 3, "two data executors and a trainer, each a pod"
+        kube.wait_for(lambda: not kube.secrets(NS), "the job's Secret to go with its last pod")
+        logs = list((tmp_path / "runs").glob(f"{job_id}/logs/*data-executor-*.log"))
+        for log in logs:
+            text = log.read_text(errors="replace")
+            assert "over mutual TLS, every call checked: job" in text and "Arrow Flight serves over mutual TLS" in text, text[-2000:]
+        refusals = [line for log in (tmp_path / "state" / "logs").glob("*.log") for line in log.read_text(errors="replace").splitlines() if "refused" in line]
+        assert not refusals, refusals[:5]
+    finally:
+        stop_services(state.services)
+
+
+def test_a_pod_takes_its_token_from_the_jobs_secret_and_mounts_the_tls_files(tmp_path: Path) -> None:
+    from services.resource_controller.kubernetes_pods import CREDENTIALS_PATH, PodCredentials, credentials_secret, pod_manifest
+
+    spec = LaunchSpec(
+        "job-1-data-executor-0", "job-1", "data_executor", (), 1.0, 512, tmp_path / "x.log", env={"PRIMUS_TOKEN": "j1.job-1.sig", "PRIMUS_TOKEN_SECRET_FILE": ""}
+    )
+    manifest = pod_manifest(spec, NS, "img", ["python"], None, {}, PodCredentials("primus-credentials-job-1", True, True, True))
+    given = {e["name"]: e for e in manifest["spec"]["containers"][0]["env"]}
+    assert given["PRIMUS_TOKEN"] == {"name": "PRIMUS_TOKEN", "valueFrom": {"secretKeyRef": {"name": "primus-credentials-job-1", "key": "token"}}}
+    assert "PRIMUS_TOKEN_SECRET_FILE" not in given and given["PRIMUS_TLS_CA"]["value"] == f"{CREDENTIALS_PATH}/ca.pem" and given["PRIMUS_TLS_MTLS"]["value"] == "1"
+    assert manifest["spec"]["volumes"][0]["secret"]["secretName"] == "primus-credentials-job-1"
+    assert "j1.job-1.sig" not in json.dumps(manifest), "the credential is never a plain value of the pod"
+    with pytest.raises(ValueError, match="goes in its Secret"):
+        pod_manifest(spec, NS, "img", ["python"], None, {}, None)
+    secret = credentials_secret("s", NS, "job-1", "j1.job-1.sig", {"ca.pem": b"PEM"})
+    assert base64.b64decode(secret["data"]["token"]) == b"j1.job-1.sig" and secret["metadata"]["labels"]["primus.io/job"] == "job-1"

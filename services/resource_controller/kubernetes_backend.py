@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.watch.watch import iter_resp_lines
 
-from primus import telemetry
+from primus import security, telemetry
 from services.resource_controller.backend import (
     ROLE_MODULES,
     Capabilities,
@@ -36,15 +36,21 @@ from services.resource_controller.backend import (
 )
 from services.resource_controller.backends import BackendConfig, BackendUnavailableError
 from services.resource_controller.kubernetes_pods import (
+    CA_KEY,
+    CERT_KEY,
     EXECUTOR_LABEL,
+    KEY_KEY,
     MANAGED_BY,
     JsonDict,
+    PodCredentials,
     applied_resources,
     backoff_delay,
     being_deleted,
     condition,
     container_name,
     container_resources,
+    credentials_secret,
+    credentials_secret_name,
     exit_of,
     is_running,
     label_value,
@@ -307,9 +313,13 @@ class KubernetesBackend:
         max_backoff_seconds: float = 30.0,
         supervise_seconds: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
+        credentials: security.Settings | None = None,
     ) -> None:
-        """commands: the container command per role (the spec's args follow), over the default `python -m <module>`."""
+        """commands: the container command per role (the spec's args follow), over the default `python -m <module>`.
+        credentials: the controller's TLS files, handed to every job's pods through the job's Secret (default: this
+        process's environment)."""
         self._api = api
+        self._security = security.from_env() if credentials is None else credentials
         self.namespace = namespace
         self.address = address
         self._image = image
@@ -367,8 +377,15 @@ class KubernetesBackend:
             known = self._tracked.get(spec.executor_id)
             if known is not None and not known.gone:
                 raise ValueError(f"executor {spec.executor_id} already has a pod")
+        credentials = self._credentials(spec)
         manifest = pod_manifest(
-            spec, self.namespace, str(placement.get("image") or self._image), [*self._commands[spec.role], *spec.args], self._owner, telemetry.context_env()
+            spec,
+            self.namespace,
+            str(placement.get("image") or self._image),
+            [*self._commands[spec.role], *spec.args],
+            self._owner,
+            telemetry.context_env(),
+            credentials,
         )
         handle = KubernetesHandle(
             spec.executor_id, self.namespace, spec.executor_id, "", spec.job_id, spec.role, container_name(spec.role), spec.cpu, spec.memory_mib,
@@ -379,6 +396,8 @@ class KubernetesBackend:
         with self._lock:
             self._tracked[handle.pod] = tracked  # before the create: the watch may see the pod before the create answers
         try:
+            if credentials is not None:
+                self._ensure_secret(spec.job_id, credentials.secret, spec.env.get(security.TOKEN_ENV, ""))
             created = self._create(manifest)
         except BaseException:
             with self._lock:
@@ -389,6 +408,44 @@ class KubernetesBackend:
             tracked.confirmed_at = self._clock()
         log.info("created pod %s/%s: cpu %g, memory %d MiB, image %s", self.namespace, handle.pod, spec.cpu, spec.memory_mib, manifest["spec"]["containers"][0]["image"])
         return handle
+
+    def _credentials(self, spec: LaunchSpec) -> PodCredentials | None:
+        """What the job's pods get from its Secret: none with security off."""
+        token = spec.env.get(security.TOKEN_ENV, "")
+        if not token and not self._security.tls:
+            return None
+        return PodCredentials(credentials_secret_name(spec.job_id), bool(token), self._security.tls, self._security.mtls)
+
+    def _ensure_secret(self, job_id: str, name: str, token: str) -> None:
+        """Create (or bring up to date) the job's Secret before its pod: the kubelet starts no container without it."""
+        files: dict[str, bytes] = {}
+        if self._security.tls:
+            for key, path in ((CA_KEY, self._security.ca), (CERT_KEY, self._security.cert), (KEY_KEY, self._security.key)):
+                files[key] = Path(path).read_bytes()
+        body = k8s.V1Secret.from_dict(credentials_secret(name, self.namespace, job_id, token, files))
+        assert body is not None
+        try:
+            _json(self._api.create_namespaced_secret(self.namespace, body, _request_timeout=REQUEST_TIMEOUT, _preload_content=False))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise RuntimeError(f"could not create secret {name} for job {job_id} at {self.address}: {api_error(exc)}") from None
+            _json(self._api.replace_namespaced_secret(name, self.namespace, body, _request_timeout=REQUEST_TIMEOUT, _preload_content=False))
+
+    def _forget_secret(self, job_id: str) -> None:
+        """Delete the job's Secret once none of its pods is left (its last executor released)."""
+        with self._lock:
+            alive = any(t.handle.job_id == job_id and not t.finished for t in self._tracked.values())
+        if alive or (not self._security.tls and not self._security.token_secret_file):
+            return
+        name = credentials_secret_name(job_id)
+        try:
+            _json(self._api.delete_namespaced_secret(name, self.namespace, _request_timeout=REQUEST_TIMEOUT, _preload_content=False))
+            log.info("deleted secret %s/%s: job %s has no pod left", self.namespace, name, job_id)
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("could not delete secret %s: %s", name, api_error(exc))
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            log.warning("could not delete secret %s: %s", name, unreachable_reason(exc))
 
     def _create(self, manifest: JsonDict) -> JsonDict:
         """POST the pod; 5xx, 429 and unanswered requests are retried with jittered backoff, then raise RuntimeError."""
@@ -450,7 +507,9 @@ class KubernetesBackend:
         with self._lock:
             if not tracked.finished:
                 self._finish(tracked, None, ExitReason.RELEASED, "released")
-            return tracked.exit_code
+            code = tracked.exit_code
+        self._forget_secret(tracked.handle.job_id)
+        return code
 
     def kill(self, handle: ExecutorHandle, reason: ExitReason, message: str) -> None:
         """Delete the pod with no grace period; waits briefly for the watch to see it end."""

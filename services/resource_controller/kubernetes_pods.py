@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import random
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
+from primus import security
 from services.resource_controller.backend import ExitReason, LaunchSpec
 
 _parse_quantity: Callable[[str], Decimal] = parse_quantity  # the client's helper, typed here
@@ -21,6 +24,35 @@ LOG_ANNOTATION = "primus.io/log-path"
 MIB = 1 << 20
 
 JsonDict = dict[str, Any]
+CREDENTIALS_PATH = "/var/run/secrets/primus"  # where a pod finds its job's Secret: ca.pem, tls.crt, tls.key
+CREDENTIALS_VOLUME = "primus-credentials"
+TOKEN_KEY, CA_KEY, CERT_KEY, KEY_KEY = "token", "ca.pem", "tls.crt", "tls.key"
+
+
+@dataclass(frozen=True)
+class PodCredentials:
+    """What a job's pods get from its Secret: its credential (as PRIMUS_TOKEN) and the TLS files (mounted)."""
+
+    secret: str
+    token: bool
+    tls: bool
+    mtls: bool
+
+
+def credentials_secret_name(job_id: str) -> str:
+    return f"primus-credentials-{label_value(job_id)}".lower().strip("-.")[:253]
+
+
+def credentials_secret(name: str, namespace: str, job_id: str, token: str, files: Mapping[str, bytes]) -> JsonDict:
+    """A job's Secret: its credential and the TLS files its executors and trainers present and trust."""
+    data = {**({TOKEN_KEY: token.encode()} if token else {}), **files}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": name, "namespace": namespace, "labels": {MANAGED_BY: "primus", JOB_LABEL: label_value(job_id)}},
+        "data": {key: base64.b64encode(value).decode() for key, value in data.items()},
+    }
 
 
 def cpu_quantity(cores: float) -> str:
@@ -58,8 +90,17 @@ def container_name(role: str) -> str:
     return role.replace("_", "-")
 
 
-def pod_manifest(spec: LaunchSpec, namespace: str, image: str, command: Sequence[str], owner: Mapping[str, str] | None, launch_env: Mapping[str, str]) -> JsonDict:
-    """The executor's pod: requests = limits, resizable in place, Never restarted, its settings from the job's placement block."""
+def pod_manifest(
+    spec: LaunchSpec,
+    namespace: str,
+    image: str,
+    command: Sequence[str],
+    owner: Mapping[str, str] | None,
+    launch_env: Mapping[str, str],
+    credentials: PodCredentials | None = None,
+) -> JsonDict:
+    """The executor's pod: requests = limits, resizable in place, Never restarted, its settings from the job's placement
+    block; with credentials, its token from the job's Secret (never a plain value) and the TLS files mounted from it."""
     placement = spec.placement or {}
     env: dict[str, JsonDict] = {}
     values = {"PRIMUS_CPU_LIMIT": str(spec.cpu), "PRIMUS_MEMORY_MIB": str(spec.memory_mib), "PYTHONUNBUFFERED": "1", "PRIMUS_BIND_HOST": "0.0.0.0"}
@@ -69,6 +110,11 @@ def pod_manifest(spec: LaunchSpec, namespace: str, image: str, command: Sequence
     for extra in (launch_env, spec.env, placement.get("env") or {}):
         for name, value in extra.items():
             env[name] = {"name": name, "value": str(value)}
+    env.pop(security.SECRET_ENV, None)
+    if credentials is not None:
+        env.update(_credentials_env(credentials))
+    elif security.TOKEN_ENV in env:
+        raise ValueError(f"{spec.executor_id}: a job's credential goes in its Secret, not in the pod's env")
     container: JsonDict = {
         "name": container_name(spec.role),
         "image": image,
@@ -77,12 +123,20 @@ def pod_manifest(spec: LaunchSpec, namespace: str, image: str, command: Sequence
         "resources": container_resources(spec.cpu, spec.memory_mib),
         "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}, {"resourceName": "memory", "restartPolicy": "NotRequired"}],
     }
-    if placement.get("volumeMounts"):
-        container["volumeMounts"] = list(placement["volumeMounts"])
+    mounts = list(placement.get("volumeMounts") or [])
+    volumes = list(placement.get("volumes") or [])
+    if credentials is not None and credentials.tls:
+        mounts.append({"name": CREDENTIALS_VOLUME, "mountPath": CREDENTIALS_PATH, "readOnly": True})
+        items = [{"key": key, "path": key} for key in (CA_KEY, CERT_KEY, KEY_KEY)]
+        volumes.append({"name": CREDENTIALS_VOLUME, "secret": {"secretName": credentials.secret, "defaultMode": 0o400, "items": items}})
+    if mounts:
+        container["volumeMounts"] = mounts
     pod_spec: JsonDict = {"restartPolicy": "Never", "enableServiceLinks": False, "containers": [container]}
-    for key in ("nodeSelector", "tolerations", "serviceAccountName", "volumes"):
+    for key in ("nodeSelector", "tolerations", "serviceAccountName"):
         if placement.get(key):
             pod_spec[key] = placement[key]
+    if volumes:
+        pod_spec["volumes"] = volumes
     metadata: JsonDict = {
         "name": spec.executor_id,
         "namespace": namespace,
@@ -92,6 +146,18 @@ def pod_manifest(spec: LaunchSpec, namespace: str, image: str, command: Sequence
     if owner is not None:
         metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": owner["name"], "uid": owner["uid"]}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def _credentials_env(credentials: PodCredentials) -> dict[str, JsonDict]:
+    env: dict[str, JsonDict] = {}
+    if credentials.token:
+        env[security.TOKEN_ENV] = {"name": security.TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": credentials.secret, "key": TOKEN_KEY}}}
+    if credentials.tls:
+        for name, key in ((security.CA_ENV, CA_KEY), (security.CERT_ENV, CERT_KEY), (security.KEY_ENV, KEY_KEY)):
+            env[name] = {"name": name, "value": f"{CREDENTIALS_PATH}/{key}"}
+    if credentials.mtls:
+        env[security.MTLS_ENV] = {"name": security.MTLS_ENV, "value": "1"}
+    return env
 
 
 def _status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
