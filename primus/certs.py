@@ -14,6 +14,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from primus import hosts
+
 VALID_DAYS = 365
 
 
@@ -63,8 +65,9 @@ def create_ca(directory: Path, common_name: str = "Primus local CA") -> Issued:
 
 
 def default_hosts() -> list[str]:
-    """The names a local service is reached by: 127.0.0.1, ::1, localhost and this machine's host name."""
-    return sorted({"127.0.0.1", "::1", "localhost", socket.gethostname()})
+    """The names a local service is reached by: 127.0.0.1, ::1, localhost, this machine's host name and its routable
+    address (what services bound to all interfaces, and executors on a Ray node of this machine, advertise)."""
+    return sorted({"127.0.0.1", "::1", "localhost", socket.gethostname(), hosts.routable_ip()})
 
 
 def issue(ca: Issued, directory: Path, name: str, hosts: list[str] | None = None, server: bool = True, client: bool = True) -> Issued:

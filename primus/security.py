@@ -54,6 +54,12 @@ class Settings:
         """These settings with the given client credentials in place of those they have (empty: keep)."""
         return replace(self, ca=ca or self.ca, cert=cert or self.cert, key=key or self.key, token=token or self.token)
 
+    def tls_env(self) -> dict[str, str]:
+        """The TLS variables alone: what a worker on a backend that does not inherit this process's environment (Ray,
+        YARN) needs to reach the services and to serve, with these files at the same paths where it runs."""
+        pairs = {CA_ENV: self.ca, CERT_ENV: self.cert, KEY_ENV: self.key, MTLS_ENV: "1" if self.mtls else ""}
+        return {name: value for name, value in pairs.items() if value}
+
     def env(self) -> dict[str, str]:
         """The environment variables that carry these settings to a child process."""
         pairs = {

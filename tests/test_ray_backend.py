@@ -94,10 +94,12 @@ def _wait(condition: Any, timeout: float = 90.0, what: str = "") -> None:
 
 
 @pytest.mark.timeout(300)
-def test_primus_run_with_backend_ray_runs_the_demo_job_on_two_raylets(ray_cluster: str, dataset: Path, tmp_path: Path) -> None:
+def test_primus_run_with_backend_ray_runs_the_demo_job_on_two_raylets_under_mutual_tls_and_tokens(ray_cluster: str, dataset: Path, tmp_path: Path) -> None:
+    """The other Ray tests run in plaintext; this one with every call authenticated and authorised: the actors get
+    their job's credential and the TLS files' paths in their environment (the raylets' own has neither)."""
     job = _job_file(dataset, tmp_path)
     command = [sys.executable, "-m", "primus.cli", "--state-dir", str(tmp_path / "state"), "--runs-dir", str(tmp_path / "runs"), "run", str(job)]
-    done = subprocess.run([*command, "--backend", "ray", "--ray-address", ray_cluster], capture_output=True, text=True, timeout=280)
+    done = subprocess.run([*command, "--backend", "ray", "--ray-address", ray_cluster, "--mtls", "--auth"], capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
     (report_path,) = (tmp_path / "runs").glob("*/report.json")
     report = json.loads(report_path.read_text())
@@ -110,6 +112,11 @@ def test_primus_run_with_backend_ray_runs_the_demo_job_on_two_raylets(ray_cluste
     assert not _actors(report["job_id"]), "the job's actors are gone once it ends"
     services = [s["address"] for s in report["services"] if s["role"] in ("master", "planner", "resource_controller")]
     assert all(a.startswith(f"{node_ip}:") for a in services), f"the control plane listens where other nodes reach it: {services}"
+    for log in (tmp_path / "runs").glob(f"{report['job_id']}/logs/*data-executor-*.log"):
+        text = log.read_text(errors="replace")
+        assert "over mutual TLS, every call checked: job" in text and "Arrow Flight serves over mutual TLS" in text, text[-2000:]
+    refusals = [line for log in (tmp_path / "state" / "logs").glob("*.log") for line in log.read_text(errors="replace").splitlines() if "refused" in line]
+    assert not refusals, refusals[:5]
 
 
 @pytest.fixture

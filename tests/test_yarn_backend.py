@@ -22,10 +22,11 @@ import skein
 import yaml
 
 from primus import rpc
-from primus.cluster import ClusterState, start_cluster, stop_services
+from primus.client import PrimusClient
+from primus.cluster import ClusterState, local_security, start_cluster, stop_services
 from primus.demo import demo_job
 from primus.demo_data import generate_dataset
-from primus.spec import load_job_file
+from primus.spec import load_job_file, load_job_text
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
@@ -626,3 +627,28 @@ def test_controller_without_its_application_master_exits_2_in_one_line() -> None
         f"error: yarn: cannot reach the skein application master at 127.0.0.1:{port} (Connection refused): check --yarn-address and that the application is running"
     )
     assert [line for line in lines if line.startswith("error:")] == lines[-1:]
+
+
+@pytest.mark.timeout(300)
+def test_a_job_runs_in_containers_under_mutual_tls_and_tokens(yarn: SkeinAppMasterDouble, long_dataset: Path, tmp_path: Path) -> None:
+    """The containers get their job's credential and the TLS files' paths in their environment (the application's
+    own has neither); the job runs with every call authenticated and authorised."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SKEIN_CONFIG", str(yarn.config_dir))
+        secured = local_security(tmp_path / "state", mtls=True, auth=True)
+        state = start_cluster(tmp_path / "runs", tmp_path / "state", controller_args=["--backend", "yarn", "--yarn-address", yarn.address], secured=secured)
+    try:
+        with PrimusClient(state.address("master"), timeout=30, credentials=state.client_security) as client:
+            job_id = client.submit(load_job_text(_job(long_dataset, tmp_path, executors=2)))
+            for view in client.watch(job_id):
+                final = view
+        _assert_exact(json.loads(Path(final.report_path).read_text()))
+        container = _container_of(yarn, f"{job_id}-data-executor-0")
+        assert container is not None, "the executors ran as containers of the application"
+        for log in (tmp_path / "runs").glob(f"{job_id}/logs/*data-executor-*.log"):
+            text = log.read_text(errors="replace")
+            assert "over mutual TLS, every call checked: job" in text and "Arrow Flight serves over mutual TLS" in text, text[-2000:]
+        refusals = [line for log in (tmp_path / "state" / "logs").glob("*.log") for line in log.read_text(errors="replace").splitlines() if "refused" in line]
+        assert not refusals, refusals[:5]
+    finally:
+        stop_services(state.services)

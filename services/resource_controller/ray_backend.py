@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from primus import telemetry
+from primus import security, telemetry
 from services.resource_controller.backend import ROLE_MODULES, Capabilities, EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism, RoleSize
 from services.resource_controller.backends import BackendConfig, BackendUnavailableError
 
@@ -136,6 +136,7 @@ class RayBackend:
         self._commands = {role: [sys.executable, "-m", module] for role, module in ROLE_MODULES.items()}
         self._commands.update({role: list(prefix) for role, prefix in (commands or {}).items()})
         self._placement_timeout = placement_timeout
+        self._tls_env = security.from_env().tls_env()  # the actors' processes inherit the raylet's environment, not ours
         self._lock = threading.RLock()
         self._tracked: dict[str, _Tracked] = {}
 
@@ -182,7 +183,10 @@ class RayBackend:
         if spec.role not in self._commands:
             raise ValueError(f"no command for role {spec.role!r} (known: {', '.join(sorted(self._commands))})")
         actor_name = f"executor:{spec.executor_id}"
-        env = {"PRIMUS_CPU_LIMIT": str(spec.cpu), "PRIMUS_MEMORY_MIB": str(spec.memory_mib), "PYTHONUNBUFFERED": "1", **telemetry.context_env(), **spec.env}
+        env = {
+            "PRIMUS_CPU_LIMIT": str(spec.cpu), "PRIMUS_MEMORY_MIB": str(spec.memory_mib), "PYTHONUNBUFFERED": "1", **telemetry.context_env(), **self._tls_env,
+            **spec.env,
+        }  # fmt: skip
         resources = _extra_resources(spec.placement, spec.role)
         actor = self._actor_class.options(
             name=actor_name, namespace=NAMESPACE, lifetime="detached", num_cpus=spec.cpu, memory=spec.memory_mib * MIB, resources=resources, max_restarts=0

@@ -21,7 +21,7 @@ from skein.exceptions import ApplicationError as SkeinApplicationError
 from skein.exceptions import ConnectionError as SkeinConnectionError
 from skein.exceptions import TimeoutError as SkeinTimeoutError
 
-from primus import telemetry
+from primus import security, telemetry
 from services.resource_controller.backend import ROLE_MODULES, Capabilities, EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism, RoleSize, state_field
 from services.resource_controller.backends import BackendConfig, BackendUnavailableError
 from services.resource_controller.yarn_launch import ARGS_ENV, ID_ENV, LOG_ENV, MODULE_ENV
@@ -184,6 +184,7 @@ class YarnBackend:
         self.queue = str(spec.queue or "default")
         self.services = executor_services(spec, address)
         self._client = client
+        self._tls_env = security.from_env().tls_env()  # containers get the application's environment, not ours
         self._lock = threading.RLock()
         self._tracked: dict[str, _Tracked] = {}
         self._events: list[ExecutorEvent] = []
@@ -232,7 +233,8 @@ class YarnBackend:
                 raise ValueError(f"executor {spec.executor_id} is already running in container {known.handle.container_id}")
         service = self._service_for(spec)
         env = {
-            "PRIMUS_CPU_LIMIT": str(spec.cpu), "PRIMUS_MEMORY_MIB": str(spec.memory_mib), "PYTHONUNBUFFERED": "1", **telemetry.context_env(), **spec.env,
+            "PRIMUS_CPU_LIMIT": str(spec.cpu), "PRIMUS_MEMORY_MIB": str(spec.memory_mib), "PYTHONUNBUFFERED": "1", **telemetry.context_env(), **self._tls_env,
+            **spec.env,
             MODULE_ENV: ROLE_MODULES[spec.role], ARGS_ENV: json.dumps(list(spec.args)), ID_ENV: spec.executor_id, LOG_ENV: str(spec.log_path),
         }  # fmt: skip
         container = self._call(lambda: self._client.add_container(service.name, env=env), f"add a container to service {service.name}")
