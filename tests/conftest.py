@@ -134,6 +134,19 @@ def end_running_jobs(state: ClusterState, timeout: float = 60.0) -> None:
             time.sleep(0.1)
 
 
+def assert_every_call_was_checked(runs_dir: Path, state_dir: Path, job_id: str) -> None:
+    """A job run under --mtls --auth: each data executor served gRPC and Flight over mutual TLS and admitted its own
+    job's credential only, and no service refused a call (every call of the job's processes carried its credential)."""
+    executors = list(runs_dir.glob(f"{job_id}/logs/*data-executor-*.log"))
+    assert executors, f"no data executor log of {job_id}"
+    for log in executors:
+        text = log.read_text(errors="replace")
+        assert "over mutual TLS, every call checked: job" in text and "Arrow Flight serves over mutual TLS" in text, text[-2000:]
+    logs = [*state_dir.glob("logs/*.log"), *runs_dir.glob(f"{job_id}/logs/*.log")]
+    refusals = [line for log in logs for line in log.read_text(errors="replace").splitlines() if "refused" in line]
+    assert not refusals, "\n".join(refusals[:5])
+
+
 def finish_job(master: master_pb2_grpc.MasterServiceStub, job_id: str, timeout: float = 240.0) -> dict[str, Any]:
     """Wait for the job to end and return its report."""
     deadline = time.monotonic() + timeout

@@ -29,7 +29,7 @@ from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from services.resource_controller.backend import EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism
 from services.resource_controller.backends import BackendConfig, BackendUnavailableError
 from services.resource_controller.kubernetes_backend import KubernetesBackend, KubernetesHandle
-from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
+from tests.conftest import DAYS, ROWS_PER_HOUR, assert_every_call_was_checked, finish_job, job_document
 from tests.kube_api_double import REPO_ROOT, KubeApiDouble
 
 NS = "primus"
@@ -455,12 +455,7 @@ def test_a_job_runs_on_pods_under_mutual_tls_and_tokens(kube: KubeApiDouble, dat
         pods = [r for r in kube.requests if r.method == "POST" and r.path.endswith("/pods")]
         assert len(pods) >= 3, "two data executors and a trainer, each a pod"
         kube.wait_for(lambda: not kube.secrets(NS), "the job's Secret to go with its last pod")
-        logs = list((tmp_path / "runs").glob(f"{job_id}/logs/*data-executor-*.log"))
-        for log in logs:
-            text = log.read_text(errors="replace")
-            assert "over mutual TLS, every call checked: job" in text and "Arrow Flight serves over mutual TLS" in text, text[-2000:]
-        refusals = [line for log in (tmp_path / "state" / "logs").glob("*.log") for line in log.read_text(errors="replace").splitlines() if "refused" in line]
-        assert not refusals, refusals[:5]
+        assert_every_call_was_checked(tmp_path / "runs", tmp_path / "state", job_id)
     finally:
         stop_services(state.services)
 

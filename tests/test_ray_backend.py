@@ -23,7 +23,7 @@ from primus.demo_data import generate_dataset
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
-from tests.conftest import DAYS, ROWS_PER_HOUR, START, finish_job, job_document
+from tests.conftest import DAYS, ROWS_PER_HOUR, START, assert_every_call_was_checked, finish_job, job_document
 from tests.tiers import Tier, uses
 
 LONG_DAYS = 8  # the scaling test's job: long enough that three executors, a kill and a scale-in land mid-training
@@ -112,11 +112,7 @@ def test_primus_run_with_backend_ray_runs_the_demo_job_on_two_raylets_under_mutu
     assert not _actors(report["job_id"]), "the job's actors are gone once it ends"
     services = [s["address"] for s in report["services"] if s["role"] in ("master", "planner", "resource_controller")]
     assert all(a.startswith(f"{node_ip}:") for a in services), f"the control plane listens where other nodes reach it: {services}"
-    for log in (tmp_path / "runs").glob(f"{report['job_id']}/logs/*data-executor-*.log"):
-        text = log.read_text(errors="replace")
-        assert "over mutual TLS, every call checked: job" in text and "Arrow Flight serves over mutual TLS" in text, text[-2000:]
-    refusals = [line for log in (tmp_path / "state" / "logs").glob("*.log") for line in log.read_text(errors="replace").splitlines() if "refused" in line]
-    assert not refusals, refusals[:5]
+    assert_every_call_was_checked(tmp_path / "runs", tmp_path / "state", report["job_id"])
 
 
 @pytest.fixture

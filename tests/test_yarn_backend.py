@@ -34,7 +34,7 @@ from services.resource_controller.backend import ROLE_MODULES, EventKind, Execut
 from services.resource_controller.backends import BackendConfig, BackendUnavailableError
 from services.resource_controller.yarn_backend import YarnBackend, YarnHandle, choose_service, executor_services, service_name
 from services.resource_controller.yarn_launch import ARGS_ENV, ID_ENV, LOG_ENV, MODULE_ENV, MODULES, command, host_environment
-from tests.conftest import START, finish_job, job_document
+from tests.conftest import START, assert_every_call_was_checked, finish_job, job_document
 from tests.skein_am_double import SkeinAppMasterDouble
 
 pytestmark = pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning")  # skein 0.8.2 checks grpc's version so
@@ -645,10 +645,6 @@ def test_a_job_runs_in_containers_under_mutual_tls_and_tokens(yarn: SkeinAppMast
         _assert_exact(json.loads(Path(final.report_path).read_text()))
         container = _container_of(yarn, f"{job_id}-data-executor-0")
         assert container is not None, "the executors ran as containers of the application"
-        for log in (tmp_path / "runs").glob(f"{job_id}/logs/*data-executor-*.log"):
-            text = log.read_text(errors="replace")
-            assert "over mutual TLS, every call checked: job" in text and "Arrow Flight serves over mutual TLS" in text, text[-2000:]
-        refusals = [line for log in (tmp_path / "state" / "logs").glob("*.log") for line in log.read_text(errors="replace").splitlines() if "refused" in line]
-        assert not refusals, refusals[:5]
+        assert_every_call_was_checked(tmp_path / "runs", tmp_path / "state", job_id)
     finally:
         stop_services(state.services)
