@@ -525,6 +525,23 @@ class Features(_Model):
         "fill", description="a NaN or infinite dense value: fill replaces it with 0.0 (and counts it); quarantine sets its record aside with its reason"
     )
 
+    @model_validator(mode="after")
+    def _one_role_per_column(self) -> Features:
+        """A column is the label, a dense feature or a sparse one, once: a label that is also a feature leaks the answer
+        into the model, and a feature listed twice (or as both kinds) cannot mean what its author wants."""
+        dense, sparse = list(self.dense), [f.name for f in self.sparse]
+        if self.label in dense or self.label in sparse:
+            where = "dense" if self.label in dense else "sparse"
+            raise ValueError(f"label {self.label!r} is also a {where} feature: the model would be given the answer")
+        for kind, names in (("dense", dense), ("sparse", sparse)):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ValueError(f"{kind} lists {', '.join(repr(n) for n in twice)} more than once")
+        both = sorted(set(dense) & set(sparse))
+        if both:
+            raise ValueError(f"{', '.join(repr(n) for n in both)} is both a dense and a sparse feature: a column has one role")
+        return self
+
 
 class SourceTraining(_Model):
     """How one source's samples update the model."""
@@ -703,8 +720,13 @@ def _template_problems(job: TrainingJob) -> list[str]:
     return problems
 
 
+MAX_SPEC_BYTES = 1 << 20  # far above any real job (the 10M-row Criteo example is 6 KiB); a bigger one is refused unparsed
+
+
 def load_job_text(text: str, origin: str = "spec") -> TrainingJob:
     """Parse and validate YAML text; anything that is not a YAML mapping is one line naming the origin."""
+    if len(text) > MAX_SPEC_BYTES:
+        raise SpecError([f"{origin}: not a job spec: {len(text):,} characters, above the {MAX_SPEC_BYTES:,} a TrainingJob may take (refused before parsing)"])
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -721,6 +743,9 @@ def load_job_text(text: str, origin: str = "spec") -> TrainingJob:
 def load_job_file(path: Path) -> TrainingJob:
     """Read, validate and resolve a job file: relative source paths resolve against its folder."""
     try:
+        size = path.stat().st_size
+        if size > MAX_SPEC_BYTES:
+            raise SpecError([f"{path}: not a job spec: {size:,} bytes, above the {MAX_SPEC_BYTES:,} a TrainingJob may take (refused before reading it)"])
         data = path.read_bytes()
     except OSError as exc:
         raise SpecError([f"{path}: cannot read the job file ({exc.strerror})"]) from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -170,3 +171,36 @@ def test_a_stream_cannot_be_shuffled() -> None:
     source.update({"kind": "stream", "adapter": "landing", "shuffle": "day"})
     with pytest.raises(SpecError, match=r"spec\.data\.sources\[0\].*shuffle is for batch sources"):
         parse_job(document)
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda f: f["dense"].append(f["label"]), "spec.training.features: label 'click' is also a dense feature: the model would be given the answer"),
+        (lambda f: f["sparse"].append({"name": f["label"], "buckets": 10}), "is also a sparse feature"),
+        (lambda f: f["dense"].append(f["dense"][0]), "dense lists"),
+        (lambda f: f["sparse"].append(dict(f["sparse"][0])), "sparse lists"),
+        (lambda f: f["dense"].append(f["sparse"][0]["name"]), "is both a dense and a sparse feature: a column has one role"),
+    ],
+)
+def test_a_column_has_one_role(dataset: Path, tmp_path: Path, change: Any, said: str) -> None:
+    document = job_document(dataset)
+    change(document["spec"]["training"]["features"])  # type: ignore[index]
+    problems = _problems(tmp_path, document)
+    assert any(said in p and p.startswith("spec.training.features") for p in problems), problems
+
+
+def test_a_file_far_larger_than_any_spec_is_refused_before_it_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_text("a: [" + "1, " * 2_000_000 + "1]\n")
+    text = path.read_text()
+
+    def unread(self: Path) -> bytes:
+        raise AssertionError(f"{self} was read")
+
+    monkeypatch.setattr(Path, "read_bytes", unread)
+    with pytest.raises(SpecError, match=r"huge\.yaml: not a job spec: 6,000,007 bytes, above the 1,048,576 a TrainingJob may take") as refused:
+        load_job_file(path)
+    assert len(refused.value.problems) == 1
+    with pytest.raises(SpecError, match="refused before parsing"):
+        load_job_text(text, "submitted spec")
