@@ -61,12 +61,12 @@ def cmd_token(args: argparse.Namespace, _client: Connect) -> int:
 
 def _offline_token(args: argparse.Namespace) -> int:
     """A token signed here with the secret itself: whoever holds the secret holds every identity (for bootstrapping)."""
+    if not args.subject:
+        raise UserError("primus token create needs --subject: who the token is for")
     try:
         token = tokens.create_token(tokens.read_secret(args.secret_file), args.subject, tokens.parse_ttl(args.ttl), kind=tokens.TokenKind(args.kind))
     except (tokens.SecretError, tokens.TokenError) as exc:
         raise UserError(str(exc)) from None
-    if not args.subject:
-        raise UserError("primus token create needs --subject: who the token is for")
     err_console.print("signed with the secret file: the master has no record of it (revoke it by id: `primus token revoke`)", highlight=False)
     print(token)
     return 0

@@ -27,7 +27,6 @@ class FlightGuard(flight.ServerMiddlewareFactory):  # type: ignore[misc]
         try:
             self.guard.admit(method, str(values[0]), (), "")
         except RefusedError as exc:
-            self.guard.refused += 1
             log.warning("refused %s: %s: %s", method, exc.code.name, exc.reason)
             if exc.code is grpc.StatusCode.UNAUTHENTICATED:
                 raise flight.FlightUnauthenticatedError(exc.reason) from None

@@ -6,7 +6,7 @@ import contextvars
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -41,7 +41,6 @@ class Guard:
 
     authenticator: Authenticator
     own_job: str = ""
-    refused: int = field(default=0)
     on_refusal: Callable[[str, str, str, RefusedError], None] | None = None  # (method, peer, job id, refusal): the master audits them
 
     def admit(self, method: str, authorization: str, peer_names: Sequence[str], job_id: str) -> Principal:
@@ -66,7 +65,6 @@ class Guard:
         try:
             return self.admit(method, authorization, names, job_id)
         except RefusedError as exc:
-            self.refused += 1
             log.warning("refused %s from %s: %s: %s", method, context.peer(), exc.code.name, exc.reason)
             if self.on_refusal is not None:
                 self.on_refusal(method, context.peer(), job_id, exc)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import hmac
 import json
 import threading
@@ -155,7 +154,7 @@ def _expiry(token: str) -> float:
     if not token.startswith(tokens.JOB_PREFIX):
         try:
             claims = token.split(".")[1]
-            return float(json.loads(base64.urlsafe_b64decode(claims + "=" * (-len(claims) % 4)))["exp"])
+            return float(json.loads(tokens.unb64(claims))["exp"])
         except (ValueError, KeyError, IndexError, TypeError):
             return 0.0  # verified, yet no readable expiry: verify it again every time
     return time.time() + 60.0

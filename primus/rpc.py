@@ -124,6 +124,12 @@ class _CallDetails(
     pass
 
 
+def _with_headers(details: grpc.ClientCallDetails, headers: tuple[tuple[str, str], ...]) -> _CallDetails:
+    """The call's details with these headers after its own."""
+    metadata = (*details.metadata, *headers) if details.metadata else headers
+    return _CallDetails(details.method, details.timeout, metadata, details.credentials, details.wait_for_ready, details.compression)
+
+
 class _PropagatingInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[type-arg]
     """Sends the current trace context and baggage with every call. The headers of the last context are kept: a
     Context never changes in place, and a stream's many calls to the planner all run in the same one."""
@@ -139,8 +145,7 @@ class _PropagatingInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStream
         else:
             headers = (*telemetry.inject_headers(current).items(), *self._extra)
             self._last = (current, headers)
-        metadata = (*details.metadata, *headers) if details.metadata else headers
-        return _CallDetails(details.method, details.timeout, metadata, details.credentials, details.wait_for_ready, details.compression)
+        return _with_headers(details, headers)
 
     def intercept_unary_unary(self, continuation: Callable[..., Any], details: grpc.ClientCallDetails, request: Any) -> Any:
         return continuation(self._details(details), request)
@@ -173,8 +178,7 @@ class _HeaderInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClien
         self._headers = headers
 
     def _details(self, details: grpc.ClientCallDetails) -> _CallDetails:
-        metadata = (*details.metadata, *self._headers) if details.metadata else self._headers
-        return _CallDetails(details.method, details.timeout, metadata, details.credentials, details.wait_for_ready, details.compression)
+        return _with_headers(details, self._headers)
 
     def intercept_unary_unary(self, continuation: Callable[..., Any], details: grpc.ClientCallDetails, request: Any) -> Any:
         return continuation(self._details(details), request)

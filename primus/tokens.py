@@ -48,7 +48,8 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def _unb64(text: str) -> bytes:
+def unb64(text: str) -> bytes:
+    """base64url without its padding, decoded (a token's parts)."""
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
@@ -95,7 +96,7 @@ def verify_token(secret: bytes, token: str, now: float | None = None) -> Claims:
     if not hmac.compare_digest(_mac(secret, SIGNED_PREFIX + parts[1]), parts[2]):
         raise TokenError("token signature does not match (signed with another secret, or altered)")
     try:
-        data = json.loads(_unb64(parts[1]))
+        data = json.loads(unb64(parts[1]))
         claims = Claims(str(data["sub"]), int(data["iat"]), int(data["exp"]), TokenKind(data.get("kind", "user")), str(data.get("jti", "")))
     except (ValueError, KeyError, TypeError):
         raise TokenError("malformed token claims") from None

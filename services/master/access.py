@@ -180,6 +180,10 @@ class Gate:
         if reason:
             raise PermissionDeniedError(reason)
 
+    def about(self, job_id: str, namespace: str) -> None:
+        """Name the job a call created (a submit), for its audit entry."""
+        _SUBJECT.set(Subject(job_id, namespace))
+
     def job(self, verb: Verb, record: JobRecord) -> JobRecord:
         self.require(verb, record.namespace, record)
         return record
@@ -200,9 +204,7 @@ def audited(records: Callable[[Any], AccessRecords]) -> Callable[[F], F]:
             token = _SUBJECT.set(Subject(str(getattr(request, "job_id", ""))))
             result, detail = "OK", ""
             try:
-                reply = method(self, request, context)
-                detail = str(getattr(reply, "job_id", "") or "")
-                return reply
+                return method(self, request, context)
             except PrimusError as exc:
                 result, detail = exc.code.name, str(exc)
                 raise
@@ -210,10 +212,7 @@ def audited(records: Callable[[Any], AccessRecords]) -> Callable[[F], F]:
                 result, detail = "INTERNAL", f"{type(exc).__name__}: {exc}"
                 raise
             finally:
-                subject = _SUBJECT.get() or Subject()
-                if detail and not subject.job_id and result == "OK":
-                    subject, detail = Subject(detail, subject.namespace), ""
-                records(self).audit(caller(), method.__name__, subject, result, detail)
+                records(self).audit(caller(), method.__name__, _SUBJECT.get() or Subject(), result, detail)
                 _SUBJECT.reset(token)
 
         return call  # type: ignore[return-value]

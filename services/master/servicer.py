@@ -91,6 +91,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             job = job.model_copy(update={"spec": job.spec.model_copy(update={"training": training})})
         self._driver.admit(job)
         job_id = new_job_id(job.metadata.name)
+        self._gate.about(job_id, job.metadata.namespace)
         now = time.time()
         record = JobRecord(
             job_id=job_id,

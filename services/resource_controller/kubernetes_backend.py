@@ -320,6 +320,7 @@ class KubernetesBackend:
         process's environment)."""
         self._api = api
         self._security = security.from_env() if credentials is None else credentials
+        self._tls_files: dict[str, bytes] | None = None
         self.namespace = namespace
         self.address = address
         self._image = image
@@ -418,11 +419,10 @@ class KubernetesBackend:
 
     def _ensure_secret(self, job_id: str, name: str, token: str) -> None:
         """Create (or bring up to date) the job's Secret before its pod: the kubelet starts no container without it."""
-        files: dict[str, bytes] = {}
-        if self._security.tls:
-            for key, path in ((CA_KEY, self._security.ca), (CERT_KEY, self._security.cert), (KEY_KEY, self._security.key)):
-                files[key] = Path(path).read_bytes()
-        body = k8s.V1Secret.from_dict(credentials_secret(name, self.namespace, job_id, token, files))
+        if self._tls_files is None:  # read once: every job's Secret carries the same files
+            pairs = ((CA_KEY, self._security.ca), (CERT_KEY, self._security.cert), (KEY_KEY, self._security.key))
+            self._tls_files = {key: Path(path).read_bytes() for key, path in pairs} if self._security.tls else {}
+        body = k8s.V1Secret.from_dict(credentials_secret(name, self.namespace, job_id, token, self._tls_files))
         assert body is not None
         try:
             _json(self._api.create_namespaced_secret(self.namespace, body, _request_timeout=REQUEST_TIMEOUT, _preload_content=False))
