@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 import yaml
 
-from primus import access_cli, contexts, rpc, security, spec_versions
+from primus import access_cli, contexts, digest_cli, rpc, security, spec_versions
 from primus.backend_flags import add_backend_arguments, controller_argv
 from primus.client import AccessDeniedError, CredentialsRefusedError, JobConflictError, JobNotFoundError, MasterUnreachableError, PrimusClient
 from primus.cluster import (
@@ -516,6 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("job", type=Path)
     plan.add_argument("--explain", action="store_true", help="one line per partition: included, waiting or skipped, and why")
     plan.add_argument("--replicas", type=int, default=0, help="spread partition discovery over this many extra planner processes")
+    digest_cli.add_verbs(add)
     up = add("up", cmd_up, "start master, planner and resource_controller as local processes")
     add_backend_arguments(up, many=True)
     _add_security_switches(up)

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import yaml
+
 from primus.cluster import ClusterState, start_cluster, stop_services
+from primus.digest_cli import mismatches
 from primus.faults import FaultPlan
-from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+from primus.row_identity import RowDigests
+from primus.spec import load_job_text
+from primus.v1 import common_pb2, master_pb2, master_pb2_grpc, planner_pb2
+from services.data_executor.digest import digest_tasks
+from services.planner.plan import build_plan
+from services.planner.resolver import PartitionResolver
+from services.planner.servicer import task_proto
+from tests.conftest import DAYS, job_document
 
 PAUSE_TIMEOUT = 240.0
 CHECK_EVERY_SECONDS = 0.5
+_DATA_DIGESTS: dict[str, RowDigests] = {}
 
 
 @contextmanager
@@ -68,3 +80,30 @@ def wait_for_step(master: master_pb2_grpc.MasterServiceStub, job_id: str, step: 
             return job
         assert time.monotonic() < deadline, f"job {job_id} did not reach step {step}"
         time.sleep(0.05)
+
+
+def data_digests(spec_yaml: str) -> RowDigests:
+    """The digests of every row the job's plan serves (as `primus digest` computes them), worked out once per data."""
+    job = load_job_text(spec_yaml, "test job")
+    key = json.dumps(yaml.safe_load(spec_yaml)["spec"]["data"], sort_keys=True, default=str)
+    if key not in _DATA_DIGESTS:
+        plan = build_plan("expected", job, PartitionResolver(concurrency=2))
+        tasks: list[planner_pb2.DataTask] = [task_proto("expected", t, 1, 0.0, 0, False) for t in plan.tasks]
+        _DATA_DIGESTS[key] = digest_tasks(job, tasks)[0]
+    return _DATA_DIGESTS[key]
+
+
+def assert_rows_exact(report: dict[str, object], spec_yaml: str) -> None:
+    """By row identity, the run trained and evaluated every row of its data once: no duplicate, no loss, even where
+    the two would cancel in the counts."""
+    trainer = report["trainer"]
+    assert isinstance(trainer, dict) and isinstance(trainer.get("digests"), dict), "the report carries the trainer's row digests"
+    reported = RowDigests.from_state({f"{source}/{purpose}": text for source, by in trainer["digests"].items() for purpose, text in by.items()})
+    expected = data_digests(spec_yaml)
+    assert expected.digests and all(d.count for d in expected.digests.values()), "the data has rows to compare"
+    assert mismatches(expected, reported) == []
+
+
+def assert_dataset_rows_exact(report: dict[str, object], dataset: Path, days: int = DAYS) -> None:
+    """assert_rows_exact for a job on the shared dataset (tests.conftest.job_document)."""
+    assert_rows_exact(report, yaml.safe_dump(job_document(dataset, days=days)))

@@ -21,7 +21,7 @@ from primus.v1 import master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
-from tests.faults_helpers import fault_cluster, paused_mid_training
+from tests.faults_helpers import assert_dataset_rows_exact, fault_cluster, paused_mid_training
 
 TRAIN_ROWS = (DAYS - 1) * 24 * ROWS_PER_HOUR
 EVAL_ROWS = 24 * ROWS_PER_HOUR
@@ -42,8 +42,9 @@ def _submit(cluster: ClusterState, dataset: Path, tmp_path: Path, ranks: int = 2
     return master, job_id
 
 
-def _assert_exact(report: dict[str, Any]) -> None:
+def _assert_exact(report: dict[str, Any], dataset: Path) -> None:
     assert report["state"] == "SUCCEEDED", report["message"]
+    assert_dataset_rows_exact(report, dataset)
     (source,) = report["sources"]
     assert source["samples"] == TRAIN_ROWS + EVAL_ROWS, "every row of the source trained or evaluated exactly once"
     trainer = report["trainer"]
@@ -59,7 +60,7 @@ def _assert_exact(report: dict[str, Any]) -> None:
 def test_two_ranks_train_every_row_exactly_once(cluster: ClusterState, dataset: Path, tmp_path: Path) -> None:
     master, job_id = _submit(cluster, dataset, tmp_path)
     report = finish_job(master, job_id, timeout=TIMEOUT)
-    _assert_exact(report)
+    _assert_exact(report, dataset)
     ranks = report["trainer"]["ranks"]
     assert all(r["samples"] > TRAIN_ROWS / 4 for r in ranks), f"the executors serve both ranks: {ranks}"
     assert all(r["step_seconds"] > 0 and r["wait_seconds"] >= 0 for r in ranks)
@@ -79,7 +80,7 @@ def test_kill_one_rank_restarts_the_gang_with_exact_counts(dataset: Path, tmp_pa
         os.kill(victim.pid, signal.SIGKILL)
         plan.release("trainer", KILL_RANK_AT)
         report = finish_job(master, job_id, timeout=TIMEOUT)
-    _assert_exact(report)
+    _assert_exact(report, dataset)
     assert report["restarts"] == {"trainer": 1}, "one gang restart, counted once"
     trainers = [s for s in report["services"] if s["role"] == "trainer"]
     assert len(trainers) == 4, "both ranks were launched again"
@@ -100,5 +101,5 @@ def test_a_lost_data_executor_restarts_the_gang_with_exact_counts(dataset: Path,
         os.kill(victim, signal.SIGKILL)
         plan.release("trainer", KILL_EXECUTOR_AT)
         report = finish_job(master, job_id, timeout=TIMEOUT)
-    _assert_exact(report)
+    _assert_exact(report, dataset)
     assert report["restarts"] == {"data executor": 1, "trainer": 1}, "the executor relaunched, the gang restarted once"

@@ -90,6 +90,18 @@ def test_run_trains_through_five_services(job_file: Path, tmp_path: Path) -> Non
     assert report.returncode == 0, report.stderr
     assert yaml.safe_load(report.stdout)["sources"][0]["samples"] == source["samples"]
 
+    checked = _primus(tmp_path, "digest", str(job_file), "--report", str(run_dir / "report.json"))
+    assert checked.returncode == 0, checked.stderr
+    assert "every row of the data used exactly once" in checked.stdout
+    (train_line,) = [row for row in checked.stdout.splitlines() if row.startswith("clicks") and " train " in row]
+    assert f"{trainer['train_samples']:,}" in train_line
+    tampered = json.loads((run_dir / "report.json").read_text())
+    count, total, xor = tampered["trainer"]["digests"]["clicks"]["train"].split(":")
+    tampered["trainer"]["digests"]["clicks"]["train"] = f"{count}:{int(total, 16) ^ 1:016x}:{xor}"  # same count, other rows
+    (tmp_path / "tampered.json").write_text(json.dumps(tampered))
+    caught = _primus(tmp_path, "digest", str(job_file), "--report", str(tmp_path / "tampered.json"))
+    assert caught.returncode == 1 and "source 'clicks' (train): the same" in caught.stderr, caught.stderr
+
 
 def _health(address: str) -> int:
     with grpc.insecure_channel(address) as channel:

@@ -27,7 +27,7 @@ from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
-from tests.faults_helpers import fault_cluster, paused_mid_training
+from tests.faults_helpers import assert_dataset_rows_exact, fault_cluster, paused_mid_training
 
 TRAIN_ROWS = (DAYS - 1) * 24 * ROWS_PER_HOUR
 EVAL_ROWS = 24 * ROWS_PER_HOUR
@@ -106,8 +106,9 @@ def _wait_for(condition: Any, what: str, timeout: float = 60.0) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _assert_exact(report: dict[str, Any]) -> None:
+def _assert_exact(report: dict[str, Any], dataset: Path) -> None:
     assert report["state"] == "SUCCEEDED", report["message"]
+    assert_dataset_rows_exact(report, dataset)
     (source,) = report["sources"]
     assert source["samples"] == TRAIN_ROWS + EVAL_ROWS, "every row of the source trained or evaluated exactly once"
     assert report["trainer"]["train_samples"] == TRAIN_ROWS
@@ -136,7 +137,7 @@ def test_scale_out_joins_running_streams(cluster: ClusterState, plan: FaultPlan,
     )
     assert len(joined) >= 1
     report = finish_job(master, job_id)
-    _assert_exact(report)
+    _assert_exact(report, dataset)
     assert len(_data_rows(report)) == 3
     (decision,) = [d for d in report["scaling"] if d["action"] == "SCALE_OUT"]
     assert (decision["replicas_before"], decision["replicas_after"], decision["automatic"]) == (1, 3, False)
@@ -166,7 +167,7 @@ def test_scale_in_drains_before_release(cluster: ClusterState, plan: FaultPlan, 
     )
     assert all(e.exit_reason == rc_pb2.EXIT_REASON_SCALED_IN for e in released)
     report = finish_job(master, job_id)
-    _assert_exact(report)
+    _assert_exact(report, dataset)
     assert report["restarts"] == {}, "a drained executor is not a crash: nothing was relaunched"
     (source,) = report["sources"]
     assert source["wasted_samples"] == 0, "a drain finishes or returns its work; nothing is read twice"
@@ -187,7 +188,7 @@ def test_resize_in_place_keeps_the_streams(cluster: ClusterState, plan: FaultPla
     assert after.telemetry.memory_limit_bytes == 1024 << 20
     _release(plan)
     report = finish_job(master, job_id)
-    _assert_exact(report)
+    _assert_exact(report, dataset)
     assert report["restarts"] == {}
     (resize,) = report["resizes"]
     assert resize["resources_before"] == {"cpu": 0.5, "memory_mib": 512} and resize["resources_after"] == {"cpu": 1.5, "memory_mib": 1024}
@@ -212,7 +213,7 @@ def test_silent_executor_is_lost_within_its_heartbeat_timeout(cluster: ClusterSt
     assert lost.exit_reason == rc_pb2.EXIT_REASON_HEARTBEAT_LOST and "no heartbeat" in lost.message
     _release(plan)
     report = finish_job(master, job_id)
-    _assert_exact(report)
+    _assert_exact(report, dataset)
     assert report["restarts"] == {"data executor": 1}
 
 
@@ -233,7 +234,7 @@ def test_kill_resource_controller_mid_job(cluster: ClusterState, plan: FaultPlan
         assert adopted == pids, "the restarted controller re-adopted the same running executors"
         plan.release("trainer", PAUSE_AGAIN_AT)
         report = finish_job(master, job_id)
-        _assert_exact(report)
+        _assert_exact(report, dataset)
         assert report["restarts"] == {}, "nothing was relaunched: the executors were never orphaned"
         assert all(s["exit_reason"] == "RELEASED" for s in _data_rows(report)), "the re-adopted executors were released at the end"
     finally:
@@ -259,7 +260,7 @@ def test_autoscaler_adds_executors_to_a_cpu_starved_job(cluster: ClusterState, p
     grown = _wait_for(lambda: len([e for e in _executors(rc, job_id) if e.state in launched]) > 1, "a scale-out", timeout=150)
     assert grown
     report = finish_job(master, job_id)
-    _assert_exact(report)
+    _assert_exact(report, dataset)
     outs = [d for d in report["scaling"] if d["action"] == "SCALE_OUT"]
     assert outs and all(d["automatic"] for d in outs)
     first = outs[0]
@@ -278,7 +279,7 @@ def test_an_oom_killed_executor_is_replaced_with_more_memory(cluster: ClusterSta
     spec = _job(dataset, tmp_path, executors=1, trainer=trainer)
     job_id = str(master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=spec), timeout=30).job_id)
     report = finish_job(master, job_id)
-    _assert_exact(report)
+    _assert_exact(report, dataset)
     first, *rest = [s for s in report["services"] if s["role"] == "trainer"]
     assert first["exit_reason"] == "OOM_KILLED" and "128 MiB" in first["message"], first
     assert rest and rest[-1]["memory_mib"] >= 512 and rest[-1]["slot"] == first["slot"], "it may grow again in place if it runs near its limit"

@@ -23,7 +23,7 @@ from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from services.master.driver import AFTER_RELAUNCH
 from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
-from tests.faults_helpers import fault_cluster, newest_checkpoint, paused_mid_training, wait_for
+from tests.faults_helpers import assert_rows_exact, fault_cluster, newest_checkpoint, paused_mid_training, wait_for
 
 TRAIN_ROWS = (DAYS - 1) * 24 * ROWS_PER_HOUR
 EVAL_ROWS = 24 * ROWS_PER_HOUR
@@ -90,8 +90,9 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _assert_exact(report: dict[str, object]) -> None:
+def _assert_exact(report: dict[str, object], dataset: Path) -> None:
     assert report["state"] == "SUCCEEDED", report["message"]
+    assert_rows_exact(report, yaml.safe_dump(job_document(dataset)))
     (source,) = report["sources"]  # type: ignore[misc]
     assert source["samples"] == TRAIN_ROWS + EVAL_ROWS, "every row of the source trained or evaluated exactly once"
     trainer = report["trainer"]
@@ -112,7 +113,7 @@ def test_kill_data_executor_mid_job(dataset: Path, tmp_path: Path) -> None:
         os.kill(victim, signal.SIGKILL)
         plan.release("trainer", PAUSE_AT)
         report = finish_job(master, job_id)
-        _assert_exact(report)
+        _assert_exact(report, dataset)
         assert report["restarts"] == {"data executor": 1}
         (source,) = report["sources"]  # type: ignore[misc]
         assert source["retries"] >= 1, "the lost executor's leases were served again"
@@ -123,7 +124,7 @@ def test_kill_trainer_mid_job(cluster: ClusterState, plan: FaultPlan, dataset: P
     master, job_id = _submit_until_paused(cluster, plan, dataset, tmp_path, PAUSE_AT)
     _kill(cluster, job_id, rc_pb2.EXECUTOR_ROLE_TRAINER)  # the paused one: its relaunch resumes from step 50 and passes 60 unpaused
     report = finish_job(master, job_id)
-    _assert_exact(report)
+    _assert_exact(report, dataset)
     assert report["restarts"] == {"trainer": 1}
     trainers = [s for s in report["services"] if s["role"] == "trainer"]  # type: ignore[union-attr]
     assert len(trainers) == 2 and trainers[0]["exit_code"] == -signal.SIGKILL
@@ -142,7 +143,7 @@ def test_kill_master_mid_job(cluster: ClusterState, plan: FaultPlan, dataset: Pa
     restarted = restart_service(cluster, tmp_path / "state", "master")
     try:
         report = finish_job(master_pb2_grpc.MasterServiceStub(rpc.connect(restarted.address("master"))), job_id)
-        _assert_exact(report)
+        _assert_exact(report, dataset)
         assert report["restarts"] == {}, "no executor was relaunched: the job went on undisturbed"
     finally:
         stop_services([s for s in restarted.services if s.name == "master"])
@@ -161,7 +162,7 @@ def test_kill_master_right_after_a_trainer_restart(dataset: Path, tmp_path: Path
         restarted = restart_service(cluster, tmp_path / "state", "master")  # the same plan: the exit, claimed, does not fire again
         try:
             report = finish_job(master_pb2_grpc.MasterServiceStub(rpc.connect(restarted.address("master"))), job_id)
-            _assert_exact(report)
+            _assert_exact(report, dataset)
             assert report["restarts"] == {"trainer": 1}, "the relaunch before the crash is counted once; nothing else was relaunched"
             trainers = [s for s in report["services"] if s["role"] == "trainer"]  # type: ignore[union-attr]
             assert len(trainers) == 2
@@ -191,7 +192,7 @@ def test_kill_planner_mid_job(cluster: ClusterState, plan: FaultPlan, dataset: P
     restarted = restart_service(cluster, tmp_path / "state", "planner")
     try:
         report = finish_job(master, job_id)
-        _assert_exact(report)
+        _assert_exact(report, dataset)
         assert report["restarts"] == {"planner": 1}, "the planner's restart is counted; no executor was restarted"
         ran = {s["name"]: s["pid"] for s in report["services"] if s["role"] in ("trainer", "data_executor")}  # type: ignore[index]
         assert ran == executors, "the same executors trained the job from start to end"

@@ -30,6 +30,7 @@ from services.resource_controller.backend import EventKind, ExecutorEvent, ExitR
 from services.resource_controller.backends import BackendConfig, BackendUnavailableError
 from services.resource_controller.kubernetes_backend import KubernetesBackend, KubernetesHandle
 from tests.conftest import DAYS, ROWS_PER_HOUR, assert_every_call_was_checked, finish_job, job_document
+from tests.faults_helpers import assert_dataset_rows_exact
 from tests.kube_api_double import REPO_ROOT, KubeApiDouble
 
 NS = "primus"
@@ -392,8 +393,9 @@ def _ready(rc: rc_grpc.ResourceControllerServiceStub, job_id: str) -> list[str]:
     return [e.executor_id for e in executors if e.state == rc_pb2.EXECUTOR_STATE_READY]
 
 
-def _assert_exact(report: dict[str, Any]) -> None:
+def _assert_exact(report: dict[str, Any], dataset: Path) -> None:
     assert report["state"] == "SUCCEEDED", report["message"]
+    assert_dataset_rows_exact(report, dataset)
     (source,) = report["sources"]
     assert source["samples"] == TRAIN_ROWS + EVAL_ROWS, "every row of the source trained or evaluated exactly once"
     assert report["trainer"]["train_samples"] == TRAIN_ROWS
@@ -407,7 +409,7 @@ def test_job_survives_a_deleted_data_executor_pod(kube: KubeApiDouble, kube_clus
     victim = _running_pods(kube, job_id)[0]
     _api(kube).delete_namespaced_pod(victim, NS, grace_period_seconds=1)  # kubectl delete pod, from outside Primus
     report = finish_job(master, job_id)
-    _assert_exact(report)
+    _assert_exact(report, dataset)
     assert report["restarts"] == {"data executor": 1}
     (record,) = [e for e in rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id), timeout=10).executors if e.executor_id == victim]
     assert (record.state, record.exit_reason, record.backend) == (rc_pb2.EXECUTOR_STATE_FAILED, rc_pb2.EXIT_REASON_ERROR, "kubernetes")
@@ -430,7 +432,7 @@ def test_scale_out_and_in_through_pods(kube: KubeApiDouble, kube_cluster: Cluste
     records = {e.executor_id: e for e in rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=DATA), timeout=10).executors}
     assert all(records[name].state == rc_pb2.EXECUTOR_STATE_RELEASED and records[name].exit_reason == rc_pb2.EXIT_REASON_SCALED_IN for name in drained)
     report = finish_job(master, job_id)
-    _assert_exact(report)
+    _assert_exact(report, dataset)
     assert report["restarts"] == {}, "a drained executor is not a crash"
 
 
@@ -449,7 +451,7 @@ def test_a_job_runs_on_pods_under_mutual_tls_and_tokens(kube: KubeApiDouble, dat
             for view in client.watch(job_id):
                 final = view
         report = json.loads(Path(final.report_path).read_text())
-        _assert_exact(report)
+        _assert_exact(report, dataset)
         created = [r for r in kube.requests if r.method == "POST" and r.path.endswith("/secrets")]
         assert len(created) >= 1, "the job's Secret was created before its pods"
         pods = [r for r in kube.requests if r.method == "POST" and r.path.endswith("/pods")]

@@ -19,7 +19,7 @@ from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from services.master.driver import AFTER_LAUNCH
 from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
-from tests.faults_helpers import fault_cluster
+from tests.faults_helpers import assert_dataset_rows_exact, fault_cluster
 
 
 @pytest.fixture
@@ -66,6 +66,7 @@ def test_master_dies_right_after_launch(cluster: ClusterState, dataset: Path, tm
         assert report["trainer"]["train_samples"] == (DAYS - 1) * 24 * ROWS_PER_HOUR
         assert report["trainer"]["eval_samples"] == 24 * ROWS_PER_HOUR
         assert report["restarts"] == {}
+        assert_dataset_rows_exact(report, dataset)
         planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(restarted.address("planner")))
         with pytest.raises(Exception) as dropped:
             planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job_id), timeout=10)

@@ -24,6 +24,7 @@ from primus.spec import load_job_file
 from services.master.leader import Leadership
 from services.master.store import JobRecord, JobStore, StaleVersionError
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
+from tests.faults_helpers import assert_dataset_rows_exact
 from tests.stores import POSTGRES, require_port
 
 BASE = "postgresql://postgres@127.0.0.1:5432/test"
@@ -144,6 +145,7 @@ def test_standby_takes_over_a_running_job(cluster: ClusterState, dataset: Path, 
         assert source["samples"] == DAYS * 24 * ROWS_PER_HOUR, "every row trained or evaluated exactly once across the takeover"
         assert report["trainer"]["train_samples"] == (DAYS - 1) * 24 * ROWS_PER_HOUR
         assert report["restarts"] == {}, "the executors carried on: none was relaunched"
+        assert_dataset_rows_exact(report, dataset)
     finally:
         for process in (leader, standby):
             if process.poll() is None:

@@ -20,6 +20,7 @@ from primus import hosts, rpc
 from primus.cluster import start_cluster, stop_services
 from primus.v1 import master_pb2, master_pb2_grpc
 from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
+from tests.faults_helpers import assert_dataset_rows_exact
 from tests.tiers import Tier, uses
 
 REQUIRE_ENV = "PRIMUS_REQUIRE_NETNS"  # CI sets it: there the test must run, not skip
@@ -106,6 +107,7 @@ def test_executors_on_another_host_serve_the_trainer_over_flight_with_exact_coun
     (source,) = report["sources"]
     assert source["samples"] == DAYS * 24 * ROWS_PER_HOUR, "every row trained or evaluated exactly once"
     assert report["trainer"]["train_samples"] == (DAYS - 1) * 24 * ROWS_PER_HOUR
+    assert_dataset_rows_exact(report, dataset)
     rows = [s for s in report["services"] if s["role"] in ("data_executor", "trainer")]
     executors = [r for r in rows if r["role"] == "data_executor"]
     (trainer,) = [r for r in rows if r["role"] == "trainer"]

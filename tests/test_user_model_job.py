@@ -23,7 +23,7 @@ from primus.v1 import master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
-from tests.faults_helpers import paused_mid_training
+from tests.faults_helpers import assert_dataset_rows_exact, paused_mid_training
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN_ROWS = (DAYS - 1) * 24 * ROWS_PER_HOUR
@@ -84,6 +84,7 @@ def test_user_model_job_survives_kill_9_of_the_trainer_with_exact_counts(dataset
     assert source["samples"] == TRAIN_ROWS + EVAL_ROWS, "every row trained or evaluated exactly once, through the kill"
     assert report["trainer"]["train_samples"] == TRAIN_ROWS
     assert report["trainer"]["eval_samples"] == EVAL_ROWS
+    assert_dataset_rows_exact(report, dataset)
     assert 0.5 < report["trainer"]["auc"] <= 1.0, "the user's model learned"
     checkpoint = torch.load(sorted((runs / job_id / "checkpoints").glob("ckpt-*.pt"))[-1], weights_only=False)
     assert any(name.startswith("wide.") for name in checkpoint["model"]), "the checkpoint is the user's Wide & Deep model"

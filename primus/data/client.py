@@ -19,6 +19,7 @@ from primus.data.databatch import DataBatch
 from primus.data.discovery import executor_discovery
 from primus.data.feed import BatchFeed, Discover, Lost, Served
 from primus.data.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
+from primus.row_identity import Purpose, RowDigests
 from primus.settings import WorkerSettings, from_env
 from primus.spec import TrainingJob
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc, planner_pb2_grpc
@@ -66,6 +67,7 @@ class DataClient:
         self._mixer = Mixer([SourcePolicy(s.name, s.priority, s.weight, s.max_lag_rows) for s in job.spec.data.sample_sources], training.batch_size)
         self._loss_weights = {name: s.loss_weight for name, s in training.sources.items()}
         self._consumed = ConsumedTasks()
+        self.digests = RowDigests()  # by identity, the rows yielded (in the state, as the cursors) and evaluated
         self._committed: dict[str, tuple[int, bool]] = {}
         self._commits = 0  # commits by this process: what a fault plan's trainer pause counts in a user's loop
         self.seq = 0
@@ -102,7 +104,14 @@ class DataClient:
 
     def state_dict(self) -> dict[str, Any]:
         """The data progress of the checkpoint being taken: save it with the model, then commit(state)."""
-        return {"version": STATE_VERSION, "seq": self.seq + 1, "consumed": self._consumed.to_state(), "mixer": self._mixer.to_state(), "steps": self.steps}
+        return {
+            "version": STATE_VERSION,
+            "seq": self.seq + 1,
+            "consumed": self._consumed.to_state(),
+            "mixer": self._mixer.to_state(),
+            "steps": self.steps,
+            "digests": self.digests.to_state(),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from a checkpoint's state: the planner serves everything after it again (before the first batch)."""
@@ -111,6 +120,7 @@ class DataClient:
         self._consumed = ConsumedTasks.from_state(dict(state["consumed"]))
         self._mixer.load_state(dict(state.get("mixer", {})))
         self.seq, self.steps = int(state["seq"]), int(state.get("steps", 0))
+        self.digests = RowDigests.from_state(dict(state.get("digests", {})))
         self._committed = {p.task_id: (p.rows_consumed, p.finished) for p in self._consumed.progress()}
 
     def commit(self, state: Mapping[str, Any]) -> None:
@@ -164,6 +174,7 @@ class DataClient:
     def _batch(self, minibatch: Minibatch) -> DataBatch | None:
         for taken in minibatch.taken:
             self._consumed.trained(taken.task_id, taken.rows, taken.last_of_task)
+            self.digests.add_rows(taken.source, taken.task_id, taken.first_row, taken.rows)
         if not minibatch.rows:
             return None
         self.steps += 1
@@ -180,7 +191,7 @@ class DataClient:
                 origin = event.origin
                 fresh = self._consumed.receive(event.batch, origin)
                 if fresh is not None:
-                    self._mixer.add(origin.source, fresh, origin.task_id, origin.attempt, origin.last_of_task)
+                    self._mixer.add(origin.source, fresh, origin.task_id, origin.attempt, origin.last_of_task, ConsumedTasks.first_row(event.batch, fresh, origin))
                 while not self._stop and self._mixer.ready(feed.has_more):
                     if (batch := self._batch(self._mixer.take())) is not None:
                         yield batch
@@ -207,6 +218,8 @@ class DataClient:
                 fresh = seen.accept(event.batch, event.origin)
                 if fresh is not None:
                     self.eval_rows += fresh.num_rows
+                    origin = event.origin
+                    self.digests.add_rows(origin.source, origin.task_id, ConsumedTasks.first_row(event.batch, fresh, origin), fresh.num_rows, Purpose.EVAL)
                     index = names.index(event.origin.source) if event.origin.source in names else 0
                     source_index = torch.full((fresh.num_rows,), index, dtype=torch.int32).numpy()
                     yield DataBatch(fresh, source_index, tuple(names), self.job.spec.training.features, self._loss_weights)

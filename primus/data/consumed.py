@@ -49,6 +49,11 @@ class ConsumedTasks:
         cursor.ended = origin.last_of_task
         return fresh if fresh.num_rows or origin.last_of_task else None
 
+    @staticmethod
+    def first_row(batch: pa.RecordBatch, fresh: pa.RecordBatch, origin: data_executor_pb2.BatchOrigin) -> int:
+        """The offset in its task of fresh's first row (fresh: what receive() kept of batch)."""
+        return int(origin.row_offset) + int(batch.num_rows) - int(fresh.num_rows)
+
     def trained(self, task_id: str, rows: int, last_of_task: bool) -> None:
         """Rows of a task went through a model step (in the order they were received)."""
         cursor = self.cursors[task_id]

@@ -36,6 +36,7 @@ class Taken:
     attempt: int
     rows: int
     last_of_task: bool
+    first_row: int = 0  # the offset in its task of the first of these rows: with task_id, the rows' identity
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class _Waiting:
     task_id: str
     attempt: int
     last_of_task: bool
+    first_row: int = 0  # the offset in its task of the batch's first row
     start: int = 0  # rows of the batch already taken
 
     @property
@@ -178,11 +180,12 @@ class Mixer:
             self.states.append(SourceMixState())
         return found
 
-    def add(self, source: str, batch: pa.RecordBatch, task_id: str, attempt: int, last_of_task: bool) -> None:
+    def add(self, source: str, batch: pa.RecordBatch, task_id: str, attempt: int, last_of_task: bool, first_row: int = 0) -> None:
+        """Rows of a task waiting to be mixed; first_row: the offset of the batch's first row in its task."""
         if batch.num_rows == 0 and not last_of_task:
             return
         i = self.index(source)
-        self._queues[i].append(_Waiting(batch, task_id, attempt, last_of_task))
+        self._queues[i].append(_Waiting(batch, task_id, attempt, last_of_task, first_row))
         self._buffered[i] += batch.num_rows
 
     def buffered(self, source: str) -> int:
@@ -240,12 +243,13 @@ class Mixer:
         while queue and (got < rows or any(w.left == 0 for w in queue)):
             heads = _task_heads(queue)
             for head, n in zip(heads, _spread(rows - got, [h.left for h in heads]), strict=True):
+                first_row = head.first_row + head.start
                 if n:
                     parts.append(head.batch.slice(head.start, n))
                     head.start += n
                     got += n
                 if n or (head.left == 0 and head.last_of_task):
-                    taken.append(Taken(head.task_id, source, head.attempt, n, head.left == 0 and head.last_of_task))
+                    taken.append(Taken(head.task_id, source, head.attempt, n, head.left == 0 and head.last_of_task, first_row))
             emptied = {id(w) for w in heads if w.left == 0}
             if not emptied and got >= rows:
                 break

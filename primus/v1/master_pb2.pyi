@@ -262,7 +262,7 @@ class ReportTrainingProgressResponse(_message.Message):
     def __init__(self, stop: _Optional[bool] = ...) -> None: ...
 
 class ReportTrainingResultRequest(_message.Message):
-    __slots__ = ("job_id", "trainer_id", "steps", "train_samples", "eval_samples", "auc", "logloss", "train_seconds", "final_loss", "checkpoint_path", "error", "eval", "eval_recent", "progressive", "sources", "joined_label_fraction", "snapshot_path", "minibatches", "mixed_minibatches", "ranks", "metrics")
+    __slots__ = ("job_id", "trainer_id", "steps", "train_samples", "eval_samples", "auc", "logloss", "train_seconds", "final_loss", "checkpoint_path", "error", "eval", "eval_recent", "progressive", "sources", "joined_label_fraction", "snapshot_path", "minibatches", "mixed_minibatches", "ranks", "row_digests", "metrics")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -290,6 +290,7 @@ class ReportTrainingResultRequest(_message.Message):
     MINIBATCHES_FIELD_NUMBER: _ClassVar[int]
     MIXED_MINIBATCHES_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
+    ROW_DIGESTS_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     trainer_id: str
@@ -311,8 +312,23 @@ class ReportTrainingResultRequest(_message.Message):
     minibatches: int
     mixed_minibatches: int
     ranks: _containers.RepeatedCompositeFieldContainer[RankResult]
+    row_digests: _containers.RepeatedCompositeFieldContainer[RowDigest]
     metrics: _containers.ScalarMap[str, float]
-    def __init__(self, job_id: _Optional[str] = ..., trainer_id: _Optional[str] = ..., steps: _Optional[int] = ..., train_samples: _Optional[int] = ..., eval_samples: _Optional[int] = ..., auc: _Optional[float] = ..., logloss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., final_loss: _Optional[float] = ..., checkpoint_path: _Optional[str] = ..., error: _Optional[str] = ..., eval: _Optional[_Union[EvalMetrics, _Mapping]] = ..., eval_recent: _Optional[_Union[EvalMetrics, _Mapping]] = ..., progressive: _Optional[_Union[EvalMetrics, _Mapping]] = ..., sources: _Optional[_Iterable[_Union[SourceTrainingResult, _Mapping]]] = ..., joined_label_fraction: _Optional[float] = ..., snapshot_path: _Optional[str] = ..., minibatches: _Optional[int] = ..., mixed_minibatches: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankResult, _Mapping]]] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., trainer_id: _Optional[str] = ..., steps: _Optional[int] = ..., train_samples: _Optional[int] = ..., eval_samples: _Optional[int] = ..., auc: _Optional[float] = ..., logloss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., final_loss: _Optional[float] = ..., checkpoint_path: _Optional[str] = ..., error: _Optional[str] = ..., eval: _Optional[_Union[EvalMetrics, _Mapping]] = ..., eval_recent: _Optional[_Union[EvalMetrics, _Mapping]] = ..., progressive: _Optional[_Union[EvalMetrics, _Mapping]] = ..., sources: _Optional[_Iterable[_Union[SourceTrainingResult, _Mapping]]] = ..., joined_label_fraction: _Optional[float] = ..., snapshot_path: _Optional[str] = ..., minibatches: _Optional[int] = ..., mixed_minibatches: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankResult, _Mapping]]] = ..., row_digests: _Optional[_Iterable[_Union[RowDigest, _Mapping]]] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class RowDigest(_message.Message):
+    __slots__ = ("source", "purpose", "rows", "sum", "xor")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    PURPOSE_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    SUM_FIELD_NUMBER: _ClassVar[int]
+    XOR_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    purpose: str
+    rows: int
+    sum: int
+    xor: int
+    def __init__(self, source: _Optional[str] = ..., purpose: _Optional[str] = ..., rows: _Optional[int] = ..., sum: _Optional[int] = ..., xor: _Optional[int] = ...) -> None: ...
 
 class RankResult(_message.Message):
     __slots__ = ("rank", "samples", "steps", "wait_seconds", "step_seconds")

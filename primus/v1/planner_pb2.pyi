@@ -396,20 +396,24 @@ class PartitionDecision(_message.Message):
     def __init__(self, source: _Optional[str] = ..., partition: _Optional[str] = ..., purpose: _Optional[_Union[_common_pb2.TaskPurpose, str]] = ..., decision: _Optional[str] = ..., reason: _Optional[str] = ..., files: _Optional[int] = ..., bytes: _Optional[int] = ..., rows: _Optional[int] = ..., schema_version: _Optional[int] = ..., tasks: _Optional[int] = ...) -> None: ...
 
 class PreviewPlanRequest(_message.Message):
-    __slots__ = ("spec_yaml", "replica_addresses")
+    __slots__ = ("spec_yaml", "replica_addresses", "include_tasks")
     SPEC_YAML_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_TASKS_FIELD_NUMBER: _ClassVar[int]
     spec_yaml: str
     replica_addresses: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, spec_yaml: _Optional[str] = ..., replica_addresses: _Optional[_Iterable[str]] = ...) -> None: ...
+    include_tasks: bool
+    def __init__(self, spec_yaml: _Optional[str] = ..., replica_addresses: _Optional[_Iterable[str]] = ..., include_tasks: _Optional[bool] = ...) -> None: ...
 
 class PreviewPlanResponse(_message.Message):
-    __slots__ = ("summary", "partitions")
+    __slots__ = ("summary", "partitions", "tasks")
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
     summary: PlanSummary
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionDecision]
-    def __init__(self, summary: _Optional[_Union[PlanSummary, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[PartitionDecision, _Mapping]]] = ...) -> None: ...
+    tasks: _containers.RepeatedCompositeFieldContainer[DataTask]
+    def __init__(self, summary: _Optional[_Union[PlanSummary, _Mapping]] = ..., partitions: _Optional[_Iterable[_Union[PartitionDecision, _Mapping]]] = ..., tasks: _Optional[_Iterable[_Union[DataTask, _Mapping]]] = ...) -> None: ...
 
 class ManifestEntry(_message.Message):
     __slots__ = ("location", "size", "version")

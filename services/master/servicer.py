@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,6 +15,7 @@ from primus.errors import ConflictError, NotFoundError
 from primus.guards import caller
 from primus.identity import Kind
 from primus.rbac import Verb
+from primus.row_identity import RowDigest
 from primus.settings import MasterSettings
 from primus.spec import WarmStart, load_job_text, resolve_paths
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
@@ -233,6 +234,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             "minibatches": request.minibatches,
             "mixed_minibatches": request.mixed_minibatches,
             "metrics": dict(sorted(request.metrics.items())),  # a user's own loop (training.script): what it reported
+            "digests": _digests(request.row_digests),
             "ranks": [
                 {"rank": r.rank, "samples": r.samples, "steps": r.steps, "wait_seconds": round(r.wait_seconds, 3), "step_seconds": round(r.step_seconds, 3)}
                 for r in request.ranks
@@ -242,6 +244,14 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             result = {"trainer_id": request.trainer_id, "error": request.error}
         self._store.update(request.job_id, result=result)
         return master_pb2.ReportTrainingResultResponse()
+
+
+def _digests(digests: Iterable[master_pb2.RowDigest]) -> dict[str, dict[str, str]]:
+    """Per source, the digest of the rows trained and evaluated (count:sum:xor, as `primus digest` prints them)."""
+    out: dict[str, dict[str, str]] = {}
+    for d in digests:
+        out.setdefault(d.source, {})[d.purpose] = str(RowDigest(d.rows, d.sum, d.xor))
+    return dict(sorted(out.items()))
 
 
 def _metrics(metrics: master_pb2.EvalMetrics) -> dict[str, float | int]:

@@ -137,7 +137,8 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         job = load_job_text(request.spec_yaml, "previewed spec")
         resolve = DistributedResolver(request.replica_addresses) if request.replica_addresses else self._registry.resolve
         plan = build_plan("preview", job, resolve)
-        return planner_pb2.PreviewPlanResponse(summary=summary_proto(plan), partitions=[decision_to_proto(d) for d in plan.decisions])
+        tasks = [task_proto("preview", t, 1, 0.0, 0, False) for t in plan.tasks] if request.include_tasks else []
+        return planner_pb2.PreviewPlanResponse(summary=summary_proto(plan), partitions=[decision_to_proto(d) for d in plan.decisions], tasks=tasks)
 
     def ResolvePartitions(self, request: planner_pb2.ResolvePartitionsRequest, context: grpc.ServicerContext) -> planner_pb2.ResolvePartitionsResponse:
         job = load_job_text(request.spec_yaml, "spec to resolve")

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from primus.data.consumed import ConsumedTasks
+from primus.row_identity import RowDigests
 
 KEEP = 2
 
@@ -24,6 +25,7 @@ class Checkpoint:
     train_samples: int
     phase: str
     extra: dict[str, Any] = field(default_factory=dict)  # the mixer, the label correction, progressive metrics
+    digests: RowDigests = field(default_factory=RowDigests)  # the rows trained, by identity, per source
 
 
 def _path(folder: Path, seq: int) -> Path:
@@ -50,6 +52,7 @@ def save(folder: Path, checkpoint: Checkpoint) -> Path:
             "train_samples": checkpoint.train_samples,
             "phase": checkpoint.phase,
             "extra": checkpoint.extra,
+            "digests": checkpoint.digests.to_state(),
         },
         tmp,
     )
@@ -85,4 +88,5 @@ def load(path: Path) -> Checkpoint:
         train_samples=int(state["train_samples"]),
         phase=str(state["phase"]),
         extra=dict(state.get("extra") or {}),
+        digests=RowDigests.from_state(state.get("digests") or {}),
     )

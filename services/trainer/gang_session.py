@@ -14,6 +14,7 @@ from primus.data.consumed import ConsumedTasks
 from primus.data.feed import Lost
 from primus.data.mixer import MAX_HELD_BATCHES, Minibatch
 from primus.data.planner_calls import to_planner
+from primus.row_identity import RowDigests
 from primus.spec import SourceTraining
 from primus.v1 import common_pb2, planner_pb2
 from services.trainer import checkpoint as ckpt
@@ -83,6 +84,7 @@ class GangSession(TrainingSession):
             self._load_extra(mine.get("extra", {}))
             self.trainer.result.steps, self.trainer.result.train_samples = int(mine.get("steps", 0)), int(mine.get("samples", 0))
             self.wait_seconds, self.step_seconds = float(mine.get("wait", 0.0)), float(mine.get("step", 0.0))
+            self.digests = RowDigests.from_state(mine.get("digests", {}))
         elif self.job.spec.training.warm_start is not None:
             self.warm_start(self.job.spec.training.warm_start)
         self._last = {"checkpoint": self.rounds, "report": self.rounds, "export": self.rounds}
@@ -103,6 +105,7 @@ class GangSession(TrainingSession):
             "samples": result.train_samples,
             "wait": self.wait_seconds,
             "step": self.step_seconds,
+            "digests": self.digests.to_state(),
         }
 
     def _gather(self) -> list[dict[str, Any]]:
@@ -128,6 +131,7 @@ class GangSession(TrainingSession):
             sum(int(g["samples"]) for g in gathered),
             "train",
             {**self._extra(), "ranks": ranks},
+            merged_digests(gathered),
         )
         with self._tracer.start_as_current_span("checkpoint", attributes={"primus.checkpoint_seq": self.seq, "primus.steps": self.rounds}):
             ckpt.save(self.checkpoint_dir, state)
@@ -159,7 +163,7 @@ class GangSession(TrainingSession):
                         origin = event.origin
                         fresh = self.consumed.receive(event.batch, origin)
                         if fresh is not None:
-                            self.mixer.add(origin.source, fresh, origin.task_id, origin.attempt, origin.last_of_task)
+                            self.mixer.add(origin.source, fresh, origin.task_id, origin.attempt, origin.last_of_task, ConsumedTasks.first_row(event.batch, fresh, origin))
                 plan = agree(RankStatus(len(drained) if exhausted else 1, exhausted, self._stop), self.trainer.device)
                 self.wait_seconds += time.perf_counter() - waited
                 if plan.kind is not RoundKind.STEP:
@@ -188,8 +192,8 @@ class GangSession(TrainingSession):
             self._example = minibatch
         else:
             self.trainer.join_step(self._scale, self._update)
-        for taken in minibatch.taken if minibatch is not None else []:
-            self.consumed.trained(taken.task_id, taken.rows, taken.last_of_task)
+        if minibatch is not None:
+            self.count_trained(minibatch)
 
     def _on_schedule(self) -> None:
         """Checkpoint (every rank: the round count is the same everywhere), export and report (rank 0) on their schedule."""
@@ -214,5 +218,14 @@ class GangSession(TrainingSession):
         self.consumed = ConsumedTasks.from_state(merge_consumed(g["consumed"] for g in gathered))
         self.mixer.load_state(merge_mix(g["extra"]["mixer"] for g in gathered))
         self.trainer.loss_by_source = merge_losses(g["extra"]["loss_by_source"] for g in gathered)
+        self.digests = merged_digests(gathered)
         self.trainer.result.steps = self.rounds
         self.trainer.result.train_samples = sum(r.samples for r in self.ranks)
+
+
+def merged_digests(gathered: list[dict[str, Any]]) -> RowDigests:
+    """The ranks' digests as one: each rank trained its own rows, so the set of all is their sum."""
+    merged = RowDigests()
+    for state in gathered:
+        merged.merge(RowDigests.from_state(state.get("digests", {})))
+    return merged

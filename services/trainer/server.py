@@ -22,7 +22,7 @@ from services.trainer.prometheus import trainer_metrics
 from services.trainer.servicer import TrainerServicer, TrainerStatus
 from services.trainer.session import TrainingSession
 from services.trainer.training import ProgressFn, TrainingResult, finite
-from services.trainer.user_script import run_script
+from services.trainer.user_script import digest_messages, run_script
 
 log = logging.getLogger(__name__)
 DONE_PHASE = "done"
@@ -174,6 +174,7 @@ def result_request(args: WorkerArgs, result: TrainingResult) -> master_pb2.Repor
         snapshot_path=result.snapshot,
         minibatches=result.minibatches,
         mixed_minibatches=result.mixed_minibatches,
+        row_digests=digest_messages(result.digests),
     )
 
 

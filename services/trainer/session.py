@@ -16,6 +16,7 @@ from primus.data.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
 from primus.data.planner_calls import to_planner
 from primus.errors import DataError
 from primus.metrics import EvalAccumulator
+from primus.row_identity import Purpose, RowDigests
 from primus.settings import WorkerSettings
 from primus.spec import TrainingJob, WarmStart
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
@@ -55,6 +56,7 @@ class TrainingSession:
         self.trainer = CtrTrainer(job.spec.training, job.spec.data)
         self.mixer = mixer_for(job)
         self.consumed = ConsumedTasks()
+        self.digests = RowDigests()  # of the rows trained (committed with each checkpoint) and evaluated
         self.seq = 0
         self.snapshots = checkpoint_dir.parent / "snapshots"
         self._committed: dict[str, tuple[int, bool]] = {}
@@ -85,7 +87,7 @@ class TrainingSession:
             self.trainer.model.load_state_dict(saved.model)
             self.trainer.optimizer.load_state_dict(saved.optimizer)
             self.trainer.result.steps, self.trainer.result.train_samples = saved.steps, saved.train_samples
-            self.consumed, self.seq = saved.consumed, saved.seq
+            self.consumed, self.seq, self.digests = saved.consumed, saved.seq, saved.digests
             self._load_extra(saved.extra)
         elif self.job.spec.training.warm_start is not None:
             self.warm_start(self.job.spec.training.warm_start)
@@ -143,6 +145,7 @@ class TrainingSession:
             result.train_samples,
             "train",
             self._extra(),
+            self.digests,
         )
         with self._tracer.start_as_current_span("checkpoint", attributes={"primus.checkpoint_seq": self.seq, "primus.steps": result.steps}):
             ckpt.save(self.checkpoint_dir, state)
@@ -170,7 +173,7 @@ class TrainingSession:
                 origin = event.origin
                 fresh = self.consumed.receive(event.batch, origin)
                 if fresh is not None:
-                    self.mixer.add(origin.source, fresh, origin.task_id, origin.attempt, origin.last_of_task)
+                    self.mixer.add(origin.source, fresh, origin.task_id, origin.attempt, origin.last_of_task, ConsumedTasks.first_row(event.batch, fresh, origin))
                 while not stopped and self.mixer.ready(feed.has_more):
                     stopped = self._train(self.mixer.take())
                 if stopped:
@@ -191,8 +194,7 @@ class TrainingSession:
         """Train one minibatch and commit its rows to the cursors; checkpoint, report and export on their schedule.
         True when the master asks training to stop."""
         self.trainer.train_minibatch(minibatch.table, minibatch.source_index, self.mixer.names)
-        for taken in minibatch.taken:
-            self.consumed.trained(taken.task_id, taken.rows, taken.last_of_task)
+        self.count_trained(minibatch)
         if minibatch.rows:
             self._example = minibatch
         training, steps = self.job.spec.training, self.trainer.result.steps
@@ -208,6 +210,12 @@ class TrainingSession:
             stop = self.progress("train", steps, self.trainer.result.train_samples, self.trainer.recent_loss())
         faults.after_step("trainer", steps)  # tests only: the step done, its checkpoint committed, its progress reported
         return stop
+
+    def count_trained(self, minibatch: Minibatch) -> None:
+        """A trained minibatch's rows: onto their tasks' cursors, and by identity into the digest of their source."""
+        for taken in minibatch.taken:
+            self.consumed.trained(taken.task_id, taken.rows, taken.last_of_task)
+            self.digests.add_rows(taken.source, taken.task_id, taken.first_row, taken.rows)
 
     def _export(self) -> None:
         """A model snapshot for serving (state dict and TorchScript), when the spec asks for them."""
@@ -232,6 +240,8 @@ class TrainingSession:
                 fresh = seen.accept(event.batch, event.origin)
                 if fresh is not None:
                     self.trainer.evaluate_batch(fresh, event.origin.source)
+                    origin = event.origin
+                    self.digests.add_rows(origin.source, origin.task_id, ConsumedTasks.first_row(event.batch, fresh, origin), fresh.num_rows, Purpose.EVAL)
             result = self.finish()
             span.set_attributes({"primus.rows": result.eval_samples, "primus.auc": finite(result.auc)})
         self.progress("eval", result.steps, result.eval_samples, finite(result.final_loss))
@@ -241,6 +251,7 @@ class TrainingSession:
         """The result: evaluation metrics, and per source what was trained, against the share asked."""
         result = self.trainer.finish_evaluation()
         result.samples_by_source = self.consumed.rows_by_source()
+        result.digests = self.digests
         weights = {p.name: p.weight for p in self.mixer.policies}
         total = sum(weights.values()) or 1.0
         result.sources = self.trainer.source_results(self.mixer.to_state(), {name: w / total for name, w in weights.items()})

@@ -17,6 +17,7 @@ from primus.devices import resolve_device
 from primus.metrics import EvalAccumulator, Metrics
 from primus.models.entrypoint import model_from_spec, row_losses
 from primus.optim import DENSE, EMBEDDINGS, UserOptimizer, optimizer_for
+from primus.row_identity import RowDigests
 from primus.spec import Data, SourceTraining, Training
 from services.trainer.delayed_labels import JoinedFraction, fake_negative_weights
 
@@ -89,6 +90,7 @@ class TrainingResult:
     snapshot: str = ""
     minibatches: int = 0
     mixed_minibatches: int = 0
+    digests: RowDigests = field(default_factory=RowDigests)  # by identity, the rows trained and evaluated per source
 
 
 def feature_spec(training: Training) -> FeatureSpec:

@@ -12,6 +12,7 @@ from pathlib import Path
 from primus.data.client import DataClient
 from primus.data.context import HOOKS, DataContext, ProgressFn
 from primus.errors import PrimusError
+from primus.row_identity import Purpose, RowDigests
 from primus.spec import TrainingJob
 from primus.v1 import master_pb2
 from primus.worker import WorkerArgs
@@ -54,12 +55,15 @@ def _result(args: WorkerArgs, clients: list[DataClient], seconds: float) -> tupl
     by_source: dict[str, int] = {}
     metrics: dict[str, float] = {}
     steps = eval_rows = 0
+    digests = RowDigests()
     for client in clients:
+        digests.merge(client.digests)
         for source, rows in client.consumed().items():
             by_source[source] = by_source.get(source, 0) + rows
         metrics.update(client.metrics)
         steps, eval_rows = steps + client.steps, eval_rows + client.eval_rows
     result = TrainingResult(steps=steps, train_samples=sum(by_source.values()), eval_samples=eval_rows, train_seconds=seconds, samples_by_source=by_source)
+    result.digests = digests
     result.auc, result.logloss = metrics.get("auc", float("nan")), metrics.get("logloss", float("nan"))
     result.final_loss = metrics.get("loss", float("nan"))
     request = master_pb2.ReportTrainingResultRequest(
@@ -75,5 +79,15 @@ def _result(args: WorkerArgs, clients: list[DataClient], seconds: float) -> tupl
         checkpoint_path=str(args.run_dir / "checkpoints"),
         sources=[master_pb2.SourceTrainingResult(source=name, rows_trained=rows) for name, rows in sorted(by_source.items())],
         metrics={name: finite(value) for name, value in metrics.items()},
+        row_digests=digest_messages(digests),
     )
     return result, request
+
+
+def digest_messages(digests: RowDigests) -> list[master_pb2.RowDigest]:
+    """The digests for the master's report, per source and purpose."""
+    return [
+        master_pb2.RowDigest(source=source, purpose=purpose.value, rows=d.count, sum=d.total, xor=d.xor)
+        for purpose in Purpose
+        for source, d in digests.by_purpose(purpose).items()
+    ]
