@@ -564,7 +564,7 @@ def test_a_planner_that_lost_its_journal_has_the_master_plan_again_and_resume_fr
         try:
             plan.release("trainer", PAUSE_AT)
             report = finish_job(master, job_id)
-            _assert_exact(report)
+            _assert_exact(report, dataset)
             assert report["restarts"] == {"planner": 1}, "a lost plan restarts the job's executors once, outside their crash budgets"
             trainers = [s for s in report["services"] if s["role"] == "trainer"]
             assert len(trainers) == 2, "the first trainer was replaced by one that resumed from its checkpoint"

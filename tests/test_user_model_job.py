@@ -87,5 +87,6 @@ def test_user_model_job_survives_kill_9_of_the_trainer_with_exact_counts(dataset
     assert_dataset_rows_exact(report, dataset)
     assert 0.5 < report["trainer"]["auc"] <= 1.0, "the user's model learned"
     checkpoint = torch.load(sorted((runs / job_id / "checkpoints").glob("ckpt-*.pt"))[-1], weights_only=False)
-    assert any(name.startswith("wide.") for name in checkpoint["model"]), "the checkpoint is the user's Wide & Deep model"
-    assert "sum" in str(checkpoint["optimizer"]), "its tables trained by row-wise Adagrad"
+    assert checkpoint["kind"] == "delta", "sparse tables: the checkpoint holds the rows changed since the last one"
+    assert any(name.startswith("wide.") for name in [*checkpoint["dense_model"], *checkpoint["table_names"]]), "the checkpoint is the user's Wide & Deep model"
+    assert all("sum" in table["row_state"] for table in checkpoint["tables"].values()), "its tables trained by row-wise Adagrad"

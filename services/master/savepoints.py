@@ -36,16 +36,32 @@ def take(runs_dir: Path, job_id: str, run_dir: Path, name: str) -> Savepoint:
     target = folder(runs_dir, name)
     if target.exists():
         raise ConflictError(f"savepoint {name!r} exists already (of job {load(runs_dir, name).job_id})")
-    checkpoints = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))
-    if not checkpoints:
-        raise NotFoundError(f"job {job_id} has no committed checkpoint yet (in {run_dir / 'checkpoints'}): try again after its first")
+    checkpoints = run_dir / "checkpoints"
+    newest = _newest_committed(checkpoints)
+    if newest is None:
+        raise NotFoundError(f"job {job_id} has no committed checkpoint yet (in {checkpoints}): try again after its first")
+    summary, files = newest
     target.mkdir(parents=True)
-    path = target / checkpoints[-1].name
-    shutil.copyfile(checkpoints[-1], path)
-    steps = _steps(checkpoints[-1])
+    for file in files:  # the checkpoint's own file last; before it, the base and deltas it applies over
+        shutil.copyfile(checkpoints / file, target / file)
+    shutil.copyfile(summary, target / summary.name)
+    path = target / files[-1]
+    steps = _steps(checkpoints / files[-1])
     savepoint = Savepoint(name, job_id, str(path), steps, time.time())
     (target / "savepoint.json").write_text(json.dumps(asdict(savepoint), indent=2))
     return savepoint
+
+
+def _newest_committed(folder: Path) -> tuple[Path, list[str]] | None:
+    """The newest checkpoint whose summary (ckpt-N.json, the commit) names files that are all there, and those files."""
+    for summary in sorted(folder.glob("ckpt-*.json"), reverse=True):
+        try:
+            files = [str(name) for name in json.loads(summary.read_text()).get("files") or [summary.with_suffix(".pt").name]]
+        except (OSError, ValueError, AttributeError):
+            continue
+        if all((folder / name).is_file() for name in files):
+            return summary, files
+    return None
 
 
 def _steps(checkpoint: Path) -> int:

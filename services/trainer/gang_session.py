@@ -56,6 +56,7 @@ class GangSession(TrainingSession):
     def __init__(self, *args: Any, env: RankEnv, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.env = env
+        self.trainer.before_step = None  # a gang writes whole checkpoints, collectively, on rank 0
         self.sync = GradientSync(self.trainer.model)
         self.trainer.grad_sync = self.sync
         first = self.job.spec.data.sample_sources[0].name
@@ -74,10 +75,9 @@ class GangSession(TrainingSession):
     def resume(self) -> bool:
         """Every rank loads the same checkpoint (the model and the merged cursors, its own mixer and counts); rank 0
         alone hands the cursors to the planner, and the others wait for it before they open their streams."""
-        saved = ckpt.load_latest(self.checkpoint_dir)
+        found = ckpt.committed(self.checkpoint_dir) if self.checkpoint_dir.is_dir() else []
+        saved = ckpt.restore(self.checkpoint_dir, self.trainer.model, self.trainer.optimizer) if found else None
         if saved is not None:
-            self.trainer.model.load_state_dict(saved.model)
-            self.trainer.optimizer.load_state_dict(saved.optimizer)
             self.consumed, self.seq, self.rounds = saved.consumed, saved.seq, saved.steps
             ranks = saved.extra.get("ranks", [])
             mine: dict[str, Any] = ranks[self.env.rank] if self.env.rank < len(ranks) else {}
@@ -114,7 +114,7 @@ class GangSession(TrainingSession):
         guarded(lambda: dist.gather_object(self._mine(), gathered if self.lead else None, dst=0))
         return gathered
 
-    def checkpoint(self, lost: list[str] | None = None) -> None:
+    def checkpoint(self, lost: list[str] | None = None, final: bool = False) -> None:
         """Collective: every rank's cursors and state to rank 0, which writes one checkpoint and commits it."""
         self.seq += 1
         gathered = self._gather()

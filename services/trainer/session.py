@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.trainer import checkpoint as ckpt
 from services.trainer.delayed_labels import JoinedFraction
 from services.trainer.export import export_snapshot
+from services.trainer.snapshots import CheckpointWriter, Snapshot, TouchedRows, take_snapshot
 from services.trainer.training import CtrTrainer, ProgressFn, TrainingResult, finite
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,9 @@ class TrainingSession:
         self.progress = progress
         self.open_feed = open_feed or self._batch_feed
         self.trainer = CtrTrainer(job.spec.training, job.spec.data)
+        self.touched = TouchedRows(self.trainer.model)  # the embedding rows each step changes: incremental checkpoints
+        self.trainer.before_step = self.touched.mark
+        self.writer: CheckpointWriter | None = None  # started by resume()
         self.mixer = mixer_for(job)
         self.consumed = ConsumedTasks()
         self.digests = RowDigests()  # of the rows trained (committed with each checkpoint) and evaluated
@@ -82,10 +87,9 @@ class TrainingSession:
     def resume(self) -> bool:
         """Load the newest checkpoint, if any, and have the planner serve everything after it again; with none, a
         warm start loads the model (and, if asked, the optimizer state) of a batch run, but none of its progress."""
-        saved = ckpt.load_latest(self.checkpoint_dir)
+        found = ckpt.committed(self.checkpoint_dir) if self.checkpoint_dir.is_dir() else []
+        saved = ckpt.restore(self.checkpoint_dir, self.trainer.model, self.trainer.optimizer) if found else None
         if saved is not None:
-            self.trainer.model.load_state_dict(saved.model)
-            self.trainer.optimizer.load_state_dict(saved.optimizer)
             self.trainer.result.steps, self.trainer.result.train_samples = saved.steps, saved.train_samples
             self.consumed, self.seq, self.digests = saved.consumed, saved.seq, saved.digests
             self._load_extra(saved.extra)
@@ -97,6 +101,8 @@ class TrainingSession:
         reset = to_planner(self.planner.ResumeTraining, request, self.settings.worker_planner_grace_seconds).tasks_reset
         if saved is not None:
             log.info("resumed from checkpoint %d at step %d; %d tasks will be served again", saved.seq, saved.steps, reset)
+        self._committed = {p.task_id: (p.rows_consumed, p.finished) for p in self.consumed.progress()}
+        self.writer = CheckpointWriter(self.checkpoint_dir, self.trainer.model, self.trainer.optimizer, self.touched, self._commit, found[-1] if found else None)
         return saved is not None
 
     def warm_start(self, warm: WarmStart) -> None:
@@ -106,10 +112,7 @@ class TrainingSession:
         if path is None or not path.is_file():
             raise DataError(f"training.warmStart.checkpoint: no checkpoint at {where} (a ckpt-*.pt file, or a folder holding them)")
         try:
-            saved = ckpt.load(path)
-            self.trainer.model.load_state_dict(saved.model)
-            if warm.optimizer == "keep":
-                self.trainer.optimizer.load_state_dict(saved.optimizer)
+            saved = ckpt.restore(path, self.trainer.model, self.trainer.optimizer if warm.optimizer == "keep" else None)
         except (RuntimeError, KeyError, ValueError, OSError) as exc:
             raise DataError(f"training.warmStart.checkpoint: {path} does not fit this model: {str(exc).splitlines()[0]}") from None
         log.info("warm start from %s (step %d of that run), optimizer state %s", path, saved.steps, "kept" if warm.optimizer == "keep" else "reset")
@@ -133,28 +136,31 @@ class TrainingSession:
             if len(labels):
                 self.trainer.progressive.add(labels, probs, [str(name) for name in sources])
 
-    def checkpoint(self, lost: list[str] | None = None) -> None:
+    def checkpoint(self, lost: list[str] | None = None, final: bool = False) -> None:
+        """Snapshot at this step boundary and hand it to the writer, which writes it, fsyncs it and commits it to the
+        planner while training goes on. A lost executor, or the end of training, waits for the commit."""
+        assert self.writer is not None, "resume() starts the checkpoint writer"
+        if lost or final:
+            self.writer.wait_for_base()  # a snapshot taken from here on is one a chain restores: it commits
         self.seq += 1
         result = self.trainer.result
-        state = ckpt.Checkpoint(
-            self.seq,
-            self.trainer.model.state_dict(),
-            self.trainer.optimizer.state_dict(),
-            self.consumed,
-            result.steps,
-            result.train_samples,
-            "train",
-            self._extra(),
-            self.digests,
-        )
+        progress = ckpt.progress_state(self.seq, self.consumed, result.steps, result.train_samples, "train", copy.deepcopy(self._extra()), self.digests)
         with self._tracer.start_as_current_span("checkpoint", attributes={"primus.checkpoint_seq": self.seq, "primus.steps": result.steps}):
-            ckpt.save(self.checkpoint_dir, state)
-            changed = [p for p in self.consumed.progress() if self._committed.get(p.task_id) != (p.rows_consumed, p.finished)]
-            request = planner_pb2.CommitProgressRequest(
-                job_id=self.job_id, trainer_id=self.trainer_id, checkpoint_seq=self.seq, progress=changed, lost_executors=lost or []
-            )
-            to_planner(self.planner.CommitProgress, request, self.settings.worker_planner_grace_seconds)
-            self._committed.update({p.task_id: (p.rows_consumed, p.finished) for p in changed})
+            snapshot = take_snapshot(self.seq, self.trainer.model, self.trainer.optimizer, self.touched, progress)
+            snapshot.lost = list(lost or [])
+            self.writer.submit(snapshot)
+        if lost or final:
+            self.writer.flush()
+
+    def _commit(self, snapshot: Snapshot) -> None:
+        """On the writer's thread, once a checkpoint is durable: the planner counts its rows as trained."""
+        progress = ConsumedTasks.from_state(snapshot.state["consumed"]).progress()
+        changed = [p for p in progress if self._committed.get(p.task_id) != (p.rows_consumed, p.finished)]
+        request = planner_pb2.CommitProgressRequest(
+            job_id=self.job_id, trainer_id=self.trainer_id, checkpoint_seq=snapshot.seq, progress=changed, lost_executors=snapshot.lost
+        )
+        to_planner(self.planner.CommitProgress, request, self.settings.worker_planner_grace_seconds)
+        self._committed.update({p.task_id: (p.rows_consumed, p.finished) for p in changed})
 
     def train(self) -> TrainingResult:
         """Feed, mix, train. A lost executor commits what was trained and has its tasks served again; rows the mixer
@@ -182,7 +188,7 @@ class TrainingSession:
                 for minibatch in self.mixer.drain():
                     self._train(minibatch)
             self.mixer.finish()
-            self.checkpoint()
+            self.checkpoint(final=True)
             self._export()
             result = self.trainer.result
             result.train_seconds = time.perf_counter() - started
@@ -208,6 +214,8 @@ class TrainingSession:
         if steps - self._last["report"] >= training.report_every_steps:
             self._last["report"] = steps
             stop = self.progress("train", steps, self.trainer.result.train_samples, self.trainer.recent_loss())
+        if faults.plan() is not None and self.writer is not None:
+            self.writer.flush()  # tests only: a pause after a step finds the checkpoint that fell due committed
         faults.after_step("trainer", steps)  # tests only: the step done, its checkpoint committed, its progress reported
         return stop
 

@@ -161,6 +161,7 @@ class CtrTrainer:
         self._losses: list[float] = []
         self._arrays: tuple[tuple[str, ...], SourceArrays] | None = None
         self.grad_sync: Callable[[bool], int] | None = None  # data parallel: averages gradients over the ranks after backward
+        self.before_step: Callable[[], None] | None = None  # hears each optimizer step before it (the rows it changes)
 
     def _per_source(self, names: Sequence[str]) -> SourceArrays:
         """The per-source arrays for these names, worked out again only when a source joins the mix."""
@@ -249,6 +250,8 @@ class CtrTrainer:
         base = [group["lr"] for group in self.optimizer.param_groups]
         for group in self.optimizer.param_groups:
             group["lr"] = group["lr"] * scale
+        if self.before_step is not None:
+            self.before_step()
         self.optimizer.step()
         for group, lr in zip(self.optimizer.param_groups, base, strict=True):
             group["lr"] = lr

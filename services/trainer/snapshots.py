@@ -1,0 +1,277 @@
+"""Checkpoints off the training thread: a snapshot at the step boundary (the dense state whole, the embedding rows touched
+since the last one), written, fsync'd and committed by a background writer; a fuzzy base of the tables now and then."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from primus.optim import Optimizers, embedding_parameters
+from services.trainer import checkpoint as ckpt
+
+log = logging.getLogger(__name__)
+FULL_EVERY = 20  # a new base of the tables after this many checkpoints: a restore applies at most about this many deltas
+
+
+class TouchedRows:
+    """The embedding tables of a model and, per table, the rows optimizer steps changed since the last snapshot.
+    Incremental only when every table takes sparse gradients (a step then changes only the rows it names)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        tables, sparse = embedding_parameters(model)
+        names = {id(p): name for name, p in model.named_parameters()}
+        self.tables: dict[str, torch.Tensor] = {names[id(p)]: p for p in tables if id(p) in names}
+        self.incremental = sparse and bool(self.tables)
+        self._seen = {name: torch.zeros(p.shape[0], dtype=torch.bool) for name, p in self.tables.items()} if self.incremental else {}
+        self._new: dict[str, list[torch.Tensor]] = {name: [] for name in self._seen}
+
+    def mark(self) -> None:
+        """Before an optimizer step: the rows its sparse gradients name (each row listed once per snapshot)."""
+        for name, seen in self._seen.items():
+            grad = self.tables[name].grad
+            if grad is None or not grad.is_sparse:
+                continue
+            rows = grad._indices()[0]
+            fresh = rows[~seen[rows]]
+            if len(fresh):
+                seen[fresh] = True
+                self._new[name].append(fresh)
+
+    def take_all(self) -> None:
+        """Forget every row touched so far (training before checkpoints start)."""
+        for name in self._seen:
+            self.take(name)
+
+    def take(self, name: str) -> torch.Tensor:
+        """The rows of a table touched since the last take, sorted and unique; the record starts again."""
+        parts = self._new[name]
+        rows = torch.unique(torch.cat(parts)) if parts else torch.zeros(0, dtype=torch.int64)
+        self._seen[name][rows] = False
+        self._new[name] = []
+        return rows
+
+
+def _clone(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clone(v) for v in value]
+    return value
+
+
+def _table_entry(param: torch.Tensor, rows: torch.Tensor | None, state: dict[str, Any], copy: bool = True) -> dict[str, Any]:
+    """A table's rows (all of them when rows is None) and their optimizer state, copied (copy=False: the whole
+    table live, for a base written while training goes on)."""
+    row_state, whole_state = {}, {}
+
+    def rows_of(value: torch.Tensor) -> torch.Tensor:
+        if rows is not None:
+            return value.detach().index_select(0, rows)
+        return value.detach().clone() if copy else value.detach()
+
+    for key, value in state.items():
+        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == param.shape[0]:
+            row_state[key] = rows_of(value)
+        else:
+            whole_state[key] = _clone(value)
+    weight = rows_of(param)
+    return {"rows": rows, "weight": weight, "row_state": row_state, "whole_state": whole_state}
+
+
+@dataclass
+class Snapshot:
+    """A checkpoint's content, copied at a step boundary: what the writer writes while training goes on."""
+
+    seq: int
+    state: dict[str, Any]  # the file's content
+    whole: bool  # self-contained: the checkpoint needs no base
+    lost: list[str] = field(default_factory=list)
+    taken: float = field(default_factory=time.monotonic)
+
+
+def take_snapshot(seq: int, model: torch.nn.Module, optimizer: Optimizers, touched: TouchedRows, progress: dict[str, Any]) -> Snapshot:
+    """Copy the dense state whole and, of each table, the rows touched since the last snapshot; the record of touched
+    rows starts again. Tables that are not tracked (dense gradients) make a self-contained checkpoint of copies."""
+    if not touched.incremental:
+        state = {"kind": "full", "model": _clone(model.state_dict()), "optimizer": _clone(optimizer.state_dict()), **progress}
+        return Snapshot(seq, state, whole=True)
+    tables = touched.tables
+    table_ids = {id(p) for p in tables.values()}
+    dense_model = {k: v.detach().clone() for k, v in model.state_dict().items() if k not in tables}
+    dense_optimizer = []
+    for part in ckpt.torch_parts(optimizer):
+        saved = part.state_dict()
+        order = [p for group in part.param_groups for p in group["params"]]
+        saved["state"] = {i: _clone(s) for i, s in saved["state"].items() if id(order[i]) not in table_ids}
+        dense_optimizer.append(_clone(saved))
+    entries = {}
+    for name, param in tables.items():
+        state = ckpt.optimizer_state(optimizer, param) if _owned(optimizer, param) else {}
+        entries[name] = _table_entry(param, touched.take(name), state)
+    state = {"kind": "delta", "dense_model": dense_model, "dense_optimizer": dense_optimizer, "table_names": sorted(tables), "tables": entries, **progress}
+    return Snapshot(seq, state, whole=False)
+
+
+def _owned(optimizer: Optimizers, param: torch.Tensor) -> bool:
+    return any(p is param for part in ckpt.torch_parts(optimizer) for group in part.param_groups for p in group["params"])
+
+
+@dataclass
+class Root:
+    """Where a chain of deltas starts: a base of the tables (or the checkpoint training resumed from), after which
+    deltas after+1, after+2, ... apply; usable by checkpoints taken once it was complete (seq >= usable_from)."""
+
+    files: list[str]
+    after: int
+    usable_from: int
+
+
+class CheckpointWriter:
+    """Writes snapshots in order on a background thread and commits each one a chain can restore: the summary naming
+    its files, then commit(snapshot) (the planner hears of its progress). A base of the tables is written on a second
+    thread when none exists yet and every FULL_EVERY checkpoints after: read from the live tables while training goes
+    on, it is fuzzy, and deltas from the snapshot before it started make it exact from the first checkpoint taken after
+    it completed."""
+
+    def __init__(
+        self,
+        folder: Path,
+        model: torch.nn.Module,
+        optimizer: Optimizers,
+        touched: TouchedRows,
+        commit: Callable[[Snapshot], None],
+        resumed: tuple[int, list[str]] | None,
+        full_every: int = FULL_EVERY,
+    ) -> None:
+        """resumed: the checkpoint training resumed from (seq and files): deltas after it chain onto it."""
+        self.folder = folder
+        self.model, self.optimizer, self.touched = model, optimizer, touched
+        self.commit = commit
+        self.full_every = full_every
+        self.bytes_written: list[tuple[bool, int]] = []  # (whole, bytes) of each checkpoint file
+        self._lock = threading.Condition()
+        self._queue: deque[Snapshot] = deque()
+        self._busy = False
+        self._error: BaseException | None = None
+        self._roots: list[Root] = [Root(resumed[1], resumed[0], 0)] if resumed else []
+        self._base_thread: threading.Thread | None = None
+        self._base_after = resumed[0] if resumed else 0
+        self._taken = resumed[0] if resumed else 0  # the newest seq snapshotted
+        self.committed_seq = resumed[0] if resumed else 0
+        folder.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._run, name="checkpoint-writer", daemon=True)
+        self._thread.start()
+        if touched.incremental and not resumed:
+            self._start_base(0)
+
+    # The training thread's side.
+
+    def submit(self, snapshot: Snapshot) -> None:
+        self._raise()
+        with self._lock:
+            self._taken = snapshot.seq
+            self._queue.append(snapshot)
+            self._lock.notify_all()
+        if self.touched.incremental and snapshot.seq - self._base_after >= self.full_every and self._base_thread is None:
+            self._start_base(snapshot.seq)
+
+    def flush(self) -> None:
+        """Wait until every snapshot submitted is written (and committed where a chain restores it)."""
+        with self._lock:
+            while (self._queue or self._busy) and self._error is None:
+                self._lock.wait(0.5)
+        self._raise()
+
+    def wait_for_base(self) -> None:
+        """Wait for a base being written: a snapshot taken after it can be committed (the last one of a run must be)."""
+        thread = self._base_thread
+        if thread is not None:
+            thread.join()
+        self._raise()
+
+    def close(self) -> None:
+        self.flush()
+        self.wait_for_base()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"the checkpoint writer failed: {self._error}") from self._error
+
+    # The writer's side.
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue:
+                    self._lock.wait()
+                snapshot = self._queue.popleft()
+                self._busy = True
+            try:
+                self._write(snapshot)
+            except BaseException as exc:
+                log.exception("writing checkpoint %d failed", snapshot.seq)
+                self._error = exc
+            with self._lock:
+                self._busy = False
+                self._lock.notify_all()
+            if self._error is not None:
+                return
+
+    def _write(self, snapshot: Snapshot) -> None:
+        name = ckpt.file_name(snapshot.seq)
+        size = ckpt.write_durably(self.folder / name, snapshot.state)
+        self.bytes_written.append((snapshot.whole, size))
+        root = self._root_for(snapshot)
+        files = [name] if snapshot.whole else None if root is None else [*root.files, *(ckpt.file_name(seq) for seq in range(root.after + 1, snapshot.seq + 1))]
+        if files is None:
+            log.info("checkpoint %d written; it is committed with the first one taken after the base of the tables is complete", snapshot.seq)
+            return
+        state = snapshot.state
+        ckpt.commit_summary(self.folder, snapshot.seq, int(state["steps"]), int(state["train_samples"]), str(state["phase"]), files)
+        self.commit(snapshot)
+        self.committed_seq = snapshot.seq
+        with self._lock:
+            if root is not None:  # a newer root in use: the older ones are needed no more
+                self._roots = [r for r in self._roots if r.after >= root.after]
+            roots = list(self._roots)
+        oldest = min((r.after for r in roots), default=snapshot.seq)
+        pending = {ckpt.file_name(seq) for seq in range(oldest + 1, snapshot.seq + 1)}  # deltas a later chain may need
+        ckpt.prune(self.folder, pending | {f for r in roots for f in r.files} | {ckpt.base_name(self._base_after)})
+
+    def _root_for(self, snapshot: Snapshot) -> Root | None:
+        """The newest root this snapshot can chain onto (one complete before it was taken); None when there is none yet."""
+        with self._lock:
+            usable = [r for r in self._roots if r.usable_from <= snapshot.seq]
+        return usable[-1] if usable else None
+
+    def _start_base(self, after: int) -> None:
+        self._base_after = after
+        self._base_thread = threading.Thread(target=self._write_base, args=(after,), name="checkpoint-base", daemon=True)
+        self._base_thread.start()
+
+    def _write_base(self, after: int) -> None:
+        """Every table whole with its optimizer state, read live (fuzzy), written durably; then a root for the
+        snapshots taken from now on."""
+        try:
+            tables = {}
+            for name, param in self.touched.tables.items():
+                state = ckpt.optimizer_state(self.optimizer, param) if _owned(self.optimizer, param) else {}
+                tables[name] = _table_entry(param, None, state, copy=False)
+            ckpt.write_durably(self.folder / ckpt.base_name(after), {"kind": "base", "after": after, "tables": tables})
+            with self._lock:
+                self._roots.append(Root([ckpt.base_name(after)], after, self._taken + 1))
+        except BaseException as exc:
+            log.exception("writing the base of the tables after checkpoint %d failed", after)
+            self._error = exc
+        finally:
+            self._base_thread = None

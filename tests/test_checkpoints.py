@@ -1,0 +1,172 @@
+"""Checkpoints off the training thread: incremental over a fuzzy base yet exact, durable commits, pruning that keeps chains."""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from primus.data.consumed import ConsumedTasks
+from primus.optim import default_optimizer
+from primus.row_identity import RowDigests
+from services.trainer import checkpoint as ckpt
+from services.trainer.snapshots import CheckpointWriter, Snapshot, TouchedRows, take_snapshot
+
+ROWS, DIM = 50_000, 4
+
+
+class Tiny(nn.Module):
+    def __init__(self, sparse: bool = True) -> None:
+        super().__init__()
+        self.table = nn.EmbeddingBag(ROWS, DIM, mode="sum", sparse=sparse)
+        self.head = nn.Linear(DIM, 1)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.head(self.table(ids)).squeeze(-1)
+        return out
+
+
+def _built(sparse: bool = True) -> tuple[Tiny, Any]:
+    torch.manual_seed(0)
+    model = Tiny(sparse)
+    return model, default_optimizer(model, "adam", "rowwise_adagrad" if sparse else "same", 0.05)
+
+
+def _step(model: Tiny, optimizer: Any, touched: TouchedRows, generator: torch.Generator) -> None:
+    ids = (torch.rand(64, 3, generator=generator) ** 3 * ROWS).long()  # skewed: a few rows often, most rarely
+    optimizer.zero_grad()
+    model(ids).pow(2).mean().backward()
+    touched.mark()
+    optimizer.step()
+
+
+def _progress(seq: int, steps: int) -> dict[str, Any]:
+    return ckpt.progress_state(seq, ConsumedTasks(), steps, steps * 64, "train", {}, RowDigests())
+
+
+def _state(model: Tiny, optimizer: Any) -> dict[str, Any]:
+    return copy.deepcopy({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
+
+
+def _assert_same(a: Any, b: Any, where: str = "") -> None:
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert set(a) == set(b), where
+        for key in a:
+            _assert_same(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+def _train_with_writer(folder: Path, steps: int, every: int, full_every: int) -> tuple[dict[int, dict[str, Any]], list[int], CheckpointWriter]:
+    """Train, snapshot every `every` steps and hand it to a writer; the live state at each snapshot and the seqs committed."""
+    model, optimizer = _built()
+    touched = TouchedRows(model)
+    committed: list[int] = []
+    writer = CheckpointWriter(folder, model, optimizer, touched, lambda s: committed.append(s.seq), None, full_every=full_every)
+    generator = torch.Generator().manual_seed(1)
+    states, seq = {}, 0
+    for step in range(1, steps + 1):
+        _step(model, optimizer, touched, generator)
+        if step % every == 0:
+            seq += 1
+            states[seq] = _state(model, optimizer)
+            writer.submit(take_snapshot(seq, model, optimizer, touched, _progress(seq, step)))
+    writer.wait_for_base()
+    seq += 1
+    states[seq] = _state(model, optimizer)
+    writer.submit(take_snapshot(seq, model, optimizer, touched, _progress(seq, steps)))
+    writer.close()
+    return states, committed, writer
+
+
+def test_an_incremental_chain_over_a_base_written_while_training_restores_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bases are read from the live tables while steps go on (writes are held back a little, so that steps and
+    snapshots happen while a base is written, and wait behind it); restored, the newest committed checkpoint is the model and optimizer exactly as they
+    were at its snapshot, and so is the one before it (KEEP)."""
+    write = ckpt.write_durably
+
+    def late_base(path: Path, state: dict[str, Any]) -> int:
+        time.sleep(0.05 if path.name.startswith("base-") else 0.01)  # the live tables move on before a base is read;
+        return write(path, state)  # snapshots queue up, some taken before a base was complete and written after
+
+    monkeypatch.setattr(ckpt, "write_durably", late_base)
+    states, committed, writer = _train_with_writer(tmp_path, steps=120, every=5, full_every=6)
+    assert committed[-1] == max(states), "the last checkpoint, taken after the base was complete, is committed"
+    assert committed == list(range(committed[0], committed[-1] + 1)), "once the first base is complete, every checkpoint commits, in order"
+    for seq in ckpt.committed(tmp_path)[-ckpt.KEEP :]:
+        model, optimizer = _built()
+        torch.nn.init.zeros_(model.table.weight)  # nothing left from the build: every row comes from the files
+        progress = ckpt.restore(tmp_path / ckpt.file_name(seq[0]), model, optimizer)
+        assert progress.seq == seq[0]
+        _assert_same(_state(model, optimizer), states[seq[0]], f"checkpoint {seq[0]}")
+    whole = [size for full, size in writer.bytes_written if full]
+    deltas = [size for full, size in writer.bytes_written if not full]
+    assert not whole and deltas, "sparse tables: every checkpoint is a delta"
+    base = max(p.stat().st_size for p in tmp_path.glob("base-*.pt"))
+    assert max(deltas) * 3 < base, f"a delta holds the rows touched, not the table ({max(deltas)} against {base} bytes)"
+
+
+def test_a_checkpoint_counts_only_once_its_summary_and_every_file_of_its_chain_are_there(tmp_path: Path) -> None:
+    states, _, _ = _train_with_writer(tmp_path, steps=40, every=5, full_every=100)
+    (newest, files), (previous, _) = ckpt.committed(tmp_path)[-1], ckpt.committed(tmp_path)[-2]
+    ckpt.summary_path(tmp_path / ckpt.file_name(newest)).unlink()  # a crash between the file and its commit
+    assert ckpt.committed(tmp_path)[-1][0] == previous
+    model, optimizer = _built()
+    assert ckpt.restore(tmp_path, model, optimizer).seq == previous
+    _assert_same(_state(model, optimizer), states[previous])
+    (tmp_path / files[0]).unlink()  # the base gone: no checkpoint of that chain can be restored
+    assert ckpt.committed(tmp_path) == []
+    assert not list(tmp_path.glob("*.tmp")), "every file was renamed into place"
+
+
+def test_pruning_keeps_what_the_newest_chains_need_and_nothing_else(tmp_path: Path) -> None:
+    _train_with_writer(tmp_path, steps=200, every=5, full_every=4)
+    kept = ckpt.committed(tmp_path)
+    assert len(kept) == ckpt.KEEP
+    needed = {name for _, files in kept for name in files}
+    on_disk = {p.name for p in [*tmp_path.glob("ckpt-*.pt"), *tmp_path.glob("base-*.pt")]}
+    assert needed <= on_disk and len(on_disk) <= len(needed) + 1, f"only the chains (and a base to come) stay: {sorted(on_disk - needed)}"
+
+
+def test_dense_tables_make_self_contained_checkpoints(tmp_path: Path) -> None:
+    model, optimizer = _built(sparse=False)
+    touched = TouchedRows(model)
+    assert not touched.incremental
+    seqs: list[int] = []
+    writer = CheckpointWriter(tmp_path, model, optimizer, touched, lambda s: seqs.append(s.seq), None)
+    generator = torch.Generator().manual_seed(2)
+    for seq in (1, 2):
+        _step(model, optimizer, touched, generator)
+        writer.submit(take_snapshot(seq, model, optimizer, touched, _progress(seq, seq)))
+    expected = _state(model, optimizer)
+    writer.close()
+    assert seqs == [1, 2] and ckpt.committed(tmp_path)[-1] == (2, [ckpt.file_name(2)])
+    restored, restored_optimizer = _built(sparse=False)
+    ckpt.restore(tmp_path, restored, restored_optimizer)
+    _assert_same(_state(restored, restored_optimizer), expected)
+    assert not list(tmp_path.glob("base-*.pt"))
+
+
+def test_a_failed_write_is_raised_on_the_training_thread(tmp_path: Path) -> None:
+    model, optimizer = _built()
+    touched = TouchedRows(model)
+
+    def refuse(snapshot: Snapshot) -> None:
+        raise OSError(28, "No space left on device")
+
+    writer = CheckpointWriter(tmp_path, model, optimizer, touched, refuse, None)
+    writer.wait_for_base()
+    writer.submit(take_snapshot(1, model, optimizer, touched, _progress(1, 0)))
+    with pytest.raises(RuntimeError, match=r"the checkpoint writer failed: .*No space left on device"):
+        writer.flush()
