@@ -35,8 +35,8 @@ from primus.cluster import (
     stop_services,
 )
 from primus.console import console, err_console, print_plan, print_report
-from primus.cost import load_cost, print_cost
-from primus.errors import PrimusError, SpecError, UserError
+from primus.cost import load_cost, load_report, print_cost
+from primus.errors import DataError, PrimusError, SpecError, UserError
 from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
 from primus.job_output import OUTPUTS, describe_job, follow, print_data, print_jobs
 from primus.job_state import JobState
@@ -411,11 +411,15 @@ def _report_path(args: argparse.Namespace) -> Path:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    report = json.loads(_report_path(args).read_text())
-    if args.output == "table":
-        print_report(report)
-    else:
+    path = _report_path(args)
+    report = load_report(path)
+    if args.output != "table":
         print_data(report, args.output)
+        return 0
+    try:
+        print_report(report)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # a JSON object, but not a job report
+        raise DataError(f"report {path} is not a job report Primus wrote: {exc.__class__.__name__}: {exc}") from None
     return 0
 
 

@@ -21,6 +21,9 @@ _NAME = r"^[a-z][a-z0-9_-]{0,62}$"
 _NAMESPACE = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"  # as a Kubernetes namespace
 
 
+MAX_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB: above any machine or queue there is; a bigger size is a typo
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
 
@@ -40,8 +43,8 @@ class VerticalScaling(_Model):
 
     min_cpu: float = Field(0.25, gt=0, le=128)
     max_cpu: float = Field(4.0, gt=0, le=128)
-    min_memory_mib: int = Field(256, ge=64, alias="minMemoryMiB")
-    max_memory_mib: int = Field(8192, ge=64, alias="maxMemoryMiB")
+    min_memory_mib: int = Field(256, ge=64, le=MAX_MEMORY_MIB, alias="minMemoryMiB")
+    max_memory_mib: int = Field(8192, ge=64, le=MAX_MEMORY_MIB, alias="maxMemoryMiB")
     cooldown_seconds: float = Field(20.0, ge=0, le=3600)
     memory_factor: float = Field(2.0, gt=1, le=8, description="a memory-bound executor's memory is multiplied by this, up to maxMemoryMiB")
     cpu_step: float = Field(1.0, gt=0, le=64, description="cores added to a thread-bound executor (at its CPU limit while the machine has room)")
@@ -86,7 +89,7 @@ class RoleResources(_Model):
     replicas: int = Field(1, ge=1, le=64)
     max_restarts: int = Field(3, ge=0, le=100)
     cpu: float = Field(1.0, gt=0, le=128)
-    memory_mib: int = Field(1024, ge=64, alias="memoryMiB")
+    memory_mib: int = Field(1024, ge=64, le=MAX_MEMORY_MIB, alias="memoryMiB")
     autoscale: Autoscale | None = None
 
     @model_validator(mode="after")
@@ -352,6 +355,15 @@ _REQUIRED_BY_ADAPTER: dict[str, tuple[str, ...]] = {
 }
 
 
+class PointInTime(_Model):
+    """Feature stores: join each sample the value its key had at the sample's event time, not the current one. The
+    store keeps each key's versions (a Redis sorted set, scored by the time each took effect) for retentionHours; a
+    sample older than the history kept gets null and is counted as a miss, never a later value."""
+
+    event_time: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="the sample column with the event time (a timestamp, or seconds since the epoch)")
+    retention_hours: int = Field(24 * 30, ge=1, le=24 * 3660, description="how long back versions are kept (written versions older than this are trimmed)")
+
+
 class LabelJoin(_Model):
     """Delayed labels: a source of label events (one row per positive, keyed by an id) joined onto this source's
     samples at read time. A sample of hour h is labelled positive when its id appears in the label source's hours
@@ -399,6 +411,7 @@ class Source(_Model):
     fields: list[str] = Field(default_factory=list, description="feature stores: hash fields joined as float32 columns")
     after: list[str] = Field(default_factory=list, description="sources whose tasks of the same slot are served first (ordering only)")
     labels: LabelJoin | None = None
+    point_in_time: PointInTime | None = Field(None, description="feature stores: join the value as of each sample's event time")
 
     @field_validator("uri")
     @classmethod
@@ -422,6 +435,8 @@ class Source(_Model):
             raise ValueError(f"csv options are for format csv, not {self.format}")
         if self.shuffle != "none" and self.kind == "stream":
             raise ValueError("shuffle is for batch sources: a stream is always served in time order")
+        if self.point_in_time is not None and self.kind != "feature_store":
+            raise ValueError("pointInTime is for feature stores: it says which version of a feature a sample is joined")
         versions = [s.version for s in self.schemas]
         if len(set(versions)) != len(versions):
             raise ValueError("schemas: each version may appear once")

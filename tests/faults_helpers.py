@@ -10,16 +10,12 @@ from pathlib import Path
 
 import yaml
 
+from benchmarks.recovery_support.mesh import expected_digests
 from primus.cluster import ClusterState, start_cluster, stop_services
 from primus.digest_cli import mismatches
 from primus.faults import FaultPlan
 from primus.row_identity import RowDigests
-from primus.spec import load_job_text
-from primus.v1 import common_pb2, master_pb2, master_pb2_grpc, planner_pb2
-from services.data_executor.digest import digest_tasks
-from services.planner.plan import build_plan
-from services.planner.resolver import PartitionResolver
-from services.planner.servicer import task_proto
+from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from tests.conftest import DAYS, job_document
 
 PAUSE_TIMEOUT = 240.0
@@ -84,12 +80,9 @@ def wait_for_step(master: master_pb2_grpc.MasterServiceStub, job_id: str, step: 
 
 def data_digests(spec_yaml: str) -> RowDigests:
     """The digests of every row the job's plan serves (as `primus digest` computes them), worked out once per data."""
-    job = load_job_text(spec_yaml, "test job")
     key = json.dumps(yaml.safe_load(spec_yaml)["spec"]["data"], sort_keys=True, default=str)
     if key not in _DATA_DIGESTS:
-        plan = build_plan("expected", job, PartitionResolver(concurrency=2))
-        tasks: list[planner_pb2.DataTask] = [task_proto("expected", t, 1, 0.0, 0, False) for t in plan.tasks]
-        _DATA_DIGESTS[key] = digest_tasks(job, tasks)[0]
+        _DATA_DIGESTS[key] = expected_digests(spec_yaml)
     return _DATA_DIGESTS[key]
 
 

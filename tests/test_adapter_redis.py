@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -14,8 +15,8 @@ import redis
 from primus.errors import DataError, UnavailableError
 from primus.samples import training_schema
 from primus.sources import Piece, get_adapter
-from primus.sources.redis_store import RedisAdapter
-from primus.spec import Source, TrainingJob, parse_job
+from primus.sources.redis_store import RedisAdapter, write_version
+from primus.spec import PointInTime, Source, TrainingJob, parse_job
 from services.data_executor.reader import read_task
 from services.planner.plan import PartitionResolver, build_plan, required_columns
 from services.planner.servicer import task_proto
@@ -133,3 +134,56 @@ def test_unreachable_store_names_the_address(prefix: str) -> None:
     with pytest.raises(UnavailableError, match=r"user_features.*127\.0\.0\.1:1") as caught:
         RedisAdapter().join(store, pa.table({"user_id": [1, 2]}))
     assert "secret" not in str(caught.value)
+
+
+def _versioned(prefix: str, retention_hours: int = 24 * 30) -> Source:
+    point = PointInTime(event_time="ts", retention_hours=retention_hours)
+    return _store(prefix).model_copy(update={"key_prefix": f"{prefix}v:", "point_in_time": point})
+
+
+def test_a_point_in_time_join_gives_each_sample_the_value_of_its_event_time(prefix: str) -> None:
+    """A user's click rate changes twice within the training window: each sample gets the value it had then. A
+    sample from before the kept history gets null and is counted, never a later value; a version added now changes
+    nothing for past samples (a rerun joins the same), and one back-dated is refused."""
+    store = _versioned(prefix)
+    client = redis.Redis.from_url(URI)
+    now = time.time()
+    t0 = now - 10 * 3600
+    for hours, value in ((0, 0.1), (2, 0.2), (5, 0.5)):
+        write_version(client, store, "42", {"user_ctr": value}, effective=t0 + hours * 3600, backfill=True)
+    times = [t0 - 3600, t0 + 1800, t0 + 2 * 3600, t0 + 3 * 3600, t0 + 6 * 3600, t0 + 9 * 3600]
+    samples = pa.table({"user_id": pa.array([42] * len(times) + [43], pa.int64()), "ts": pa.array([*times, t0], pa.float64())})
+    adapter = RedisAdapter()
+    joined = adapter.join(store, samples).column("user_ctr").to_pylist()
+    assert joined == pytest.approx([None, 0.1, 0.2, 0.2, 0.5, 0.5, None])
+    assert adapter.counters.missed_history == 1, "the sample before the history is a counted miss; user 43 has no history at all"
+    plain = RedisAdapter().join(_store(prefix), pa.table({"user_id": pa.array([42], pa.int64())})).column("user_ctr").to_pylist()
+    assert plain == pytest.approx([0.42]), "without pointInTime the same store name joins the current hash"
+
+    write_version(client, store, "42", {"user_ctr": 0.9})  # takes effect now
+    assert adapter.join(store, samples).column("user_ctr").to_pylist() == pytest.approx(joined), "past samples join the same values"
+    with pytest.raises(DataError, match="changes the past"):
+        write_version(client, store, "42", {"user_ctr": 0.7}, effective=t0 + 3600)
+    stamped = pa.table({"user_id": pa.array([42], pa.int64()), "ts": pa.array([int((t0 + 3 * 3600) * 1e6)], pa.timestamp("us", tz="UTC"))})
+    assert adapter.join(store, stamped).column("user_ctr").to_pylist() == pytest.approx([0.2]), "a timestamp column works as seconds do"
+
+
+def test_versions_older_than_the_retention_are_trimmed_and_what_they_held_becomes_a_miss(prefix: str) -> None:
+    store = _versioned(prefix, retention_hours=4).model_copy(update={"key_prefix": f"{prefix}r:"})
+    client = redis.Redis.from_url(URI)
+    now = time.time()
+    for hours_ago, value in ((9, 0.1), (6, 0.2), (2, 0.3)):
+        write_version(client, store, "7", {"user_ctr": value}, effective=now - hours_ago * 3600, backfill=True)
+    write_version(client, store, "7", {"user_ctr": 0.4})  # the trim runs on each write
+    assert client.zcard(f"{prefix}r:7") == 3, "kept: the newest version before the cutoff (6 h ago), and the two after it"
+    adapter = RedisAdapter()
+    samples = pa.table({"user_id": pa.array([7, 7, 7], pa.int64()), "ts": pa.array([now - 8 * 3600, now - 5 * 3600, now - 3600], pa.float64())})
+    assert adapter.join(store, samples).column("user_ctr").to_pylist() == pytest.approx([None, 0.2, 0.3])
+    assert adapter.counters.missed_history == 1
+
+
+def test_a_point_in_time_store_needs_its_event_time_column(prefix: str) -> None:
+    with pytest.raises(DataError, match=r"user_features.*event time column 'ts'"):
+        RedisAdapter().join(_versioned(prefix), pa.table({"user_id": [1]}))
+    with pytest.raises(ValueError, match="pointInTime is for feature stores"):
+        Source(name="clicks", uri="/x/{date}", point_in_time=PointInTime(event_time="ts"), time_range={"start": "2026-11-01T00:00"})

@@ -204,3 +204,10 @@ def test_a_file_far_larger_than_any_spec_is_refused_before_it_is_read(tmp_path: 
     assert len(refused.value.problems) == 1
     with pytest.raises(SpecError, match="refused before parsing"):
         load_job_text(text, "submitted spec")
+
+
+def test_a_size_no_machine_or_queue_can_hold_is_refused(dataset: Path, tmp_path: Path) -> None:
+    document = job_document(dataset)
+    document["spec"]["resources"]["trainer"]["memoryMiB"] = 10**9  # type: ignore[index]
+    (problem,) = _problems(tmp_path, document)
+    assert problem == "spec.resources.trainer.memoryMiB: Input should be less than or equal to 16777216, not 1000000000"

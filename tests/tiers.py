@@ -29,6 +29,8 @@ USES: dict[str, Tier] = {
     "primus.cluster.start_cluster": Tier.E2E,
     "primus.cluster.start_planner": Tier.E2E,
     "primus.cluster.restart_service": Tier.E2E,
+    "benchmarks.recovery_support.mesh.Mesh": Tier.E2E,  # a local cluster
+    "benchmarks.recovery_support.nemesis.run": Tier.E2E,
     "subprocess": Tier.E2E,
     "multiprocessing": Tier.E2E,
     "torch.multiprocessing": Tier.E2E,
