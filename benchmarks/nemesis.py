@@ -30,7 +30,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=200, help="schedules to run")
     parser.add_argument("--seed", type=int, default=1, help="the first seed (schedules use seed, seed+1, ...)")
-    parser.add_argument("--days", type=int, default=3)
+    parser.add_argument("--days", type=int, default=6, help="demo days per job (the last held out): long enough for most events to land mid-training")
     parser.add_argument("--work", default=None, help="folder for the runs (default: a temporary one)")
     args = parser.parse_args()
     outcomes: list[Outcome] = []

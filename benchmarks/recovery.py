@@ -168,6 +168,15 @@ def main() -> None:
                 exact, problems, jobs = exact + got, problems + found, jobs + len(mesh.jobs)
             finally:
                 mesh.stop()
+    table = Table(title="Recovery: SIGKILL to the first checkpoint committed after it")
+    for column in ("role", "kills", "p50 s", "p99 s", "max s", "timed out"):
+        table.add_column(column, justify="left" if column == "role" else "right")
+    for role, r in recovery.items():
+        table.add_row(role, str(int(r["kills"])), f"{r['p50']:.2f}", f"{r['p99']:.2f}", f"{r['max']:.2f}", str(int(r["failed"])))
+    console.print(table)
+    console.print(f"jobs matching the data by row identity: {exact} of {jobs}", highlight=False)
+    for line in problems:
+        console.print(f"[red]mismatch[/red]: {line}", highlight=False)
     if args.rows:
         figures = checkpoints.measure(
             argparse.Namespace(
@@ -186,15 +195,6 @@ def main() -> None:
             lambda line: err_console.print(line, highlight=False),
         )
 
-    table = Table(title="Recovery: SIGKILL to the first checkpoint committed after it")
-    for column in ("role", "kills", "p50 s", "p99 s", "max s", "timed out"):
-        table.add_column(column, justify="left" if column == "role" else "right")
-    for role, r in recovery.items():
-        table.add_row(role, str(int(r["kills"])), f"{r['p50']:.2f}", f"{r['p99']:.2f}", f"{r['max']:.2f}", str(int(r["failed"])))
-    console.print(table)
-    console.print(f"jobs matching the data by row identity: {exact} of {jobs}", highlight=False)
-    for line in problems:
-        console.print(f"[red]mismatch[/red]: {line}", highlight=False)
     if figures:
         checkpoint_table = Table(title=f"Checkpoints every {args.every} steps, {figures['table_gb']} GB of tables")
         checkpoint_table.add_column("figure")

@@ -105,8 +105,12 @@ def measure(args: argparse.Namespace, say: Any) -> dict[str, float]:
                 snapshot_ms.append(taken)
                 elapsed += taken
             with_checkpoints.append(elapsed)
-        say("waiting for the writer ...")
+        say("waiting for the base, then one more checkpoint (as the trainer's last one) ...")
         began = time.perf_counter()
+        writer.wait_for_base()
+        base_wait_s = time.perf_counter() - began
+        seq += 1
+        writer.submit(take_snapshot(seq, model, optimizer, touched, _progress(seq, args.steps)))
         writer.close()
         drain_s = time.perf_counter() - began
         deltas = [size for whole, size in writer.bytes_written if not whole]
@@ -131,6 +135,7 @@ def measure(args: argparse.Namespace, say: Any) -> dict[str, float]:
         "full_bytes": base_bytes + dense_bytes,
         "incremental_bytes_median": statistics.median(deltas),
         "incremental_vs_full_bytes": (base_bytes + dense_bytes) / statistics.median(deltas),
+        "base_wait_after_steps_s": base_wait_s,
         "writer_drain_s": drain_s,
         "restore_s": restore_s,
     }

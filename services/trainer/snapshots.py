@@ -4,10 +4,12 @@ since the last one), written, fsync'd and committed by a background writer; a fu
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from services.trainer import checkpoint as ckpt
 
 log = logging.getLogger(__name__)
 FULL_EVERY = 20  # a new base of the tables after this many checkpoints: a restore applies at most about this many deltas
+_COPIERS = ThreadPoolExecutor(max(1, os.cpu_count() or 1), thread_name_prefix="snapshot-copy")
 
 
 class TouchedRows:
@@ -34,11 +37,15 @@ class TouchedRows:
         self._new: dict[str, list[torch.Tensor]] = {name: [] for name in self._seen}
 
     def mark(self) -> None:
-        """Before an optimizer step: the rows its sparse gradients name (each row listed once per snapshot)."""
+        """Before an optimizer step: the rows its sparse gradients name, each listed once per snapshot (the gradient
+        is coalesced here, which the optimizer would do anyway: its rows are then distinct)."""
         for name, seen in self._seen.items():
-            grad = self.tables[name].grad
+            param = self.tables[name]
+            grad = param.grad
             if grad is None or not grad.is_sparse:
                 continue
+            if not grad.is_coalesced():
+                grad = param.grad = grad.coalesce()
             rows = grad._indices()[0]
             fresh = rows[~seen[rows]]
             if len(fresh):
@@ -51,9 +58,9 @@ class TouchedRows:
             self.take(name)
 
     def take(self, name: str) -> torch.Tensor:
-        """The rows of a table touched since the last take, sorted and unique; the record starts again."""
+        """The rows of a table touched since the last take, each once; the record starts again."""
         parts = self._new[name]
-        rows = torch.unique(torch.cat(parts)) if parts else torch.zeros(0, dtype=torch.int64)
+        rows = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
         self._seen[name][rows] = False
         self._new[name] = []
         return rows
@@ -114,10 +121,13 @@ def take_snapshot(seq: int, model: torch.nn.Module, optimizer: Optimizers, touch
         order = [p for group in part.param_groups for p in group["params"]]
         saved["state"] = {i: _clone(s) for i, s in saved["state"].items() if id(order[i]) not in table_ids}
         dense_optimizer.append(_clone(saved))
-    entries = {}
-    for name, param in tables.items():
+    def entry(name: str) -> dict[str, Any]:
+        param = tables[name]
         state = ckpt.optimizer_state(optimizer, param) if _owned(optimizer, param) else {}
-        entries[name] = _table_entry(param, touched.take(name), state)
+        return _table_entry(param, touched.take(name), state)
+
+    # The tables' gathers on every core: torch releases the GIL while it copies, and the training thread waits for it.
+    entries = dict(zip(tables, _COPIERS.map(entry, tables), strict=True))
     state = {"kind": "delta", "dense_model": dense_model, "dense_optimizer": dense_optimizer, "table_names": sorted(tables), "tables": entries, **progress}
     return Snapshot(seq, state, whole=False)
 
