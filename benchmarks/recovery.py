@@ -1,7 +1,7 @@
 """Recovery benchmark: kill -9 each role mid-job, again and again; seconds from the kill to the first checkpoint committed
 after it, p50 and p99 per role; and what background, incremental checkpoints cost a step on the 26-table model.
 
-Recovery: a local cluster trains the demo data (batch --batch-size, a checkpoint every --checkpoint-every steps). Per
+Recovery: a local cluster trains the demo data (batch --job-batch-size, a checkpoint every --checkpoint-every steps). Per
 role, --kills times: note the samples the planner has committed, SIGKILL the role's process (a ready data executor,
 the trainer, one rank of a two-rank job, or the master, planner or resource controller, which the harness then starts
 again at once at its address, as a supervisor would), and poll the planner until its committed samples grow: a
@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=20, help="kills per role")
     parser.add_argument("--roles", default=",".join(ROLES), help=f"of {', '.join(ROLES)}")
     parser.add_argument("--days", type=int, default=8, help="demo days per job (the last held out)")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--job-batch-size", type=int, default=64, help="minibatch rows of the jobs killed")
     parser.add_argument("--checkpoint-every", type=int, default=10, help="steps between checkpoints of the jobs")
     parser.add_argument("--rows", type=int, default=10_000_000, help="checkpoint figures: rows per table (0: skip them)")
     parser.add_argument("--dim", type=int, default=8)
@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=50, help="checkpoint figures: steps between checkpoints")
     parser.add_argument("--full-every", type=int, default=20, help="checkpoint figures: checkpoints between bases")
     parser.add_argument("--alpha", type=float, default=1.1, help="Zipf exponent of the ids")
-    parser.add_argument("--step-batch", type=int, default=2048, help="checkpoint figures: rows per step")
+    parser.add_argument("--batch-size", type=int, default=2048, help="checkpoint figures: rows per step")
     parser.add_argument("--pool", type=int, default=100, help="checkpoint figures: distinct batches cycled")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
@@ -152,7 +152,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="primus-recovery-", dir=args.work) as work:
         job_file = write_demo(Path(work) / "data", days=args.days, rows_per_hour=600, seed=0, progress=lambda _: None)
         document: Any = yaml.safe_load(load_job_file(job_file).to_yaml())  # paths made absolute
-        document["spec"]["training"].update({"batchSize": args.batch_size, "checkpointEverySteps": args.checkpoint_every, "reportEverySteps": 10})
+        document["spec"]["training"].update({"batchSize": args.job_batch_size, "checkpointEverySteps": args.checkpoint_every, "reportEverySteps": 10})
         job_yaml = yaml.safe_dump(document)
         for ranks, group in ((1, [r for r in roles if r != "rank"]), (2, [r for r in roles if r == "rank"])):
             if not group:
@@ -179,19 +179,7 @@ def main() -> None:
         console.print(f"[red]mismatch[/red]: {line}", highlight=False)
     if args.rows:
         figures = checkpoints.measure(
-            argparse.Namespace(
-                rows=args.rows,
-                dim=args.dim,
-                batch_size=args.step_batch,
-                pool=args.pool,
-                alpha=args.alpha,
-                steps=args.steps,
-                warmup=args.warmup,
-                every=args.every,
-                full_every=args.full_every,
-                threads=args.threads,
-                work=args.work,
-            ),
+            args,
             lambda line: err_console.print(line, highlight=False),
         )
 
