@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from primus.data.consumed import ConsumedTasks
 from primus.optim import default_optimizer
 from primus.row_identity import RowDigests
 from services.trainer import checkpoint as ckpt
-from services.trainer.snapshots import CheckpointWriter, Snapshot, TouchedRows, take_snapshot
+from services.trainer.snapshots import Capture, CheckpointWriter, Snapshot, TouchedRows, take_snapshot
 
 ROWS, DIM = 50_000, 4
 
@@ -68,14 +69,26 @@ def _assert_same(a: Any, b: Any, where: str = "") -> None:
         assert a == b, where
 
 
-def _train_with_writer(folder: Path, steps: int, every: int, full_every: int) -> tuple[dict[int, dict[str, Any]], list[int], CheckpointWriter]:
-    """Train, snapshot every `every` steps and hand it to a writer; the live state at each snapshot and the seqs committed."""
+def _train_with_writer(
+    folder: Path, steps: int, every: int, full_every: int, restored: list[tuple[int, dict[str, Any]]] | None = None
+) -> tuple[dict[int, dict[str, Any]], list[int], CheckpointWriter]:
+    """Train, snapshot every `every` steps and hand it to a writer; the live state at each snapshot and the seqs
+    committed. restored: each checkpoint as it commits, restored into a fresh model (while training goes on)."""
     model, optimizer = _built()
     touched = TouchedRows(model)
     committed: list[int] = []
-    writer = CheckpointWriter(folder, model, optimizer, touched, lambda s: committed.append(s.seq), None, full_every=full_every)
+    states: dict[int, dict[str, Any]] = {}
+
+    def commit(snapshot: Snapshot) -> None:
+        committed.append(snapshot.seq)
+        if restored is not None:
+            fresh, fresh_optimizer = _built()
+            ckpt.restore(folder / ckpt.file_name(snapshot.seq), fresh, fresh_optimizer)
+            restored.append((snapshot.seq, _state(fresh, fresh_optimizer)))
+
+    writer = CheckpointWriter(folder, model, optimizer, touched, commit, None, full_every=full_every)
     generator = torch.Generator().manual_seed(1)
-    states, seq = {}, 0
+    seq = 0
     for step in range(1, steps + 1):
         _step(model, optimizer, touched, generator)
         if step % every == 0:
@@ -91,9 +104,10 @@ def _train_with_writer(folder: Path, steps: int, every: int, full_every: int) ->
 
 
 def test_an_incremental_chain_over_a_base_written_while_training_restores_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Bases are read from the live tables while steps go on (writes are held back a little, so that steps and
-    snapshots happen while a base is written, and wait behind it); restored, the newest committed checkpoint is the model and optimizer exactly as they
-    were at its snapshot, and so is the one before it (KEEP)."""
+    """Bases are read from the live tables while steps go on (writes and the writer's copies are held back a little,
+    so that steps change rows before the writer copies them, and snapshots happen while a base is written). Each
+    checkpoint, restored as it commits, is the model and optimizer exactly as they were at its snapshot; so are the
+    two kept at the end (KEEP)."""
     write = ckpt.write_durably
 
     def late_base(path: Path, state: dict[str, Any]) -> int:
@@ -101,7 +115,19 @@ def test_an_incremental_chain_over_a_base_written_while_training_restores_exactl
         return write(path, state)  # snapshots queue up, some taken before a base was complete and written after
 
     monkeypatch.setattr(ckpt, "write_durably", late_base)
-    states, committed, writer = _train_with_writer(tmp_path, steps=120, every=5, full_every=6)
+    finish = Capture.finish
+
+    def late_copy(capture: Capture) -> Any:
+        if threading.current_thread().name == "checkpoint-writer":
+            time.sleep(0.01)  # steps change rows before the writer copies them: they must be copied before the change
+        return finish(capture)
+
+    monkeypatch.setattr(Capture, "finish", late_copy)
+    restored: list[tuple[int, dict[str, Any]]] = []
+    states, committed, writer = _train_with_writer(tmp_path, steps=120, every=5, full_every=6, restored=restored)
+    assert [seq for seq, _ in restored] == committed
+    for seq, state in restored:
+        _assert_same(state, states[seq], f"checkpoint {seq}, restored as it committed")
     assert committed[-1] == max(states), "the last checkpoint, taken after the base was complete, is committed"
     assert committed == list(range(committed[0], committed[-1] + 1)), "once the first base is complete, every checkpoint commits, in order"
     for seq in ckpt.committed(tmp_path)[-ckpt.KEEP :]:

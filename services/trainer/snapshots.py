@@ -4,12 +4,10 @@ since the last one), written, fsync'd and committed by a background writer; a fu
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,6 @@ from services.trainer import checkpoint as ckpt
 
 log = logging.getLogger(__name__)
 FULL_EVERY = 20  # a new base of the tables after this many checkpoints: a restore applies at most about this many deltas
-_COPIERS = ThreadPoolExecutor(max(1, os.cpu_count() or 1), thread_name_prefix="snapshot-copy")
 
 
 class TouchedRows:
@@ -35,6 +32,8 @@ class TouchedRows:
         self.incremental = sparse and bool(self.tables)
         self._seen = {name: torch.zeros(p.shape[0], dtype=torch.bool) for name, p in self.tables.items()} if self.incremental else {}
         self._new: dict[str, list[torch.Tensor]] = {name: [] for name in self._seen}
+        self.pending: Capture | None = None  # the last snapshot's rows not copied yet
+        self.waiting = {name: torch.zeros(p.shape[0], dtype=torch.bool) for name, p in self.tables.items()} if self.incremental else {}
 
     def mark(self) -> None:
         """Before an optimizer step: the rows its sparse gradients name, each listed once per snapshot (the gradient
@@ -47,6 +46,8 @@ class TouchedRows:
             if not grad.is_coalesced():
                 grad = param.grad = grad.coalesce()
             rows = grad._indices()[0]
+            if self.pending is not None:
+                self.pending.copy_before_change(name, rows)
             fresh = rows[~seen[rows]]
             if len(fresh):
                 seen[fresh] = True
@@ -95,6 +96,74 @@ def _table_entry(param: torch.Tensor, rows: torch.Tensor | None, state: dict[str
     return {"rows": rows, "weight": weight, "row_state": row_state, "whole_state": whole_state}
 
 
+class Capture:
+    """A snapshot's changed rows of each table, copied as they were at the snapshot: by the writer in chunks, or, for
+    a row the next steps are about to change, by that step's mark() first; each row once, under one lock. The
+    training thread waits only for the rows its own steps touch."""
+
+    CHUNK = 65536
+
+    def __init__(self, tables: dict[str, torch.Tensor], states: dict[str, dict[str, Any]], todo: dict[str, torch.Tensor], waiting: dict[str, torch.Tensor]) -> None:
+        """waiting: a bitmap per table, all clear (TouchedRows keeps them: one capture is pending at a time)."""
+        self.tables, self.todo = tables, todo
+        self.row_keys = {name: [k for k, v in states[name].items() if _row_shaped(v, tables[name])] for name in tables}
+        self.states = states
+        self.whole_state = {name: {k: _clone(v) for k, v in states[name].items() if k not in self.row_keys[name]} for name in tables}
+        self._waiting = waiting
+        for name, rows in todo.items():
+            waiting[name][rows] = True
+        self._parts: dict[str, list[tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]]] = {name: [] for name in tables}
+        self._lock = threading.Lock()
+        self.done = False
+        self._entries: dict[str, dict[str, Any]] | None = None
+
+    def _copy(self, name: str, rows: torch.Tensor) -> None:
+        """Copy these rows (still waiting) of a table; the caller holds the lock."""
+        waiting = self._waiting[name]
+        rows = rows[waiting[rows]]
+        if len(rows) == 0:
+            return
+        param, state = self.tables[name], self.states[name]
+        weight = param.detach().index_select(0, rows)
+        row_state = {k: state[k].detach().index_select(0, rows) for k in self.row_keys[name]}
+        waiting[rows] = False
+        self._parts[name].append((rows, weight, row_state))
+
+    def copy_before_change(self, name: str, rows: torch.Tensor) -> None:
+        """The training thread, before a step changes these rows: copy those of them still waiting."""
+        with self._lock:
+            if not self.done:
+                self._copy(name, rows)
+
+    def finish(self) -> dict[str, dict[str, Any]]:
+        """Copy every row still waiting, a chunk at a time (steps go on between chunks); each table's entry."""
+        for name, rows in self.todo.items():
+            for start in range(0, len(rows), self.CHUNK):
+                with self._lock:
+                    if self.done:  # finished on the other thread: the bitmaps may already hold the next snapshot's rows
+                        break
+                    self._copy(name, rows[start : start + self.CHUNK])
+        with self._lock:
+            self.done = True
+            if self._entries is None:
+                self._entries = self._assemble()
+            return self._entries
+
+    def _assemble(self) -> dict[str, dict[str, Any]]:
+        entries = {}
+        for name, parts in self._parts.items():
+            rows = torch.cat([p[0] for p in parts]) if parts else torch.zeros(0, dtype=torch.int64)
+            param = self.tables[name]
+            weight = torch.cat([p[1] for p in parts]) if parts else param.detach()[:0].clone()
+            row_state = {k: torch.cat([p[2][k] for p in parts]) if parts else self.states[name][k].detach()[:0].clone() for k in self.row_keys[name]}
+            entries[name] = {"rows": rows, "weight": weight, "row_state": row_state, "whole_state": self.whole_state[name]}
+        return entries
+
+
+def _row_shaped(value: Any, param: torch.Tensor) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == param.shape[0]
+
+
 @dataclass
 class Snapshot:
     """A checkpoint's content, copied at a step boundary: what the writer writes while training goes on."""
@@ -104,6 +173,12 @@ class Snapshot:
     whole: bool  # self-contained: the checkpoint needs no base
     lost: list[str] = field(default_factory=list)
     taken: float = field(default_factory=time.monotonic)
+    capture: Capture | None = None  # the tables' rows still to copy into state["tables"] (the writer finishes it)
+
+    def complete(self) -> None:
+        if self.capture is not None:
+            self.state["tables"] = self.capture.finish()
+            self.capture = None
 
 
 def take_snapshot(seq: int, model: torch.nn.Module, optimizer: Optimizers, touched: TouchedRows, progress: dict[str, Any]) -> Snapshot:
@@ -121,15 +196,13 @@ def take_snapshot(seq: int, model: torch.nn.Module, optimizer: Optimizers, touch
         order = [p for group in part.param_groups for p in group["params"]]
         saved["state"] = {i: _clone(s) for i, s in saved["state"].items() if id(order[i]) not in table_ids}
         dense_optimizer.append(_clone(saved))
-    def entry(name: str) -> dict[str, Any]:
-        param = tables[name]
-        state = ckpt.optimizer_state(optimizer, param) if _owned(optimizer, param) else {}
-        return _table_entry(param, touched.take(name), state)
-
-    # The tables' gathers on every core: torch releases the GIL while it copies, and the training thread waits for it.
-    entries = dict(zip(tables, _COPIERS.map(entry, tables), strict=True))
-    state = {"kind": "delta", "dense_model": dense_model, "dense_optimizer": dense_optimizer, "table_names": sorted(tables), "tables": entries, **progress}
-    return Snapshot(seq, state, whole=False)
+    if touched.pending is not None:
+        touched.pending.finish()  # the writer had not got to it yet: its rows are still as they were, copy them now
+    states = {name: ckpt.optimizer_state(optimizer, p) if _owned(optimizer, p) else {} for name, p in tables.items()}
+    capture = Capture(tables, states, {name: touched.take(name) for name in tables}, touched.waiting)
+    touched.pending = capture
+    state = {"kind": "delta", "dense_model": dense_model, "dense_optimizer": dense_optimizer, "table_names": sorted(tables), "tables": {}, **progress}
+    return Snapshot(seq, state, whole=False, capture=capture)
 
 
 def _owned(optimizer: Optimizers, param: torch.Tensor) -> bool:
@@ -238,6 +311,7 @@ class CheckpointWriter:
                 return
 
     def _write(self, snapshot: Snapshot) -> None:
+        snapshot.complete()
         name = ckpt.file_name(snapshot.seq)
         size = ckpt.write_durably(self.folder / name, snapshot.state)
         self.bytes_written.append((snapshot.whole, size))
