@@ -77,23 +77,11 @@ def _clone(value: Any) -> Any:
     return value
 
 
-def _table_entry(param: torch.Tensor, rows: torch.Tensor | None, state: dict[str, Any], copy: bool = True) -> dict[str, Any]:
-    """A table's rows (all of them when rows is None) and their optimizer state, copied (copy=False: the whole
-    table live, for a base written while training goes on)."""
-    row_state, whole_state = {}, {}
-
-    def rows_of(value: torch.Tensor) -> torch.Tensor:
-        if rows is not None:
-            return value.detach().index_select(0, rows)
-        return value.detach().clone() if copy else value.detach()
-
-    for key, value in state.items():
-        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == param.shape[0]:
-            row_state[key] = rows_of(value)
-        else:
-            whole_state[key] = _clone(value)
-    weight = rows_of(param)
-    return {"rows": rows, "weight": weight, "row_state": row_state, "whole_state": whole_state}
+def _live_table(param: torch.Tensor, state: dict[str, Any]) -> dict[str, Any]:
+    """A whole table and its optimizer state as they are now, not copied: a base written while training goes on."""
+    row_state = {k: v.detach() for k, v in state.items() if _row_shaped(v, param)}
+    whole_state = {k: _clone(v) for k, v in state.items() if k not in row_state}
+    return {"rows": None, "weight": param.detach(), "row_state": row_state, "whole_state": whole_state}
 
 
 class Capture:
@@ -350,7 +338,7 @@ class CheckpointWriter:
             tables = {}
             for name, param in self.touched.tables.items():
                 state = ckpt.optimizer_state(self.optimizer, param) if _owned(self.optimizer, param) else {}
-                tables[name] = _table_entry(param, None, state, copy=False)
+                tables[name] = _live_table(param, state)
             ckpt.write_durably(self.folder / ckpt.base_name(after), {"kind": "base", "after": after, "tables": tables})
             with self._lock:
                 self._roots.append(Root([ckpt.base_name(after)], after, self._taken + 1))
