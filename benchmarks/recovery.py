@@ -54,7 +54,7 @@ def _ready_to_kill(mesh: Mesh, role: str) -> int:
     for _ in range(3):
         if not mesh.job_id or not mesh.running():
             mesh.submit()
-            if not wait(lambda: mesh.committed() > 0 or (not mesh.running() and mesh.state_of() > common_pb2.JOB_STATE_RUNNING), RECOVERY_TIMEOUT_S):
+            if not wait(lambda: mesh.committed() > 0 or mesh.state_of() > common_pb2.JOB_STATE_RUNNING, RECOVERY_TIMEOUT_S):
                 raise RuntimeError(f"job {mesh.job_id} committed nothing in {RECOVERY_TIMEOUT_S:.0f} s")
             if mesh.state_of() > common_pb2.JOB_STATE_RUNNING:
                 job = mesh.master.GetJob(master_pb2.GetJobRequest(job_id=mesh.job_id), timeout=10).job
@@ -110,7 +110,7 @@ def exact_jobs(mesh: Mesh, job_yaml: str) -> tuple[int, list[str]]:
         path = mesh.master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job.report_path
         report = json.loads(Path(path).read_text())
         digests = (report.get("trainer") or {}).get("digests") or {}
-        reported = RowDigests.from_state({f"{s}/{p}": d for s, by in digests.items() for p, d in by.items()})
+        reported = RowDigests.of_report(digests)
         found = [f"{job_id}: {report['state']}"] if report["state"] != "SUCCEEDED" else mismatches(expected, reported)
         exact += not found
         problems += found

@@ -38,7 +38,7 @@ def reported_digests(report_path: Path) -> RowDigests:
     if not isinstance(per_source, dict):
         raise UserError(f"{report_path}: trainer.digests is missing: the job did not finish, or ran before row digests were reported")
     try:
-        return RowDigests.from_state({f"{source}/{purpose}": text for source, by_purpose in per_source.items() for purpose, text in by_purpose.items()})
+        return RowDigests.of_report(per_source)
     except ValueError as exc:
         raise UserError(f"{report_path}: trainer.digests: {exc}") from None
 

@@ -109,6 +109,11 @@ class RowDigests:
             digests[(source, Purpose(purpose))] = RowDigest.parse(text)
         return cls(digests)
 
+    @classmethod
+    def of_report(cls, per_source: dict[str, dict[str, str]]) -> RowDigests:
+        """From a report's trainer.digests: per source, per purpose, the digest's text."""
+        return cls.from_state({f"{source}/{purpose}": text for source, by_purpose in per_source.items() for purpose, text in by_purpose.items()})
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RowDigests) and self.to_state() == other.to_state()
 

@@ -91,7 +91,7 @@ def assert_rows_exact(report: dict[str, object], spec_yaml: str) -> None:
     the two would cancel in the counts."""
     trainer = report["trainer"]
     assert isinstance(trainer, dict) and isinstance(trainer.get("digests"), dict), "the report carries the trainer's row digests"
-    reported = RowDigests.from_state({f"{source}/{purpose}": text for source, by in trainer["digests"].items() for purpose, text in by.items()})
+    reported = RowDigests.of_report(trainer["digests"])
     expected = data_digests(spec_yaml)
     assert expected.digests and all(d.count for d in expected.digests.values()), "the data has rows to compare"
     assert mismatches(expected, reported) == []

@@ -60,16 +60,14 @@ class Mesh:
         return sum(s.samples for s in reply.sources)
 
     def state_of(self) -> int:
+        """The job's state; RUNNING while the master is away (the job is not known to have ended)."""
         try:
             return int(self.master.GetJob(master_pb2.GetJobRequest(job_id=self.job_id), timeout=5).job.state)
         except grpc.RpcError:
             return common_pb2.JOB_STATE_RUNNING
 
     def running(self) -> bool:
-        try:
-            return self.master.GetJob(master_pb2.GetJobRequest(job_id=self.job_id), timeout=5).job.state == common_pb2.JOB_STATE_RUNNING
-        except grpc.RpcError:
-            return True  # the master is away: the job is not known to have ended
+        return self.state_of() == common_pb2.JOB_STATE_RUNNING
 
     def victim(self, role: str) -> int:
         """The pid to kill for a role: a ready executor or trainer rank of the job, or a service."""

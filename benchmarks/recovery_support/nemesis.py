@@ -153,7 +153,7 @@ def run(schedule: Schedule, base_yaml: str, work: Path, expected: RowDigests | N
             outcome.problems.append(f"job {report['state']}: {report['message']}")
             return outcome
         digests = (report.get("trainer") or {}).get("digests") or {}
-        reported = RowDigests.from_state({f"{s}/{p}": d for s, by in digests.items() for p, d in by.items()})
+        reported = RowDigests.of_report(digests)
         outcome.problems += mismatches(expected, reported)
         for key, want in expected.digests.items():
             got = reported.digests.get(key)

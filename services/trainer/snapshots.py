@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -160,7 +159,6 @@ class Snapshot:
     state: dict[str, Any]  # the file's content
     whole: bool  # self-contained: the checkpoint needs no base
     lost: list[str] = field(default_factory=list)
-    taken: float = field(default_factory=time.monotonic)
     capture: Capture | None = None  # the tables' rows still to copy into state["tables"] (the writer finishes it)
 
     def complete(self) -> None:
