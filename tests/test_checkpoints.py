@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from primus.data.consumed import ConsumedTasks
+from primus.data.planner_calls import PlanLostError
 from primus.optim import default_optimizer
 from primus.row_identity import RowDigests
 from services.trainer import checkpoint as ckpt
@@ -195,4 +196,20 @@ def test_a_failed_write_is_raised_on_the_training_thread(tmp_path: Path) -> None
     writer.wait_for_base()
     writer.submit(take_snapshot(1, model, optimizer, touched, _progress(1, 0)))
     with pytest.raises(RuntimeError, match=r"the checkpoint writer failed: .*No space left on device"):
+        writer.flush()
+
+
+def test_a_plan_lost_while_committing_reaches_the_training_thread_as_such(tmp_path: Path) -> None:
+    """The commit asks the planner; a planner that lost the plan must make the trainer exit to be planned again, not
+    fail the job (the writer's thread must not turn it into a plain error)."""
+    model, optimizer = _built()
+    touched = TouchedRows(model)
+
+    def lost(snapshot: Snapshot) -> None:
+        raise PlanLostError("the planner lost this job's plan or is unreachable (NOT_FOUND: no plan)")
+
+    writer = CheckpointWriter(tmp_path, model, optimizer, touched, lost, None)
+    writer.wait_for_base()
+    writer.submit(take_snapshot(1, model, optimizer, touched, _progress(1, 0)))
+    with pytest.raises(PlanLostError, match="lost this job's plan"):
         writer.flush()

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from primus.data.planner_calls import PlanLostError
 from primus.optim import Optimizers, embedding_parameters
 from services.trainer import checkpoint as ckpt
 
@@ -273,6 +274,8 @@ class CheckpointWriter:
         self.wait_for_base()
 
     def _raise(self) -> None:
+        if isinstance(self._error, PlanLostError):  # the planner restarted without its plan: the trainer exits to be planned again
+            raise PlanLostError(str(self._error)) from self._error
         if self._error is not None:
             raise RuntimeError(f"the checkpoint writer failed: {self._error}") from self._error
 
