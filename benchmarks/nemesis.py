@@ -1,12 +1,16 @@
-"""Nemesis benchmark: seeded fault schedules (kill -9, pauses past the heartbeat timeout, restarts of any role) against
-a job each, and by row identity the rows trained twice and never; the seeds of any failure, to replay one.
+"""Nemesis benchmark: seeded fault schedules (kill -9, pauses past the heartbeat timeout, restarts, network partitions,
+full disks) against a job each, and by row identity the rows trained twice and never; the seeds of any failure.
 
 Each schedule (benchmarks/recovery_support/nemesis.py) runs the demo data (--days days, the last held out; batch 64,
-a checkpoint every 10 steps, heartbeat timeout 3 s) on a fresh local cluster: 1 to 4 events within 4 s of the job's
-first commit, each a SIGKILL of a data executor, the trainer, the master, the planner or the resource controller (a
-service is started again at once), a SIGSTOP of one of them for the heartbeat timeout plus 0.5 to 2 s then SIGCONT,
-or a restart of a service. The job must succeed and its report's row digests equal the data's. `--seed N --count 1`
-replays schedule N (the same events at the same offsets from the first commit; the system's own timing varies).
+a checkpoint every 10 steps, heartbeat timeout 3 s) on a fresh cluster of two hosts on this machine: the master and
+the planner here, the resource controller and what it launches (data executors, trainer) in a network namespace, the
+runs folder (checkpoints, the planner's journal, the job store, logs) on a 256 MiB tmpfs. 1 to 4 events land within
+4 s of the job's first commit, each a SIGKILL of a data executor, the trainer, the master, the planner or the resource
+controller (a service is started again at once), a SIGSTOP of one of them for the heartbeat timeout plus 0.5 to 2 s
+then SIGCONT, a restart of a service, a partition of the two hosts (iptables drops every packet on their link) or a
+full disk (the tmpfs filled to the last byte) for as long as a pause. The job must succeed and its report's row
+digests equal the data's. `--seed N --count 1` replays schedule N (the same events at the same offsets from the first
+commit; the system's own timing varies). Needs root, iproute2 and iptables.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 from rich.table import Table
 
+from benchmarks.recovery_support import hosts
 from benchmarks.recovery_support.mesh import expected_digests
 from benchmarks.recovery_support.nemesis import Fault, Outcome, draw, job_yaml, run
 from primus.console import console, err_console
@@ -33,6 +38,10 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=6, help="demo days per job (the last held out): long enough for most events to land mid-training")
     parser.add_argument("--work", default=None, help="folder for the runs (default: a temporary one)")
     args = parser.parse_args()
+    reason = hosts.unavailable(partitions=True)
+    if reason:
+        err_console.print(f"error: the nemesis cannot make its second host: {reason}", highlight=False)
+        raise SystemExit(2)
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="primus-nemesis-", dir=args.work) as work:
         job_file = write_demo(Path(work) / "data", days=args.days, rows_per_hour=600, seed=0, progress=lambda _: None)

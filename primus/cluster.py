@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -43,6 +43,7 @@ class ClusterState:
     security_env: tuple[tuple[str, str], ...] = ()  # the services' TLS and token variables (primus.security), kept for a restart
     client: tuple[tuple[str, str], ...] = ()  # the local user's credentials: ca, cert, key, token
     env: tuple[tuple[str, str], ...] = ()  # more environment start_cluster gave every service, kept for a restart
+    prefixes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # a service's launch prefix (another host's namespace), kept for a restart
 
     @property
     def services_security(self) -> security.Settings:
@@ -67,6 +68,7 @@ class ClusterState:
             "security_env": dict(self.security_env),
             "client": dict(self.client),
             "env": dict(self.env),
+            "prefixes": {name: list(prefix) for name, prefix in self.prefixes},
         }
         path.write_text(json.dumps(data, indent=2))
 
@@ -80,6 +82,7 @@ class ClusterState:
             data["runs_dir"], services, tuple(data.get("controller_args", ())), tuple(data.get("planner_args", ())),
             tuple(sorted((data.get("security_env") or {}).items())), tuple(sorted((data.get("client") or {}).items())),
             tuple(sorted((data.get("env") or {}).items())),
+            tuple(sorted((name, tuple(prefix)) for name, prefix in (data.get("prefixes") or {}).items())),
         )  # fmt: skip
 
 
@@ -101,16 +104,18 @@ def _start(
     label: str | None = None,
     settings: security.Settings | None = None,
     env: Mapping[str, str] | None = None,
+    prefix: Sequence[str] = (),
 ) -> ServiceProcess:
     """Start services.<name>; its ready file and log are named by label (default: the name). settings: its TLS files and
     token secret (default: what this process's environment names), handed over in its environment; env: more variables
-    for it (and for what it launches): timings (primus.settings), a fault plan (primus.faults)."""
+    for it (and for what it launches): timings (primus.settings), a fault plan (primus.faults); prefix: a command it runs
+    under (`ip netns exec NS`, which puts it and what it launches on another host of this machine)."""
     label = label or name
     ready = state_dir / f"{label}.ready.json"
     ready.unlink(missing_ok=True)
     log_path = state_dir / "logs" / f"{label}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", f"services.{name}", "--runs-dir", str(runs_dir), "--ready-file", str(ready), *extra]
+    command = [*prefix, sys.executable, "-m", f"services.{name}", "--runs-dir", str(runs_dir), "--ready-file", str(ready), *extra]
     with log_path.open("ab") as log:
         inherited = dict(os.environ) if settings is None else {k: v for k, v in os.environ.items() if k not in _SECURITY_VARS}
         child_env = {**inherited, **(settings.env() if settings is not None else {}), **(env or {})}
@@ -225,23 +230,27 @@ def start_cluster(
     planner_args: list[str] | None = None,
     secured: tuple[security.Settings, security.Settings] | None = None,
     env: Mapping[str, str] | None = None,
+    prefixes: Mapping[str, Sequence[str]] | None = None,
 ) -> ClusterState:
     """Start planner and resource controller, then the master pointed at both; stop all on failure. controller_args
     configure the resource controller's backends; bind_host is where the services listen (an address executors on other
     machines can reach, when the backend places them there); planner_args are the planner's own flags (--journal);
     secured: (the services' settings, the user's) from local_security, handed to every service and what they launch;
-    env: more environment for every service and what it launches (kept for a restart). The planner and the resource
+    env: more environment for every service and what it launches (kept for a restart); prefixes: per service, a command
+    it runs under (kept for a restart). The planner and the resource
     controller start side by side; the master, which is pointed at both, after them."""
     services_settings, user_settings = secured if secured is not None else (None, security.Settings())
     runs_dir = runs_dir.resolve()
     started: list[ServiceProcess] = []
     bind = ["--bind", f"{bind_host}:0"]
     planner = _planner_args(planner_args)
+    placed = {name: tuple(prefix) for name, prefix in (prefixes or {}).items()}
+    rc_prefix = placed.get("resource_controller", ())
     try:
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="start") as pool:
             peers = [
-                pool.submit(_start, "planner", [*bind, *planner], runs_dir, state_dir, settings=services_settings, env=env),
-                pool.submit(_start, "resource_controller", [*bind, *(controller_args or [])], runs_dir, state_dir, settings=services_settings, env=env),
+                pool.submit(_start, "planner", [*bind, *planner], runs_dir, state_dir, None, services_settings, env, placed.get("planner", ())),
+                pool.submit(_start, "resource_controller", [*bind, *(controller_args or [])], runs_dir, state_dir, None, services_settings, env, rc_prefix),
             ]
             wait(peers)
         for future in peers:  # those that started are stopped again below when the other failed
@@ -251,7 +260,7 @@ def start_cluster(
             if (error := future.exception()) is not None:
                 raise error
         master_args = [*bind, "--planner", started[0].address, "--resource-controller", started[1].address]
-        started.append(_start("master", master_args, runs_dir, state_dir, settings=services_settings, env=env))
+        started.append(_start("master", master_args, runs_dir, state_dir, settings=services_settings, env=env, prefix=placed.get("master", ())))
         if "shared" not in _flag_values(controller_args, "--local-trainer-cores"):
             _keep_off_trainer_cores(started)
     except BaseException:
@@ -260,7 +269,8 @@ def start_cluster(
     kept = tuple(sorted(services_settings.env().items())) if services_settings is not None else ()
     user = (("ca", user_settings.ca), ("cert", user_settings.cert), ("key", user_settings.key), ("token", user_settings.token))
     state = ClusterState(
-        str(runs_dir), tuple(started), tuple(controller_args or ()), tuple(planner), kept, tuple((k, v) for k, v in user if v), tuple(sorted((env or {}).items()))
+        str(runs_dir), tuple(started), tuple(controller_args or ()), tuple(planner), kept, tuple((k, v) for k, v in user if v), tuple(sorted((env or {}).items())),
+        tuple(sorted(placed.items())),
     )  # fmt: skip
     state.save(state_dir / "cluster.json")
     return state
@@ -288,7 +298,8 @@ def restart_service(state: ClusterState, state_dir: Path, name: str) -> ClusterS
         args += list(state.controller_args)
     if name == "planner":
         args += list(state.planner_args)
-    started = _start(name, args, Path(state.runs_dir), state_dir, settings=state.services_security if state.security_env else None, env=dict(state.env))
+    settings = state.services_security if state.security_env else None
+    started = _start(name, args, Path(state.runs_dir), state_dir, settings=settings, env=dict(state.env), prefix=dict(state.prefixes).get(name, ()))
     if "shared" not in _flag_values(state.controller_args, "--local-trainer-cores"):
         _keep_off_trainer_cores([started])
     restarted = replace(state, services=tuple(started if s.name == name else s for s in state.services))

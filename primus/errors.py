@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import sqlite3
+
 import grpc
 
 
@@ -49,6 +52,22 @@ class UnavailableError(PrimusError):
     """A peer service or store that cannot be reached; the message names the address."""
 
     code = grpc.StatusCode.UNAVAILABLE
+
+
+class StorageFullError(UnavailableError):
+    """A file system or store that cannot take a write (full, over quota): the work waits and tries again."""
+
+
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether an error says the disk (or SQLite's, or PostgreSQL's) is full: something freeing space ends it."""
+    if isinstance(exc, OSError):
+        return exc.errno in FULL_ERRNOS
+    if isinstance(exc, sqlite3.OperationalError):
+        return "full" in str(exc)
+    return type(exc).__name__ == "DiskFull"  # psycopg.errors.DiskFull, without importing psycopg here
 
 
 class UserError(PrimusError):

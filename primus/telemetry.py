@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import os
 import threading
@@ -19,6 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import Sampler
 
+log = logging.getLogger(__name__)
 JOB_KEY = "primus.job_id"
 _provider: TracerProvider | None = None
 
@@ -91,6 +93,7 @@ class OtlpJsonFileExporter(SpanExporter):
         resource_json = '{"attributes":' + _attributes_json(dict(resource.attributes)) + "}"
         self._line_head = '{"resourceSpans":[{"resource":' + resource_json + ',"scopeSpans":[{"scope":{"name":"primus"},"spans":['
         self._lock = threading.Lock()
+        self._dropping = False  # spans are being dropped (a full disk): said once, until a write goes through
 
     def path_for(self, job_id: str) -> Path:
         folder = self._runs_dir / (job_id or "_services") / "traces"
@@ -101,13 +104,28 @@ class OtlpJsonFileExporter(SpanExporter):
         for span in spans:
             job = str((span.attributes or {}).get(JOB_KEY, ""))
             by_job.setdefault(job, []).append(span_json(span))
+        dropped = 0
         with self._lock:
             for job, encoded in by_job.items():
                 path = self.path_for(job)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with path.open("a") as handle:
-                    handle.write(self._line_head + ",".join(encoded) + "]}]}]}\n")
-        return SpanExportResult.SUCCESS
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    with path.open("a") as handle:
+                        kept = handle.tell()
+                        try:
+                            handle.write(self._line_head + ",".join(encoded) + "]}]}]}\n")
+                            handle.flush()
+                        except OSError:
+                            handle.truncate(kept)  # no torn line for a reader to trip on
+                            raise
+                except OSError as exc:
+                    dropped += len(encoded)
+                    if not self._dropping:
+                        log.warning("spans dropped: %s cannot be written (%s); tracing goes on once it can", path, exc)
+                    self._dropping = True
+                    continue
+                self._dropping = False
+        return SpanExportResult.FAILURE if dropped else SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
         return None

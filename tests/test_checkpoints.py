@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import errno
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from primus.data.planner_calls import PlanLostError
 from primus.optim import default_optimizer
 from primus.row_identity import RowDigests
 from services.trainer import checkpoint as ckpt
+from services.trainer import snapshots
 from services.trainer.snapshots import Capture, CheckpointWriter, Snapshot, TouchedRows, take_snapshot
 
 ROWS, DIM = 50_000, 4
@@ -190,13 +192,58 @@ def test_a_failed_write_is_raised_on_the_training_thread(tmp_path: Path) -> None
     touched = TouchedRows(model)
 
     def refuse(snapshot: Snapshot) -> None:
-        raise OSError(28, "No space left on device")
+        raise OSError(errno.EIO, "Input/output error")
 
     writer = CheckpointWriter(tmp_path, model, optimizer, touched, refuse, None)
     writer.wait_for_base()
     writer.submit(take_snapshot(1, model, optimizer, touched, _progress(1, 0)))
-    with pytest.raises(RuntimeError, match=r"the checkpoint writer failed: .*No space left on device"):
+    with pytest.raises(RuntimeError, match=r"the checkpoint writer failed: .*Input/output error"):
         writer.flush()
+
+
+def test_a_full_disk_holds_checkpoints_up_and_room_lets_them_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes that find the disk full are tried again (no torn file left behind), the training thread waits once two
+    snapshots queue behind them, and every checkpoint commits, in order, once there is room."""
+    monkeypatch.setattr(snapshots, "ROOM_RETRY_S", 0.01)
+    model, optimizer = _built()
+    touched = TouchedRows(model)
+    room = threading.Event()
+    room.set()
+    real_write = ckpt.write_durably
+
+    def write(path: Path, state: dict[str, Any]) -> int:
+        if not room.is_set():
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(path, state)
+
+    monkeypatch.setattr(ckpt, "write_durably", write)
+    committed: list[int] = []
+    writer = CheckpointWriter(tmp_path, model, optimizer, touched, lambda s: committed.append(s.seq), None)
+    writer.wait_for_base()
+    room.clear()  # the disk fills up
+    generator = torch.Generator().manual_seed(3)
+    submitted = threading.Event()
+
+    def train() -> None:
+        for seq in range(1, 5):
+            _step(model, optimizer, touched, generator)
+            writer.submit(take_snapshot(seq, model, optimizer, touched, _progress(seq, seq)))
+        submitted.set()
+
+    trainer = threading.Thread(target=train)
+    trainer.start()
+    assert not submitted.wait(0.5), "the training thread waits behind a writer held up by the disk"
+    assert committed == []
+    room.set()
+    trainer.join(30)
+    writer.close()
+    assert committed == [1, 2, 3, 4] and ckpt.committed(tmp_path)[-1][0] == 4
+
+
+def test_a_write_that_fails_leaves_no_torn_file_to_hold_space(tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="pickle"):
+        ckpt.write_durably(tmp_path / "ckpt-1.pt", {"not a tensor": lambda: None})
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_plan_lost_while_committing_reaches_the_training_thread_as_such(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -16,8 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from primus import hosts, rpc
+from benchmarks.recovery_support import hosts
+from primus import rpc
 from primus.cluster import start_cluster, stop_services
+from primus.hosts import routable_ip
 from primus.v1 import master_pb2, master_pb2_grpc
 from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
 from tests.faults_helpers import assert_dataset_rows_exact
@@ -25,49 +26,21 @@ from tests.tiers import Tier, uses
 
 REQUIRE_ENV = "PRIMUS_REQUIRE_NETNS"  # CI sets it: there the test must run, not skip
 NETNS = "primus-h2"
-HOST_VETH, NODE_VETH = "primus-h1v", "primus-h2v"
-HOST_IP, NODE_IP = "10.213.7.1", "10.213.7.2"
+NODE_IP = "10.213.7.2"
 RAY = Path(sys.executable).parent / "ray"
-
-
-def _ip(*args: str, netns: bool = False) -> None:
-    command = ["ip", "netns", "exec", NETNS, "ip", *args] if netns else ["ip", *args]
-    subprocess.run(command, check=True, capture_output=True, text=True)
-
-
-def _unavailable() -> str:
-    if shutil.which("ip") is None:
-        return "iproute2's ip is not installed"
-    if os.geteuid() != 0:
-        return "making a network namespace needs root"
-    return ""
 
 
 @pytest.fixture(scope="module")
 @uses(Tier.LIVE)
 def second_host() -> Iterator[str]:
     """A network namespace joined to this one by a veth pair, with a default route back: the second host's address."""
-    reason = _unavailable()
+    reason = hosts.unavailable()
     if reason:
         if os.environ.get(REQUIRE_ENV) == "1":
             pytest.fail(f"{reason}, and {REQUIRE_ENV}=1")
         pytest.skip(reason)
-    subprocess.run(["ip", "netns", "delete", NETNS], capture_output=True)
-    subprocess.run(["ip", "link", "delete", HOST_VETH], capture_output=True)
-    _ip("netns", "add", NETNS)
-    try:
-        _ip("link", "add", HOST_VETH, "type", "veth", "peer", "name", NODE_VETH)
-        _ip("link", "set", NODE_VETH, "netns", NETNS)
-        _ip("addr", "add", f"{HOST_IP}/24", "dev", HOST_VETH)
-        _ip("link", "set", HOST_VETH, "up")
-        _ip("addr", "add", f"{NODE_IP}/24", "dev", NODE_VETH, netns=True)
-        _ip("link", "set", NODE_VETH, "up", netns=True)
-        _ip("link", "set", "lo", "up", netns=True)
-        _ip("route", "add", "default", "via", HOST_IP, netns=True)
-        yield NODE_IP
-    finally:
-        subprocess.run(["ip", "link", "delete", HOST_VETH], capture_output=True)
-        subprocess.run(["ip", "netns", "delete", NETNS], capture_output=True)
+    with hosts.second_host(NETNS, NODE_IP.rsplit(".", 1)[0]) as host:
+        yield host.node_ip
 
 
 def _free_port() -> int:
@@ -79,7 +52,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def two_host_ray(second_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Ray head here (2 CPUs) and a node on the second host (2 CPUs, resource host2), started with the ray CLI."""
-    address = f"{hosts.routable_ip()}:{_free_port()}"
+    address = f"{routable_ip()}:{_free_port()}"
     env = {**os.environ, "RAY_DISABLE_USAGE_STATS": "1"}
     temp = tmp_path_factory.mktemp("ray")
     head = [str(RAY), "start", "--head", "--num-cpus", "2", "--port", address.rsplit(":", 1)[1], "--include-dashboard=false", "--disable-usage-stats"]

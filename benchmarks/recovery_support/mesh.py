@@ -10,7 +10,8 @@ from typing import Any
 import grpc
 import yaml
 
-from primus import rpc
+from benchmarks.recovery_support.hosts import SecondHost
+from primus import hosts, rpc
 from primus.cluster import restart_service, start_cluster, stop_services
 from primus.row_identity import RowDigests
 from primus.spec import load_job_text
@@ -22,6 +23,7 @@ from services.planner.plan import build_plan
 from services.planner.resolver import PartitionResolver
 from services.planner.servicer import task_proto
 
+ENDED = (common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED)
 SERVICES = ("master", "planner", "resource_controller")
 POLL_S = 0.02
 
@@ -29,9 +31,15 @@ POLL_S = 0.02
 class Mesh:
     """The cluster, its stubs (made again after a service restarts) and the job being trained."""
 
-    def __init__(self, work: Path, job_yaml: str, ranks: int) -> None:
-        self.work, self.job_yaml, self.ranks = work, job_yaml, ranks
-        self.state = start_cluster(work / "runs", work / "state")
+    def __init__(self, work: Path, job_yaml: str, ranks: int, second: SecondHost | None = None) -> None:
+        """second: a second host for the resource controller and what it launches (the executors, the trainer); the
+        master and the planner stay here, and every service listens on every interface."""
+        self.work, self.job_yaml, self.ranks, self.second = work, job_yaml, ranks, second
+        if second is None:
+            self.state = start_cluster(work / "runs", work / "state")
+        else:
+            placed = {"resource_controller": second.prefix}
+            self.state = start_cluster(work / "runs", work / "state", bind_host="0.0.0.0", env={hosts.BIND_ENV: "0.0.0.0"}, prefixes=placed)
         self.job_id = ""
         self.jobs: list[str] = []
         self._connect()
@@ -67,7 +75,8 @@ class Mesh:
             return common_pb2.JOB_STATE_RUNNING
 
     def running(self) -> bool:
-        return self.state_of() == common_pb2.JOB_STATE_RUNNING
+        """Not ended: pending, planning or running (a job waits in PENDING while its executors start)."""
+        return self.state_of() not in ENDED
 
     def victim(self, role: str) -> int:
         """The pid to kill for a role: a ready executor or trainer rank of the job, or a service."""

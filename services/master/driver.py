@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 
 from primus import faults, telemetry
-from primus.errors import ConflictError, InvalidRequestError
+from primus.errors import ConflictError, InvalidRequestError, StorageFullError, disk_full
 from primus.job_state import JobState
 from primus.roles import ROLES, Role, of_proto
 from primus.settings import MasterSettings
@@ -63,6 +63,7 @@ class _Looks:
     controller_away_since: float | None = None
     trainers_gone_since: float | None = None
     last_plan: planner_pb2.GetPlanResponse | None = None
+    full_since: float | None = None  # since when what the job writes finds the disk full
 
 
 def _since(start: float | None) -> float | None:
@@ -190,11 +191,16 @@ class JobDriver:
             looks = _Looks()
             try:
                 while True:
-                    record = self._store.get(job_id)
-                    status = JobStatus.from_record(record, spec)
-                    actions = rc.reconcile(status, self._observe(record, status, spec, looks), self._settings)
-                    for action in actions:
-                        self._apply(record, action, looks)
+                    try:
+                        record = self._store.get(job_id)
+                        status = JobStatus.from_record(record, spec)
+                        actions = rc.reconcile(status, self._observe(record, status, spec, looks), self._settings)
+                        for action in actions:
+                            self._apply(record, action, looks)
+                    except StorageFullError as exc:  # nothing decided can be kept: the same look again once there is room
+                        self._wait_for_room(job_id, exc, looks)
+                        continue
+                    looks.full_since = None
                     if any(isinstance(a, rc.Finish | rc.Suspend) for a in actions) or (status.state is JobState.SUSPENDED and not status.cancel_requested):
                         return
                     if all(isinstance(a, rc.Wait) for a in actions):
@@ -208,8 +214,21 @@ class JobDriver:
                 self._end(job_id, JobState.FAILED, f"master error: {type(exc).__name__}: {exc}")
 
     def _end(self, job_id: str, state: JobState, message: str) -> None:
-        self._apply(self._store.get(job_id), rc.Finish(state, message), _Looks())
+        looks = _Looks()
+        while True:
+            try:
+                self._apply(self._store.get(job_id), rc.Finish(state, message), looks)
+                break
+            except StorageFullError as exc:
+                self._wait_for_room(job_id, exc, looks)
         self._drop_plan(job_id)
+
+    def _wait_for_room(self, job_id: str, exc: StorageFullError, looks: _Looks) -> None:
+        """A full disk under the job store or the run folder: say so once, wait, and let the caller try again."""
+        if looks.full_since is None:
+            log.warning("job %s waits for room to write: %s", job_id, exc)
+            looks.full_since = time.monotonic()
+        time.sleep(self._settings.master_poll_seconds)
 
     def _observe(self, record: JobRecord, status: JobStatus, spec: JobSpec, looks: _Looks) -> rc.Observed:
         """One look at the job's world: its plan at the planner, its executors at the controller, the trainer's result."""
@@ -401,6 +420,8 @@ class JobDriver:
             final = replace(self._store.get(job_id), state=state.value, message=message, updated=time.time())
             path = write_report(build_report(final, services, executors, plan, decisions), Path(final.run_dir))
         except Exception as exc:
+            if isinstance(exc, StorageFullError) or disk_full(exc):
+                raise StorageFullError(f"the report of job {job_id} cannot be written: {exc}") from exc
             log.exception("job %s: could not write the report", job_id)
             error = f"report not written: {type(exc).__name__}: {exc}"
             self._store.update(job_id, state=state.value, message=f"{message}; {error}", error=error)

@@ -125,6 +125,10 @@ def write_report(report: dict[str, Any], run_dir: Path) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "report.json"
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
+    try:
+        tmp.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
+    except OSError:
+        tmp.unlink(missing_ok=True)  # half a report holds space and says nothing
+        raise
     tmp.replace(path)
     return path

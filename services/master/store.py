@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from primus.errors import ConflictError, NotFoundError
+from primus.errors import ConflictError, NotFoundError, StorageFullError, disk_full
 
 FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 _SCHEMA = """
@@ -101,8 +101,13 @@ class JobStore:
                 self._execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
 
     def _execute(self, query: str, params: tuple[Any, ...] = ()) -> int:
-        """Run one statement; the number of rows it changed."""
-        cursor = self._conn.execute(query.replace("?", "%s") if self._pg else query, params)
+        """Run one statement; the number of rows it changed. A full disk is a StorageFullError (callers try again)."""
+        try:
+            cursor = self._conn.execute(query.replace("?", "%s") if self._pg else query, params)
+        except Exception as exc:
+            if disk_full(exc):
+                raise StorageFullError(f"the job store {self.url} cannot be written: {exc}") from exc
+            raise
         return int(cursor.rowcount)
 
     def _rows(self, query: str, params: tuple[Any, ...] = (), description: bool = False) -> list[tuple[Any, ...]]:

@@ -381,7 +381,9 @@ class Journal:
             try:
                 self._write(operations, accounts)
             except STORE_ERRORS as exc:
-                log.warning("could not write %d journal record(s) to %s (trying again): %s", len(operations), self.where, exc)
+                if self._error is None:  # said once; the records wait (callers that need them durable wait too)
+                    said = f"{len(operations)} journal record(s) and the counters of {len(accounts)} job(s)"
+                    log.warning("could not write %s to %s (trying again every %.1f s): %s", said, self.where, RETRY_SECONDS, exc)
                 with self._changed:
                     self._pending = operations + self._pending
                     self._error = exc
@@ -389,6 +391,8 @@ class Journal:
                     return
                 time.sleep(RETRY_SECONDS)
                 continue
+            if self._error is not None:
+                log.info("the journal %s is written again", self.where)
             with self._changed:
                 self._written, self._error = upto, None
                 self._saved.update((job_id, saved) for job_id, saved in accounts.items() if job_id in self._tracked)

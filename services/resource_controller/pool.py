@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from primus.dataplane import remove_shared_memory
-from primus.errors import ConflictError, InvalidRequestError, NotFoundError
+from primus.errors import ConflictError, InvalidRequestError, NotFoundError, disk_full
 from primus.security import JobCredentials
 from primus.settings import ControllerSettings
 from primus.v1 import resource_controller_pb2 as rc_pb2
@@ -78,6 +78,7 @@ class ExecutorPool:
         )
         self._clock = clock
         self._state_path = state_path
+        self._unsaved_since: float | None = None  # since when the state file cannot be written (a full disk)
         self._records: dict[str, ExecutorRecord] = {}
         self._jobs: dict[str, JobContext] = {}
         self._next_index: dict[str, int] = {}  # per "job/role": executor ids are never reused
@@ -377,7 +378,7 @@ class ExecutorPool:
             records = list(self._records.values())
         for record in records:
             changed |= self._judge(record, now)
-        if changed:
+        if changed or self._unsaved_since is not None:
             self._save()
 
     def _apply(self, event: ExecutorEvent) -> bool:
@@ -492,10 +493,22 @@ class ExecutorPool:
                 "executors": [r.to_state() for r in self._records.values()],
                 "decisions": self.decisions.to_state(),
             }
-            self._state_path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self._state_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data))
-            tmp.replace(self._state_path)
+            try:
+                self._state_path.parent.mkdir(parents=True, exist_ok=True)
+                tmp.write_text(json.dumps(data))
+                tmp.replace(self._state_path)
+            except OSError as exc:
+                if not disk_full(exc):
+                    raise
+                tmp.unlink(missing_ok=True)
+                if self._unsaved_since is None:  # said once; the watcher writes it again each pass until it is written
+                    log.warning("the state file %s cannot be written (%s): kept in memory until there is room", self._state_path, exc)
+                    self._unsaved_since = time.monotonic()
+                return
+            if self._unsaved_since is not None:
+                log.info("the state file %s is written again after %.1f s", self._state_path, time.monotonic() - self._unsaved_since)
+                self._unsaved_since = None
 
     def _load(self) -> None:
         """After a restart: take back the jobs and executors of the state file; re-adopt those still running."""

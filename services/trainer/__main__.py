@@ -15,7 +15,7 @@ import torch
 
 from primus import cores, metrics_http, rpc, telemetry
 from primus.data.planner_calls import PLAN_LOST_EXIT_CODE, PlanLostError
-from primus.errors import PrimusError
+from primus.errors import PrimusError, disk_full
 from primus.worker import fetch_job_spec, parse_worker_args, register
 from services.trainer.data_parallel import GANG_LOST_EXIT_CODE, GangLostError
 from services.trainer.server import DONE_PHASE, report_failure, run_trainer, start_heartbeats, start_status_server
@@ -66,15 +66,29 @@ def main() -> int:
         report_failure(args, str(exc))
         code = 1
     except Exception as exc:
-        log.exception("training failed")
-        report_failure(args, f"{type(exc).__name__}: {exc}")
-        code = 1
+        if _disk_full(exc):  # nothing wrong with the job: the master starts the trainer again from its last checkpoint
+            log.error("stopping without a result: the disk is full (%s); the last checkpoint is kept for the restart", exc)
+            code = PLAN_LOST_EXIT_CODE
+        else:
+            log.exception("training failed")
+            report_failure(args, f"{type(exc).__name__}: {exc}")
+            code = 1
     finally:
         if heartbeats is not None:
             heartbeats.stop()
         server.stop(grace=1.0)
         telemetry.shutdown_tracing()
     return code
+
+
+def _disk_full(exc: BaseException | None) -> bool:
+    """A full disk anywhere in the error's chain of causes."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if disk_full(exc):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _exit(code: int) -> None:

@@ -78,11 +78,15 @@ def fsync_folder(folder: Path) -> None:
 def write_durably(path: Path, state: dict[str, Any]) -> int:
     """torch.save to a temporary file, fsync it, rename it into place and fsync the folder; the bytes written."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as out:
-        torch.save(state, out)
-        out.flush()
-        os.fsync(out.fileno())
-        size = out.tell()
+    try:
+        with open(tmp, "wb") as out:
+            torch.save(state, out)
+            out.flush()
+            os.fsync(out.fileno())
+            size = out.tell()
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a torn file holds space a later checkpoint needs
+        raise
     tmp.replace(path)
     fsync_folder(path.parent)
     return size
@@ -92,10 +96,14 @@ def commit_summary(folder: Path, seq: int, steps: int, train_samples: int, phase
     """The commit: the summary naming the files of checkpoint seq, fsync'd and renamed into place."""
     path = summary_path(folder / file_name(seq))
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as out:
-        json.dump({"seq": seq, "steps": steps, "train_samples": train_samples, "phase": phase, "files": files}, out)
-        out.flush()
-        os.fsync(out.fileno())
+    try:
+        with open(tmp, "w") as out:
+            json.dump({"seq": seq, "steps": steps, "train_samples": train_samples, "phase": phase, "files": files}, out)
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     tmp.replace(path)
     fsync_folder(folder)
 

@@ -3,8 +3,10 @@ since the last one), written, fsync'd and committed by a background writer; a fu
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,11 +16,14 @@ from typing import Any
 import torch
 
 from primus.data.planner_calls import PlanLostError
+from primus.errors import disk_full
 from primus.optim import Optimizers, embedding_parameters
 from services.trainer import checkpoint as ckpt
 
 log = logging.getLogger(__name__)
 FULL_EVERY = 20  # a new base of the tables after this many checkpoints: a restore applies at most about this many deltas
+QUEUED_MOST = 2  # snapshots waiting for the writer before the training thread waits for it (a full disk holds them)
+ROOM_RETRY_S = 0.5  # how often a write that found the disk full is tried again
 
 
 class TouchedRows:
@@ -249,6 +254,8 @@ class CheckpointWriter:
     def submit(self, snapshot: Snapshot) -> None:
         self._raise()
         with self._lock:
+            while len(self._queue) >= QUEUED_MOST and self._error is None:  # the writer is held up (a full disk)
+                self._lock.wait(0.5)
             self._taken = snapshot.seq
             self._queue.append(snapshot)
             self._lock.notify_all()
@@ -289,7 +296,7 @@ class CheckpointWriter:
                 snapshot = self._queue.popleft()
                 self._busy = True
             try:
-                self._write(snapshot)
+                _until_room(functools.partial(self._write, snapshot), f"checkpoint {snapshot.seq}")
             except BaseException as exc:
                 log.exception("writing checkpoint %d failed", snapshot.seq)
                 self._error = exc
@@ -303,7 +310,6 @@ class CheckpointWriter:
         snapshot.complete()
         name = ckpt.file_name(snapshot.seq)
         size = ckpt.write_durably(self.folder / name, snapshot.state)
-        self.bytes_written.append((snapshot.whole, size))
         root = self._root_for(snapshot)
         files = [name] if snapshot.whole else None if root is None else [*root.files, *(ckpt.file_name(seq) for seq in range(root.after + 1, snapshot.seq + 1))]
         if files is None:
@@ -311,6 +317,7 @@ class CheckpointWriter:
             return
         state = snapshot.state
         ckpt.commit_summary(self.folder, snapshot.seq, int(state["steps"]), int(state["train_samples"]), str(state["phase"]), files)
+        self.bytes_written.append((snapshot.whole, size))
         self.commit(snapshot)
         self.committed_seq = snapshot.seq
         with self._lock:
@@ -340,7 +347,8 @@ class CheckpointWriter:
             for name, param in self.touched.tables.items():
                 state = ckpt.optimizer_state(self.optimizer, param) if _owned(self.optimizer, param) else {}
                 tables[name] = _live_table(param, state)
-            ckpt.write_durably(self.folder / ckpt.base_name(after), {"kind": "base", "after": after, "tables": tables})
+            base = {"kind": "base", "after": after, "tables": tables}
+            _until_room(lambda: ckpt.write_durably(self.folder / ckpt.base_name(after), base), f"the base of the tables after checkpoint {after}")
             with self._lock:
                 self._roots.append(Root([ckpt.base_name(after)], after, self._taken + 1))
         except BaseException as exc:
@@ -348,3 +356,23 @@ class CheckpointWriter:
             self._error = exc
         finally:
             self._base_thread = None
+
+
+def _until_room(write: Callable[[], object], what: str) -> None:
+    """Run write, again and again while it finds the disk full (said once; the training thread waits on the writer
+    meanwhile): a full disk holds a checkpoint up, and what frees room lets it through."""
+    full_since = None
+    while True:
+        try:
+            write()
+        except Exception as exc:
+            if not disk_full(exc):
+                raise
+            if full_since is None:
+                log.warning("%s waits for room to be written: %s", what, exc)
+                full_since = time.monotonic()
+            time.sleep(ROOM_RETRY_S)
+            continue
+        if full_since is not None:
+            log.info("%s written after waiting %.1f s for room", what, time.monotonic() - full_since)
+        return
