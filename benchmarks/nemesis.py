@@ -49,7 +49,7 @@ def main() -> None:
         expected = expected_digests(job_yaml(base))
         for seed in range(args.seed, args.seed + args.count):
             schedule = draw(seed)
-            outcome = run(schedule, base, Path(work) / f"seed-{seed}", expected)
+            outcome = run(schedule, base, Path(work) / f"seed-{seed}", expected, netns="primus-nemb", subnet="10.213.9")
             outcomes.append(outcome)
             verdict = "ok" if outcome.ok else "FAILED: " + "; ".join(outcome.problems)
             err_console.print(f"[{len(outcomes)}/{args.count}] {schedule} -> {verdict} ({outcome.seconds:.1f} s)", highlight=False)

@@ -161,14 +161,14 @@ def two_hosts(work: Path, netns: str = "primus-nem", subnet: str = "10.213.8") -
         yield second
 
 
-def run(schedule: Schedule, base_yaml: str, work: Path, expected: RowDigests | None = None) -> Outcome:
-    """Run the schedule against one job on a fresh cluster of two hosts under work (see two_hosts); the outcome,
-    checked by row identity."""
+def run(schedule: Schedule, base_yaml: str, work: Path, expected: RowDigests | None = None, netns: str = "primus-nem", subnet: str = "10.213.8") -> Outcome:
+    """Run the schedule against one job on a fresh cluster of two hosts under work (see two_hosts; its namespace and
+    subnet: two runs side by side need their own); the outcome, checked by row identity."""
     started = time.monotonic()
     outcome = Outcome(schedule)
     spec = job_yaml(base_yaml)
     expected = expected if expected is not None else expected_digests(spec)
-    with two_hosts(work) as second:
+    with two_hosts(work, netns, subnet) as second:
         try:
             _run_on(Mesh(work, spec, ranks=1, second=second), outcome, expected)
         finally:  # the runs folder goes with its tmpfs: the executors' and trainer's logs are kept beside it
