@@ -12,7 +12,7 @@ from services.resource_controller.backend import ExitReason
 from services.resource_controller.decisions import DecisionLog, LoggedAction, LoggedDecision
 from services.resource_controller.records import Beat, ExecutorRecord, ExecutorState, state_after_exit
 from services.resource_controller.signals import executor_signals, role_signals, throughput
-from services.resource_controller.slots import SlotHealth
+from services.resource_controller.slots import SlotHealth, blames_slot
 
 KEY = ("job", "data_executor", 0)
 MEASURE_AFTER_SECONDS = ControllerSettings().measure_after_seconds  # what a DecisionLog waits by default
@@ -27,6 +27,16 @@ def test_a_slot_failing_three_times_within_the_window_is_blacklisted() -> None:
     assert slots.blacklisted_until(KEY, 35.1) is None, "the blacklist lapses"
     assert slots.reason(KEY) == "exited with code 1"
     assert slots.blacklisted_until(("job", "data_executor", 1), 30.0) is None, "other slots are unaffected"
+
+
+def test_a_kill_from_outside_of_a_serving_executor_does_not_blame_its_slot() -> None:
+    for code in (-9, -15, 137, 143):  # SIGKILL or SIGTERM, of a local process or a container
+        assert not blames_slot(ExitReason.ERROR, code, was_ready=True)
+        assert blames_slot(ExitReason.ERROR, code, was_ready=False), "killed while starting: the slot may be why"
+    for code in (1, 3, -11, -6, 139):  # its own error exit, a crash signal
+        assert blames_slot(ExitReason.ERROR, code, was_ready=True)
+    assert blames_slot(ExitReason.OOM_KILLED, -9, was_ready=True)
+    assert blames_slot(ExitReason.HEARTBEAT_LOST, -9, was_ready=True), "a hang counts"
 
 
 def test_failures_spread_out_do_not_blacklist_and_repeats_back_off() -> None:

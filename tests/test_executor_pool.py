@@ -71,6 +71,25 @@ def test_a_slot_that_keeps_failing_waits_blacklisted_then_relaunches(crashing: E
     assert relaunched.pid > 0 and time.monotonic() - started >= 1.0, "it started once the blacklist lapsed"
 
 
+def test_kills_from_outside_of_a_serving_executor_relaunch_at_once(tmp_path: Path) -> None:
+    """An operator's or a chaos test's kill -9 of an executor that was up is not its slot's fault: however often it
+    comes, the relaunch starts at once (a crash loop is test_a_slot_that_keeps_failing_...)."""
+    pool = ExecutorPool(_backend(SLEEP), own_address="127.0.0.1:3", slots=SlotHealth(failures=2, window_seconds=60, blacklist_seconds=60))
+    try:
+        (record,) = pool.launch(_request(tmp_path))
+        for _ in range(3):
+            pool.register(record.executor_id, "127.0.0.1:4", "127.0.0.1:5", record.pid)
+            os.kill(record.pid, signal.SIGKILL)
+            killed = _until(pool, record.executor_id, (ExecutorState.FAILED,))
+            assert killed.exit_code == -signal.SIGKILL
+            (record,) = pool.launch(_request(tmp_path, replaces=killed.executor_id))
+            assert record.state is ExecutorState.STARTING and record.pid > 0, record.message
+        assert not [d for d in pool.decisions.entries("job") if d.action is LoggedAction.BLACKLIST]
+    finally:
+        pool.release("job", grace_seconds=1)
+        pool.close()
+
+
 def test_a_restarted_pool_takes_back_what_runs_and_marks_what_exited(tmp_path: Path) -> None:
     state = tmp_path / "state.json"
     first = ExecutorPool(_backend(SLEEP), own_address="127.0.0.1:3", state_path=state)

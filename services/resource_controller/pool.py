@@ -28,7 +28,7 @@ from services.resource_controller.decisions import DecisionLog, LoggedAction, Lo
 from services.resource_controller.gang import Gang
 from services.resource_controller.records import Beat, ExecutorRecord, ExecutorState, JobContext, state_after_exit
 from services.resource_controller.signals import executor_signals
-from services.resource_controller.slots import SlotHealth
+from services.resource_controller.slots import SlotHealth, blames_slot
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 5.0  # release_all (the controller stopping): each executor's time to exit, shorter than a release's
@@ -390,6 +390,7 @@ class ExecutorPool:
             record = self._records.get(event.executor_id)
             if record is None or not record.state.live:
                 return False
+            was_ready = record.state in (ExecutorState.READY, ExecutorState.DRAINING)
             reason = event.reason or (ExitReason.COMPLETED if event.exit_code == 0 else ExitReason.ERROR)
             releasing = (ExitReason.SCALED_IN, ExitReason.MIGRATED, ExitReason.RELEASED)
             if record.exit_reason in releasing and reason in (ExitReason.COMPLETED, ExitReason.ERROR, ExitReason.RELEASED):
@@ -397,7 +398,7 @@ class ExecutorPool:
             record.state, record.exit_reason, record.exit_code = state_after_exit(reason), reason, event.exit_code or 0
             if reason not in releasing or not record.message:  # a drain's own message ("drained: ...") says more than "released (SIGTERM)"
                 record.message = event.message or record.message or (f"exited with code {event.exit_code}" if event.exit_code is not None else reason.value)
-            failed = record.state in (ExecutorState.FAILED, ExecutorState.LOST)
+            failed = record.state in (ExecutorState.FAILED, ExecutorState.LOST) and blames_slot(reason, record.exit_code, was_ready)
             key = (record.job_id, record.role, record.slot)
         log.info("%s: %s (%s)", record.executor_id, record.state.value, record.message)
         remove_shared_memory(record.executor_id)

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import signal
 from collections import deque
 from dataclasses import dataclass, field
 
 from primus.settings import ControllerSettings
+from services.resource_controller.backend import ExitReason
 
 FAILURES_TO_BLACKLIST = 3  # failures of one slot within the window (ControllerSettings: the window, the blacklist and its cap)
 
 SlotKey = tuple[str, str, int]  # job, role, slot
+KILLED_FROM_OUTSIDE = frozenset(code for sig in (signal.SIGKILL, signal.SIGTERM) for code in (-sig, 128 + sig))  # a local exit, a container's
+
+
+def blames_slot(reason: ExitReason, exit_code: int, was_ready: bool) -> bool:
+    """Whether a failure counts against its slot: a crash (an error exit of its own, a crash signal), an OOM kill, a
+    hang, or any death before the executor was ready. Not a SIGKILL or SIGTERM from outside of one that was up and
+    serving (an operator, a preemption, a chaos test): nothing says the slot is bad, and a relaunch there at once is
+    the fastest recovery."""
+    if reason is ExitReason.ERROR and was_ready:
+        return exit_code not in KILLED_FROM_OUTSIDE
+    return True
 
 
 @dataclass
