@@ -44,7 +44,7 @@ AFTER_LAUNCH = "master.after_launch"  # fault points (primus.faults, tests only)
 AFTER_RELAUNCH = "master.after_relaunch"  # ... right after relaunching a crashed one
 _LIVE = (rc_pb2.EXECUTOR_STATE_STARTING, rc_pb2.EXECUTOR_STATE_READY, rc_pb2.EXECUTOR_STATE_DRAINING, rc_pb2.EXECUTOR_STATE_PENDING)
 _CRASHED = (rc_pb2.EXECUTOR_STATE_FAILED, rc_pb2.EXECUTOR_STATE_LOST)
-AWAY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+AWAY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)  # a peer stopping or restarting
 
 
 def _phase(state: int) -> rc.Phase:
@@ -64,6 +64,7 @@ class _Looks:
     trainers_gone_since: float | None = None
     last_plan: planner_pb2.GetPlanResponse | None = None
     full_since: float | None = None  # since when what the job writes finds the disk full
+    peer_failing_since: float | None = None  # since when a peer's calls fail as a restarting peer's do
 
 
 def _since(start: float | None) -> float | None:
@@ -200,7 +201,10 @@ class JobDriver:
                     except StorageFullError as exc:  # nothing decided can be kept: the same look again once there is room
                         self._wait_for_room(job_id, exc, looks)
                         continue
-                    looks.full_since = None
+                    except grpc.RpcError as exc:  # a peer went away mid-action: the same look again (actions are level-triggered)
+                        self._wait_for_peer(job_id, exc, looks)
+                        continue
+                    looks.full_since = looks.peer_failing_since = None
                     if any(isinstance(a, rc.Finish | rc.Suspend) for a in actions) or (status.state is JobState.SUSPENDED and not status.cancel_requested):
                         return
                     if all(isinstance(a, rc.Wait) for a in actions):
@@ -222,6 +226,19 @@ class JobDriver:
             except StorageFullError as exc:
                 self._wait_for_room(job_id, exc, looks)
         self._drop_plan(job_id)
+
+    def _wait_for_peer(self, job_id: str, exc: grpc.RpcError, looks: _Looks) -> None:
+        """A call to a peer that failed as a restarting peer's do (unavailable, timed out, cancelled by its shutdown):
+        said once, tried again each poll; raised when it is not such a failure, or lasts past the controller's grace."""
+        if exc.code() not in AWAY_CODES:
+            raise exc
+        now = time.monotonic()
+        if looks.peer_failing_since is None:
+            log.warning("job %s: a peer call failed (%s: %s); trying again", job_id, exc.code().name, exc.details())
+            looks.peer_failing_since = now
+        elif now - looks.peer_failing_since > self._settings.controller_grace_seconds:
+            raise exc
+        time.sleep(self._settings.master_poll_seconds)
 
     def _wait_for_room(self, job_id: str, exc: StorageFullError, looks: _Looks) -> None:
         """A full disk under the job store or the run folder: say so once, wait, and let the caller try again."""
