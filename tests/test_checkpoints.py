@@ -139,8 +139,8 @@ def test_an_incremental_chain_over_a_base_written_while_training_restores_exactl
         progress = ckpt.restore(tmp_path / ckpt.file_name(seq[0]), model, optimizer)
         assert progress.seq == seq[0]
         _assert_same(_state(model, optimizer), states[seq[0]], f"checkpoint {seq[0]}")
-    whole = [size for full, size in writer.bytes_written if full]
-    deltas = [size for full, size in writer.bytes_written if not full]
+    whole = [size for full, size in writer.bytes_written.values() if full]
+    deltas = [size for full, size in writer.bytes_written.values() if not full]
     assert not whole and deltas, "sparse tables: every checkpoint is a delta"
     base = max(p.stat().st_size for p in tmp_path.glob("base-*.pt"))
     assert max(deltas) * 3 < base, f"a delta holds the rows touched, not the table ({max(deltas)} against {base} bytes)"
@@ -260,3 +260,41 @@ def test_a_plan_lost_while_committing_reaches_the_training_thread_as_such(tmp_pa
     writer.submit(take_snapshot(1, model, optimizer, touched, _progress(1, 0)))
     with pytest.raises(PlanLostError, match="lost this job's plan"):
         writer.flush()
+
+
+def test_a_row_changed_while_the_writer_copies_it_is_kept_as_it_was_at_the_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer copies a chunk outside the lock; a step that changes rows of that chunk meanwhile copies them first
+    itself, and the writer's copy of them (read while they changed: maybe torn) is dropped. Every row once, as it was
+    at the snapshot, and the marks all clear for the next capture."""
+    table = torch.arange(40, dtype=torch.float32).reshape(10, 4)
+    state = {"sum": torch.arange(10, dtype=torch.float32)}
+    at_snapshot = table.clone(), state["sum"].clone()
+    marks = {"t": torch.zeros(10, dtype=torch.uint8)}
+    capture = Capture({"t": table}, {"t": state}, {"t": torch.tensor([1, 3, 5, 7])}, marks)
+    reading, changed = threading.Event(), threading.Event()
+    real_gather = Capture._gather
+
+    def slow_gather(self: Capture, name: str, rows: torch.Tensor) -> Any:
+        if threading.current_thread() is writer:  # the writer reads half, a step changes rows, the writer reads on
+            reading.set()
+            assert changed.wait(10)
+            table[[3, 5]] = -1.0  # the step's change, landing while the writer reads
+        return real_gather(self, name, rows)
+
+    monkeypatch.setattr(Capture, "_gather", slow_gather)
+    entries: dict[str, Any] = {}
+    writer = threading.Thread(target=lambda: entries.update(capture.finish()))
+    writer.start()
+    assert reading.wait(10)
+    assert marks["t"][[1, 3, 5, 7]].tolist() == [snapshots.FLYING] * 4
+    capture.copy_before_change("t", torch.tensor([3, 5, 8]))  # 3 and 5 are being copied; 8 is not in the snapshot
+    assert marks["t"][[3, 5]].tolist() == [snapshots.TAKEN] * 2
+    capture.copy_before_change("t", torch.tensor([3]))  # copied already: not again, now that the step changed it
+    changed.set()
+    writer.join(10)
+    entry = entries["t"]
+    order = entry["rows"].argsort()
+    assert entry["rows"][order].tolist() == [1, 3, 5, 7], "each row once"
+    assert torch.equal(entry["weight"][order], at_snapshot[0][[1, 3, 5, 7]]), "3 and 5 as the step copied them, not as the writer read them"
+    assert torch.equal(entry["row_state"]["sum"][order], at_snapshot[1][[1, 3, 5, 7]])
+    assert int(marks["t"].count_nonzero()) == 0

@@ -113,7 +113,7 @@ def measure(args: argparse.Namespace, say: Any) -> dict[str, float]:
         writer.submit(take_snapshot(seq, model, optimizer, touched, _progress(seq, args.steps)))
         writer.close()
         drain_s = time.perf_counter() - began
-        deltas = [size for whole, size in writer.bytes_written if not whole]
+        deltas = [size for whole, size in writer.bytes_written.values() if not whole]
         base_bytes = max(p.stat().st_size for p in folder.glob("base-*.pt"))
         dense_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if n not in touched.tables)
         say("restoring the newest checkpoint into the model ...")

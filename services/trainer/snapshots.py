@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -38,7 +39,7 @@ class TouchedRows:
         self._seen = {name: torch.zeros(p.shape[0], dtype=torch.bool) for name, p in self.tables.items()} if self.incremental else {}
         self._new: dict[str, list[torch.Tensor]] = {name: [] for name in self._seen}
         self.pending: Capture | None = None  # the last snapshot's rows not copied yet
-        self.waiting = {name: torch.zeros(p.shape[0], dtype=torch.bool) for name, p in self.tables.items()} if self.incremental else {}
+        self.marks = {name: torch.zeros(p.shape[0], dtype=torch.uint8) for name, p in self.tables.items()} if self.incremental else {}
 
     def mark(self) -> None:
         """Before an optimizer step: the rows its sparse gradients name, each listed once per snapshot (the gradient
@@ -89,54 +90,89 @@ def _live_table(param: torch.Tensor, state: dict[str, Any]) -> dict[str, Any]:
     return {"rows": None, "weight": param.detach(), "row_state": row_state, "whole_state": whole_state}
 
 
+Part = tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]  # rows, their weights, their optimizer state rows
+IDLE, WAITING, FLYING, TAKEN = 0, 1, 2, 3  # a row's mark: nothing to copy; to copy; being copied by the writer; that, and copied by a step first
+
+
 class Capture:
     """A snapshot's changed rows of each table, copied as they were at the snapshot: by the writer in chunks, or, for
-    a row the next steps are about to change, by that step's mark() first; each row once, under one lock. The
-    training thread waits only for the rows its own steps touch."""
+    a row the next steps are about to change, by that step's mark() first; each row once. The writer copies a chunk
+    outside the lock, so a step never waits for a copy: a step about to change a row the writer is copying copies it
+    itself, and the writer drops its own (maybe torn) copy of that row."""
 
-    CHUNK = 65536
+    CHUNK = 4096
 
-    def __init__(self, tables: dict[str, torch.Tensor], states: dict[str, dict[str, Any]], todo: dict[str, torch.Tensor], waiting: dict[str, torch.Tensor]) -> None:
-        """waiting: a bitmap per table, all clear (TouchedRows keeps them: one capture is pending at a time)."""
+    def __init__(self, tables: dict[str, torch.Tensor], states: dict[str, dict[str, Any]], todo: dict[str, torch.Tensor], marks: dict[str, torch.Tensor]) -> None:
+        """marks: a uint8 array per table, all IDLE (TouchedRows keeps them: one capture is pending at a time)."""
         self.tables, self.todo = tables, todo
         self.row_keys = {name: [k for k, v in states[name].items() if _row_shaped(v, tables[name])] for name in tables}
         self.states = states
         self.whole_state = {name: {k: _clone(v) for k, v in states[name].items() if k not in self.row_keys[name]} for name in tables}
-        self._waiting = waiting
+        self._marks = marks
         for name, rows in todo.items():
-            waiting[name][rows] = True
-        self._parts: dict[str, list[tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]]] = {name: [] for name in tables}
-        self._lock = threading.Lock()
+            marks[name][rows] = WAITING
+        self._parts: dict[str, list[Part]] = {name: [] for name in tables}
+        self._lock = threading.Condition()
+        self._flying = 0  # chunks being copied outside the lock
         self.done = False
         self._entries: dict[str, dict[str, Any]] | None = None
 
-    def _copy(self, name: str, rows: torch.Tensor) -> None:
-        """Copy these rows (still waiting) of a table; the caller holds the lock."""
-        waiting = self._waiting[name]
-        rows = rows[waiting[rows]]
-        if len(rows) == 0:
-            return
+    def _gather(self, name: str, rows: torch.Tensor) -> Part:
         param, state = self.tables[name], self.states[name]
-        weight = param.detach().index_select(0, rows)
-        row_state = {k: state[k].detach().index_select(0, rows) for k in self.row_keys[name]}
-        waiting[rows] = False
-        self._parts[name].append((rows, weight, row_state))
+        return rows, param.detach().index_select(0, rows), {k: state[k].detach().index_select(0, rows) for k in self.row_keys[name]}
 
     def copy_before_change(self, name: str, rows: torch.Tensor) -> None:
-        """The training thread, before a step changes these rows: copy those of them still waiting."""
+        """The training thread, before a step changes these (distinct) rows: copy those still waiting or being copied
+        by the writer (a few: the batch's); never those it copied already."""
         with self._lock:
-            if not self.done:
-                self._copy(name, rows)
+            if self.done:
+                return
+            marks = self._marks[name]
+            seen = marks[rows]
+            mine = rows[(seen == WAITING) | (seen == FLYING)]
+            if len(mine) == 0:
+                return
+            self._parts[name].append(self._gather(name, mine))
+            marks[mine] = torch.where(marks[mine] == FLYING, TAKEN, IDLE).to(torch.uint8)
+
+    def _copy_chunk(self, name: str, chunk: torch.Tensor) -> bool:
+        """The writer: claim the chunk's waiting rows, copy them outside the lock, keep those no step took meanwhile.
+        False once the capture is done (finished on the other thread)."""
+        marks = self._marks[name]
+        with self._lock:
+            if self.done:
+                return False
+            rows = chunk[marks[chunk] == WAITING]
+            if len(rows) == 0:
+                return True
+            marks[rows] = FLYING
+            self._flying += 1
+        try:
+            part = self._gather(name, rows)
+        except BaseException:
+            with self._lock:
+                self._flying -= 1
+                self._lock.notify_all()
+            raise
+        with self._lock:  # the part joins the others before the chunk counts as landed: finish() assembles after both
+            kept = marks[rows] == FLYING  # TAKEN: a step copied the row before changing it, maybe while it was read here
+            marks[rows] = IDLE
+            if not bool(kept.all()):
+                part = (rows[kept], part[1][kept], {k: v[kept] for k, v in part[2].items()})
+            self._parts[name].append(part)
+            self._flying -= 1
+            self._lock.notify_all()
+        return True
 
     def finish(self) -> dict[str, dict[str, Any]]:
-        """Copy every row still waiting, a chunk at a time (steps go on between chunks); each table's entry."""
+        """Copy every row still waiting, a chunk at a time (steps go on meanwhile); each table's entry."""
         for name, rows in self.todo.items():
             for start in range(0, len(rows), self.CHUNK):
-                with self._lock:
-                    if self.done:  # finished on the other thread: the bitmaps may already hold the next snapshot's rows
-                        break
-                    self._copy(name, rows[start : start + self.CHUNK])
+                if not self._copy_chunk(name, rows[start : start + self.CHUNK]):
+                    break  # finished on the other thread: the marks may already hold the next snapshot's rows
         with self._lock:
+            while self._flying:  # the other thread's chunk: its rows are in no part yet
+                self._lock.wait()
             self.done = True
             if self._entries is None:
                 self._entries = self._assemble()
@@ -191,7 +227,7 @@ def take_snapshot(seq: int, model: torch.nn.Module, optimizer: Optimizers, touch
     if touched.pending is not None:
         touched.pending.finish()  # the writer had not got to it yet: its rows are still as they were, copy them now
     states = {name: ckpt.optimizer_state(optimizer, p) if _owned(optimizer, p) else {} for name, p in tables.items()}
-    capture = Capture(tables, states, {name: touched.take(name) for name in tables}, touched.waiting)
+    capture = Capture(tables, states, {name: touched.take(name) for name in tables}, touched.marks)
     touched.pending = capture
     state = {"kind": "delta", "dense_model": dense_model, "dense_optimizer": dense_optimizer, "table_names": sorted(tables), "tables": {}, **progress}
     return Snapshot(seq, state, whole=False, capture=capture)
@@ -233,7 +269,7 @@ class CheckpointWriter:
         self.model, self.optimizer, self.touched = model, optimizer, touched
         self.commit = commit
         self.full_every = full_every
-        self.bytes_written: list[tuple[bool, int]] = []  # (whole, bytes) of each checkpoint file
+        self.bytes_written: dict[int, tuple[bool, int]] = {}  # per checkpoint written: (whole, bytes) of its file
         self._lock = threading.Condition()
         self._queue: deque[Snapshot] = deque()
         self._busy = False
@@ -289,6 +325,7 @@ class CheckpointWriter:
     # The writer's side.
 
     def _run(self) -> None:
+        _yield_to_training()
         while True:
             with self._lock:
                 while not self._queue:
@@ -310,6 +347,7 @@ class CheckpointWriter:
         snapshot.complete()
         name = ckpt.file_name(snapshot.seq)
         size = ckpt.write_durably(self.folder / name, snapshot.state)
+        self.bytes_written[snapshot.seq] = (snapshot.whole, size)
         root = self._root_for(snapshot)
         files = [name] if snapshot.whole else None if root is None else [*root.files, *(ckpt.file_name(seq) for seq in range(root.after + 1, snapshot.seq + 1))]
         if files is None:
@@ -317,7 +355,6 @@ class CheckpointWriter:
             return
         state = snapshot.state
         ckpt.commit_summary(self.folder, snapshot.seq, int(state["steps"]), int(state["train_samples"]), str(state["phase"]), files)
-        self.bytes_written.append((snapshot.whole, size))
         self.commit(snapshot)
         self.committed_seq = snapshot.seq
         with self._lock:
@@ -342,6 +379,7 @@ class CheckpointWriter:
     def _write_base(self, after: int) -> None:
         """Every table whole with its optimizer state, read live (fuzzy), written durably; then a root for the
         snapshots taken from now on."""
+        _yield_to_training()
         try:
             tables = {}
             for name, param in self.touched.tables.items():
@@ -376,3 +414,15 @@ def _until_room(write: Callable[[], object], what: str) -> None:
         if full_since is not None:
             log.info("%s written after waiting %.1f s for room", what, time.monotonic() - full_since)
         return
+
+
+BACKGROUND_NICE = 19  # the writer's threads' nice value: on a busy machine the training thread keeps its core
+
+
+def _yield_to_training() -> None:
+    """Run this thread at the lowest CPU priority (Linux gives each thread its own nice value): its copies and writes
+    take the cores training leaves, not a share of the training thread's."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+    except (AttributeError, OSError) as exc:  # not Linux, or not allowed: the writer runs at the trainer's priority
+        log.debug("the checkpoint writer keeps the trainer's priority: %s", exc)
