@@ -153,6 +153,8 @@ def main() -> None:
         job_file = write_demo(Path(work) / "data", days=args.days, rows_per_hour=600, seed=0, progress=lambda _: None)
         document: Any = yaml.safe_load(load_job_file(job_file).to_yaml())  # paths made absolute
         document["spec"]["training"].update({"batchSize": args.job_batch_size, "checkpointEverySteps": args.checkpoint_every, "reportEverySteps": 10})
+        for role in ("trainer", "dataExecutor"):  # one job outlives every kill: its report is then checked whole
+            document["spec"]["resources"][role]["maxRestarts"] = 100
         job_yaml = yaml.safe_dump(document)
         for ranks, group in ((1, [r for r in roles if r != "rank"]), (2, [r for r in roles if r == "rank"])):
             if not group:
