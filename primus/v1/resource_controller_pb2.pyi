@@ -235,12 +235,14 @@ class ListExecutorsResponse(_message.Message):
     def __init__(self, executors: _Optional[_Iterable[_Union[Executor, _Mapping]]] = ...) -> None: ...
 
 class ReleaseExecutorsRequest(_message.Message):
-    __slots__ = ("job_id", "role")
+    __slots__ = ("job_id", "role", "at_once")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
+    AT_ONCE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     role: ExecutorRole
-    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ...) -> None: ...
+    at_once: bool
+    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., at_once: _Optional[bool] = ...) -> None: ...
 
 class ReleaseExecutorsResponse(_message.Message):
     __slots__ = ("executors",)

@@ -360,7 +360,8 @@ class JobDriver:
     def _restart_gang(self, job: JobRecord, replaces: str, why: str, ranks: tuple[str, ...]) -> None:
         """Release every trainer rank and launch the gang again; it resumes from the last committed checkpoint (the model
         and the merged per-task offsets together), so the counts stay exact."""
-        released = self._peers.rc.ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id, role=ROLES[Role.TRAINER].proto), timeout=60).executors  # type: ignore[arg-type]
+        at_once = rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id, role=ROLES[Role.TRAINER].proto, at_once=True)  # type: ignore[arg-type]
+        released = self._peers.rc.ReleaseExecutors(at_once, timeout=60).executors  # the survivors: nothing kept past the checkpoint
         stored = self._store.get(job.job_id).progress
         name = ROLES[Role.TRAINER].restart_key
         restarts = {**stored.get(RESTARTS, {}), name: int(stored.get(RESTARTS, {}).get(name, 0)) + 1}

@@ -119,7 +119,8 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
 
     def ReleaseExecutors(self, request: rc_pb2.ReleaseExecutorsRequest, context: grpc.ServicerContext) -> rc_pb2.ReleaseExecutorsResponse:
         role = _role(request.role) if request.role else ""
-        return rc_pb2.ReleaseExecutorsResponse(executors=self._protos(self._pool.release(request.job_id, role=role)))
+        grace = 0.0 if request.at_once else None
+        return rc_pb2.ReleaseExecutorsResponse(executors=self._protos(self._pool.release(request.job_id, grace_seconds=grace, role=role)))
 
     def Heartbeat(self, request: rc_pb2.HeartbeatRequest, context: grpc.ServicerContext) -> rc_pb2.HeartbeatResponse:
         return rc_pb2.HeartbeatResponse(known=self._pool.heartbeat(request.executor_id, request.telemetry))
