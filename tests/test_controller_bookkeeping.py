@@ -6,13 +6,15 @@ from pathlib import Path
 
 import pytest
 
+from primus.data.planner_calls import PLAN_LOST_EXIT_CODE
 from primus.settings import ControllerSettings
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.resource_controller.backend import ExitReason
 from services.resource_controller.decisions import DecisionLog, LoggedAction, LoggedDecision
 from services.resource_controller.records import Beat, ExecutorRecord, ExecutorState, state_after_exit
 from services.resource_controller.signals import executor_signals, role_signals, throughput
-from services.resource_controller.slots import SlotHealth, blames_slot
+from services.resource_controller.slots import STOPPED_FOR_OTHERS, SlotHealth, blames_slot
+from services.trainer.data_parallel import GANG_LOST_EXIT_CODE
 
 KEY = ("job", "data_executor", 0)
 MEASURE_AFTER_SECONDS = ControllerSettings().measure_after_seconds  # what a DecisionLog waits by default
@@ -35,6 +37,9 @@ def test_a_kill_from_outside_of_a_serving_executor_does_not_blame_its_slot() -> 
         assert blames_slot(ExitReason.ERROR, code, was_ready=False), "killed while starting: the slot may be why"
     for code in (1, 3, -11, -6, 139):  # its own error exit, a crash signal
         assert blames_slot(ExitReason.ERROR, code, was_ready=True)
+    for code in (PLAN_LOST_EXIT_CODE, GANG_LOST_EXIT_CODE):  # the worker stopped because something else failed
+        assert code in STOPPED_FOR_OTHERS
+        assert not blames_slot(ExitReason.ERROR, code, was_ready=True) and not blames_slot(ExitReason.ERROR, code, was_ready=False)
     assert blames_slot(ExitReason.OOM_KILLED, -9, was_ready=True)
     assert blames_slot(ExitReason.HEARTBEAT_LOST, -9, was_ready=True), "a hang counts"
 

@@ -12,14 +12,20 @@ from services.resource_controller.backend import ExitReason
 FAILURES_TO_BLACKLIST = 3  # failures of one slot within the window (ControllerSettings: the window, the blacklist and its cap)
 
 SlotKey = tuple[str, str, int]  # job, role, slot
+# A worker's own exits that say something else is wrong: 75 (EX_TEMPFAIL: the planner lost the plan, a full disk;
+# primus.data.planner_calls.PLAN_LOST_EXIT_CODE) and 76 (a peer rank died: services.trainer.data_parallel).
+STOPPED_FOR_OTHERS = frozenset({75, 76})
 KILLED_FROM_OUTSIDE = frozenset(code for sig in (signal.SIGKILL, signal.SIGTERM) for code in (-sig, 128 + sig))  # a local exit, a container's
 
 
 def blames_slot(reason: ExitReason, exit_code: int, was_ready: bool) -> bool:
     """Whether a failure counts against its slot: a crash (an error exit of its own, a crash signal), an OOM kill, a
     hang, or any death before the executor was ready. Not a SIGKILL or SIGTERM from outside of one that was up and
-    serving (an operator, a preemption, a chaos test): nothing says the slot is bad, and a relaunch there at once is
-    the fastest recovery."""
+    serving (an operator, a preemption, a chaos test), nor a worker stopping because something else failed (its gang
+    broke, the planner lost the plan): nothing says the slot is bad, and a relaunch there at once is the fastest
+    recovery."""
+    if reason is ExitReason.ERROR and exit_code in STOPPED_FOR_OTHERS:
+        return False
     if reason is ExitReason.ERROR and was_ready:
         return exit_code not in KILLED_FROM_OUTSIDE
     return True
