@@ -671,10 +671,19 @@ class TrainingJob(_Model):
         return self.model_copy(update={"spec": self.spec.model_copy(update={"resources": resources})})
 
 
+_PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
 def _field_path(loc: tuple[int | str, ...]) -> str:
+    """spec.a[0].b; a key that is not a plain name is quoted (['a key\\n']), so a problem stays one line."""
     path = ""
     for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif not _PLAIN_NAME.match(str(part)):
+            path += f"[{str(part)!r}]"
+        else:
+            path += f".{part}" if path else str(part)
     return path or "(document)"
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.orc as paorc
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -89,6 +90,14 @@ def test_a_valid_spec_with_any_value_changed_or_dropped_is_a_job_or_one_line_per
         parse_job(mutated)
     except SpecError as exc:
         assert exc.problems and all("\n" not in p and "Traceback" not in p for p in exc.problems), exc.problems
+
+
+def test_a_key_with_a_line_break_is_quoted_in_its_one_line_problem() -> None:
+    """Found by the fuzzer above: an unknown key holding a newline made a two-line problem."""
+    with pytest.raises(SpecError) as raised:
+        parse_job(_mutated(_demo_document(), ("spec", "training", "features", "sparse", 0), {"\n": None}, False))
+    assert "spec.training.features.sparse[0]['\\n']: unknown field" in raised.value.problems
+    assert all("\n" not in p for p in raised.value.problems)
 
 
 # The CLI: its arguments, and the files it reads.
