@@ -237,8 +237,8 @@ def start_cluster(
     machines can reach, when the backend places them there); planner_args are the planner's own flags (--journal);
     secured: (the services' settings, the user's) from local_security, handed to every service and what they launch;
     env: more environment for every service and what it launches (kept for a restart); prefixes: per service, a command
-    it runs under (kept for a restart). The planner and the resource
-    controller start side by side; the master, which is pointed at both, after them."""
+    it runs under (kept for a restart). The planner and the resource controller start side by side; the master, which
+    is pointed at both, after them."""
     services_settings, user_settings = secured if secured is not None else (None, security.Settings())
     runs_dir = runs_dir.resolve()
     started: list[ServiceProcess] = []

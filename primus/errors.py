@@ -61,13 +61,22 @@ class StorageFullError(UnavailableError):
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
-def disk_full(exc: BaseException) -> bool:
-    """Whether an error says the disk (or SQLite's, or PostgreSQL's) is full: something freeing space ends it."""
-    if isinstance(exc, OSError):
-        return exc.errno in FULL_ERRNOS
-    if isinstance(exc, sqlite3.OperationalError):
-        return "full" in str(exc)
-    return type(exc).__name__ == "DiskFull"  # psycopg.errors.DiskFull, without importing psycopg here
+def disk_full(exc: BaseException | None) -> bool:
+    """Whether an error, or one of the errors that caused it, says the disk (or SQLite's, or PostgreSQL's) is full:
+    something freeing space ends it."""
+    for _ in range(8):  # a chain of causes, not a cycle
+        if exc is None:
+            return False
+        if isinstance(exc, StorageFullError):
+            return True
+        if isinstance(exc, OSError) and exc.errno in FULL_ERRNOS:
+            return True
+        if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc):
+            return True
+        if type(exc).__name__ == "DiskFull":  # psycopg.errors.DiskFull, without importing psycopg here
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 class UserError(PrimusError):

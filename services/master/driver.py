@@ -438,7 +438,7 @@ class JobDriver:
             final = replace(self._store.get(job_id), state=state.value, message=message, updated=time.time())
             path = write_report(build_report(final, services, executors, plan, decisions), Path(final.run_dir))
         except Exception as exc:
-            if isinstance(exc, StorageFullError) or disk_full(exc):
+            if disk_full(exc):
                 raise StorageFullError(f"the report of job {job_id} cannot be written: {exc}") from exc
             log.exception("job %s: could not write the report", job_id)
             error = f"report not written: {type(exc).__name__}: {exc}"

@@ -66,7 +66,7 @@ def main() -> int:
         report_failure(args, str(exc))
         code = 1
     except Exception as exc:
-        if _disk_full(exc):  # nothing wrong with the job: the master starts the trainer again from its last checkpoint
+        if disk_full(exc):  # nothing wrong with the job: the master starts the trainer again from its last checkpoint
             log.error("stopping without a result: the disk is full (%s); the last checkpoint is kept for the restart", exc)
             code = PLAN_LOST_EXIT_CODE
         else:
@@ -79,16 +79,6 @@ def main() -> int:
         server.stop(grace=1.0)
         telemetry.shutdown_tracing()
     return code
-
-
-def _disk_full(exc: BaseException | None) -> bool:
-    """A full disk anywhere in the error's chain of causes."""
-    seen = 0
-    while exc is not None and seen < 8:
-        if disk_full(exc):
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
 
 
 def _exit(code: int) -> None:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -75,37 +76,33 @@ def fsync_folder(folder: Path) -> None:
         os.close(descriptor)
 
 
-def write_durably(path: Path, state: dict[str, Any]) -> int:
-    """torch.save to a temporary file, fsync it, rename it into place and fsync the folder; the bytes written."""
+def _durably(path: Path, write: Callable[[BinaryIO], object]) -> int:
+    """write() into a temporary file, fsync it, rename it into place and fsync the folder; the bytes written. A write
+    that fails leaves no torn file behind (it would hold space a later checkpoint needs)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as out:
-            torch.save(state, out)
+            write(out)
             out.flush()
             os.fsync(out.fileno())
             size = out.tell()
     except BaseException:
-        tmp.unlink(missing_ok=True)  # a torn file holds space a later checkpoint needs
+        tmp.unlink(missing_ok=True)
         raise
     tmp.replace(path)
     fsync_folder(path.parent)
     return size
 
 
+def write_durably(path: Path, state: dict[str, Any]) -> int:
+    """torch.save, durably (see _durably); the bytes written."""
+    return _durably(path, lambda out: torch.save(state, out))
+
+
 def commit_summary(folder: Path, seq: int, steps: int, train_samples: int, phase: str, files: list[str]) -> None:
-    """The commit: the summary naming the files of checkpoint seq, fsync'd and renamed into place."""
-    path = summary_path(folder / file_name(seq))
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w") as out:
-            json.dump({"seq": seq, "steps": steps, "train_samples": train_samples, "phase": phase, "files": files}, out)
-            out.flush()
-            os.fsync(out.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    tmp.replace(path)
-    fsync_folder(folder)
+    """The commit: the summary naming the files of checkpoint seq, written durably."""
+    summary = {"seq": seq, "steps": steps, "train_samples": train_samples, "phase": phase, "files": files}
+    _durably(summary_path(folder / file_name(seq)), lambda out: out.write(json.dumps(summary).encode()))
 
 
 def progress_state(seq: int, consumed: ConsumedTasks, steps: int, train_samples: int, phase: str, extra: dict[str, Any], digests: RowDigests) -> dict[str, Any]:
