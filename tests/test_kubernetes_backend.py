@@ -429,8 +429,16 @@ def test_scale_out_and_in_through_pods(kube: KubeApiDouble, kube_cluster: Cluste
     drained = {e.executor_id for e in reply.draining}
     assert len(drained) == 2
     kube.wait_for(lambda: not drained & {p["metadata"]["name"] for p in kube.pods(NS)}, "the drained executors' pods to be deleted", timeout=120)
-    records = {e.executor_id: e for e in rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=DATA), timeout=10).executors}
-    assert all(records[name].state == rc_pb2.EXECUTOR_STATE_RELEASED and records[name].exit_reason == rc_pb2.EXIT_REASON_SCALED_IN for name in drained)
+
+    def drained_records() -> dict[str, Any]:
+        records = rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=DATA), timeout=10).executors
+        return {e.executor_id: (e.state, e.exit_reason) for e in records if e.executor_id in drained}
+
+    # the controller records a release when its watcher sees the pod go, a moment after the double deletes it
+    live = {rc_pb2.EXECUTOR_STATE_READY, rc_pb2.EXECUTOR_STATE_DRAINING}
+    kube.wait_for(lambda: not live & {state for state, _ in drained_records().values()}, "the drained executors to be recorded as ended", timeout=60)
+    released = (rc_pb2.EXECUTOR_STATE_RELEASED, rc_pb2.EXIT_REASON_SCALED_IN)
+    assert all(value == released for value in drained_records().values()), drained_records()
     report = finish_job(master, job_id)
     _assert_exact(report, dataset)
     assert report["restarts"] == {}, "a drained executor is not a crash"
