@@ -13,8 +13,8 @@ match the data by row identity (`primus digest`): jobs_exact counts those that d
 
 Checkpoints (benchmarks/recovery_support/checkpoints.py): the 26-table DLRM of --rows rows per table (10M: 8.3 GB at
 dim 8), Zipf-distributed ids; --steps steps without checkpoints, then as many with one every --every steps (a base of
-the tables written in the background meanwhile, then deltas). checkpoint_stall_p99_ms: p99 step time (the snapshot
-included) with checkpoints, less p99 without; incremental_vs_full_bytes: a full checkpoint's bytes over a delta's.
+the tables written in the background meanwhile, then deltas), then --steps without again. checkpoint_stall_p99_ms: p99
+step time (the snapshot included) with checkpoints, less p99 without (over both runs without); incremental_vs_full_bytes: a full checkpoint's bytes over a delta's.
 """
 
 from __future__ import annotations

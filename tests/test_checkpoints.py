@@ -72,6 +72,15 @@ def _assert_same(a: Any, b: Any, where: str = "") -> None:
         assert a == b, where
 
 
+def _refused_while_full(write: Any, room: threading.Event) -> Any:
+    def refused(path: Path, state: dict[str, Any]) -> int:
+        if not room.is_set():
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return int(write(path, state))
+
+    return refused
+
+
 def _train_with_writer(
     folder: Path, steps: int, every: int, full_every: int, restored: list[tuple[int, dict[str, Any]]] | None = None
 ) -> tuple[dict[int, dict[str, Any]], list[int], CheckpointWriter]:
@@ -114,10 +123,17 @@ def test_an_incremental_chain_over_a_base_written_while_training_restores_exactl
     write = ckpt.write_durably
 
     def late_base(path: Path, state: dict[str, Any]) -> int:
-        time.sleep(0.05 if path.name.startswith("base-") else 0.01)  # the live tables move on before a base is read;
-        return write(path, state)  # snapshots queue up, some taken before a base was complete and written after
+        time.sleep(0.01)  # snapshots queue up, some taken before a base was complete and written after
+        return write(path, state)
+
+    write_tensors = ckpt.write_tensors_durably
+
+    def late_tensors(path: Path, state: dict[str, Any]) -> int:
+        time.sleep(0.05)  # the live tables move on before a base is read
+        return write_tensors(path, state)
 
     monkeypatch.setattr(ckpt, "write_durably", late_base)
+    monkeypatch.setattr(ckpt, "write_tensors_durably", late_tensors)
     finish = Capture.finish
 
     def late_copy(capture: Capture) -> Any:
@@ -142,7 +158,7 @@ def test_an_incremental_chain_over_a_base_written_while_training_restores_exactl
     whole = [size for full, size in writer.bytes_written.values() if full]
     deltas = [size for full, size in writer.bytes_written.values() if not full]
     assert not whole and deltas, "sparse tables: every checkpoint is a delta"
-    base = max(p.stat().st_size for p in tmp_path.glob("base-*.pt"))
+    base = max(p.stat().st_size for p in tmp_path.glob("base-*.tensors"))
     assert max(deltas) * 3 < base, f"a delta holds the rows touched, not the table ({max(deltas)} against {base} bytes)"
 
 
@@ -164,7 +180,7 @@ def test_pruning_keeps_what_the_newest_chains_need_and_nothing_else(tmp_path: Pa
     kept = ckpt.committed(tmp_path)
     assert len(kept) == ckpt.KEEP
     needed = {name for _, files in kept for name in files}
-    on_disk = {p.name for p in [*tmp_path.glob("ckpt-*.pt"), *tmp_path.glob("base-*.pt")]}
+    on_disk = {p.name for p in [*tmp_path.glob("ckpt-*.pt"), *tmp_path.glob("base-*.tensors")]}
     assert needed <= on_disk and len(on_disk) <= len(needed) + 1, f"only the chains (and a base to come) stay: {sorted(on_disk - needed)}"
 
 
@@ -184,7 +200,7 @@ def test_dense_tables_make_self_contained_checkpoints(tmp_path: Path) -> None:
     restored, restored_optimizer = _built(sparse=False)
     ckpt.restore(tmp_path, restored, restored_optimizer)
     _assert_same(_state(restored, restored_optimizer), expected)
-    assert not list(tmp_path.glob("base-*.pt"))
+    assert not list(tmp_path.glob("base-*.tensors"))
 
 
 def test_a_failed_write_is_raised_on_the_training_thread(tmp_path: Path) -> None:
@@ -209,14 +225,8 @@ def test_a_full_disk_holds_checkpoints_up_and_room_lets_them_through(tmp_path: P
     touched = TouchedRows(model)
     room = threading.Event()
     room.set()
-    real_write = ckpt.write_durably
-
-    def write(path: Path, state: dict[str, Any]) -> int:
-        if not room.is_set():
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(path, state)
-
-    monkeypatch.setattr(ckpt, "write_durably", write)
+    for name in ("write_durably", "write_tensors_durably"):
+        monkeypatch.setattr(ckpt, name, _refused_while_full(getattr(ckpt, name), room))
     committed: list[int] = []
     writer = CheckpointWriter(tmp_path, model, optimizer, touched, lambda s: committed.append(s.seq), None)
     writer.wait_for_base()

@@ -61,8 +61,9 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def measure(args: argparse.Namespace, say: Any) -> dict[str, float]:
-    """Steps without checkpoints, then the same number with a checkpoint every args.every steps (a base of the tables
-    written in the background from the start, then deltas): step times of both, the snapshot times, the bytes."""
+    """Steps without checkpoints, the same number with a checkpoint every args.every steps (a base of the tables
+    written in the background from the start, then deltas), and as many without again, so that a machine that gets
+    slower or faster over the run moves both figures alike: step times of both, the snapshot times, the bytes."""
     torch.set_num_threads(args.threads)
     sparse = tuple(SparseFeature(f"c{i}", args.rows, args.dim) for i in range(1, SPARSE + 1))
     features = FeatureSpec(label="label", dense=tuple(f"i{i}" for i in range(1, DENSE + 1)), sparse=sparse)
@@ -114,8 +115,10 @@ def measure(args: argparse.Namespace, say: Any) -> dict[str, float]:
         writer.close()
         drain_s = time.perf_counter() - began
         deltas = [size for whole, size in writer.bytes_written.values() if not whole]
-        base_bytes = max(p.stat().st_size for p in folder.glob("base-*.pt"))
+        base_bytes = max(p.stat().st_size for p in folder.glob("base-*.tensors"))
         dense_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if n not in touched.tables)
+        say(f"{args.steps} more steps without checkpoints (the plain figures are of both runs) ...")
+        plain += [step(args.warmup + 2 * args.steps + i) for i in range(args.steps)]
         say("restoring the newest checkpoint into the model ...")
         began = time.perf_counter()
         ckpt.restore(folder, model, optimizer)

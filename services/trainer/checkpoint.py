@@ -2,7 +2,7 @@
 
 A checkpoint is self-contained (`full`: the model and optimizer state dicts) or `delta`: the dense layers and their
 optimizer state whole, and of each embedding table only the rows changed since the previous checkpoint, over a
-`base` of the tables. A checkpoint counts once its summary (ckpt-N.json, naming the files to apply in order) is
+`base` of the tables (a tensor file: see tensor_file.py). A checkpoint counts once its summary (ckpt-N.json, naming the files to apply in order) is
 written; every file is fsync'd, and its folder, before the summary is renamed into place.
 """
 
@@ -20,6 +20,7 @@ import torch
 from primus.data.consumed import ConsumedTasks
 from primus.optim import Optimizers, PairOptimizer
 from primus.row_identity import RowDigests
+from services.trainer import tensor_file
 
 KEEP = 2  # committed checkpoints kept (with the files their chains need)
 
@@ -57,7 +58,7 @@ def file_name(seq: int) -> str:
 
 
 def base_name(after: int) -> str:
-    return f"base-{after:06d}.pt"
+    return f"base-{after:06d}.tensors"
 
 
 def summary_path(path: Path) -> Path:
@@ -97,6 +98,19 @@ def _durably(path: Path, write: Callable[[BinaryIO], object]) -> int:
 def write_durably(path: Path, state: dict[str, Any]) -> int:
     """torch.save, durably (see _durably); the bytes written."""
     return _durably(path, lambda out: torch.save(state, out))
+
+
+def write_tensors_durably(path: Path, state: dict[str, Any]) -> int:
+    """A tensor file (written without holding the GIL: a base of the tables, gigabytes), durably; the bytes written."""
+    return _durably(path, lambda out: tensor_file.write(out, state))
+
+
+def load_file(path: Path, mmap: bool = False) -> dict[str, Any]:
+    """One checkpoint file: a tensor file (memory-mapped) or a torch.save file (memory-mapped when mmap)."""
+    if tensor_file.is_tensor_file(path):
+        return tensor_file.load(path)
+    state: dict[str, Any] = torch.load(path, weights_only=False, mmap=mmap)
+    return state
 
 
 def commit_summary(folder: Path, seq: int, steps: int, train_samples: int, phase: str, files: list[str]) -> None:
@@ -158,7 +172,7 @@ def prune(folder: Path, keep_also: set[str]) -> None:
     found = committed(folder)
     kept = keep_also | {name for _, files in found[-KEEP:] for name in files}
     kept_summaries = {summary_path(folder / file_name(seq)).name for seq, _ in found[-KEEP:]}
-    for path in [*folder.glob("ckpt-*.pt"), *folder.glob("base-*.pt")]:
+    for path in [*folder.glob("ckpt-*.pt"), *folder.glob("base-*.pt"), *folder.glob("base-*.tensors")]:  # not a .tmp being written
         if path.name not in kept:
             path.unlink(missing_ok=True)
     for path in folder.glob("ckpt-*.json"):
@@ -202,7 +216,7 @@ def _files_of(where: Path) -> tuple[Path, list[str]]:
 def restore(where: Path, model: torch.nn.Module, optimizer: Optimizers | None) -> Progress:
     """Load a checkpoint into model (and optimizer, unless None): the newest committed one of a folder, or a file."""
     folder, files = _files_of(where)
-    last = torch.load(folder / files[-1], weights_only=False)
+    last = load_file(folder / files[-1])
     if last.get("kind", "full") == "full":
         model.load_state_dict(last["model"])
         if optimizer is not None:
@@ -230,7 +244,7 @@ def _restore_delta(folder: Path, files: list[str], last: dict[str, Any], model: 
         for part, saved in zip(torch_parts(optimizer), last["dense_optimizer"], strict=True):
             part.load_state_dict(saved)
     for name in files:
-        state = last if name == files[-1] else torch.load(folder / name, weights_only=False, mmap=True)  # a base: paged in as copied
+        state = last if name == files[-1] else load_file(folder / name, mmap=True)  # a base: paged in as copied
         with torch.no_grad():
             for table, entry in state["tables"].items():
                 param = params[table]

@@ -386,7 +386,7 @@ class CheckpointWriter:
                 state = ckpt.optimizer_state(self.optimizer, param) if _owned(self.optimizer, param) else {}
                 tables[name] = _live_table(param, state)
             base = {"kind": "base", "after": after, "tables": tables}
-            _until_room(lambda: ckpt.write_durably(self.folder / ckpt.base_name(after), base), f"the base of the tables after checkpoint {after}")
+            _until_room(lambda: ckpt.write_tensors_durably(self.folder / ckpt.base_name(after), base), f"the base of the tables after checkpoint {after}")
             with self._lock:
                 self._roots.append(Root([ckpt.base_name(after)], after, self._taken + 1))
         except BaseException as exc:
