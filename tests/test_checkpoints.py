@@ -280,7 +280,9 @@ def test_a_row_changed_while_the_writer_copies_it_is_kept_as_it_was_at_the_snaps
     state = {"sum": torch.arange(10, dtype=torch.float32)}
     at_snapshot = table.clone(), state["sum"].clone()
     marks = {"t": torch.zeros(10, dtype=torch.uint8)}
-    capture = Capture({"t": table}, {"t": state}, {"t": torch.tensor([1, 3, 5, 7])}, marks)
+    tag = snapshots.TOUCHED[0]
+    marks["t"][[1, 3, 5, 7]] = tag
+    capture = Capture({"t": table}, {"t": state}, {"t": torch.tensor([1, 3, 5, 7])}, marks, tag)
     reading, changed = threading.Event(), threading.Event()
     real_gather = Capture._gather
 
@@ -298,7 +300,7 @@ def test_a_row_changed_while_the_writer_copies_it_is_kept_as_it_was_at_the_snaps
     assert reading.wait(10)
     assert marks["t"][[1, 3, 5, 7]].tolist() == [snapshots.FLYING] * 4
     capture.copy_before_change("t", torch.tensor([3, 5, 8]))  # 3 and 5 are being copied; 8 is not in the snapshot
-    assert marks["t"][[3, 5]].tolist() == [snapshots.TAKEN] * 2
+    assert marks["t"][[3, 5]].tolist() == [snapshots.IDLE] * 2, "copied by the step: the writer drops its own copy"
     capture.copy_before_change("t", torch.tensor([3]))  # copied already: not again, now that the step changed it
     changed.set()
     writer.join(10)

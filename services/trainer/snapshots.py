@@ -27,24 +27,32 @@ QUEUED_MOST = 2  # snapshots waiting for the writer before the training thread w
 ROOM_RETRY_S = 0.5  # how often a write that found the disk full is tried again
 
 
+IDLE, FLYING = 0, 1  # a row's mark: nothing to copy; being copied by the writer
+TOUCHED = (2, 3)  # a row's mark: changed since a snapshot; the two alternate, one per snapshot (see TouchedRows.take)
+
+
 class TouchedRows:
     """The embedding tables of a model and, per table, the rows optimizer steps changed since the last snapshot.
-    Incremental only when every table takes sparse gradients (a step then changes only the rows it names)."""
+    Incremental only when every table takes sparse gradients (a step then changes only the rows it names).
+
+    One uint8 mark per row says both what the pending capture still has to copy and what the steps have touched
+    since: rows touched since the last snapshot carry this period's tag, rows the pending capture waits for carry the
+    other one, so that a snapshot hands its rows over without clearing or setting a single mark."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         tables, sparse = embedding_parameters(model)
         names = {id(p): name for name, p in model.named_parameters()}
         self.tables: dict[str, torch.Tensor] = {names[id(p)]: p for p in tables if id(p) in names}
         self.incremental = sparse and bool(self.tables)
-        self._seen = {name: torch.zeros(p.shape[0], dtype=torch.bool) for name, p in self.tables.items()} if self.incremental else {}
-        self._new: dict[str, list[torch.Tensor]] = {name: [] for name in self._seen}
-        self.pending: Capture | None = None  # the last snapshot's rows not copied yet
         self.marks = {name: torch.zeros(p.shape[0], dtype=torch.uint8) for name, p in self.tables.items()} if self.incremental else {}
+        self.tag = TOUCHED[0]  # the mark of a row touched in this period
+        self._new: dict[str, list[torch.Tensor]] = {name: [] for name in self.marks}
+        self.pending: Capture | None = None  # the last snapshot's rows not copied yet
 
     def mark(self) -> None:
         """Before an optimizer step: the rows its sparse gradients name, each listed once per snapshot (the gradient
         is coalesced here, which the optimizer would do anyway: its rows are then distinct)."""
-        for name, seen in self._seen.items():
+        for name, marks in self.marks.items():
             param = self.tables[name]
             grad = param.grad
             if grad is None or not grad.is_sparse:
@@ -53,24 +61,25 @@ class TouchedRows:
                 grad = param.grad = grad.coalesce()
             rows = grad._indices()[0]
             if self.pending is not None:
-                self.pending.copy_before_change(name, rows)
-            fresh = rows[~seen[rows]]
+                self.pending.copy_before_change(name, rows)  # its rows among these are IDLE once copied
+            fresh = rows[marks[rows] != self.tag]
             if len(fresh):
-                seen[fresh] = True
+                marks[fresh] = self.tag
                 self._new[name].append(fresh)
 
     def take_all(self) -> None:
         """Forget every row touched so far (training before checkpoints start)."""
-        for name in self._seen:
-            self.take(name)
+        for name, marks in self.marks.items():
+            marks.zero_()
+            self._new[name] = []
 
-    def take(self, name: str) -> torch.Tensor:
-        """The rows of a table touched since the last take, each once; the record starts again."""
-        parts = self._new[name]
-        rows = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
-        self._seen[name][rows] = False
-        self._new[name] = []
-        return rows
+    def take(self) -> tuple[dict[str, torch.Tensor], int]:
+        """The rows of each table touched since the last take, each once, and the tag they carry; rows touched from
+        now on carry the other tag (the pending capture, finished first, left no row with it)."""
+        rows = {name: torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64) for name, parts in self._new.items()}
+        self._new = {name: [] for name in self.marks}
+        tag, self.tag = self.tag, TOUCHED[1] if self.tag == TOUCHED[0] else TOUCHED[0]
+        return rows, tag
 
 
 def _clone(value: Any) -> Any:
@@ -91,7 +100,6 @@ def _live_table(param: torch.Tensor, state: dict[str, Any]) -> dict[str, Any]:
 
 
 Part = tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]  # rows, their weights, their optimizer state rows
-IDLE, WAITING, FLYING, TAKEN = 0, 1, 2, 3  # a row's mark: nothing to copy; to copy; being copied by the writer; that, and copied by a step first
 
 
 class Capture:
@@ -102,15 +110,16 @@ class Capture:
 
     CHUNK = 4096
 
-    def __init__(self, tables: dict[str, torch.Tensor], states: dict[str, dict[str, Any]], todo: dict[str, torch.Tensor], marks: dict[str, torch.Tensor]) -> None:
-        """marks: a uint8 array per table, all IDLE (TouchedRows keeps them: one capture is pending at a time)."""
+    def __init__(
+        self, tables: dict[str, torch.Tensor], states: dict[str, dict[str, Any]], todo: dict[str, torch.Tensor], marks: dict[str, torch.Tensor], tag: int
+    ) -> None:
+        """marks: a uint8 array per table (TouchedRows keeps them: one capture is pending at a time) where the rows of
+        todo, and no others, are marked tag: waiting to be copied."""
         self.tables, self.todo = tables, todo
         self.row_keys = {name: [k for k, v in states[name].items() if _row_shaped(v, tables[name])] for name in tables}
         self.states = states
         self.whole_state = {name: {k: _clone(v) for k, v in states[name].items() if k not in self.row_keys[name]} for name in tables}
-        self._marks = marks
-        for name, rows in todo.items():
-            marks[name][rows] = WAITING
+        self._marks, self._tag = marks, tag
         self._parts: dict[str, list[Part]] = {name: [] for name in tables}
         self._lock = threading.Condition()
         self._flying = 0  # chunks being copied outside the lock
@@ -129,11 +138,11 @@ class Capture:
                 return
             marks = self._marks[name]
             seen = marks[rows]
-            mine = rows[(seen == WAITING) | (seen == FLYING)]
+            mine = rows[(seen == self._tag) | (seen == FLYING)]
             if len(mine) == 0:
                 return
             self._parts[name].append(self._gather(name, mine))
-            marks[mine] = torch.where(marks[mine] == FLYING, TAKEN, IDLE).to(torch.uint8)
+            marks[mine] = IDLE  # a row the writer is copying is no longer FLYING when it looks: it drops its copy
 
     def _copy_chunk(self, name: str, chunk: torch.Tensor) -> bool:
         """The writer: claim the chunk's waiting rows, copy them outside the lock, keep those no step took meanwhile.
@@ -142,7 +151,7 @@ class Capture:
         with self._lock:
             if self.done:
                 return False
-            rows = chunk[marks[chunk] == WAITING]
+            rows = chunk[marks[chunk] == self._tag]
             if len(rows) == 0:
                 return True
             marks[rows] = FLYING
@@ -155,10 +164,10 @@ class Capture:
                 self._lock.notify_all()
             raise
         with self._lock:  # the part joins the others before the chunk counts as landed: finish() assembles after both
-            kept = marks[rows] == FLYING  # TAKEN: a step copied the row before changing it, maybe while it was read here
-            marks[rows] = IDLE
+            kept = marks[rows] == FLYING  # not FLYING: a step copied the row before changing it, maybe while it was read here
             if not bool(kept.all()):
                 part = (rows[kept], part[1][kept], {k: v[kept] for k, v in part[2].items()})
+            marks[part[0]] = IDLE  # the others carry the step's tag by now, or will
             self._parts[name].append(part)
             self._flying -= 1
             self._lock.notify_all()
@@ -227,7 +236,8 @@ def take_snapshot(seq: int, model: torch.nn.Module, optimizer: Optimizers, touch
     if touched.pending is not None:
         touched.pending.finish()  # the writer had not got to it yet: its rows are still as they were, copy them now
     states = {name: ckpt.optimizer_state(optimizer, p) if _owned(optimizer, p) else {} for name, p in tables.items()}
-    capture = Capture(tables, states, {name: touched.take(name) for name in tables}, touched.marks)
+    rows, tag = touched.take()
+    capture = Capture(tables, states, rows, touched.marks, tag)
     touched.pending = capture
     state = {"kind": "delta", "dense_model": dense_model, "dense_optimizer": dense_optimizer, "table_names": sorted(tables), "tables": {}, **progress}
     return Snapshot(seq, state, whole=False, capture=capture)
