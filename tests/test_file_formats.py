@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from primus.errors import DataError
-from primus.sources.files import FilesAdapter
+from primus.sources.files import FilesAdapter, qualified
 from primus.spec import Source
 
 SLOT = datetime(2026, 11, 1, 5, tzinfo=UTC)
@@ -143,3 +143,20 @@ def test_a_line_of_another_width_is_an_error_naming_the_file(tmp_path: Path, csv
         FilesAdapter().read(source, piece, COLUMNS)
     message = str(caught.value)
     assert message.startswith(f"source 'events': {folder / 'part-0.csv'}") and words in message, message
+
+
+@pytest.mark.parametrize(
+    ("location", "path", "expected"),
+    [
+        ("s3://bucket/clicks/hour=00", "bucket/clicks/hour=00/a.parquet", "s3://bucket/clicks/hour=00/a.parquet"),
+        ("gs://bucket/clicks", "bucket/clicks/a.parquet", "gs://bucket/clicks/a.parquet"),
+        ("hdfs://namenode:9000/data/clicks", "/data/clicks/a.parquet", "hdfs://namenode:9000/data/clicks/a.parquet"),
+        ("s3://bucket/c?endpoint_override=http://store:9000", "bucket/c/a.parquet", "s3://bucket/c/a.parquet?endpoint_override=http://store:9000"),
+        ("/data/clicks", "/data/clicks/a.parquet", "/data/clicks/a.parquet"),
+        ("file:///data/clicks", "/data/clicks/a.parquet", "/data/clicks/a.parquet"),
+    ],
+)
+def test_a_piece_names_its_file_so_that_an_executor_anywhere_can_open_it(location: str, path: str, expected: str) -> None:
+    """pyarrow lists a remote file by its path within the file system (no scheme); a piece must carry the whole URI, or
+    the executor would open it as a local file (what the first live S3 run found)."""
+    assert qualified(location, path) == expected

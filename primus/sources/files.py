@@ -8,10 +8,11 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 from typing import Any
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -206,10 +207,24 @@ def _marker_missing(source: Source, slot: datetime, location: str) -> Partition:
     return Partition(source.name, slot, location, False, f"readiness marker {source.readiness} missing")
 
 
+def qualified(location: str, path: str) -> str:
+    """A file's path as its file system names it, made a location an executor can open anywhere: the scheme (and, for
+    HDFS, the name node; any query too) of the partition's location in front; a local path as it is."""
+    if "://" not in location or location.startswith("file://"):
+        return path
+    parts = urlsplit(location)
+    named = f"{parts.scheme}://{path}" if parts.scheme in BUCKET_SCHEMES else f"{parts.scheme}://{parts.netloc}{path}"
+    return f"{named}?{parts.query}" if parts.query else named
+
+
+BUCKET_SCHEMES = ("s3", "gs", "gcs")  # the file system's paths begin with the bucket
+
+
 def _ready(
     source: Source, slot: datetime, location: str, entries: list[pafs.FileInfo], pieces: tuple[Piece, ...], manifest: tuple[ManifestEntry, ...], version: int
 ) -> Partition:
     reason = f"ready: {len(entries)} files, schema version {version}" if entries else "ready but holds no data files"
+    pieces = tuple(replace(piece, location=qualified(location, piece.location)) for piece in pieces)
     return Partition(source.name, slot, location, True, reason, pieces, manifest, version, len(entries))
 
 

@@ -75,7 +75,7 @@ def write(out: BinaryIO, state: dict[str, Any]) -> None:
     unsynced = 0
     for tensor in raw:
         flat = tensor.contiguous().reshape(-1).view(torch.uint8).numpy()  # the live memory itself where it is contiguous
-        view = memoryview(flat)
+        view = memoryview(flat.data)
         done = 0
         while done < len(view):
             written = os.write(descriptor, view[done : done + SLICE_BYTES])

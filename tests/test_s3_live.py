@@ -1,0 +1,74 @@
+"""Data on S3, live: a real S3 server (SeaweedFS); credentials and endpoint from the environment, never in a URI."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+import yaml
+
+from primus import rpc
+from primus.cluster import start_cluster, stop_services
+from primus.demo import demo_job
+from primus.spec import load_job_file
+from primus.v1 import master_pb2, master_pb2_grpc
+from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job
+from tests.faults_helpers import assert_rows_exact
+from tests.s3_server import S3Server, start_s3
+
+BUCKET = "primus-data"
+ROWS = DAYS * 24 * ROWS_PER_HOUR  # the shared dataset: every row trained or evaluated once
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    yield from start_s3(tmp_path_factory.mktemp("s3"))
+
+
+@pytest.fixture
+def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The server's identity and endpoint in this process's environment (the digests are worked out here) too."""
+    for name, value in s3.env.items():
+        monkeypatch.setenv(name, value)
+    return s3.env
+
+
+def _upload(local: Path, s3: S3Server, prefix: str) -> None:
+    """Copy a local folder into the bucket (made once the server takes writes: its first volume comes a moment later)."""
+    access, secret = s3.env["AWS_ACCESS_KEY_ID"], s3.env["AWS_SECRET_ACCESS_KEY"]
+    store = pafs.S3FileSystem(endpoint_override=s3.endpoint, access_key=access, secret_key=secret, allow_bucket_creation=True)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            store.create_dir(BUCKET)
+            pafs.copy_files(str(local), f"{BUCKET}/{prefix}", source_filesystem=pafs.LocalFileSystem(), destination_filesystem=store)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+@pytest.mark.timeout(300)
+def test_a_job_trains_on_parquet_partitions_in_s3_exactly(dataset: Path, s3: S3Server, s3_env: dict[str, str], tmp_path: Path) -> None:
+    """The shared dataset, copied to the bucket with its readiness markers; a job whose source is s3:// trains every
+    row once by row identity (the row ids name the S3 objects); every service and executor reads the bucket with the
+    identity from its environment."""
+    _upload(dataset, s3, "clicks")
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(demo_job(f"s3://{BUCKET}/clicks/date={{date}}/hour={{hour}}", DAYS)))
+    spec_yaml = load_job_file(path).to_yaml()
+    state = start_cluster(tmp_path / "runs", tmp_path / "state", env=s3_env)
+    try:
+        master = master_pb2_grpc.MasterServiceStub(rpc.connect(state.address("master")))
+        job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=spec_yaml), timeout=30).job_id
+        report = finish_job(master, job_id)
+    finally:
+        stop_services(state.services)
+    assert report["state"] == "SUCCEEDED", report["message"]
+    (source,) = report["sources"]
+    assert source["samples"] == ROWS
+    assert_rows_exact(report, spec_yaml)
