@@ -11,7 +11,7 @@ FLAGS = {
     "--kubernetes-config": "a kubeconfig file",
     "--kubernetes-namespace": "the namespace executors' pods go in (default: default)",
     "--kubernetes-image": "the executors' image, unless a job names its own (default: primus:latest)",
-    "--kubernetes-owner-pod": "the resource controller's own pod: executors' pods get it as their owner",
+    "--kubernetes-owner-pod": "the resource controller's own pod: executors' pods are owned by its Deployment (or StatefulSet; a bare pod by the pod)",
     "--yarn-address": "host:port of the skein application master that hosts the executors",
     "--ray-address": "the Ray cluster's address (host:port, or auto for the one on this machine)",
     "--local-trainer-cores": "kept (default): a local trainer's training thread keeps cores of its own, data executors run on the others; shared: all share every core",

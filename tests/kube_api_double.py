@@ -11,6 +11,8 @@ It speaks the JSON wire format of the core/v1 pod endpoints that the official `k
 - PATCH  /api/v1/namespaces/{ns}/pods/{name}/resize   in-place resize (strategic-merge, merge or JSON patch)
 - GET    /api/v1/namespaces/{ns}/pods/{name}/log      the container's output
 - POST   /api/v1/namespaces/{ns}/secrets         create; GET, PUT and DELETE /api/v1/namespaces/{ns}/secrets/{name}
+- POST   /apis/apps/v1/namespaces/{ns}/{deployments,replicasets}   create (stored, never acted on: no pods are made);
+         GET and DELETE .../{name}
 
 An unknown namespace answers 404 (a real API server lists an unknown namespace as empty, and 404s a create in it); errors
 are Status objects. Switches for tests: `forbidden` (403 for everything), `unschedulable` (a scheduler message: pods stay
@@ -34,7 +36,11 @@ pod's and bind-mounted at their mountPath in a mount namespace of the container'
 the process reads them where the manifest says; a missing Secret leaves the pod Pending with the container waiting,
 reason CreateContainerConfigError, as a kubelet does.
 
-There is no scheduler beyond that one node, no garbage collector for ownerReferences, no admission, no images.
+The garbage collector: once an object is gone, each object whose ownerReferences all name objects that are gone is
+deleted too (background propagation): a pod as by a DELETE with its own grace period, so a Deployment's deletion
+reaches its ReplicaSet, then the ReplicaSet's pods and the pods it owns.
+
+There is no scheduler beyond that one node, no controller acting on Deployments or ReplicaSets, no admission, no images.
 """
 
 from __future__ import annotations
@@ -172,6 +178,7 @@ class KubeApiDouble:
         self._changed = threading.Condition(self._lock)
         self._pods: dict[tuple[str, str], _Pod] = {}
         self._secrets: dict[tuple[str, str], Json] = {}
+        self._apps: dict[tuple[str, str, str], Json] = {}  # (resource, namespace, name): deployments and replicasets
         self._rv = 1000
         self._history: list[tuple[int, str, str, Json]] = []  # (resourceVersion, namespace, event type, object)
         self._compacted = 0  # watches from an older resourceVersion get 410 Gone
@@ -272,6 +279,41 @@ class KubeApiDouble:
         pod = self._pods.pop(key, None)
         if pod is not None:
             self._record(pod, "DELETED")
+            self._collect_garbage()
+
+    def _collect_garbage(self) -> None:
+        """Delete what only gone objects own, until nothing more goes (a Deployment, then its ReplicaSet, then pods)."""
+        while True:
+            alive = {o["metadata"]["uid"] for o in self._apps.values()} | {p.obj["metadata"]["uid"] for p in self._pods.values()}
+            alive |= {str(s["metadata"].get("uid")) for s in self._secrets.values()}
+            apps = [key for key, obj in self._apps.items() if _orphaned(obj, alive)]
+            secrets = [key for key, obj in self._secrets.items() if _orphaned(obj, alive)]
+            pods = [key for key, pod in self._pods.items() if _orphaned(pod.obj, alive) and "deletionTimestamp" not in pod.obj["metadata"]]
+            if not (apps or secrets or pods):
+                return
+            for key in apps:
+                del self._apps[key]
+            for key in secrets:
+                del self._secrets[key]
+            for key in pods:
+                self._delete_pod(key, None)  # may remove it (and collect again) at once
+
+    def _delete_pod(self, key: tuple[str, str], grace: int | None) -> Json:
+        """Start a pod's deletion: SIGTERM now (by its kubelet), gone after the grace period (its own by default)."""
+        pod = self._pods[key]
+        grace = int(pod.obj["spec"].get("terminationGracePeriodSeconds", 30)) if grace is None else grace
+        deadline = time.monotonic() + grace
+        if pod.deletion_deadline is None or deadline < pod.deletion_deadline:
+            pod.deletion_deadline = deadline
+        metadata = pod.obj["metadata"]
+        metadata.setdefault("deletionTimestamp", stamp())
+        metadata["deletionGracePeriodSeconds"] = min(grace, int(metadata.get("deletionGracePeriodSeconds", grace)))
+        answer = copy.deepcopy(pod.obj)
+        if grace == 0 or not pod.kubelet or pod.process is None or pod.exited:
+            self._remove(key)  # nothing to stop first (or no grace): the object goes now; the kubelet kills what runs
+        else:
+            self._record(pod, "MODIFIED")
+        return answer
 
     def _admit(self, namespace: str, obj: Json) -> Json:
         metadata = obj.setdefault("metadata", {})
@@ -295,6 +337,8 @@ class KubeApiDouble:
         segments = [unquote(s) for s in parts.path.strip("/").split("/")]
         with self._lock:
             self.requests.append(Request(method, parts.path, query, content_type))
+        if segments[:4] == ["apis", "apps", "v1", "namespaces"] and len(segments) in (6, 7) and segments[5] in ("deployments", "replicasets"):
+            return self._workload(h, method, segments[5], segments[4], segments[6] if len(segments) == 7 else "", body)
         if segments[:3] == ["api", "v1", "namespaces"] and len(segments) in (5, 6) and segments[4] == "secrets":
             return self._secret(h, method, segments[3], segments[5] if len(segments) == 6 else "", body)
         if segments[:3] != ["api", "v1", "namespaces"] or len(segments) < 5 or segments[4] != "pods":
@@ -410,22 +454,10 @@ class KubeApiDouble:
         with contextlib.suppress(ValueError):
             options = json.loads(body) if body else {}
         with self._lock:
-            pod = self._pods.get((namespace, name))
-            if pod is None:
+            if (namespace, name) not in self._pods:
                 return h.send_json(404, status_body(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"}))
             grace_text = query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
-            grace = int(grace_text) if grace_text is not None else int(pod.obj["spec"].get("terminationGracePeriodSeconds", 30))
-            deadline = time.monotonic() + grace
-            if pod.deletion_deadline is None or deadline < pod.deletion_deadline:
-                pod.deletion_deadline = deadline
-            metadata = pod.obj["metadata"]
-            metadata.setdefault("deletionTimestamp", stamp())
-            metadata["deletionGracePeriodSeconds"] = min(grace, int(metadata.get("deletionGracePeriodSeconds", grace)))
-            if grace == 0 or not pod.kubelet or pod.process is None or pod.exited:
-                self._remove((namespace, name))  # nothing to stop first (or no grace): the object goes now; the kubelet kills what runs
-            else:
-                self._record(pod, "MODIFIED")
-            answer = copy.deepcopy(pod.obj)
+            answer = self._delete_pod((namespace, name), int(grace_text) if grace_text is not None else None)
         h.send_json(200, answer)
 
     def _resize(self, h: _Handler, namespace: str, name: str, content_type: str, body: bytes) -> None:
@@ -584,10 +616,36 @@ class KubeApiDouble:
                 return h.send_json(404, status_body(404, "NotFound", f'secrets "{name}" not found', {"name": name, "kind": "secrets"}))
             if method == "DELETE":
                 del self._secrets[(namespace, name)]
+                self._collect_garbage()
                 return h.send_json(200, status_body(200, "Success", "", {"name": name, "kind": "secrets"}) | {"status": "Success"})
             if method == "GET":
                 return h.send_json(200, copy.deepcopy(found))
         return h.send_json(405, status_body(405, "MethodNotAllowed", f"{method} is not supported on secrets by this double"))
+
+    def _workload(self, h: _Handler, method: str, resource: str, namespace: str, name: str, body: bytes) -> None:
+        """Deployments and ReplicaSets: create, read, delete; stored only (owners for the garbage collector)."""
+        if namespace not in self.namespaces:
+            return h.send_json(404, status_body(404, "NotFound", f'namespaces "{namespace}" not found', {"name": namespace, "kind": "namespaces"}))
+        with self._lock:
+            if method == "POST" and not name:
+                obj = json.loads(body)
+                name = obj["metadata"]["name"]
+                if (resource, namespace, name) in self._apps:
+                    return h.send_json(409, status_body(409, "AlreadyExists", f'{resource}.apps "{name}" already exists', {"name": name, "kind": resource}))
+                self._rv += 1
+                obj["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), resourceVersion=str(self._rv), creationTimestamp=stamp())
+                self._apps[(resource, namespace, name)] = obj
+                return h.send_json(201, copy.deepcopy(obj))
+            found = self._apps.get((resource, namespace, name))
+            if found is None:
+                return h.send_json(404, status_body(404, "NotFound", f'{resource}.apps "{name}" not found', {"name": name, "kind": resource}))
+            if method == "GET":
+                return h.send_json(200, copy.deepcopy(found))
+            if method == "DELETE":
+                del self._apps[(resource, namespace, name)]
+                self._collect_garbage()
+                return h.send_json(200, status_body(200, "Success", "", {"name": name, "kind": resource}) | {"status": "Success"})
+        return h.send_json(405, status_body(405, "MethodNotAllowed", f"{method} is not supported on {resource} by this double"))
 
     def secrets(self, namespace: str) -> dict[str, Json]:
         """The Secrets of a namespace, by name (as stored: data base64)."""
@@ -736,6 +794,12 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 # --- pod helpers ----------------------------------------------------------------------------------
+
+
+def _orphaned(obj: Json, alive: set[str]) -> bool:
+    """Owned, and by nothing that is still there."""
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return bool(refs) and not any(ref.get("uid") in alive for ref in refs)
 
 
 def _labels(obj: Json) -> dict[str, str]:

@@ -304,6 +304,61 @@ def test_release_kill_and_adopt(double: KubeApiDouble, connect: Callable[..., Ku
     assert double.pod(NS, kept.executor_id) is None
 
 
+def _controller_workload(double: KubeApiDouble) -> tuple[dict[str, Any], dict[str, Any], Callable[[str], dict[str, Any]]]:
+    """A Deployment, its ReplicaSet, and a way to add the ReplicaSet's controller pods (as its controller would)."""
+    apps = k8s.AppsV1Api(_api(double).api_client)
+    labels = {"app.kubernetes.io/name": "primus-resource-controller"}
+    template = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "rc", "image": "primus"}]}}
+    body = {"metadata": {"name": "primus-resource-controller", "labels": labels}, "spec": {"selector": {"matchLabels": labels}, "template": template}}
+    deployment = apps.create_namespaced_deployment(NS, body).to_dict()
+    owned_by = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "primus-resource-controller", "uid": deployment["metadata"]["uid"], "controller": True}]
+    body = {"metadata": {"name": "primus-resource-controller-7d9f", "labels": labels, "ownerReferences": owned_by}, "spec": {"selector": {"matchLabels": labels}}}
+    replica_set = apps.create_namespaced_replica_set(NS, body).to_dict()
+
+    def controller_pod(name: str) -> dict[str, Any]:
+        ref = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "primus-resource-controller-7d9f", "uid": replica_set["metadata"]["uid"], "controller": True}
+        return double.add_pod(NS, {"metadata": {"name": name, "labels": labels, "ownerReferences": [ref]}, "spec": template["spec"]})
+
+    return deployment, replica_set, controller_pod
+
+
+def test_executors_outlive_a_replaced_controller_pod_and_go_with_its_deployment(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:
+    """The executors' pods are owned by the controller's Deployment, not its pod: the pod replaced (a rollout, an
+    eviction) leaves them running for the new controller to adopt; the Deployment deleted takes them with it, through
+    the garbage collector."""
+    deployment, _, controller_pod = _controller_workload(double)
+    controller_pod("primus-resource-controller-7d9f-aaaaa")
+    first = connect(owner="primus-resource-controller-7d9f-aaaaa")
+    running = first.launch(_spec(tmp_path, SLEEP, name="job-1-data-executor-0"))
+    _events(first, lambda events: any(e.kind is EventKind.RUNNING for e in events))
+    pod = double.pod(NS, running.executor_id)
+    assert pod is not None and pod["metadata"]["ownerReferences"] == [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "primus-resource-controller", "uid": deployment["metadata"]["uid"]}
+    ]
+
+    first.close()
+    _api(double).delete_namespaced_pod("primus-resource-controller-7d9f-aaaaa", NS)  # the controller's pod replaced
+    controller_pod("primus-resource-controller-7d9f-bbbbb")
+    survivor = double.pod(NS, running.executor_id)
+    assert survivor is not None and "deletionTimestamp" not in survivor["metadata"], "the garbage collector left the executor's pod"
+    second = connect(owner="primus-resource-controller-7d9f-bbbbb")
+    adopted = second.adopt(running.to_state())
+    assert adopted is not None and adopted.uid == running.uid, "the new controller adopts it"
+
+    k8s.AppsV1Api(_api(double).api_client).delete_namespaced_deployment("primus-resource-controller", NS)
+    double.wait_for(lambda: double.pod(NS, running.executor_id) is None, "the garbage collector to delete the executor's pod with the Deployment")
+    assert double.pod(NS, "primus-resource-controller-7d9f-bbbbb") is None, "and the controller's pod, through its ReplicaSet"
+
+
+def test_a_bare_controller_pod_owns_the_executors_and_a_gone_one_takes_them(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:
+    double.add_pod(NS, {"metadata": {"name": "bare-controller"}, "spec": {"containers": [{"name": "rc", "image": "primus"}]}})
+    backend = connect(owner="bare-controller")
+    running = backend.launch(_spec(tmp_path, SLEEP, name="job-1-data-executor-0"))
+    _events(backend, lambda events: any(e.kind is EventKind.RUNNING for e in events))
+    _api(double).delete_namespaced_pod("bare-controller", NS)
+    double.wait_for(lambda: double.pod(NS, running.executor_id) is None, "the garbage collector to delete the executor's pod with its owner")
+
+
 def test_connect_errors_are_one_line(double: KubeApiDouble) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -24,7 +24,7 @@ class BackendConfig:
     kubernetes_config: str = ""  # a kubeconfig file
     kubernetes_namespace: str = "default"
     kubernetes_image: str = "primus:latest"
-    kubernetes_owner_pod: str = ""  # the controller's own pod: executors' pods are owned by it (and go when it goes)
+    kubernetes_owner_pod: str = ""  # the controller's own pod: executors' pods are owned by its workload (see owner_reference)
     yarn_address: str = ""  # host:port of the skein application master that hosts the executors
     ray_address: str = ""  # a Ray cluster's address (ray://..., host:port, or auto)
     keep_trainer_cores: bool = True  # local: each trainer's training thread keeps cores of its own (primus.cores)

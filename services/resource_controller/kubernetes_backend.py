@@ -276,16 +276,37 @@ def probe(api: k8s.CoreV1Api, namespace: str, address: str) -> None:
         raise BackendUnavailableError(f"kubernetes: cannot reach the API server at {address} ({unreachable_reason(exc)}): check --kubernetes-api") from None
 
 
+def _controller_of(obj: Mapping[str, Any]) -> dict[str, str] | None:
+    """The owner reference marked controller (a pod's ReplicaSet, a ReplicaSet's Deployment), as an owner reference."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return {"apiVersion": str(ref["apiVersion"]), "kind": str(ref["kind"]), "name": str(ref["name"]), "uid": str(ref["uid"])}
+    return None
+
+
 def owner_reference(api: k8s.CoreV1Api, namespace: str, pod: str, address: str) -> dict[str, str]:
+    """What owns the executors' pods: the workload that runs the controller's pod (its Deployment, through the
+    ReplicaSet; or its StatefulSet), not the pod itself, so that a replaced controller pod leaves them running for the
+    new one to adopt, and deleting the workload takes them with it. A bare pod owns them itself (said once)."""
+    what = f'the owner pod "{pod}"'
     try:
         found = _json(api.read_namespaced_pod(pod, namespace, _request_timeout=PROBE_TIMEOUT_SECONDS, _preload_content=False))
+        owner = _controller_of(found)
+        if owner is not None and owner["kind"] == "ReplicaSet":
+            what = f'the ReplicaSet "{owner["name"]}" of the owner pod "{pod}"'
+            apps = k8s.AppsV1Api(api.api_client)
+            replica_set = _json(apps.read_namespaced_replica_set(owner["name"], namespace, _request_timeout=PROBE_TIMEOUT_SECONDS, _preload_content=False))
+            owner = _controller_of(replica_set) or owner
     except ApiException as exc:
         raise BackendUnavailableError(
-            f'kubernetes: cannot read the owner pod "{pod}" in namespace "{namespace}" at {address} ({api_error(exc)}): check --kubernetes-owner-pod'
+            f'kubernetes: cannot read {what} in namespace "{namespace}" at {address} ({api_error(exc)}): check --kubernetes-owner-pod and the role'
         ) from None
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         raise BackendUnavailableError(f"kubernetes: cannot reach the API server at {address} ({unreachable_reason(exc)}): check --kubernetes-api") from None
-    return {"name": pod, "uid": _uid(found)}
+    if owner is None:
+        log.warning("kubernetes: the controller's pod %s runs bare: the executors' pods go with it, and a new controller finds none to adopt", pod)
+        return {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": _uid(found)}
+    return owner
 
 
 # --- the backend ----------------------------------------------------------------------------------
@@ -361,7 +382,7 @@ class KubernetesBackend:
         except BaseException:
             api.api_client.close()
             raise
-        log.info("kubernetes backend: API server %s, namespace %s%s", address, namespace, f", pods owned by {owner['name']}" if owner else "")
+        log.info("kubernetes backend: API server %s, namespace %s%s", address, namespace, f", pods owned by {owner['kind']} {owner['name']}" if owner else "")
         return cls(api, namespace, address, image=config.kubernetes_image or "primus:latest", owner=owner, **options)
 
     # --- launch -----------------------------------------------------------------------------------
@@ -892,7 +913,8 @@ class KubernetesBackend:
         return handle
 
     def close(self) -> None:
-        """Stop watching; the pods keep running for the next controller to adopt (their owner reference ends them with its pod)."""
+        """Stop watching; the pods keep running for the next controller to adopt (their owner reference ends them with the
+        controller's workload)."""
         self._stop.set()
         with self._lock:
             stream = self._stream

@@ -144,7 +144,7 @@ def pod_manifest(
         "annotations": {LOG_ANNOTATION: str(spec.log_path)},
     }
     if owner is not None:
-        metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": owner["name"], "uid": owner["uid"]}]
+        metadata["ownerReferences"] = [{"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["name"], "uid": owner["uid"]}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 
