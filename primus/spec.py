@@ -90,6 +90,7 @@ class RoleResources(_Model):
     max_restarts: int = Field(3, ge=0, le=100)
     cpu: float = Field(1.0, gt=0, le=128)
     memory_mib: int = Field(1024, ge=64, le=MAX_MEMORY_MIB, alias="memoryMiB")
+    gpus: int = Field(0, ge=0, le=16, description="GPUs per process: nvidia.com/gpu on Kubernetes, num_gpus on Ray; local checks the machine has them")
     autoscale: Autoscale | None = None
 
     @model_validator(mode="after")
@@ -644,6 +645,8 @@ class JobSpec(_Model):
                 f"resources.trainer.replicas {self.resources.trainer.replicas}: in data parallel every source shares one learningRateScale and update"
                 f" (training.sources sets {len(groups)} different ones)"
             )
+        if self.training.device == "cpu" and self.resources.trainer.gpus:
+            raise ValueError(f"resources.trainer.gpus {self.resources.trainer.gpus} with training.device 'cpu': the trainer would hold GPUs it never uses")
         return self
 
 

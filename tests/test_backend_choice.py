@@ -29,6 +29,11 @@ def test_the_controller_lists_its_backends_and_a_job_on_another_is_refused_at_su
     assert submit.returncode == 2, submit.stderr
     assert "spec.resources.backend: 'kubernetes', but this resource controller runs only local: start it with --backend kubernetes" in submit.stderr
     assert "(resource controller at 127.0.0.1:" in submit.stderr and "Traceback" not in submit.stderr
+    document["spec"]["resources"].update(backend="local", trainer={"gpus": 1})  # type: ignore[index]
+    job.write_text(yaml.safe_dump(document))
+    submit = subprocess.run([sys.executable, "-m", "primus.cli", *state, "submit", str(job)], capture_output=True, text=True, timeout=60)
+    assert submit.returncode == 2, submit.stderr
+    assert "spec.resources.trainer.gpus: 1, but this machine (the local backend) has 0 GPUs" in submit.stderr and "Traceback" not in submit.stderr
 
 
 def test_run_backend_overrides_the_spec_and_keeps_the_rest(dataset: Path, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,15 @@ def test_pod_shape(double: KubeApiDouble, connect: Callable[..., KubernetesBacke
     assert trainer["spec"]["containers"][0]["command"] == ["python", "-m", "services.trainer", "--job-id", "job-1"]
     assert trainer["spec"]["containers"][0]["image"] == "primus:test"
     assert "ownerReferences" not in trainer["metadata"]
+
+
+def test_a_pod_asks_for_its_gpus_as_the_device_plugin_names_them(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:
+    double.unschedulable = "held"  # the pod is only looked at here
+    handle = connect().launch(replace(_spec(tmp_path, SLEEP), gpus=2))
+    pod = double.pod(NS, handle.executor_id)
+    assert pod is not None
+    amounts = {"cpu": "500m", "memory": "256Mi", "nvidia.com/gpu": "2"}
+    assert pod["spec"]["containers"][0]["resources"] == {"requests": amounts, "limits": amounts}
 
 
 def test_pending_then_running_then_oom_killed(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:

@@ -35,12 +35,13 @@ NAMESPACE = "primus"
 @pytest.fixture(scope="module")
 @uses(Tier.LIVE)
 def ray_cluster() -> Iterator[str]:
-    """A head and a second raylet, 2 CPUs and 6 GiB (logical) each; the test process joins it to kill actors."""
+    """A head and a second raylet, 2 CPUs and 6 GiB (logical) each, the second with a (logical) GPU; the test process
+    joins it to kill actors."""
     cluster = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 2, "memory": 6 * GIB, "object_store_memory": 128 * 1024**2, "include_dashboard": False},
     )
-    cluster.add_node(num_cpus=2, memory=6 * GIB, object_store_memory=128 * 1024**2)
+    cluster.add_node(num_cpus=2, num_gpus=1, memory=6 * GIB, object_store_memory=128 * 1024**2)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, namespace=NAMESPACE, logging_level="WARNING", log_to_driver=False)
     try:
@@ -159,10 +160,13 @@ def test_scale_out_kill_an_actor_and_scale_in_keep_exact_counts(ray_mesh: Cluste
 
 @pytest.mark.timeout(300)
 def test_a_restarted_controller_adopts_the_running_actors(ray_mesh: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+    """The trainer asks for a GPU: Ray places its actor on the raylet that has one (logical here: it trains on the CPU)."""
     master = master_pb2_grpc.MasterServiceStub(rpc.connect(ray_mesh.address("master")))
-    spec_yaml = _job_file(long_dataset, tmp_path, slow=True, days=LONG_DAYS).read_text()
-    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=spec_yaml), timeout=30).job_id
+    document = yaml.safe_load(_job_file(long_dataset, tmp_path, slow=True, days=LONG_DAYS).read_text())
+    document["spec"]["resources"]["trainer"]["gpus"] = 1
+    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(document)), timeout=30).job_id
     _wait(lambda: master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job.progress.step >= 50, what="training to start")
+    assert ray.cluster_resources().get("GPU") == 1 and ray.available_resources().get("GPU", 0) == 0, "the trainer's actor holds the GPU"
     before = _actors(job_id)
     restarted = restart_service(ray_mesh, tmp_path / "state", "resource_controller")
     try:
@@ -191,7 +195,11 @@ def test_a_job_no_ray_node_can_hold_is_refused_at_submit(ray_mesh: ClusterState,
     with pytest.raises(grpc.RpcError) as too_big:
         master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(document)), timeout=30)
     assert "has room for a trainer actor (CPU 3, memory 2048 MiB" in str(too_big.value.details()) and "lower resources.trainer" in str(too_big.value.details())
-    document["spec"]["resources"]["trainer"]["cpu"] = 1
+    document["spec"]["resources"]["trainer"].update(cpu=1, gpus=2)  # one raylet has one GPU
+    with pytest.raises(grpc.RpcError) as no_gpus:
+        master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(document)), timeout=30)
+    assert "has room for a trainer actor (CPU 1, memory 2048 MiB, GPU 2; 2 live node(s))" in str(no_gpus.value.details()), no_gpus.value.details()
+    document["spec"]["resources"]["trainer"]["gpus"] = 0
     document["spec"]["resources"]["dataExecutor"]["replicas"] = 4  # 4 + 1 CPUs on a cluster of 4
     with pytest.raises(grpc.RpcError) as too_many:
         master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(document)), timeout=30)

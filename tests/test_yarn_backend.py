@@ -611,6 +611,11 @@ def test_a_job_for_another_queue_or_a_size_no_service_holds_is_refused_at_submit
         master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(huge)), timeout=30)
     assert size.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "yarn: no executor service" in str(size.value.details()) and "holds 64 cores and 512000 MiB" in str(size.value.details()), size.value.details()
+    gpus = yaml.safe_load(_job(long_dataset, tmp_path, executors=1))
+    gpus["spec"]["resources"]["trainer"]["gpus"] = 1
+    with pytest.raises(grpc.RpcError) as no_gpus:
+        master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(gpus)), timeout=30)
+    assert str(no_gpus.value.details()).startswith("spec.resources.trainer.gpus: 1, but the yarn backend (its executor services declare vcores"), no_gpus.value.details()
     assert len(master.ListJobs(master_pb2.ListJobsRequest(), timeout=10).jobs) == accepted, "neither job was accepted"
 
 

@@ -87,12 +87,14 @@ SCALING_ACTION_HOLD: ScalingAction
 SCALING_ACTION_BLACKLIST: ScalingAction
 
 class ExecutorResources(_message.Message):
-    __slots__ = ("cpu", "memory_mib")
+    __slots__ = ("cpu", "memory_mib", "gpus")
     CPU_FIELD_NUMBER: _ClassVar[int]
     MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
     cpu: float
     memory_mib: int
-    def __init__(self, cpu: _Optional[float] = ..., memory_mib: _Optional[int] = ...) -> None: ...
+    gpus: int
+    def __init__(self, cpu: _Optional[float] = ..., memory_mib: _Optional[int] = ..., gpus: _Optional[int] = ...) -> None: ...
 
 class Executor(_message.Message):
     __slots__ = ("executor_id", "job_id", "role", "state", "pid", "address", "data_address", "exit_code", "resources", "backend", "log_path", "exit_reason", "message", "limits", "telemetry", "slot", "heartbeat_unix", "host_id")

@@ -86,7 +86,7 @@ class JobDriver:
         is not the application's, a size no executor service or Ray node holds (each would only fail at launch)."""
         resources = job.spec.resources
         sizes = [
-            rc_pb2.RoleSize(role=role, resources=rc_pb2.ExecutorResources(cpu=r.cpu, memory_mib=r.memory_mib), count=r.replicas)
+            rc_pb2.RoleSize(role=role, resources=rc_pb2.ExecutorResources(cpu=r.cpu, memory_mib=r.memory_mib, gpus=r.gpus), count=r.replicas)
             for role, r in ((rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR, resources.data_executor), (rc_pb2.EXECUTOR_ROLE_TRAINER, resources.trainer))
         ]
         request = rc_pb2.CheckPlacementRequest(job_id=job.metadata.name, backend=resources.backend.value, placement_json=json.dumps(resources.placement()), sizes=sizes)
@@ -346,7 +346,7 @@ class JobDriver:
                 job_id=job.job_id,
                 role=ROLES[role].proto,  # type: ignore[arg-type]
                 count=replicas,
-                resources=rc_pb2.ExecutorResources(cpu=resources.cpu, memory_mib=resources.memory_mib),
+                resources=rc_pb2.ExecutorResources(cpu=resources.cpu, memory_mib=resources.memory_mib, gpus=resources.gpus),
                 run_dir=job.run_dir,
                 planner_address=self._peers.planner_address,
                 master_address=self._own_info().address,

@@ -166,7 +166,7 @@ class Autoscaler:
         if job is None or not live:
             raise ConflictError(f"job {job_id} has no live {role} to take the size from")
         size = live[-1]  # the newest: it carries the latest resize
-        self._pool.launch(LaunchRequest(job_id, role, count, size.cpu, size.memory_mib, job.run_dir, job.planner_address, job.master_address))
+        self._pool.launch(LaunchRequest(job_id, role, count, size.cpu, size.memory_mib, job.run_dir, job.planner_address, job.master_address, gpus=size.gpus))
 
     def _scale_in(self, role: str, count: int, records: list[ExecutorRecord]) -> None:
         """Drain the newest ready executors first: the oldest hold the warmest state and the lowest slots."""

@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 from primus import cores as core_split
 from primus import telemetry
 from services.resource_controller import limits
+from services.resource_controller.gpus import too_many_gpus, visible_gpus
 from services.resource_controller.limits import MIB, ExecutorCgroup, LimitMechanism
 
 __all__ = [
@@ -91,6 +92,7 @@ class LaunchSpec:
     log_path: Path
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment for the process
     placement: Mapping[str, Any] = field(default_factory=dict)  # the job's block for this backend (camelCase keys, as in the spec)
+    gpus: int = 0  # whole GPUs for the process
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class RoleSize:
     cpu: float
     memory_mib: int
     count: int = 1  # executors of the role at submit
+    gpus: int = 0  # per executor
 
 
 @dataclass(frozen=True)
@@ -242,7 +245,8 @@ class LocalProcessBackend:
     # --- launch -----------------------------------------------------------------------------------
 
     def check_placement(self, job_id: str, placement: Mapping[str, Any], sizes: Sequence[RoleSize]) -> str:
-        return ""  # the quota and the free cores are the autoscaler's to judge, here as everywhere
+        """The GPUs a role asks for must be on this machine; the quota and the free cores are the autoscaler's to judge."""
+        return too_many_gpus(sizes, visible_gpus(), "this machine (the local backend)")
 
     def launch(self, spec: LaunchSpec) -> LocalHandle:
         if spec.role not in self._commands:

@@ -81,8 +81,11 @@ def label_value(text: str) -> str:
     return text[:63].strip("-_.")
 
 
-def container_resources(cpu: float, memory_mib: int) -> JsonDict:
-    amounts = {"cpu": cpu_quantity(cpu), "memory": memory_quantity(memory_mib)}
+GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's extended resource: requests equal limits
+
+
+def container_resources(cpu: float, memory_mib: int, gpus: int = 0) -> JsonDict:
+    amounts = {"cpu": cpu_quantity(cpu), "memory": memory_quantity(memory_mib), **({GPU_RESOURCE: str(gpus)} if gpus else {})}
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
@@ -120,7 +123,7 @@ def pod_manifest(
         "image": image,
         "command": list(command),
         "env": list(env.values()),
-        "resources": container_resources(spec.cpu, spec.memory_mib),
+        "resources": container_resources(spec.cpu, spec.memory_mib, spec.gpus),
         "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}, {"resourceName": "memory", "restartPolicy": "NotRequired"}],
     }
     mounts = list(placement.get("volumeMounts") or [])

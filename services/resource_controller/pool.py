@@ -49,6 +49,7 @@ class LaunchRequest:
     replaces: str = ""  # a replacement takes the slot (and the current size) of the executor it replaces
     backend: str = "local"  # resources.backend of the job
     placement: Mapping[str, Any] | None = None  # the job's block for that backend
+    gpus: int = 0  # per executor
 
 
 class ExecutorPool:
@@ -152,8 +153,9 @@ class ExecutorPool:
         log_path = self._jobs[request.job_id].run_dir / "logs" / f"{executor_id}.log"
         backend = self._jobs[request.job_id].backend
         record = ExecutorRecord(
-            executor_id, request.job_id, request.role, slot, ExecutorState.STARTING, cpu, memory, str(log_path), replaces=request.replaces, backend=backend
-        )
+            executor_id, request.job_id, request.role, slot, ExecutorState.STARTING, cpu, memory, str(log_path), replaces=request.replaces, backend=backend,
+            gpus=replaced.gpus if replaced is not None else request.gpus,
+        )  # fmt: skip
         until = self._slots.blacklisted_until((request.job_id, request.role, slot), self._clock())
         if until is not None:
             record.state = ExecutorState.PENDING
@@ -178,7 +180,9 @@ class ExecutorPool:
         backend = self._backend(record)
         gang = self._gangs.get(record.job_id) if record.role == "trainer" else None
         env = {**(gang.env(record.slot) if gang is not None and record.slot < gang.world_size else {}), **self._credentials.env(record.job_id)}
-        spec = LaunchSpec(record.executor_id, record.job_id, record.role, args, record.cpu, record.memory_mib, Path(record.log_path), env=env, placement=job.placement)
+        spec = LaunchSpec(
+            record.executor_id, record.job_id, record.role, args, record.cpu, record.memory_mib, Path(record.log_path), env=env, placement=job.placement, gpus=record.gpus
+        )
         try:
             handle = backend.launch(spec)
         except Exception as exc:
@@ -288,7 +292,7 @@ class ExecutorPool:
     def _migrate(self, executor_id: str, cpu: float, memory_mib: int) -> ExecutorRecord:
         old = self.record(executor_id)
         job = self._jobs[old.job_id]
-        launched = self.launch(LaunchRequest(old.job_id, old.role, 1, cpu, memory_mib, job.run_dir, job.planner_address, job.master_address))
+        launched = self.launch(LaunchRequest(old.job_id, old.role, 1, cpu, memory_mib, job.run_dir, job.planner_address, job.master_address, gpus=old.gpus))
         with self._lock:
             self._records[launched[0].executor_id].slot = old.slot
         self.drain(executor_id, ExitReason.MIGRATED)

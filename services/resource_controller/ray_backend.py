@@ -163,7 +163,8 @@ class RayBackend:
         """Each role's actor must fit on some live node of the cluster (by total, not free, resources: others may finish)."""
         nodes = [n["Resources"] for n in self._ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
         for size in sizes:
-            wanted = {"CPU": size.cpu, "memory": float(size.memory_mib * MIB), **_extra_resources(placement, size.role)}
+            gpus = {"GPU": float(size.gpus)} if size.gpus else {}
+            wanted = {"CPU": size.cpu, "memory": float(size.memory_mib * MIB), **gpus, **_extra_resources(placement, size.role)}
             if not any(all(node.get(name, 0.0) >= amount for name, amount in wanted.items()) for node in nodes):
                 asked = ", ".join(f"{name} {amount / MIB:.0f} MiB" if name == "memory" else f"{name} {amount:g}" for name, amount in wanted.items())
                 return (
@@ -189,12 +190,19 @@ class RayBackend:
         }  # fmt: skip
         resources = _extra_resources(spec.placement, spec.role)
         actor = self._actor_class.options(
-            name=actor_name, namespace=NAMESPACE, lifetime="detached", num_cpus=spec.cpu, memory=spec.memory_mib * MIB, resources=resources, max_restarts=0
+            name=actor_name,
+            namespace=NAMESPACE,
+            lifetime="detached",
+            num_cpus=spec.cpu,
+            num_gpus=spec.gpus,
+            memory=spec.memory_mib * MIB,
+            resources=resources,
+            max_restarts=0,
         ).remote([*self._commands[spec.role], *spec.args], env, str(spec.log_path))
         handle = RayHandle(spec.executor_id, 0, actor_name, "", "", spec.cpu, spec.memory_mib)
         with self._lock:
             self._tracked[spec.executor_id] = _Tracked(handle, actor, actor.wait_exit.remote(), actor.where.remote(), time.monotonic())
-        log.info("asked Ray for actor %s: %g CPUs, %d MiB%s", actor_name, spec.cpu, spec.memory_mib, f", {resources}" if resources else "")
+        log.info("asked Ray for actor %s: %g CPUs, %d MiB, %d GPUs%s", actor_name, spec.cpu, spec.memory_mib, spec.gpus, f", {resources}" if resources else "")
         return handle
 
     # --- stop -------------------------------------------------------------------------------------

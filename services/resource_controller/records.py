@@ -108,6 +108,7 @@ class ExecutorRecord:
     host_id: str = ""
     backend: str = "local"
     exit_code: int = 0
+    gpus: int = 0
     exit_reason: ExitReason | None = None
     message: str = ""
     limits: LimitMechanism | None = None
@@ -135,6 +136,7 @@ class ExecutorRecord:
             "state": self.state.value,
             "cpu": self.cpu,
             "memory_mib": self.memory_mib,
+            "gpus": self.gpus,
             "log_path": self.log_path,
             "handle": self.handle.to_state() if self.handle is not None else None,
             "pid": self.pid,
@@ -159,6 +161,7 @@ class ExecutorRecord:
             state=ExecutorState(data["state"]),
             cpu=float(data["cpu"]),
             memory_mib=int(data["memory_mib"]),
+            gpus=int(data.get("gpus", 0)),
             log_path=data["log_path"],
             pid=int(data["pid"]),
             address=data["address"],

@@ -32,7 +32,7 @@ def executor_proto(record: ExecutorRecord) -> rc_pb2.Executor:
         address=record.address,
         data_address=record.data_address,
         exit_code=record.exit_code,
-        resources=rc_pb2.ExecutorResources(cpu=record.cpu, memory_mib=record.memory_mib),
+        resources=rc_pb2.ExecutorResources(cpu=record.cpu, memory_mib=record.memory_mib, gpus=record.gpus),
         backend=record.backend,
         host_id=record.host_id,
         log_path=record.log_path,
@@ -82,6 +82,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
             count=request.count,
             cpu=request.resources.cpu or 1.0,
             memory_mib=request.resources.memory_mib or 1024,
+            gpus=request.resources.gpus,
             run_dir=Path(request.run_dir),
             planner_address=request.planner_address,
             master_address=request.master_address,
@@ -105,7 +106,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
         )
 
     def CheckPlacement(self, request: rc_pb2.CheckPlacementRequest, context: grpc.ServicerContext) -> rc_pb2.CheckPlacementResponse:
-        sizes = [RoleSize(_role(s.role), s.resources.cpu, s.resources.memory_mib, max(1, s.count)) for s in request.sizes]
+        sizes = [RoleSize(_role(s.role), s.resources.cpu, s.resources.memory_mib, max(1, s.count), s.resources.gpus) for s in request.sizes]
         problem = self._pool.check_placement(request.job_id, request.backend or "local", _placement(request.placement_json), sizes)
         return rc_pb2.CheckPlacementResponse(problem=problem)
 

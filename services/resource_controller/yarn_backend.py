@@ -24,6 +24,7 @@ from skein.exceptions import TimeoutError as SkeinTimeoutError
 from primus import security, telemetry
 from services.resource_controller.backend import ROLE_MODULES, Capabilities, EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism, RoleSize, state_field
 from services.resource_controller.backends import BackendConfig, BackendUnavailableError
+from services.resource_controller.gpus import too_many_gpus
 from services.resource_controller.yarn_launch import ARGS_ENV, ID_ENV, LOG_ENV, MODULE_ENV
 
 __all__ = ["EXECUTOR_SERVICE_PREFIX", "ExecutorService", "YarnBackend", "YarnHandle", "choose_service", "executor_services", "service_name"]
@@ -247,6 +248,9 @@ class YarnBackend:
 
     def check_placement(self, job_id: str, placement: Mapping[str, Any], sizes: Sequence[RoleSize]) -> str:
         """The queue and an executor service for every role's size, asked at submit: the same checks as at launch."""
+        refused = too_many_gpus(sizes, 0, "the yarn backend (its executor services declare vcores and memory only)")
+        if refused:
+            return refused
         for size in sizes:
             spec = LaunchSpec("", job_id, size.role, (), size.cpu, size.memory_mib, Path(), placement=placement)
             try:

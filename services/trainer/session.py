@@ -56,6 +56,8 @@ class TrainingSession:
         self.progress = progress
         self.open_feed = open_feed or self._batch_feed
         self.trainer = CtrTrainer(job.spec.training, job.spec.data)
+        if job.spec.resources.trainer.gpus and self.trainer.device.type == "cpu":
+            log.warning("resources.trainer.gpus is %d, but this trainer sees no CUDA device: it trains on the CPU", job.spec.resources.trainer.gpus)
         self.touched = TouchedRows(self.trainer.model)  # the embedding rows each step changes: incremental checkpoints
         self.trainer.before_step = self.touched.mark
         self.writer: CheckpointWriter | None = None  # started by resume()
