@@ -211,3 +211,15 @@ def test_a_size_no_machine_or_queue_can_hold_is_refused(dataset: Path, tmp_path:
     document["spec"]["resources"]["trainer"]["memoryMiB"] = 10**9  # type: ignore[index]
     (problem,) = _problems(tmp_path, document)
     assert problem == "spec.resources.trainer.memoryMiB: Input should be less than or equal to 16777216, not 1000000000"
+
+
+def test_gpus_for_a_trainer_told_to_train_on_the_cpu_are_refused(dataset: Path, tmp_path: Path) -> None:
+    document = job_document(dataset)
+    document["spec"]["resources"]["trainer"]["gpus"] = 2  # type: ignore[index]
+    document["spec"]["training"]["device"] = "cpu"  # type: ignore[index]
+    (problem,) = _problems(tmp_path, document)
+    assert problem == "spec: resources.trainer.gpus 2 with training.device 'cpu': the trainer would hold GPUs it never uses"
+    document["spec"]["training"]["device"] = "auto"  # type: ignore[index]
+    assert load_job_file(_write(tmp_path, document)).spec.resources.trainer.gpus == 2
+    document["spec"]["resources"]["trainer"]["gpus"] = -1  # type: ignore[index]
+    assert _problems(tmp_path, document) == ["spec.resources.trainer.gpus: Input should be greater than or equal to 0, not -1"]
