@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install native demo test test-all lint protos check-protos bench clean
+.PHONY: install native demo test test-all lint protos check-protos bench clean image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,3 +48,13 @@ bench: native
 
 clean:
 	rm -rf $(VENV) runs .primus .pytest_cache .mypy_cache .ruff_cache build primus/_arena*.so
+
+# The image (Dockerfile) with docker or podman, tagged with the package's version, as the manifests name it.
+# TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu makes a CPU-only image.
+IMAGE ?= primus:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+TORCH_INDEX_URL ?=
+image:
+	@engine=$$(command -v docker || command -v podman) || { echo "make image: no container engine here (docker or podman); build the Dockerfile where one runs" >&2; exit 2; }; \
+	"$$engine" info >/dev/null 2>&1 || { echo "make image: $$engine cannot reach its engine (is the daemon running?)" >&2; exit 2; }; \
+	"$$engine" build --build-arg TORCH_INDEX_URL="$(TORCH_INDEX_URL)" -t "$(IMAGE)" .
+

@@ -23,6 +23,7 @@ import yaml
 from primus.demo import demo_job
 from primus.errors import SpecError
 from primus.spec import TrainingJob, parse_job
+from services.resource_controller.kubernetes_pods import MANAGED_BY, ROLE_LABEL
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "deploy" / "k8s"
@@ -43,6 +44,8 @@ SERVICES = {
 RUNS_PVC = "primus-runs"
 CRD_NAME = "trainingjobs.primus.dev"
 RC_ACCOUNT = "primus-resource-controller"
+EXPLORER = "primus-explorer"
+METRICS_PORT = 9090
 
 Doc = dict[str, Any]
 
@@ -114,6 +117,10 @@ def test_kustomizations_render_every_object(rendered: tuple[str, tuple[Doc, ...]
         ("RoleBinding", RC_ACCOUNT),
         *(("Deployment", k8s_name) for k8s_name, _ in SERVICES.values()),
         *(("Service", k8s_name) for k8s_name, _ in SERVICES.values()),
+        ("Deployment", EXPLORER),
+        ("Service", EXPLORER),
+        *(("NetworkPolicy", policy) for policy in ("primus-same-namespace", "primus-master-from-anywhere", "primus-metrics-from-anywhere")),
+        ("PodDisruptionBudget", "primus-data-executors"),
     }
     namespace = NAMESPACES[name]
     if namespace:
@@ -150,7 +157,7 @@ def test_objects_validate_against_kubernetes_schemas(rendered: tuple[str, tuple[
         checked.append(doc["kind"])
     # The CRD object itself is a built-in kind and must have gone through the bundled schemas.
     assert "CustomResourceDefinition" in checked
-    assert checked.count("Deployment") == len(SERVICES)
+    assert checked.count("Deployment") == len(SERVICES) + 1  # and the explorer
 
 
 def test_schema_validation_is_not_vacuous() -> None:
@@ -175,13 +182,16 @@ def test_deployments_probe_their_grpc_port_and_share_the_runs_volume(rendered: t
         pod = deployment["spec"]["template"]["spec"]
         (container,) = pod["containers"]
         assert container["command"] == ["python", "-m", f"services.{module}"], where
-        assert [p["containerPort"] for p in container["ports"]] == [port], where
+        assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [("grpc", port), ("metrics", METRICS_PORT)], where
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        assert annotations == {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT), "prometheus.io/path": "/metrics"}, where
         for probe in ("readinessProbe", "livenessProbe"):
             assert container[probe]["grpc"]["port"] == port, f"{where}: {probe} must be a gRPC probe on {port}"
         if "startupProbe" in container:
             assert container["startupProbe"]["grpc"]["port"] == port, f"{where}: startupProbe must be a gRPC probe on {port}"
         flags = _flags(container["args"])
         assert flags["--bind"].rsplit(":", 1)[1] == str(port), where
+        assert flags["--metrics-port"] == str(METRICS_PORT), where
         assert flags["--runs-dir"], where
 
         assert pod["terminationGracePeriodSeconds"] > 0, where
@@ -206,6 +216,42 @@ def test_deployments_probe_their_grpc_port_and_share_the_runs_volume(rendered: t
         assert target == port or target == next(p["name"] for p in container["ports"] if p["containerPort"] == port), k8s_name
     # The master creates job folders that the resource controller's executors then use by path.
     assert len(mount_paths) == 1, f"every service must mount the runs volume at one path, got {mount_paths}"
+
+
+def test_only_the_master_and_the_metrics_are_reachable_from_outside_the_namespace(rendered: tuple[str, tuple[Doc, ...]]) -> None:
+    """Every pod accepts its own namespace; beyond it, the master's gRPC port and the control plane's metrics port
+    only (the explorer, without authentication of its own, stays inside: kubectl port-forward reaches it)."""
+    name, docs = rendered
+    policies = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "NetworkPolicy"}
+    inside = policies["primus-same-namespace"]
+    assert inside["podSelector"] == {} and inside["ingress"] == [{"from": [{"podSelector": {}}]}], name
+    opened = {}
+    for policy_name, spec in policies.items():
+        if policy_name == "primus-same-namespace":
+            continue
+        (rule,) = spec["ingress"]
+        assert "from" not in rule, f"{policy_name}: open to every source, by port"
+        opened[policy_name] = (spec["podSelector"]["matchLabels"], [(p["port"], p["protocol"]) for p in rule["ports"]])
+    assert opened == {
+        "primus-master-from-anywhere": ({"app.kubernetes.io/name": "primus", "app.kubernetes.io/component": "master"}, [(SERVICES["master"][1], "TCP")]),
+        "primus-metrics-from-anywhere": ({"app.kubernetes.io/name": "primus"}, [(METRICS_PORT, "TCP")]),
+    }
+    explorer = _one(docs, "Deployment", EXPLORER)["spec"]["template"]
+    assert explorer["metadata"]["labels"]["app.kubernetes.io/component"] == "explorer" and "annotations" not in explorer["metadata"]
+
+
+def test_the_explorer_reads_the_runs_volume_and_the_budget_drains_data_executors_one_at_a_time(rendered: tuple[str, tuple[Doc, ...]]) -> None:
+    name, docs = rendered
+    pod = _one(docs, "Deployment", EXPLORER)["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["python", "-m", "primus.cli"] and container["args"][0] == "explore", name
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (runs,) = [m for m in container["volumeMounts"] if volumes[m["name"]].get("persistentVolumeClaim", {}).get("claimName") == RUNS_PVC]
+    assert runs["readOnly"] is True and f"--runs-dir={runs['mountPath']}" in container["args"], name
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True and pod["securityContext"]["runAsNonRoot"] is True, name
+    budget = _one(docs, "PodDisruptionBudget", "primus-data-executors")["spec"]
+    assert budget["maxUnavailable"] == 1
+    assert budget["selector"]["matchLabels"] == {MANAGED_BY: "primus", ROLE_LABEL: "data_executor"}, "the labels the controller gives a data executor's pod"
 
 
 def test_master_reaches_planner_and_resource_controller_through_their_services(rendered: tuple[str, tuple[Doc, ...]]) -> None:
