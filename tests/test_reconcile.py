@@ -196,3 +196,17 @@ def test_finished_job_drops_a_plan_the_planner_still_holds() -> None:
 
 def test_restarts_left() -> None:
     assert replace(RUNNING, restarts={"data executor": 1}).restarts_left(Role.DATA_EXECUTOR) == 1
+
+
+def test_a_run_that_trained_nothing_because_every_task_was_quarantined_fails() -> None:
+    """What the first run on S3 showed: executors could not open any file, every task was quarantined, and the job
+    'succeeded' having trained 0 steps."""
+    quarantined = PlanView(tasks_done=0, quarantined=72, first_quarantined="clicks clicks/2026-11-01T00: cannot read ...")
+    assert reconcile(RUNNING, Observed(result={"steps": 0, "train_samples": 0}, plan=quarantined), SETTINGS) == [
+        Finish(JobState.FAILED, "no row was trained: 72 task(s) were quarantined (the first: clicks clicks/2026-11-01T00: cannot read ...)"),
+        DropPlan(),
+    ]
+    some = Observed(result={"steps": 9, "train_samples": 576}, plan=quarantined)
+    assert reconcile(RUNNING, some, SETTINGS)[0] == Finish(JobState.SUCCEEDED, "trained 9 steps"), "rows trained: onQuarantine decides, not this rule"
+    nothing = Observed(result={"steps": 0, "train_samples": 0}, plan=PlanView())
+    assert reconcile(RUNNING, nothing, SETTINGS)[0] == Finish(JobState.SUCCEEDED, "trained 0 steps"), "no data yet, none refused: not a failure"

@@ -250,6 +250,8 @@ class JobDriver:
     def _observe(self, record: JobRecord, status: JobStatus, spec: JobSpec, looks: _Looks) -> rc.Observed:
         """One look at the job's world: its plan at the planner, its executors at the controller, the trainer's result."""
         result = record.result or None
+        if result is not None and not status.state.final and not result.get("error") and not result.get("train_samples"):
+            return rc.Observed(result=result, plan=self._last_plan_view(record.job_id, looks))  # nothing trained: were the tasks quarantined?
         if status.cancel_requested or status.suspend_requested or result is not None or status.state is JobState.SUSPENDED:
             return rc.Observed(result=result)  # decided without looking further
         try:
@@ -266,8 +268,7 @@ class JobDriver:
         looks.last_plan = plan
         if record.progress.get("tasks_done") != plan.tasks_done and record.state == JobState.RUNNING:
             self._store.update(record.job_id, progress_update={"tasks_done": plan.tasks_done})
-        first = f"{plan.quarantined[0].source} {plan.quarantined[0].partition}: {plan.quarantined[0].reason}" if plan.quarantined else ""
-        view = rc.PlanView(tasks_done=plan.tasks_done, recoveries=plan.recoveries, quarantined=len(plan.quarantined), first_quarantined=first)
+        view = _plan_view(plan)
         fail_on_quarantine = spec.data.on_quarantine == "fail"
         try:
             listed = self._peers.rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=record.job_id), timeout=10).executors
@@ -284,6 +285,14 @@ class JobDriver:
         else:
             looks.trainers_gone_since = None
         return rc.Observed(plan=view, executors=executors, trainers_gone_for=_since(looks.trainers_gone_since) or 0.0, fail_on_quarantine=fail_on_quarantine)
+
+    def _last_plan_view(self, job_id: str, looks: _Looks) -> rc.PlanView | None:
+        """The plan as the planner holds it now, or as last seen where it cannot say."""
+        try:
+            looks.last_plan = self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job_id), timeout=10)
+        except grpc.RpcError as exc:
+            log.debug("job %s: the plan at the end, as last seen (%s)", job_id, exc.code().name)
+        return _plan_view(looks.last_plan) if looks.last_plan is not None else None
 
     def _apply(self, record: JobRecord, action: rc.Action, looks: _Looks) -> None:
         job_id = record.job_id
@@ -465,3 +474,8 @@ class JobDriver:
 def _planned(summary: planner_pb2.PlanSummary) -> dict[str, object]:
     """What a fresh plan sets in a job's progress."""
     return {"tasks_total": summary.task_count, "tasks_done": 0, "fingerprint": summary.fingerprint}
+
+
+def _plan_view(plan: planner_pb2.GetPlanResponse) -> rc.PlanView:
+    first = f"{plan.quarantined[0].source} {plan.quarantined[0].partition}: {plan.quarantined[0].reason}" if plan.quarantined else ""
+    return rc.PlanView(tasks_done=plan.tasks_done, recoveries=plan.recoveries, quarantined=len(plan.quarantined), first_quarantined=first)

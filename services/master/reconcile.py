@@ -134,6 +134,9 @@ def reconcile(status: JobStatus, observed: Observed, settings: MasterSettings) -
     if observed.result is not None:
         if observed.result.get("error"):
             return _end(JobState.FAILED, f"trainer failed: {observed.result['error']}")
+        if not observed.result.get("train_samples") and observed.plan is not None and observed.plan.quarantined:
+            plan = observed.plan  # nothing trained, and the data was there: the job did not do what it was for
+            return _end(JobState.FAILED, f"no row was trained: {plan.quarantined} task(s) were quarantined (the first: {plan.first_quarantined})")
         return _end(JobState.SUCCEEDED, f"trained {observed.result.get('steps', 0)} steps")
     if observed.planner_away_for is not None:
         if observed.planner_away_for > settings.planner_grace_seconds:
