@@ -66,7 +66,9 @@ class Autoscale(_Model):
     min_replicas: int = Field(1, ge=1, le=64)
     max_replicas: int = Field(4, ge=1, le=64)
     scale_up: ScaleBehavior = ScaleBehavior(stabilization_window_seconds=3, cooldown_seconds=6, max_step=1)
-    scale_down: ScaleBehavior = ScaleBehavior(stabilization_window_seconds=20, cooldown_seconds=30, max_step=1)
+    # Conservative as the Kubernetes HPA's 300 s: an executor removed is a stream re-divided and warm caches lost, so a
+    # lull of a few minutes does not shrink the job (tests and benchmarks set short windows explicitly)
+    scale_down: ScaleBehavior = ScaleBehavior(stabilization_window_seconds=300, cooldown_seconds=60, max_step=1)
     target_stall_fraction: float = Field(0.1, ge=0, le=1, description="trainers waiting for data more than this fraction of the time ask for more executors")
     busy_cpu_utilization: float = Field(0.8, gt=0, le=1, description="an executor using this share of its CPU limit is saturated")
     idle_cpu_utilization: float = Field(0.25, ge=0, lt=1, description="executors below this share, with trainers not stalling, are idle")

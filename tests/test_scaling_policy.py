@@ -463,3 +463,14 @@ def test_decisions_are_deterministic() -> None:
     first = [run(cfg, role(execs, stall=s)) for s in (0.0, 0.15, 0.42)]
     again = [run(cfg, role(execs, stall=s)) for s in (0.0, 0.15, 0.42)]
     assert first == again and all(d is not None for d in first)
+
+
+def test_out_of_the_box_a_lull_of_a_few_minutes_does_not_shrink_a_job() -> None:
+    """The defaults are conservative, as the Kubernetes HPA's: idle executors are removed only after five minutes of
+    asking for fewer (a stream re-divided and warm caches lost are not worth a short lull)."""
+    cfg = Autoscale(min_replicas=1, max_replicas=8)
+    state = PolicyState()
+    held = [must(decide(cfg, role(executors(4, used=IDLE), now=t), quota(), state)) for t in range(0, 300, 10)]
+    assert all(d.action is Action.HOLD and d.guard == "stabilization_window" for d in held), {d.guard for d in held}
+    d = must(decide(cfg, role(executors(4, used=IDLE), now=300), quota(), state))
+    assert d.action is Action.SCALE_IN and d.replicas_before - d.replicas_after == 1, "then one at a time"
