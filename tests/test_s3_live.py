@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow.fs as pafs
 import pytest
 import yaml
 
@@ -36,28 +34,12 @@ def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return s3.env
 
 
-def _upload(local: Path, s3: S3Server, prefix: str) -> None:
-    """Copy a local folder into the bucket (made once the server takes writes: its first volume comes a moment later)."""
-    access, secret = s3.env["AWS_ACCESS_KEY_ID"], s3.env["AWS_SECRET_ACCESS_KEY"]
-    store = pafs.S3FileSystem(endpoint_override=s3.endpoint, access_key=access, secret_key=secret, allow_bucket_creation=True)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            store.create_dir(BUCKET)
-            pafs.copy_files(str(local), f"{BUCKET}/{prefix}", source_filesystem=pafs.LocalFileSystem(), destination_filesystem=store)
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-
-
 @pytest.mark.timeout(300)
 def test_a_job_trains_on_parquet_partitions_in_s3_exactly(dataset: Path, s3: S3Server, s3_env: dict[str, str], tmp_path: Path) -> None:
     """The shared dataset, copied to the bucket with its readiness markers; a job whose source is s3:// trains every
     row once by row identity (the row ids name the S3 objects); every service and executor reads the bucket with the
     identity from its environment."""
-    _upload(dataset, s3, "clicks")
+    s3.upload(dataset, BUCKET, "clicks")
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(demo_job(f"s3://{BUCKET}/clicks/date={{date}}/hour={{hour}}", DAYS)))
     spec_yaml = load_job_file(path).to_yaml()
