@@ -31,6 +31,7 @@ lint: native
 	$(BIN)/lint-imports
 	cd protos && ../$(BIN)/buf lint
 	$(BIN)/python scripts/gen_protos.py --check
+	$(BIN)/python scripts/gen_crd.py --check
 
 PYTEST := $(BIN)/python -m pytest -q
 

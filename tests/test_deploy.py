@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 import shutil
 import signal
@@ -368,7 +369,7 @@ def _compatibility_problems(model: Doc, crd: Doc, path: str, defs: dict[str, Doc
     problems = []
     stricter_ok = path in STRICTER_IN_CRD
     if model["type"] == "object":
-        if crd.get("x-kubernetes-preserve-unknown-fields") is not True:
+        if crd.get("x-kubernetes-preserve-unknown-fields") is not True and "additionalProperties" not in crd:  # a map keeps every key
             problems.append(f"{path}: set x-kubernetes-preserve-unknown-fields so fields the CRD does not list are kept")
         extra = set(crd.get("properties", {})) - set(model.get("properties", {}))
         if extra:
@@ -390,7 +391,7 @@ def _compatibility_problems(model: Doc, crd: Doc, path: str, defs: dict[str, Doc
     crd_low, model_low = _lower_bound(crd, crd=True), _lower_bound(model, crd=False)
     if crd_low is not None and (model_low is None or crd_low > model_low):
         problems.append(f"{path}: lower bound {crd_low} in the CRD, {model_low} in primus")
-    if "maximum" in crd and not stricter_ok and crd["maximum"] < model.get("maximum", float("inf")):
+    if "maximum" in crd and not stricter_ok and crd["maximum"] < model.get("maximum", model.get("exclusiveMaximum", float("inf"))):
         problems.append(f"{path}: maximum {crd['maximum']} in the CRD, {model.get('maximum')} in primus")
     for key in ("minLength", "pattern"):
         if key in crd and crd[key] != model.get(key):
@@ -490,3 +491,31 @@ def test_serve_sh_fails_when_the_service_dies_before_serving(tmp_path: Path) -> 
     )
     assert done.returncode != 0
     assert "before it was serving" in done.stderr
+
+
+def _nodes(schema: Doc, path: str = "") -> list[tuple[str, Doc]]:
+    found = [(path, schema)]
+    for name, child in (schema.get("properties") or {}).items():
+        found += _nodes(child, f"{path}.{name}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            found += _nodes(schema[key], f"{path}[{key}]")
+    return found
+
+
+def test_the_crd_is_generated_from_the_spec_model_and_structural() -> None:
+    """What scripts/gen_crd.py writes from primus/spec.py is what the file holds (make lint checks it too), and its
+    schema is structural, as an API server requires: every node typed (or kept whole), no references or unions."""
+    spec = importlib.util.spec_from_file_location("gen_crd", ROOT / "scripts" / "gen_crd.py")
+    assert spec is not None and spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    assert (K8S / "base" / "crd-trainingjobs.yaml").read_text() == generator.render(), "run python scripts/gen_crd.py"
+    schema = _crd_schema(_crd(), "v1")
+    for path, node in _nodes(schema["properties"]["spec"], "spec"):
+        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields") is True, f"{path}: untyped"
+        assert not {"$ref", "anyOf", "oneOf", "allOf", "const", "title", "default", "propertyNames"} & node.keys(), f"{path}: {sorted(node)}"
+        assert not ("properties" in node and "additionalProperties" in node), f"{path}: properties and additionalProperties"
+    gpus = _field(schema, "spec.resources.trainer.gpus")
+    assert (gpus["type"], gpus["minimum"], gpus["maximum"]) == ("integer", 0, 16) and "nvidia.com/gpu" in gpus["description"]
+    assert _field(schema, "spec.data.sources")["x-kubernetes-list-map-keys"] == ["name"]
