@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from primus import rpc
 from primus.cluster import start_cluster, stop_services
 from primus.demo import demo_job
-from primus.spec import load_job_file
+from primus.samples import training_schema
+from primus.sources.landing import LandingAdapter
+from primus.spec import load_job_file, parse_job
 from primus.v1 import master_pb2, master_pb2_grpc
-from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job
+from services.planner.plan import required_columns
+from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
 from tests.faults_helpers import assert_rows_exact
 from tests.s3_server import S3Server, start_s3
 
@@ -54,3 +60,29 @@ def test_a_job_trains_on_parquet_partitions_in_s3_exactly(dataset: Path, s3: S3S
     (source,) = report["sources"]
     assert source["samples"] == ROWS
     assert_rows_exact(report, spec_yaml)
+
+
+def test_a_landing_stream_in_s3_names_each_file_so_an_executor_reads_it(dataset: Path, s3: S3Server, s3_env: dict[str, str], tmp_path: Path) -> None:
+    """Files landed in a bucket now, stamped this hour and the next (an object's time is its upload's, so the stamp
+    slots the second), planned once both hours are over: the pieces carry the whole s3:// URI (a listing gives paths
+    without it) and a data executor's reader reads every row of them."""
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    landed = tmp_path / "landed"
+    landed.mkdir()
+    parts = sorted(dataset.glob("date=*/hour=*/part-*.parquet"))[:2]
+    for index, part in enumerate(parts):
+        shutil.copy(part, landed / f"events-{hour + index * timedelta(hours=1):%Y%m%dT%H}-{index}.parquet")
+    s3.upload(landed, BUCKET, "landing")
+    document = job_document(dataset)
+    stream = {"name": "events", "kind": "stream", "adapter": "landing", "uri": f"s3://{BUCKET}/landing", "format": "parquet"}
+    document["spec"]["data"] = {"sources": [{**stream, "timeRange": {"start": f"{hour:%Y-%m-%dT%H:%M}"}}]}  # type: ignore[index]
+    job = parse_job(document)
+    (source,) = job.spec.data.sources
+    adapter = LandingAdapter(now=lambda: hour + timedelta(hours=3))
+    partitions = [adapter.resolve(source, hour + index * timedelta(hours=1), required_columns(job, source)) for index in range(2)]
+    assert all(p.ready for p in partitions), [p.reason for p in partitions]
+    locations = {piece.location for p in partitions for piece in p.pieces}
+    assert locations == {f"s3://{BUCKET}/landing/{f.name}" for f in landed.iterdir()}
+    schema = training_schema(job.spec.training.features)
+    rows = sum(adapter.read(source, piece, schema.names).num_rows for p in partitions for piece in p.pieces)
+    assert rows == sum(pq.ParquetFile(part).metadata.num_rows for part in parts)

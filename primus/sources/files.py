@@ -220,12 +220,16 @@ def qualified(location: str, path: str) -> str:
 BUCKET_SCHEMES = ("s3", "gs", "gcs")  # the file system's paths begin with the bucket
 
 
+def qualified_pieces(location: str, pieces: Sequence[Piece]) -> tuple[Piece, ...]:
+    """Pieces described from a listing of location, each naming its file as qualified() does."""
+    return tuple(replace(piece, location=qualified(location, piece.location)) for piece in pieces)
+
+
 def _ready(
     source: Source, slot: datetime, location: str, entries: list[pafs.FileInfo], pieces: tuple[Piece, ...], manifest: tuple[ManifestEntry, ...], version: int
 ) -> Partition:
     reason = f"ready: {len(entries)} files, schema version {version}" if entries else "ready but holds no data files"
-    pieces = tuple(replace(piece, location=qualified(location, piece.location)) for piece in pieces)
-    return Partition(source.name, slot, location, True, reason, pieces, manifest, version, len(entries))
+    return Partition(source.name, slot, location, True, reason, qualified_pieces(location, pieces), manifest, version, len(entries))
 
 
 @dataclass

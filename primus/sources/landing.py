@@ -11,7 +11,7 @@ import pyarrow.fs as pafs
 
 from primus.errors import DataError
 from primus.sources.base import Partition, register_adapter, render_uri
-from primus.sources.files import SUFFIXES, TEXT_CHUNK_BYTES, FilesAdapter, open_fs
+from primus.sources.files import SUFFIXES, TEXT_CHUNK_BYTES, FilesAdapter, open_fs, qualified_pieces
 from primus.spec import Source
 
 Clock = Callable[[], datetime]
@@ -155,7 +155,7 @@ class LandingAdapter(FilesAdapter):
         fs, _ = open_fs(source, location)
         pieces, manifest, version = self.describe_files(fs, source, entries, required, key)
         reason = f"ready ({why}): {len(entries)} landed files, schema version {version}" if entries else f"ready ({why}) but no files landed in this hour"
-        return Partition(source.name, slot, location, True, reason, pieces, manifest, version, len(entries))
+        return Partition(source.name, slot, location, True, reason, qualified_pieces(location, pieces), manifest, version, len(entries))
 
 
 register_adapter(LandingAdapter())
