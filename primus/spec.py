@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -382,6 +383,19 @@ class LabelJoin(_Model):
     )
 
 
+OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+SECRET_QUERY_KEYS = {"access_key", "secret_key", "session_token", "credential_token"}
+
+
+def _credentials_in(uri: str) -> bool:
+    """An object store URI with a secret in it (user:password@, or pyarrow's access_key/secret_key query options): it
+    would land in job files, plans, logs and traces."""
+    parts = urlsplit(uri)
+    if parts.scheme not in OBJECT_STORE_SCHEMES:
+        return False
+    return ":" in parts.netloc.rpartition("@")[0] or bool(SECRET_QUERY_KEYS & {key.lower() for key, _ in parse_qsl(parts.query)})
+
+
 class Source(_Model):
     """A logical source: where its partitions live, how to read them, and how they map onto training columns."""
 
@@ -422,6 +436,11 @@ class Source(_Model):
         unknown = [p for p in re.findall(r"\{[^}]*\}", value) if p not in PLACEHOLDERS]
         if unknown:
             raise ValueError(f"unknown placeholder {unknown[0]}; use {{date}} and {{hour}}")
+        if _credentials_in(value):
+            raise ValueError(
+                "carries credentials (a password, or an access or secret key, in the URI): give them in the environment "
+                "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS) or a mounted secret, never in a URI"
+            )
         return value
 
     @model_validator(mode="after")

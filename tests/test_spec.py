@@ -223,3 +223,25 @@ def test_gpus_for_a_trainer_told_to_train_on_the_cpu_are_refused(dataset: Path, 
     assert load_job_file(_write(tmp_path, document)).spec.resources.trainer.gpus == 2
     document["spec"]["resources"]["trainer"]["gpus"] = -1  # type: ignore[index]
     assert _problems(tmp_path, document) == ["spec.resources.trainer.gpus: Input should be greater than or equal to 0, not -1"]
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "s3://AKIAEXAMPLE:wJalrXUtnFEMI@bucket/clicks/date={date}/hour={hour}",
+        "s3://bucket/clicks/date={date}/hour={hour}?access_key=AKIAEXAMPLE&secret_key=wJalrXUtnFEMI",
+        "gs://bucket/clicks?credential_token=ya29.secret",
+    ],
+)
+def test_an_object_store_uri_with_credentials_in_it_is_refused(dataset: Path, tmp_path: Path, uri: str) -> None:
+    document = job_document(dataset)
+    document["spec"]["data"]["sources"][0]["uri"] = uri  # type: ignore[index]
+    (problem,) = _problems(tmp_path, document)
+    assert problem.startswith("spec.data.sources[0].uri: carries credentials (a password, or an access or secret key, in the URI)"), problem
+    assert "never in a URI" in problem and "wJalrXUtnFEMI" not in problem and "ya29" not in problem, "the secret is not repeated"
+
+
+def test_an_object_store_uri_without_secrets_is_accepted(dataset: Path, tmp_path: Path) -> None:
+    document = job_document(dataset)
+    document["spec"]["data"]["sources"][0]["uri"] = "s3://bucket/clicks/date={date}/hour={hour}?endpoint_override=http://store:9000"  # type: ignore[index]
+    assert load_job_file(_write(tmp_path, document)).spec.data.sources[0].uri.startswith("s3://bucket/")
