@@ -15,8 +15,9 @@ from primus import rpc
 from primus.cluster import start_cluster, stop_services
 from primus.demo import demo_job
 from primus.samples import training_schema
+from primus.sources.files import FilesAdapter
 from primus.sources.landing import LandingAdapter
-from primus.spec import load_job_file, parse_job
+from primus.spec import Source, load_job_file, parse_job
 from primus.v1 import master_pb2, master_pb2_grpc
 from services.planner.plan import required_columns
 from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
@@ -86,3 +87,25 @@ def test_a_landing_stream_in_s3_names_each_file_so_an_executor_reads_it(dataset:
     schema = training_schema(job.spec.training.features)
     rows = sum(adapter.read(source, piece, schema.names).num_rows for p in partitions for piece in p.pieces)
     assert rows == sum(pq.ParquetFile(part).metadata.num_rows for part in parts)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_text_files_in_s3_are_read_by_byte_range_without_losing_a_line(s3: S3Server, s3_env: dict[str, str], tmp_path: Path, fmt: str) -> None:
+    """CSV and JSON lines in a bucket split into byte ranges that mostly end mid-line, as local files do."""
+    folder = tmp_path / fmt / "date=2026-11-01" / "hour=05"
+    folder.mkdir(parents=True)
+    (folder / "_SUCCESS").touch()
+    ids = list(range(5000))
+    if fmt == "csv":
+        (folder / "part-0.csv").write_text("click,user_id,item_price\n" + "".join(f"{i % 2},{i},{i / 10}\n" for i in ids))
+    else:
+        (folder / "part-0.jsonl").write_text("".join(f'{{"click": {i % 2}, "user_id": {i}, "item_price": {i / 10}}}\n' for i in ids))
+    s3.upload(tmp_path / fmt, BUCKET, f"text-{fmt}")
+    uri = f"s3://{BUCKET}/text-{fmt}/date={{date}}/hour={{hour}}"
+    source = Source.model_validate({"name": "events", "uri": uri, "format": fmt, "timeRange": {"start": "2026-11-01T00:00", "end": "2026-11-02T00:00"}})
+    adapter = FilesAdapter(text_chunk_bytes=7_777)
+    partition = adapter.resolve(source, datetime(2026, 11, 1, 5, tzinfo=UTC), ["click", "user_id", "item_price"])
+    assert partition.ready and len(partition.pieces) > 5, partition.reason
+    assert {piece.location for piece in partition.pieces} == {f"s3://{BUCKET}/text-{fmt}/date=2026-11-01/hour=05/{next(folder.glob('part-*')).name}"}
+    read = [adapter.read(source, piece, ["user_id"]) for piece in partition.pieces]
+    assert sorted(v for table in read if table.num_rows for v in table.column("user_id").to_pylist()) == ids
