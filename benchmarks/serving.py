@@ -117,9 +117,13 @@ def train_files(job_file: Path) -> list[Path]:
     return sorted((job_file.parent / "clicks").glob(f"date={DEMO_START:%Y-%m-%d}/hour=*/*.parquet"))
 
 
-def read_cast(path: Path, schema: pa.Schema) -> pa.Table:
-    """The columns the training schema needs, cast to it; ParquetFile as the executor uses (read_table is slower on small row groups)."""
-    return pq.ParquetFile(path).read(columns=schema.names).cast(schema)
+def read_cast(path: Path | str, schema: pa.Schema, store: pafs.FileSystem | None = None) -> pa.Table:
+    """The columns the training schema needs, cast to it; ParquetFile as the executor uses (read_table is slower on small
+    row groups); from the object store when given one (path is then its key)."""
+    if store is None:
+        return pq.ParquetFile(path).read(columns=schema.names).cast(schema)
+    with store.open_input_file(str(path)) as remote:
+        return pq.ParquetFile(remote).read(columns=schema.names).cast(schema)
 
 
 # --- measurements --------------------------------------------------------------------------------
@@ -146,16 +150,12 @@ class Measure:
         return self.bytes / MIB / self.seconds
 
 
-def read_in_process(files: list[Path], schema: pa.Schema, store: pafs.FileSystem | None = None, keys: list[str] | None = None) -> Measure:
-    """(a): this process reads and casts every file (from the object store under keys, when given one)."""
+def read_in_process(files: list[Path] | list[str], schema: pa.Schema, store: pafs.FileSystem | None = None) -> Measure:
+    """(a): this process reads and casts every file (keys in the object store, when given one)."""
     cpu, started = time.process_time(), time.perf_counter()
     rows = size = 0
-    for index, path in enumerate(files):
-        if store is not None and keys is not None:
-            with store.open_input_file(keys[index]) as remote:
-                table = pq.ParquetFile(remote).read(columns=schema.names).cast(schema)
-        else:
-            table = read_cast(path, schema)
+    for path in files:
+        table = read_cast(path, schema, store)
         rows += table.num_rows
         size += table.nbytes
     seconds = time.perf_counter() - started
@@ -418,7 +418,6 @@ class Options:
     window: int | None = None
     modes: tuple[str, ...] = MODES
     arena: bool = True
-    s3: bool = False  # the S3 arm (S3_MODES in modes)
     pip: bool = True  # also measure served / in-process from a plain pip install (served_from_pip)
 
 
@@ -462,7 +461,7 @@ class Bench:
         if mode == "inprocess":
             return read_in_process(self.files, self.schema)
         if mode == "inprocess_s3":
-            return read_in_process(self.files, self.schema, self.store, self.keys)
+            return read_in_process(self.keys, self.schema, self.store)
         if mode == "flight":
             return self._flight()
         if mode in ("handoff", "decode_elsewhere"):
@@ -778,7 +777,6 @@ def parse_args(argv: list[str] | None) -> Options:
         window=args.window,
         modes=tuple(m for m in args.modes.split(",") if m) + (S3_MODES if args.s3 else ()),
         arena=not args.no_arena,
-        s3=args.s3,
         pip=not args.no_pip,
     )
 
@@ -805,7 +803,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(runs_dir, ignore_errors=True)
     with contextlib.ExitStack() as stack:
         try:
-            s3 = stack.enter_context(_s3_copy(options, job_file)) if options.s3 else None
+            s3 = stack.enter_context(_s3_copy(options, job_file)) if set(S3_MODES) & set(options.modes) else None
         except S3UnavailableError as exc:
             raise SystemExit(f"--s3: {exc}") from None
         bench = Bench(options, job_file, runs_dir, s3)

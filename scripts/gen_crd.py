@@ -38,7 +38,7 @@ def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         branches = [branch for branch in node["anyOf"] if branch.get("type") != "null"]
         if len(branches) != 1:
             return {"x-kubernetes-preserve-unknown-fields": True}  # a union Kubernetes cannot type: kept, Primus checks it
-        out = structural({**branches[0], **{k: v for k, v in node.items() if k in ("description",)}}, defs)
+        out = structural({**branches[0], **({"description": node["description"]} if "description" in node else {})}, defs)
         if len(branches) < len(node["anyOf"]):
             out["nullable"] = True
         return out

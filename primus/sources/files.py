@@ -207,6 +207,9 @@ def _marker_missing(source: Source, slot: datetime, location: str) -> Partition:
     return Partition(source.name, slot, location, False, f"readiness marker {source.readiness} missing")
 
 
+BUCKET_SCHEMES = ("s3", "gs", "gcs")  # the file system's paths begin with the bucket
+
+
 def qualified(location: str, path: str) -> str:
     """A file's path as its file system names it, made a location an executor can open anywhere: the scheme (and, for
     HDFS, the name node; any query too) of the partition's location in front; a local path as it is."""
@@ -215,9 +218,6 @@ def qualified(location: str, path: str) -> str:
     parts = urlsplit(location)
     named = f"{parts.scheme}://{path}" if parts.scheme in BUCKET_SCHEMES else f"{parts.scheme}://{parts.netloc}{path}"
     return f"{named}?{parts.query}" if parts.query else named
-
-
-BUCKET_SCHEMES = ("s3", "gs", "gcs")  # the file system's paths begin with the bucket
 
 
 def qualified_pieces(location: str, pieces: Sequence[Piece]) -> tuple[Piece, ...]:

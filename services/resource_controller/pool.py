@@ -144,18 +144,17 @@ class ExecutorPool:
         index = self._next_index.get(key, 0)
         self._next_index[key] = index + 1
         executor_id = f"{request.job_id}-{request.role.replace('_', '-')}-{index}"
-        cpu, memory, slot = request.cpu, request.memory_mib, self._free_slot(request.job_id, request.role)
+        cpu, memory, gpus, slot = request.cpu, request.memory_mib, request.gpus, self._free_slot(request.job_id, request.role)
         replaced = self._records.get(request.replaces)
         if replaced is not None:
-            cpu, memory, slot = replaced.cpu, replaced.memory_mib, replaced.slot  # its current size: the autoscaler may have resized it
+            cpu, memory, gpus, slot = replaced.cpu, replaced.memory_mib, replaced.gpus, replaced.slot  # its current size: the autoscaler may have resized it
             if replaced.exit_reason is ExitReason.OOM_KILLED:
                 memory = self.oom_memory(replaced) or memory
         log_path = self._jobs[request.job_id].run_dir / "logs" / f"{executor_id}.log"
         backend = self._jobs[request.job_id].backend
         record = ExecutorRecord(
-            executor_id, request.job_id, request.role, slot, ExecutorState.STARTING, cpu, memory, str(log_path), replaces=request.replaces, backend=backend,
-            gpus=replaced.gpus if replaced is not None else request.gpus,
-        )  # fmt: skip
+            executor_id, request.job_id, request.role, slot, ExecutorState.STARTING, cpu, memory, str(log_path), replaces=request.replaces, backend=backend, gpus=gpus
+        )
         until = self._slots.blacklisted_until((request.job_id, request.role, slot), self._clock())
         if until is not None:
             record.state = ExecutorState.PENDING

@@ -2,8 +2,9 @@
 
 A checkpoint is self-contained (`full`: the model and optimizer state dicts) or `delta`: the dense layers and their
 optimizer state whole, and of each embedding table only the rows changed since the previous checkpoint, over a
-`base` of the tables (a tensor file: see tensor_file.py). A checkpoint counts once its summary (ckpt-N.json, naming the files to apply in order) is
-written; every file is fsync'd, and its folder, before the summary is renamed into place.
+`base` of the tables (a tensor file: see tensor_file.py). A checkpoint counts once its summary (ckpt-N.json, naming
+the files to apply in order) is written; every file is fsync'd, and its folder, before the summary is renamed into
+place.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -43,33 +44,44 @@ def _raw_worthy(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.layout == torch.strided and value.device.type == "cpu" and value.numel() * value.element_size() >= RAW_FROM_BYTES
 
 
-def _split(value: Any, raw: list[torch.Tensor], offset: list[int]) -> Any:
-    """The state with each large tensor replaced by its RawTensor (appended to raw, placed at offset[0], advanced)."""
-    if _raw_worthy(value):
-        tensor = value.detach()
-        nbytes = tensor.numel() * tensor.element_size()
-        placed = RawTensor(offset[0], nbytes, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape))
-        raw.append(tensor)
-        offset[0] += -(-nbytes // ALIGN) * ALIGN
-        return placed
+def _aligned(size: int) -> int:
+    return -(-size // ALIGN) * ALIGN
+
+
+def _map_leaves(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """value with leaf() applied to everything that is not a dict, list or tuple (those rebuilt around the results)."""
     if isinstance(value, dict):
-        return {key: _split(item, raw, offset) for key, item in value.items()}
+        return {key: _map_leaves(item, leaf) for key, item in value.items()}
     if isinstance(value, list):
-        return [_split(item, raw, offset) for item in value]
+        return [_map_leaves(item, leaf) for item in value]
     if isinstance(value, tuple):
-        return tuple(_split(item, raw, offset) for item in value)
-    return value
+        return tuple(_map_leaves(item, leaf) for item in value)
+    return leaf(value)
 
 
 def write(out: BinaryIO, state: dict[str, Any]) -> None:
     """Write state into out (a file open for binary writing at its start): the header, then the raw region."""
     raw: list[torch.Tensor] = []
-    header_state = _split(state, raw, [0])
+    end = 0  # of the raw region so far
+
+    def place(value: Any) -> Any:
+        """A large tensor as its RawTensor, placed after those before it; anything else as it is."""
+        nonlocal end
+        if not _raw_worthy(value):
+            return value
+        tensor = value.detach()
+        nbytes = tensor.numel() * tensor.element_size()
+        placed = RawTensor(end, nbytes, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape))
+        raw.append(tensor)
+        end += _aligned(nbytes)
+        return placed
+
+    header_state = _map_leaves(state, place)
     buffer = io.BytesIO()
     torch.save(header_state, buffer)
     header = buffer.getvalue()
     start = len(MAGIC) + 8 + len(header)
-    out.write(MAGIC + struct.pack("<Q", len(header)) + header + bytes(-start % ALIGN))
+    out.write(MAGIC + struct.pack("<Q", len(header)) + header + bytes(_aligned(start) - start))
     out.flush()
     descriptor = out.fileno()
     unsynced = 0
@@ -84,7 +96,7 @@ def write(out: BinaryIO, state: dict[str, Any]) -> None:
             if unsynced >= SYNC_EVERY_BYTES:
                 os.fdatasync(descriptor)
                 unsynced = 0
-        padding = -len(view) % ALIGN
+        padding = _aligned(len(view)) - len(view)
         if padding:
             os.write(descriptor, bytes(padding))
     out.seek(0, os.SEEK_END)  # the caller's file object learns how far the file goes (tell() gives its size)
@@ -104,25 +116,17 @@ def load(path: Path) -> dict[str, Any]:
         header = handle.read(length)
     if len(header) != length:
         raise ValueError(f"{path} is cut short: its header needs {length} bytes")
-    start = len(MAGIC) + 8 + length
-    start += -start % ALIGN
+    start = _aligned(len(MAGIC) + 8 + length)
     mapped = np.memmap(path, dtype=np.uint8, mode="c")
-    state = torch.load(io.BytesIO(header), weights_only=False)
 
-    def join(value: Any) -> Any:
-        if isinstance(value, RawTensor):
-            end = start + value.offset + value.nbytes
-            if end > len(mapped):
-                raise ValueError(f"{path} is cut short: a tensor ends at byte {end}, the file at {len(mapped)}")
-            data = torch.from_numpy(mapped[start + value.offset : end])
-            return data.view(getattr(torch, value.dtype)).reshape(value.shape)
-        if isinstance(value, dict):
-            return {key: join(item) for key, item in value.items()}
-        if isinstance(value, list):
-            return [join(item) for item in value]
-        if isinstance(value, tuple):
-            return tuple(join(item) for item in value)
-        return value
+    def view(value: Any) -> Any:
+        """A RawTensor as a tensor over the mapped file; anything else as it is."""
+        if not isinstance(value, RawTensor):
+            return value
+        end = start + value.offset + value.nbytes
+        if end > len(mapped):
+            raise ValueError(f"{path} is cut short: a tensor ends at byte {end}, the file at {len(mapped)}")
+        return torch.from_numpy(mapped[start + value.offset : end]).view(getattr(torch, value.dtype)).reshape(value.shape)
 
-    result: dict[str, Any] = join(state)
+    result: dict[str, Any] = _map_leaves(torch.load(io.BytesIO(header), weights_only=False), view)
     return result
