@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import grpc
+from google.protobuf import json_format
 
 from primus import masters, security
 from primus.errors import ConflictError, NotFoundError, PrimusError, SpecError, UnavailableError
 from primus.job_state import JobState as JobState  # re-exported: SDK users read job.state
 from primus.spec import TrainingJob
-from primus.v1 import access_pb2, access_pb2_grpc, master_pb2, master_pb2_grpc
+from primus.v1 import access_pb2, access_pb2_grpc, common_pb2, master_pb2, master_pb2_grpc
+from primus.v1 import resource_controller_pb2 as rc_pb2
 
 CALL_TIMEOUT_SECONDS = 30.0
 
@@ -83,6 +85,12 @@ class JobView:
     spec_yaml: str
     namespace: str = "default"  # the team's (metadata.namespace)
     owner: str = ""  # who submitted it ('' with security off)
+    restarts: dict[str, int] = field(default_factory=dict)  # by what restarted: trainer, data executor, planner
+    sources: tuple[common_pb2.SourceStats, ...] = ()  # per-source counters (the planner's ledger)
+
+    @property
+    def restart_count(self) -> int:
+        return sum(self.restarts.values())
 
     @classmethod
     def from_proto(cls, job: master_pb2.Job) -> JobView:
@@ -90,13 +98,14 @@ class JobView:
         return cls(
             job.job_id, job.name, JobState.from_proto(job.state), job.message, job.created_unix, job.updated_unix,
             JobProgress(p.phase, p.step, p.samples_trained, p.loss, p.tasks_total, p.tasks_done), job.run_dir, job.report_path, job.spec_yaml,
-            job.namespace or "default", job.owner,
+            job.namespace or "default", job.owner, dict(job.restarts), tuple(job.sources),
         )  # fmt: skip
 
     def to_dict(self, with_spec: bool = False) -> dict[str, Any]:
         """Plain data for `-o json|yaml`: the state as its name; the spec only when asked for."""
         data = asdict(self)
         data["state"] = self.state.value
+        data["sources"] = [json_format.MessageToDict(s, preserving_proto_field_name=True, always_print_fields_with_no_presence=True) for s in self.sources]
         if not with_spec:
             data.pop("spec_yaml")
         return data
@@ -133,6 +142,11 @@ class PrimusClient:
 
     def get(self, job_id: str) -> JobView:
         return JobView.from_proto(self._call(self._stub.GetJob, master_pb2.GetJobRequest(job_id=job_id), job_id).job)
+
+    def get_with_scaling(self, job_id: str) -> tuple[JobView, list[rc_pb2.ScalingDecision]]:
+        """The job and its scaling decisions so far (oldest first)."""
+        reply = self._call(self._stub.GetJob, master_pb2.GetJobRequest(job_id=job_id, with_scaling=True), job_id)
+        return JobView.from_proto(reply.job), list(reply.scaling)
 
     def list(self) -> list[JobView]:
         return [JobView.from_proto(job) for job in self._call(self._stub.ListJobs, master_pb2.ListJobsRequest()).jobs]

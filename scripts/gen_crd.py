@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from primus.spec import JobSpec  # noqa: E402 (after the path: this script runs from anywhere)
+from services.operator.schema import PRINTER_COLUMNS, STATUS  # noqa: E402
 
 TARGET = ROOT / "deploy" / "k8s" / "base" / "crd-trainingjobs.yaml"
 HEADER = """\
@@ -79,24 +80,20 @@ def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
 def crd() -> dict[str, Any]:
     model = JobSpec.model_json_schema(by_alias=True, mode="validation")
     spec = structural(model, model.get("$defs", {}))
-    status = {
-        "type": "object",
-        "description": "The job as the master sees it.",
-        "properties": {"state": {"type": "string", "description": "PENDING, PLANNING, RUNNING, SUSPENDED, SUCCEEDED, FAILED or CANCELLED"},
-                       "message": {"type": "string", "description": "why it is in that state"}},
-    }  # fmt: skip
     schema = {
         "type": "object",
         "description": "A Primus training job.",
         "required": ["spec"],
-        "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"}, "spec": spec, "status": status},
+        "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"}, "spec": spec, "status": STATUS},
     }
-    columns = [
-        {"name": "State", "type": "string", "jsonPath": ".status.state"},
-        {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
-        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-    ]
-    version = {"name": "v1", "served": True, "storage": True, "subresources": {"status": {}}, "additionalPrinterColumns": columns, "schema": {"openAPIV3Schema": schema}}
+    version = {
+        "name": "v1",
+        "served": True,
+        "storage": True,
+        "subresources": {"status": {}},
+        "additionalPrinterColumns": PRINTER_COLUMNS,
+        "schema": {"openAPIV3Schema": schema},
+    }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

@@ -46,6 +46,7 @@ RUNS_PVC = "primus-runs"
 CRD_NAME = "trainingjobs.primus.dev"
 RC_ACCOUNT = "primus-resource-controller"
 EXPLORER = "primus-explorer"
+OPERATOR = "primus-operator"
 METRICS_PORT = 9090
 
 Doc = dict[str, Any]
@@ -120,6 +121,7 @@ def test_kustomizations_render_every_object(rendered: tuple[str, tuple[Doc, ...]
         *(("Service", k8s_name) for k8s_name, _ in SERVICES.values()),
         ("Deployment", EXPLORER),
         ("Service", EXPLORER),
+        *((kind, OPERATOR) for kind in ("Deployment", "ServiceAccount", "Role", "RoleBinding")),
         *(("NetworkPolicy", policy) for policy in ("primus-same-namespace", "primus-master-from-anywhere", "primus-metrics-from-anywhere")),
         ("PodDisruptionBudget", "primus-data-executors"),
     }
@@ -158,7 +160,7 @@ def test_objects_validate_against_kubernetes_schemas(rendered: tuple[str, tuple[
         checked.append(doc["kind"])
     # The CRD object itself is a built-in kind and must have gone through the bundled schemas.
     assert "CustomResourceDefinition" in checked
-    assert checked.count("Deployment") == len(SERVICES) + 1  # and the explorer
+    assert checked.count("Deployment") == len(SERVICES) + 2  # and the explorer and the operator
 
 
 def test_schema_validation_is_not_vacuous() -> None:
@@ -276,6 +278,28 @@ def test_master_reaches_planner_and_resource_controller_through_their_services(r
     assert (host, port) == ("0.0.0.0", str(SERVICES["master"][1])), f"master must listen on every interface, got {flags['--bind']}"
 
 
+def test_the_operator_watches_training_jobs_writes_their_status_and_events_and_reaches_the_master(rendered: tuple[str, tuple[Doc, ...]]) -> None:
+    name, docs = rendered
+    deployment = _one(docs, "Deployment", OPERATOR)
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["python", "-m", "services.operator"], name
+    flags = _flags(container["args"])
+    assert flags["--master"] == f"{SERVICES['master'][0]}:{SERVICES['master'][1]}"
+    assert flags["--namespace"] == "$(POD_NAMESPACE)" and any(e["name"] == "POD_NAMESPACE" and "fieldRef" in e["valueFrom"] for e in container["env"] if "valueFrom" in e)
+    assert pod["serviceAccountName"] == OPERATOR and pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["livenessProbe"]["httpGet"]["port"] == "metrics" and flags["--metrics-port"] == str(METRICS_PORT)
+    assert "volumeMounts" in container and not any("persistentVolumeClaim" in v for v in pod["volumes"]), "the operator needs no runs volume"
+    rules = {(tuple(r["apiGroups"]), resource): set(r["verbs"]) for r in _one(docs, "Role", OPERATOR)["rules"] for resource in r["resources"]}
+    assert rules[(("primus.dev",), "trainingjobs")] >= {"get", "list", "watch", "patch"}  # patch: its finalizer
+    assert rules[(("primus.dev",), "trainingjobs/status")] >= {"patch"}
+    assert rules[(("",), "events")] == {"create"}
+    assert not any(resource in ("pods", "secrets") for _, resource in rules), "the operator never touches pods or secrets"
+    binding = _one(docs, "RoleBinding", OPERATOR)
+    assert binding["roleRef"]["name"] == OPERATOR and binding["subjects"][0]["name"] == OPERATOR
+
+
 def test_resource_controller_may_manage_pods(rendered: tuple[str, tuple[Doc, ...]]) -> None:
     name, docs = rendered
     role = _one(docs, "Role", RC_ACCOUNT)
@@ -333,7 +357,13 @@ def test_crd_declares_namespaced_training_jobs_with_status() -> None:
     assert version["subresources"] == {"status": {}}
     schema = version["schema"]["openAPIV3Schema"]
     assert {"apiVersion", "kind", "metadata", "spec", "status"} == set(schema["properties"])
-    assert set(schema["properties"]["status"]["properties"]) == {"state", "message"}
+    status = schema["properties"]["status"]["properties"]
+    assert {"jobId", "state", "message", "progress", "eta", "samples", "lag", "restarts", "conditions", "sources"} <= set(status)
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert list(columns)[:7] == ["State", "Progress", "ETA", "Samples", "Lag", "Restarts", "Age"]
+    for name, path in columns.items():  # every column reads a field the schema declares
+        root, field = path.strip(".").split(".", 1)
+        assert root == "metadata" or field in schema["properties"][root]["properties"], f"column {name} reads {path}, which the schema lacks"
     missing = []
     for path in CRD_FIELDS:
         try:

@@ -1,4 +1,5 @@
 from primus.v1 import common_pb2 as _common_pb2
+from primus.v1 import resource_controller_pb2 as _resource_controller_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -24,7 +25,14 @@ class JobProgress(_message.Message):
     def __init__(self, phase: _Optional[str] = ..., step: _Optional[int] = ..., samples_trained: _Optional[int] = ..., loss: _Optional[float] = ..., tasks_total: _Optional[int] = ..., tasks_done: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "name", "state", "message", "created_unix", "updated_unix", "progress", "spec_yaml", "report_path", "run_dir", "namespace", "owner")
+    __slots__ = ("job_id", "name", "state", "message", "created_unix", "updated_unix", "progress", "spec_yaml", "report_path", "run_dir", "namespace", "owner", "restarts", "sources")
+    class RestartsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +45,8 @@ class Job(_message.Message):
     RUN_DIR_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     state: _common_pb2.JobState
@@ -49,7 +59,9 @@ class Job(_message.Message):
     run_dir: str
     namespace: str
     owner: str
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., message: _Optional[str] = ..., created_unix: _Optional[float] = ..., updated_unix: _Optional[float] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., spec_yaml: _Optional[str] = ..., report_path: _Optional[str] = ..., run_dir: _Optional[str] = ..., namespace: _Optional[str] = ..., owner: _Optional[str] = ...) -> None: ...
+    restarts: _containers.ScalarMap[str, int]
+    sources: _containers.RepeatedCompositeFieldContainer[_common_pb2.SourceStats]
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., message: _Optional[str] = ..., created_unix: _Optional[float] = ..., updated_unix: _Optional[float] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., spec_yaml: _Optional[str] = ..., report_path: _Optional[str] = ..., run_dir: _Optional[str] = ..., namespace: _Optional[str] = ..., owner: _Optional[str] = ..., restarts: _Optional[_Mapping[str, int]] = ..., sources: _Optional[_Iterable[_Union[_common_pb2.SourceStats, _Mapping]]] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec_yaml", "spec_dir", "from_savepoint")
@@ -90,16 +102,20 @@ class SubmitJobResponse(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class GetJobRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "with_scaling")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    WITH_SCALING_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    with_scaling: bool
+    def __init__(self, job_id: _Optional[str] = ..., with_scaling: _Optional[bool] = ...) -> None: ...
 
 class GetJobResponse(_message.Message):
-    __slots__ = ("job",)
+    __slots__ = ("job", "scaling")
     JOB_FIELD_NUMBER: _ClassVar[int]
+    SCALING_FIELD_NUMBER: _ClassVar[int]
     job: Job
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+    scaling: _containers.RepeatedCompositeFieldContainer[_resource_controller_pb2.ScalingDecision]
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., scaling: _Optional[_Iterable[_Union[_resource_controller_pb2.ScalingDecision, _Mapping]]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
     __slots__ = ()

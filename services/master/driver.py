@@ -80,6 +80,19 @@ class JobDriver:
         self._peers = peers
         self._own_info = own_info
         self._threads: dict[str, threading.Thread] = {}
+        self._plans_seen: dict[str, planner_pb2.GetPlanResponse] = {}  # each driven job's plan as last seen at the planner
+
+    def plan_seen(self, job_id: str) -> planner_pb2.GetPlanResponse | None:
+        """The job's plan as its driver last saw it at the planner (None before the first look, or after this master started)."""
+        return self._plans_seen.get(job_id)
+
+    def scaling_log(self, job_id: str) -> list[rc_pb2.ScalingDecision]:
+        """The job's scaling decisions as the resource controller keeps them; none where it cannot say."""
+        try:
+            return list(self._peers.rc.GetScalingLog(rc_pb2.GetScalingLogRequest(job_id=job_id), timeout=10).decisions)
+        except grpc.RpcError as exc:
+            log.debug("job %s: no scaling log (%s)", job_id, exc.code().name)
+            return []
 
     def admit(self, job: TrainingJob) -> None:
         """Refuse at submit a job that could not run where it asks: a backend the controller does not run, a YARN queue that
@@ -265,7 +278,7 @@ class JobDriver:
                 raise
             looks.planner_away_since = looks.planner_away_since or time.monotonic()
             return rc.Observed(planner_away_for=_since(looks.planner_away_since))
-        looks.last_plan = plan
+        looks.last_plan = self._plans_seen[record.job_id] = plan
         if record.progress.get("tasks_done") != plan.tasks_done and record.state == JobState.RUNNING:
             self._store.update(record.job_id, progress_update={"tasks_done": plan.tasks_done})
         view = _plan_view(plan)
@@ -439,11 +452,7 @@ class JobDriver:
                 services += self._peers.service_infos()
             except grpc.RpcError as exc:
                 log.warning("job %s: could not describe peers: %s", job_id, exc.details())
-            try:
-                decisions = list(self._peers.rc.GetScalingLog(rc_pb2.GetScalingLogRequest(job_id=job_id), timeout=10).decisions)
-            except grpc.RpcError as exc:
-                log.warning("job %s: could not read the scaling log: %s", job_id, exc.details())
-                decisions = []
+            decisions = self.scaling_log(job_id)
             final = replace(self._store.get(job_id), state=state.value, message=message, updated=time.time())
             path = write_report(build_report(final, services, executors, plan, decisions), Path(final.run_dir))
         except Exception as exc:
@@ -454,6 +463,7 @@ class JobDriver:
             self._store.update(job_id, state=state.value, message=f"{message}; {error}", error=error)
             return
         self._store.update(job_id, state=state.value, message=message, report_path=str(path))
+        self._plans_seen.pop(job_id, None)  # the report holds the counts from now on
         log.info("job %s %s: %s (report %s)", job_id, state.value, message, path)
 
     def _drop_plan(self, job_id: str) -> None:

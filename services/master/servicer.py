@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 import shutil
 import time
@@ -10,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
+from google.protobuf import json_format
 
 from primus.errors import ConflictError, NotFoundError
 from primus.guards import caller
@@ -23,13 +25,13 @@ from services.master import savepoints
 from services.master.access import AccessRecords, Gate, PolicyFile, audited
 from services.master.driver import SUSPENDED, JobDriver
 from services.master.logs import LogCursor
-from services.master.status import STOP_REQUESTED  # progress key: `primus stop` (or training.stopAt) asked training to finish where it is
+from services.master.status import RESTARTS, STOP_REQUESTED  # progress key: `primus stop` (or training.stopAt) asked training to finish where it is
 from services.master.store import JobRecord, JobStore
 
 STOP_MESSAGE = "training finishes where it is, then evaluation and the report"
 
 
-def job_proto(record: JobRecord) -> master_pb2.Job:
+def job_proto(record: JobRecord, sources: Iterable[common_pb2.SourceStats] = ()) -> master_pb2.Job:
     progress = record.progress
     return master_pb2.Job(
         job_id=record.job_id,
@@ -51,7 +53,18 @@ def job_proto(record: JobRecord) -> master_pb2.Job:
         run_dir=record.run_dir,
         namespace=record.namespace,
         owner=record.owner,
+        restarts={str(k): int(v) for k, v in progress.get(RESTARTS, {}).items()},
+        sources=sources,
     )
+
+
+def reported_sources(report_path: str) -> list[common_pb2.SourceStats]:
+    """An ended job's per-source counters, as its report keeps them; none where the report cannot be read."""
+    try:
+        rows = json.loads(Path(report_path).read_text()).get("sources") or []
+        return [json_format.ParseDict(row, common_pb2.SourceStats(), ignore_unknown_fields=True) for row in rows]
+    except (OSError, ValueError, AttributeError, json_format.ParseError):
+        return []
 
 
 def new_job_id(name: str) -> str:
@@ -111,7 +124,14 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         return master_pb2.SubmitJobResponse(job_id=job_id)
 
     def GetJob(self, request: master_pb2.GetJobRequest, context: grpc.ServicerContext) -> master_pb2.GetJobResponse:
-        return master_pb2.GetJobResponse(job=job_proto(self._job(Verb.READ, request.job_id)))
+        record = self._job(Verb.READ, request.job_id)
+        if record.final:
+            sources = reported_sources(record.report_path) if record.report_path else []
+        else:
+            seen = self._driver.plan_seen(record.job_id)
+            sources = list(seen.sources) if seen is not None else []
+        scaling = self._driver.scaling_log(record.job_id) if request.with_scaling else []
+        return master_pb2.GetJobResponse(job=job_proto(record, sources), scaling=scaling)
 
     def ListJobs(self, request: master_pb2.ListJobsRequest, context: grpc.ServicerContext) -> master_pb2.ListJobsResponse:
         return master_pb2.ListJobsResponse(jobs=[job_proto(r) for r in self._store.list() if self._gate.visible(r)])

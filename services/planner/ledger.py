@@ -789,6 +789,15 @@ class TaskLedger:
         with self._lock:
             return {name: SourceAccount(**{**vars(a), "samples": self._committed[name]}) for name, a in self.accounts.items()}
 
+    def pending_rows(self) -> dict[str, int]:
+        """Estimated rows of the tasks waiting to be leased, per source (every purpose): how far each source lags."""
+        with self._lock:
+            out: dict[str, int] = {}
+            for queues in self._pending.values():
+                for name, queue in queues.sources.items():
+                    out[name] = out.get(name, 0) + max(0, queue.pending_rows)
+            return out
+
     def counts(self) -> dict[TaskStatus, int]:
         with self._lock:
             return self._states.counts()

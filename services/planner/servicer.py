@@ -153,9 +153,10 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         job_plan = self._registry.get(request.job_id)
         ledger = job_plan.ledger
         counts = ledger.counts()
+        pending = ledger.pending_rows()
         return planner_pb2.GetPlanResponse(
             summary=summary_proto(job_plan.plan),
-            sources=[common_pb2.SourceStats(source=name, **vars(account)) for name, account in sorted(ledger.snapshot().items())],
+            sources=[common_pb2.SourceStats(source=name, pending_rows=pending.get(name, 0), **vars(account)) for name, account in sorted(ledger.snapshot().items())],
             tasks_done=counts[TaskStatus.DONE],
             tasks_leased=counts[TaskStatus.LEASED] + counts[TaskStatus.SERVED],
             tasks_pending=counts[TaskStatus.PENDING],

@@ -16,12 +16,10 @@ from typing import Any
 
 import urllib3
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 from kubernetes.watch.watch import iter_resp_lines
 
-from primus import security, telemetry
+from primus import kube_connect, security, telemetry
 from services.resource_controller.backend import (
     ROLE_MODULES,
     Capabilities,
@@ -63,7 +61,6 @@ __all__ = ["KubernetesBackend", "KubernetesHandle"]
 
 log = logging.getLogger(__name__)
 _lines: Callable[[Any], Iterator[str]] = iter_resp_lines  # the client's helper, typed here
-_kubeconfig: Any = k8s_config
 
 SELECTOR = f"{MANAGED_BY}=primus"
 RBAC_FILE = "deploy/k8s/base/rbac-resource-controller.yaml"
@@ -217,24 +214,10 @@ class _WatchError(Exception):
 
 def client_configuration(config: BackendConfig) -> k8s.Configuration:
     """The client's configuration: --kubernetes-config (a kubeconfig), else in-cluster, else ~/.kube/config; --kubernetes-api sets the host."""
-    configuration = k8s.Configuration()
     try:
-        if config.kubernetes_config:
-            _kubeconfig.load_kube_config(config_file=config.kubernetes_config, client_configuration=configuration, persist_config=False)
-        elif not config.kubernetes_api:
-            try:
-                _kubeconfig.load_incluster_config(client_configuration=configuration)
-            except ConfigException:
-                _kubeconfig.load_kube_config(client_configuration=configuration, persist_config=False)
-    except (ConfigException, OSError, ValueError, TypeError) as exc:
-        where = f"the kubeconfig {config.kubernetes_config}" if config.kubernetes_config else "not in a pod, and no usable ~/.kube/config"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BackendUnavailableError(
-            f"kubernetes: no API server to talk to ({where}: {first}): pass --kubernetes-api, or --kubernetes-config with a kubeconfig"
-        ) from None
-    if config.kubernetes_api:
-        api = config.kubernetes_api.rstrip("/")
-        configuration.host = api if "://" in api else f"https://{api}"
+        configuration = kube_connect.client_configuration(config.kubernetes_api, config.kubernetes_config)
+    except kube_connect.NoApiServerError as exc:
+        raise BackendUnavailableError(str(exc)) from None
     configuration.retries = False  # this backend retries itself, with backoff, and says so
     return configuration
 
