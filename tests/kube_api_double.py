@@ -13,6 +13,10 @@ It speaks the JSON wire format of the core/v1 pod endpoints that the official `k
 - POST   /api/v1/namespaces/{ns}/secrets         create; GET, PUT and DELETE /api/v1/namespaces/{ns}/secrets/{name}
 - POST   /apis/apps/v1/namespaces/{ns}/{deployments,replicasets}   create (stored, never acted on: no pods are made);
          GET and DELETE .../{name}
+- /apis/primus.dev/v1/namespaces/{ns}/trainingjobs[/{name}[/status]] (the TrainingJob custom resource, from its CRD),
+  /apis/primus.dev/v1/trainingjobs, /api/v1/namespaces/{ns}/events[/{name}], /api/v1/events, /api/v1/namespaces[/{ns}],
+  discovery (/api, /apis, ...), /openapi/v3 and /version: tests/kube_custom_double.py, enough for the Python client and
+  kubectl (apply, get, describe, delete); `trainingjobs()` and `events()` read what is stored
 
 An unknown namespace answers 404 (a real API server lists an unknown namespace as empty, and 404s a create in it); errors
 are Status objects. Switches for tests: `forbidden` (403 for everything), `unschedulable` (a scheduler message: pods stay
@@ -186,6 +190,9 @@ class KubeApiDouble:
         self._closing = False
         self._logs = Path(tempfile.mkdtemp(prefix="kube-double-logs-"))
         self._kubelets: list[threading.Thread] = []
+        from tests.kube_custom_double import CustomResources  # here: that module imports this one's helpers
+
+        self.custom = CustomResources(self)
         handler = type("Handler", (_Handler,), {"double": self})
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
@@ -249,6 +256,14 @@ class KubeApiDouble:
             found = self._pods.get((namespace, name))
             return copy.deepcopy(found.obj) if found else None
 
+    def trainingjobs(self, namespace: str | None = None, selector: str = "") -> list[Json]:
+        """The stored TrainingJobs (deep copies), by namespace and name."""
+        return self.custom.objects(self.custom.resource().plural, namespace, selector)
+
+    def events(self, namespace: str | None = None, selector: str = "") -> list[Json]:
+        """The stored core/v1 Events (deep copies), by namespace and name."""
+        return self.custom.objects("events", namespace, selector)
+
     def wait_for(self, condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -285,7 +300,7 @@ class KubeApiDouble:
         """Delete what only gone objects own, until nothing more goes (a Deployment, then its ReplicaSet, then pods)."""
         while True:
             alive = {o["metadata"]["uid"] for o in self._apps.values()} | {p.obj["metadata"]["uid"] for p in self._pods.values()}
-            alive |= {str(s["metadata"].get("uid")) for s in self._secrets.values()}
+            alive |= {str(s["metadata"].get("uid")) for s in self._secrets.values()} | self.custom.uids()
             apps = [key for key, obj in self._apps.items() if _orphaned(obj, alive)]
             secrets = [key for key, obj in self._secrets.items() if _orphaned(obj, alive)]
             pods = [key for key, pod in self._pods.items() if _orphaned(pod.obj, alive) and "deletionTimestamp" not in pod.obj["metadata"]]
@@ -337,6 +352,8 @@ class KubeApiDouble:
         segments = [unquote(s) for s in parts.path.strip("/").split("/")]
         with self._lock:
             self.requests.append(Request(method, parts.path, query, content_type))
+        if self.custom.serves(segments):
+            return self.custom.handle(h, method, segments, query, content_type, body)
         if segments[:4] == ["apis", "apps", "v1", "namespaces"] and len(segments) in (6, 7) and segments[5] in ("deployments", "replicasets"):
             return self._workload(h, method, segments[5], segments[4], segments[6] if len(segments) == 7 else "", body)
         if segments[:3] == ["api", "v1", "namespaces"] and len(segments) in (5, 6) and segments[4] == "secrets":

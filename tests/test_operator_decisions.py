@@ -122,10 +122,15 @@ def test_a_restart_is_an_event_and_recovering_until_training_moves_on() -> None:
     status = _status(restarted)
     assert status["restarts"] == 1 and _conditions(status)["Recovering"]["status"] == "True"
     assert (EventType.WARNING, "Restarted", "trainer-0: exited 137; relaunched a trainer") in _events(restarted)
-    still = _status(decide(_object(status=status), _job(restarts={"trainer": 1}), [], NOW + 6))
-    assert _conditions(still)["Recovering"]["status"] == "True"  # no progress yet
-    moved = _status(decide(_object(status=still), _job(restarts={"trainer": 1}, samples=4100), [], NOW + 7))
+    behind = replace(_job(restarts={"trainer": 1}, samples=3000), updated_unix=NOW + 6)  # the new trainer resumed a checkpoint behind
+    still = _status(decide(_object(status=status), behind, [], NOW + 6))
+    assert _conditions(still)["Recovering"]["status"] == "True"  # reported, but not back where it was
+    unreported = _status(decide(_object(status=status), _job(restarts={"trainer": 1}), [], NOW + 6))
+    assert _conditions(unreported)["Recovering"]["status"] == "True"  # back where it was, but nothing reported since the restart
+    caught_up = replace(_job(restarts={"trainer": 1}, samples=4000), updated_unix=NOW + 7)
+    moved = _status(decide(_object(status=still), caught_up, [], NOW + 7))
     assert _conditions(moved)["Recovering"]["status"] == "False" and _conditions(moved)["Recovering"]["reason"] == "Recovered"
+    assert "recovery" not in moved
 
 
 def test_each_scaling_decision_is_one_event_and_scaling_shows_for_a_while() -> None:

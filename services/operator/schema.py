@@ -49,7 +49,11 @@ STATUS: Json = {
         "lag": {**_INT, "description": "estimated rows known but not yet leased, over every source"},
         "restarts": {**_INT, "description": "restarts of trainers, data executors and the planner"},
         "scalingDecisions": {**_INT, "description": "scaling decisions so far (each one an event)"},
-        "samplesAtRestart": {**_INT, "description": "samples trained when the last restart was seen (Recovering until more are)"},
+        "recovery": {
+            "type": "object",
+            "description": "while Recovering: the samples trained and the job's last update when the restart was seen",
+            "properties": {"samples": _INT, "updated": {"type": "number"}},
+        },
         "observedGeneration": {**_INT, "description": "the generation of the spec the job runs"},
         "ignoredGeneration": {**_INT, "description": "a later generation of the spec, not run (a job's spec is fixed once submitted)"},
         "startTime": {"type": "string", "format": "date-time"},

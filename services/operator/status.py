@@ -144,8 +144,10 @@ def job_status(previous: Json, job: JobView, decisions: Sequence[rc_pb2.ScalingD
     restarts = job.restart_count
     restarted = restarts > int(previous.get("restarts", 0))
     samples = job.progress.samples_trained
-    at_restart = samples if restarted else previous.get("samplesAtRestart")
-    recovered = at_restart is None or samples > int(at_restart)
+    # Recovering from a restart until the relaunched part has reported (the job's record changed since) and training is
+    # back where it was (a trainer resumes from its checkpoint, a little behind).
+    at_restart = {"samples": samples, "updated": job.updated_unix} if restarted else previous.get("recovery")
+    recovered = at_restart is None or (samples >= int(at_restart["samples"]) and job.updated_unix > float(at_restart["updated"]))
     stamp = rfc3339(now)
     old = {c.get("type"): c for c in previous.get("conditions") or []}
     status: Json = {
@@ -177,8 +179,8 @@ def job_status(previous: Json, job: JobView, decisions: Sequence[rc_pb2.ScalingD
     eta = eta_seconds(job, now)
     if eta is not None:
         status["eta"] = duration(eta)
-    if recovered is False and at_restart is not None:
-        status["samplesAtRestart"] = int(at_restart)
+    if not recovered and at_restart is not None:
+        status["recovery"] = at_restart
     if job.state.final:
         status["completionTime"] = previous.get("completionTime") or rfc3339(job.updated_unix)
     return status, _events(previous, job, decisions, restarted)
