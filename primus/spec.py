@@ -387,7 +387,7 @@ OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
 SECRET_QUERY_KEYS = {"access_key", "secret_key", "session_token", "credential_token"}
 
 
-def _credentials_in(uri: str) -> bool:
+def credentials_in(uri: str) -> bool:
     """An object store URI with a secret in it (user:password@, or pyarrow's access_key/secret_key query options): it
     would land in job files, plans, logs and traces."""
     parts = urlsplit(uri)
@@ -436,7 +436,7 @@ class Source(_Model):
         unknown = [p for p in re.findall(r"\{[^}]*\}", value) if p not in PLACEHOLDERS]
         if unknown:
             raise ValueError(f"unknown placeholder {unknown[0]}; use {{date}} and {{hour}}")
-        if _credentials_in(value):
+        if credentials_in(value):
             raise ValueError(
                 "carries credentials (a password, or an access or secret key, in the URI): give them in the environment "
                 "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS) or a mounted secret, never in a URI"

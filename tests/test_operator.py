@@ -162,6 +162,8 @@ def test_apply_runs_a_job_that_get_and_describe_show_to_the_end(kube: Kube, shar
         assert reason in kube.reasons("ctr") and reason in described, described
     assert f"submitted to the master as job {status['jobId']}" in described
 
+    waited = kube.kubectl("wait", "tj/ctr", "--for=condition=Succeeded", "--timeout=30s")
+    assert "condition met" in waited.stdout, waited.stdout
     deleted = kube.kubectl("delete", "tj", "ctr")
     assert 'trainingjob.primus.dev "ctr" deleted' in deleted.stdout and kube.object("ctr") is None
 
@@ -229,6 +231,18 @@ def test_a_bad_spec_is_refused_with_its_field_path(kube: Kube, shared_cluster: C
     assert "InvalidSpec" in described and "nowhere" in described, described
     kube.kubectl("delete", "tj", "cross")
     assert kube.object("cross") is None
+    # What only the resource controller can see (a GPU this machine does not have), the master refuses at submit.
+    gpu = json.loads(json.dumps(spec))
+    gpu["resources"]["trainer"]["gpus"] = 1
+    assert kube.apply("gpu", gpu).returncode == 0
+    refused = kube.until("gpu", _state("Failed"), "the master's refusal")
+    assert "gpus" in refused["status"]["message"] and "jobId" not in refused["status"], refused["status"]
+    assert {c["type"]: c["reason"] for c in refused["status"]["conditions"]}["Admitted"] == "InvalidSpec"
+    looks = len(kube.double.calls("GET", "/trainingjobs/gpu"))
+    kube.double.wait_for(lambda: len(kube.double.calls("GET", "/trainingjobs/gpu")) >= looks + 3, "three more looks of the operator")
+    assert kube.reasons("gpu").count("InvalidSpec") == 1, "the refusal is neither submitted nor said again"
+    with PrimusClient(shared_cluster.address("master")) as client:
+        assert not [j for j in client.list() if j.name == "gpu"]
 
 
 def test_an_operator_restarted_between_submit_and_status_adopts_the_job_rather_than_submit_twice(kube: Kube, shared_cluster: ClusterState, dataset: Path) -> None:

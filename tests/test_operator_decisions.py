@@ -85,6 +85,7 @@ def test_a_bad_spec_is_refused_once_with_its_field_path() -> None:
     [(kind, reason, message)] = _events(actions)
     assert (kind, reason) == (EventType.WARNING, "InvalidSpec") and "spec.resources.dataExecutor.replicas" in message
     assert decide(_object(bad, status), None, [], NOW + 5) == []  # said once
+    assert decide(_object(SPEC, status), None, [], NOW + 5) == []  # a refused generation is not submitted (the master refused it)
     fixed = decide(_object(SPEC, status, generation=2), None, [], NOW + 10)  # a corrected spec is submitted
     assert any(isinstance(a, Submit) for a in fixed)
 

@@ -102,12 +102,13 @@ def primus_job(obj: TrainingJobObject) -> TrainingJob:
     return job
 
 
-def refused_status(obj: TrainingJobObject, problems: Sequence[str], now: float) -> Json:
+def refused_status(obj: TrainingJobObject, problems: Sequence[str], now: float, reason: str = "InvalidSpec") -> Json:
+    """The status of an object whose job was refused (by the spec's checks, or by the master at submit): Failed, once."""
     message = "; ".join(problems)
     stamp = rfc3339(now)
     conditions = [
-        Condition(ConditionType.ADMITTED, False, "InvalidSpec", message),
-        Condition(ConditionType.FAILED, True, "InvalidSpec", message),
+        Condition(ConditionType.ADMITTED, False, reason, message),
+        Condition(ConditionType.FAILED, True, reason, message),
     ]
     old = {c.get("type"): c for c in obj.status.get("conditions") or []}
     return {
@@ -132,11 +133,11 @@ def decide(obj: TrainingJobObject, job: JobView | None, decisions: Sequence[rc_p
             if obj.status.get("message") != message:
                 actions += [PatchStatus({**obj.status, "state": "Failed", "message": message}), Emit(Event(EventType.WARNING, "JobLost", message))]
             return actions
+        if obj.status.get("observedGeneration") == obj.generation and obj.status.get("state") == "Failed":
+            return actions  # this generation was refused already (by its checks or by the master), and said so
         try:
             return [*actions, Submit(primus_job(obj))]
         except SpecError as exc:
-            if obj.status.get("observedGeneration") == obj.generation and obj.status.get("state") == "Failed":
-                return actions  # refused already, and said so
             message = "; ".join(exc.problems)
             return [*actions, PatchStatus(refused_status(obj, exc.problems, now)), Emit(Event(EventType.WARNING, "InvalidSpec", message))]
     status, events = job_status(obj.status, job, decisions, obj.generation, now)

@@ -14,8 +14,8 @@ from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
-from primus.client import JobView, PrimusClient
-from primus.errors import NotFoundError, PrimusError
+from primus.client import AccessDeniedError, JobView, PrimusClient
+from primus.errors import NotFoundError, PrimusError, SpecError
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.operator.decide import (
     FINALIZER,
@@ -32,6 +32,7 @@ from services.operator.decide import (
     Submit,
     TrainingJobObject,
     decide,
+    refused_status,
 )
 from services.operator.status import Event, EventType, rfc3339
 
@@ -206,7 +207,14 @@ class Reconciler:
                 self._objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"finalizers": finalizers}})
                 log.info("TrainingJob %s/%s: its job ended; the object goes", namespace, name)
             case Submit(job=job):
-                job_id = self._master.submit(job)
+                try:
+                    job_id = self._master.submit(job)
+                except (SpecError, AccessDeniedError) as exc:  # the master refused it (or its model): said once, not tried again
+                    reason = "Forbidden" if isinstance(exc, AccessDeniedError) else "InvalidSpec"
+                    problems = exc.problems if isinstance(exc, SpecError) else [str(exc)]
+                    self._status(obj, refused_status(obj, problems, self._clock(), reason))
+                    self._event(obj, raw, Event(EventType.WARNING, reason, "; ".join(problems)))
+                    return
                 log.info("TrainingJob %s/%s: submitted as job %s", namespace, name, job_id)
                 self._status(obj, {"jobId": job_id, "state": "Pending", "observedGeneration": obj.generation})
                 self._event(obj, raw, Event(EventType.NORMAL, "Submitted", f"submitted to the master as job {job_id}"))
