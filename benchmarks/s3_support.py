@@ -10,7 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,12 +43,21 @@ class S3Server:
 
     def upload(self, local: Path, bucket: str, prefix: str) -> None:
         """Copy a local folder into the bucket (made once the server takes writes: its first volume comes a moment later)."""
+        self._until_writable(
+            lambda store: pafs.copy_files(str(local), f"{bucket}/{prefix}", source_filesystem=pafs.LocalFileSystem(), destination_filesystem=store), bucket
+        )
+
+    def make_bucket(self, bucket: str) -> None:
+        """An empty bucket, once the server takes writes (a first object is put and deleted to know it does)."""
+        self._until_writable(lambda store: (store.open_output_stream(f"{bucket}/.probe").close(), store.delete_file(f"{bucket}/.probe")), bucket)
+
+    def _until_writable(self, write: Callable[[pafs.S3FileSystem], object], bucket: str) -> None:
         store = self.filesystem()
         deadline = time.monotonic() + 30
         while True:
             try:
                 store.create_dir(bucket)
-                pafs.copy_files(str(local), f"{bucket}/{prefix}", source_filesystem=pafs.LocalFileSystem(), destination_filesystem=store)
+                write(store)
                 return
             except OSError:
                 if time.monotonic() > deadline:

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from primus import certs, cores, rbac, rpc, security, tokens
+from primus import certs, cores, rbac, rpc, run_store, security, tokens
 from primus.errors import UnavailableError
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ def _alive(pid: int) -> bool:
 def _start(
     name: str,
     extra: list[str],
-    runs_dir: Path,
+    runs_dir: Path | str,
     state_dir: Path,
     label: str | None = None,
     settings: security.Settings | None = None,
@@ -223,7 +223,7 @@ def _planner_args(planner_args: list[str] | None) -> list[str]:
 
 
 def start_cluster(
-    runs_dir: Path,
+    runs_dir: Path | str,
     state_dir: Path,
     controller_args: list[str] | None = None,
     bind_host: str = "127.0.0.1",
@@ -240,7 +240,7 @@ def start_cluster(
     it runs under (kept for a restart). The planner and the resource controller start side by side; the master, which
     is pointed at both, after them."""
     services_settings, user_settings = secured if secured is not None else (None, security.Settings())
-    runs_dir = runs_dir.resolve()
+    runs_dir = runs_dir if run_store.is_object_uri(str(runs_dir)) else Path(runs_dir).resolve()
     started: list[ServiceProcess] = []
     bind = ["--bind", f"{bind_host}:0"]
     planner = _planner_args(planner_args)
@@ -260,6 +260,8 @@ def start_cluster(
             if (error := future.exception()) is not None:
                 raise error
         master_args = [*bind, "--planner", started[0].address, "--resource-controller", started[1].address]
+        if isinstance(runs_dir, str):  # runs on an object store: the job store is a file of this machine's
+            master_args += ["--store", str(state_dir.resolve() / "primus.db")]
         started.append(_start("master", master_args, runs_dir, state_dir, settings=services_settings, env=env, prefix=placed.get("master", ())))
         if "shared" not in _flag_values(controller_args, "--local-trainer-cores"):
             _keep_off_trainer_cores(started)
@@ -294,12 +296,15 @@ def restart_service(state: ClusterState, state_dir: Path, name: str) -> ClusterS
     args = ["--bind", old.address]
     if name == "master":
         args += ["--planner", state.address("planner"), "--resource-controller", state.address("resource_controller")]
+        if run_store.is_object_uri(state.runs_dir):
+            args += ["--store", str(state_dir.resolve() / "primus.db")]
     if name == "resource_controller":
         args += list(state.controller_args)
     if name == "planner":
         args += list(state.planner_args)
     settings = state.services_security if state.security_env else None
-    started = _start(name, args, Path(state.runs_dir), state_dir, settings=settings, env=dict(state.env), prefix=dict(state.prefixes).get(name, ()))
+    runs = state.runs_dir if run_store.is_object_uri(state.runs_dir) else Path(state.runs_dir)
+    started = _start(name, args, runs, state_dir, settings=settings, env=dict(state.env), prefix=dict(state.prefixes).get(name, ()))
     if "shared" not in _flag_values(state.controller_args, "--local-trainer-cores"):
         _keep_off_trainer_cores([started])
     restarted = replace(state, services=tuple(started if s.name == name else s for s in state.services))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import time
@@ -14,6 +15,7 @@ from typing import TypeVar
 import grpc
 
 from primus import hosts, masters, rpc
+from primus.run_store import RunStore
 from primus.settings import WorkerSettings, add_arguments, from_args_or_exit
 from primus.spec import TrainingJob, load_job_text
 from primus.v1 import master_pb2, master_pb2_grpc
@@ -32,12 +34,23 @@ class WorkerArgs:
     planner: str
     master: str
     resource_controller: str
-    runs_dir: Path
+    runs_dir: Path | str  # a folder, or an object store URI (s3://bucket/prefix): primus.run_store
     settings: WorkerSettings = field(default_factory=WorkerSettings)  # its timings: flags, else PRIMUS_* variables, else defaults
+
+    @functools.cached_property
+    def run_store(self) -> RunStore:
+        """The job's run folder: the folder itself, or its object store with a scratch folder of this process's own."""
+        return RunStore.open(self.runs_dir).child(self.job_id)
 
     @property
     def run_dir(self) -> Path:
-        return self.runs_dir / self.job_id
+        """The local folder this process writes the job's files in (on an object store: its scratch folder)."""
+        return self.run_store.local
+
+    @property
+    def traces_root(self) -> Path:
+        """The local runs folder its spans are written under (on an object store they stay on this host: primus.telemetry)."""
+        return self.run_store.local.parent
 
 
 def parse_worker_args(prog: str, description: str) -> WorkerArgs:
@@ -45,7 +58,7 @@ def parse_worker_args(prog: str, description: str) -> WorkerArgs:
     parser = argparse.ArgumentParser(prog=prog, description=description)
     for name in ("--job-id", "--executor-id", "--planner", "--master", "--resource-controller"):
         parser.add_argument(name, required=True)
-    parser.add_argument("--runs-dir", type=Path, required=True)
+    parser.add_argument("--runs-dir", required=True, help="the runs folder, or an object store URI (s3://bucket/prefix)")
     add_arguments(parser, WorkerSettings)
     ns = parser.parse_args()
     settings = from_args_or_exit(WorkerSettings, ns, prog.rsplit(".", 1)[-1].replace("_", " "))

@@ -15,11 +15,11 @@ log = logging.getLogger("services.data_executor")
 def main() -> None:
     args = parse_worker_args("python -m services.data_executor", __doc__ or "")
     rpc.configure_logging(args.executor_id)
-    telemetry.setup_tracing("data_executor", args.runs_dir, job_id=args.job_id)
+    telemetry.setup_tracing("data_executor", args.traces_root, job_id=args.job_id)
     telemetry.join_launch_context(args.job_id)
     job = fetch_job_spec(args.master, args.job_id, args.settings)
     executor = create_executor(
-        args.executor_id, args.job_id, args.planner, job, args.run_dir / "quarantine", decode_into_shared_memory=True, metrics_port=metrics_http.port_from_env()
+        args.executor_id, args.job_id, args.planner, job, args.run_store.child("quarantine"), decode_into_shared_memory=True, metrics_port=metrics_http.port_from_env()
     )
     log.info("serving: control %s, data %s, metrics %s", executor.control.address, executor.data_address, executor.control.metrics_address or "off")
     register(args, executor.control.address, executor.data_address)

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from primus import arena, telemetry
 from primus.errors import DataError, UnavailableError
+from primus.run_store import RunStore
 from primus.samples import row_bytes
 from primus.sources import get_adapter
 from primus.sources.base import Piece, SourceAdapter
@@ -218,7 +219,7 @@ class TaskReader:
                 )
         return UnitRead(conformed, raw.nbytes, time.thread_time() - started_cpu, read_done - started, time.perf_counter() - read_done, labels_joined)
 
-    def assemble(self, parts: list[UnitRead], quarantine_dir: Path | None = None) -> TaskRead:
+    def assemble(self, parts: list[UnitRead], quarantine_dir: Path | RunStore | None = None) -> TaskRead:
         """The task's batches from its units' rows, in unit order; rejected records go to quarantine once per task."""
         task = self.task
         started_cpu = time.thread_time()
@@ -227,7 +228,10 @@ class TaskReader:
         quarantined = [p.conformed.quarantined for p in parts if p.conformed.quarantined is not None]
         rejected = sum(q.num_rows for q in quarantined)
         if quarantined and quarantine_dir is not None and task.start_offset == 0:
-            _write_quarantine(quarantine_dir / task.source / f"{task.task_id}-a{task.attempt}.parquet", quarantined)
+            store = quarantine_dir if isinstance(quarantine_dir, RunStore) else RunStore.open(quarantine_dir)
+            relative = f"{task.source}/{task.task_id}-a{task.attempt}.parquet"
+            _write_quarantine(store.local / relative, quarantined)
+            store.put(relative)  # a run folder on an object store keeps them there
         served = combined.slice(task.start_offset)
         first = task.start_offset == 0  # a resumed read served its records' reasons the first time
         return TaskRead(
@@ -246,7 +250,7 @@ class TaskReader:
         )
 
 
-def read_task(task: planner_pb2.DataTask, job: TrainingJob, schema: pa.Schema, quarantine_dir: Path | None = None) -> TaskRead:
+def read_task(task: planner_pb2.DataTask, job: TrainingJob, schema: pa.Schema, quarantine_dir: Path | RunStore | None = None) -> TaskRead:
     """Read every unit of a task on this thread; any failure is a DataError naming the source and the location."""
     reader = TaskReader(task, job, schema)
     return reader.assemble([reader.read(unit) for unit in reader.units()], quarantine_dir)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from primus import arena, hosts, metrics_http, rpc, security
+from primus.run_store import RunStore
 from primus.samples import training_schema
 from primus.spec import TrainingJob
 from primus.v1 import data_executor_pb2, data_executor_pb2_grpc, planner_pb2_grpc
@@ -43,7 +44,7 @@ def create_executor(
     job_id: str,
     planner_address: str,
     job: TrainingJob,
-    quarantine_dir: Path | None = None,
+    quarantine_dir: Path | RunStore | None = None,
     host: str | None = None,
     decode_into_shared_memory: bool = False,
     metrics_port: int = metrics_http.OFF,

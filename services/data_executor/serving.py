@@ -33,6 +33,7 @@ from opentelemetry import context, trace
 
 from primus import telemetry
 from primus.errors import DataError, UnavailableError
+from primus.run_store import RunStore
 from primus.spec import TrainingJob
 from primus.v1 import data_executor_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor.assembly import ReadBoard, TaskAssembly
@@ -232,7 +233,7 @@ class TaskStreamer:
         job: TrainingJob,
         schema: pa.Schema,
         counters: ExecutorCounters,
-        quarantine_dir: Path | None = None,
+        quarantine_dir: Path | RunStore | None = None,
         readers: int = READERS_PER_STREAM,
         prefetch: int = PREFETCH_TASKS,
     ) -> None:

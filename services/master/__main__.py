@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from primus import metrics_http, rpc, telemetry
+from primus import metrics_http, rpc, run_store, telemetry
 from primus.settings import MasterSettings, add_arguments, from_args_or_exit
 from services.master.leader import Leadership
 from services.master.server import create_server
@@ -19,7 +20,7 @@ def main() -> None:
     parser.add_argument("--bind", default="127.0.0.1:0")
     parser.add_argument("--planner", required=True, help="planner address")
     parser.add_argument("--resource-controller", required=True, help="resource controller address")
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="each job's folder is created here")
+    parser.add_argument("--runs-dir", default="runs", help="each job's folder is created here: a folder, or an object store URI (s3://bucket/prefix; needs --store)")
     parser.add_argument("--db", "--store", dest="store", default=None, help=STORE_HELP)
     parser.add_argument("--ready-file", default=None, help="write the bound address (and the metrics address) here once serving")
     parser.add_argument("--access-policy", default=None, help="role bindings per namespace, YAML (default: PRIMUS_ACCESS_POLICY; docs/security.md)")
@@ -29,8 +30,12 @@ def main() -> None:
     args = parser.parse_args()
     settings = from_args_or_exit(MasterSettings, args, "master")
     rpc.configure_logging("master")
-    telemetry.setup_tracing("master", args.runs_dir)
-    store = args.store or str(args.runs_dir / "primus.db")
+    if run_store.is_object_uri(args.runs_dir) and not args.store:
+        where = "give --store (a postgresql:// URL, or an SQLite file on this host)"
+        print(f"error: master: --runs-dir {args.runs_dir} is on an object store, which holds no database: {where}", file=sys.stderr)
+        raise SystemExit(2)
+    telemetry.setup_tracing("master", run_store.local_folder(args.runs_dir))
+    store = args.store or str(Path(args.runs_dir) / "primus.db")
     leadership = Leadership(store) if is_url(store) else None
     if leadership is not None:
         leadership.acquire(settings.leader_poll_seconds)  # a standby serves nothing until the leader is gone

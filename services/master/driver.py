@@ -8,7 +8,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import grpc
 
@@ -454,7 +453,7 @@ class JobDriver:
                 log.warning("job %s: could not describe peers: %s", job_id, exc.details())
             decisions = self.scaling_log(job_id)
             final = replace(self._store.get(job_id), state=state.value, message=message, updated=time.time())
-            path = write_report(build_report(final, services, executors, plan, decisions), Path(final.run_dir))
+            path = write_report(build_report(final, services, executors, plan, decisions), final.run_dir)
         except Exception as exc:
             if disk_full(exc):
                 raise StorageFullError(f"the report of job {job_id} cannot be written: {exc}") from exc
@@ -462,7 +461,7 @@ class JobDriver:
             error = f"report not written: {type(exc).__name__}: {exc}"
             self._store.update(job_id, state=state.value, message=f"{message}; {error}", error=error)
             return
-        self._store.update(job_id, state=state.value, message=message, report_path=str(path))
+        self._store.update(job_id, state=state.value, message=message, report_path=path)
         self._plans_seen.pop(job_id, None)  # the report holds the counts from now on
         log.info("job %s %s: %s (report %s)", job_id, state.value, message, path)
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 
+from primus.run_store import RunStore, local_folder
 from primus.scaling_log import ROLE_NAMES, decision_row
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
@@ -104,7 +104,7 @@ def build_report(
         "restarts": job.progress.get("restarts", {}),
         "scaling": scaling,
         "resizes": [d for d in scaling if d["action"] == "RESIZE"],
-        "traces_dir": str(Path(job.run_dir) / "traces"),
+        "traces_dir": str(local_folder(job.run_dir) / "traces"),  # on an object store: each host keeps its own
     }
     if plan is not None:
         summary = plan.summary
@@ -121,14 +121,6 @@ def build_report(
     return report
 
 
-def write_report(report: dict[str, Any], run_dir: Path) -> Path:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "report.json"
-    tmp = path.with_suffix(".tmp")
-    try:
-        tmp.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
-    except OSError:
-        tmp.unlink(missing_ok=True)  # half a report holds space and says nothing
-        raise
-    tmp.replace(path)
-    return path
+def write_report(report: dict[str, Any], run_dir: str) -> str:
+    """report.json in the run folder (a whole file, or one object on a store); where it is."""
+    return RunStore.open(run_dir).put_bytes("report.json", (json.dumps(report, indent=2, sort_keys=False) + "\n").encode())

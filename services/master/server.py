@@ -29,7 +29,7 @@ class Master:
 
 def create_server(
     bind: str,
-    runs_dir: Path,
+    runs_dir: Path | str,
     db_path: Path | str,
     planner_address: str,
     rc_address: str,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import shutil
@@ -13,11 +14,13 @@ from pathlib import Path
 import grpc
 from google.protobuf import json_format
 
-from primus.errors import ConflictError, NotFoundError
+from primus import run_store
+from primus.errors import ConflictError, InvalidRequestError, NotFoundError
 from primus.guards import caller
 from primus.identity import Kind
 from primus.rbac import Verb
 from primus.row_identity import RowDigest
+from primus.run_store import RunStore, read_bytes_at
 from primus.settings import MasterSettings
 from primus.spec import WarmStart, load_job_text, resolve_paths
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
@@ -58,10 +61,20 @@ def job_proto(record: JobRecord, sources: Iterable[common_pb2.SourceStats] = ())
     )
 
 
+def fetch_logs(run_dir: str) -> Path:
+    """A run folder's logs on this host: on an object store, with each log the store holds that this host lacks (put
+    whole by the resource controller once its executor ended)."""
+    logs = RunStore.open(run_dir, scratch=run_store.local_folder(run_dir)).child("logs")
+    for name in logs.list():
+        with contextlib.suppress(FileNotFoundError):
+            logs.get(name)
+    return logs.local
+
+
 def reported_sources(report_path: str) -> list[common_pb2.SourceStats]:
     """An ended job's per-source counters, as its report keeps them; none where the report cannot be read."""
     try:
-        rows = json.loads(Path(report_path).read_text()).get("sources") or []
+        rows = json.loads(read_bytes_at(report_path)).get("sources") or []
         return [json_format.ParseDict(row, common_pb2.SourceStats(), ignore_unknown_fields=True) for row in rows]
     except (OSError, ValueError, AttributeError, json_format.ParseError):
         return []
@@ -79,15 +92,29 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     """The user API checks the caller's role in the job's namespace (primus.rbac) and audits every change."""
 
     def __init__(
-        self, store: JobStore, driver: JobDriver, runs_dir: Path, settings: MasterSettings | None = None, gate: Gate | None = None, access: AccessRecords | None = None
+        self,
+        store: JobStore,
+        driver: JobDriver,
+        runs_dir: Path | str,
+        settings: MasterSettings | None = None,
+        gate: Gate | None = None,
+        access: AccessRecords | None = None,
     ) -> None:
         self._store = store
         self._settings = settings or MasterSettings()
         self._driver = driver
-        self._runs_dir = runs_dir.resolve()
+        self._runs = RunStore.open(runs_dir)  # a folder, or an object store (primus.run_store)
+        self._runs_dir = self._runs.local
         self._stop_at: dict[str, datetime | None] = {}  # each job's training.stopAt, parsed once
         self._gate = gate or Gate(PolicyFile(""))
         self.access = access or AccessRecords(store)
+
+    def _savepoints_here(self) -> None:
+        if self._runs.remote:
+            raise InvalidRequestError(
+                f"savepoints live in the runs folder, and this master's ({self._runs.uri}) is on an object store, where savepoints are not kept yet: "
+                "take them on a master whose --runs-dir is a folder"
+            )
 
     def _job(self, verb: Verb, job_id: str) -> JobRecord:
         """The job, if the caller may do verb on it."""
@@ -100,6 +127,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         if request.spec_dir:
             job = resolve_paths(job, Path(request.spec_dir))
         if request.from_savepoint:
+            self._savepoints_here()
             savepoint = savepoints.load(self._runs_dir, request.from_savepoint)
             training = job.spec.training.model_copy(update={"warm_start": WarmStart(checkpoint=savepoint.path, optimizer="keep")})
             job = job.model_copy(update={"spec": job.spec.model_copy(update={"training": training})})
@@ -112,7 +140,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             name=job.metadata.name,
             state="PENDING",
             spec_yaml=job.to_yaml(),
-            run_dir=str(self._runs_dir / job_id),
+            run_dir=self._runs.uri_of(job_id),
             created=now,
             updated=now,
             message="accepted",
@@ -160,8 +188,11 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     def DeleteJob(self, request: master_pb2.DeleteJobRequest, context: grpc.ServicerContext) -> master_pb2.DeleteJobResponse:
         self._job(Verb.CHANGE, request.job_id)
         record = self._store.delete(request.job_id)
-        run_dir = Path(record.run_dir) if record.run_dir else None
         purged = False
+        if request.purge and record.run_dir and self._runs.remote and record.run_dir == self._runs.uri_of(record.job_id):
+            self._runs.child(record.job_id).delete_tree()  # only a job folder under the master's runs folder
+            purged = True
+        run_dir = Path(record.run_dir) if record.run_dir and not self._runs.remote else None
         if request.purge and run_dir is not None and run_dir.resolve().is_relative_to(self._runs_dir) and run_dir.is_dir():
             shutil.rmtree(run_dir, ignore_errors=True)  # only a folder under the master's runs folder
             purged = True
@@ -187,6 +218,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     @audited(_records)
     def SavepointJob(self, request: master_pb2.SavepointJobRequest, context: grpc.ServicerContext) -> master_pb2.SavepointJobResponse:
         record = self._job(Verb.CHANGE, request.job_id)
+        self._savepoints_here()
         taken = savepoints.take(self._runs_dir, record.job_id, Path(record.run_dir), request.name)
         return master_pb2.SavepointJobResponse(name=taken.name, job_id=taken.job_id, path=taken.path, steps=taken.steps, created_unix=taken.created_unix)
 
@@ -204,7 +236,8 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
 
     def GetJobLogs(self, request: master_pb2.GetJobLogsRequest, context: grpc.ServicerContext) -> Iterator[master_pb2.GetJobLogsResponse]:
         record = self._job(Verb.READ, request.job_id)
-        cursor = LogCursor(Path(record.run_dir) / "logs", request.executor_id, max(0, request.tail_lines))
+        logs = fetch_logs(record.run_dir) if run_store.is_object_uri(record.run_dir) else Path(record.run_dir) / "logs"
+        cursor = LogCursor(logs, request.executor_id, max(0, request.tail_lines))
         if request.executor_id and not request.follow and request.executor_id not in cursor.executors():
             known = ", ".join(cursor.executors()) or "none yet"
             raise NotFoundError(f"job {request.job_id} has no log of {request.executor_id!r} (logs: {known})")

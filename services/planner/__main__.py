@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from primus import metrics_http, rpc, telemetry
+from primus import metrics_http, rpc, run_store, telemetry
 from primus.cluster import JOURNAL_ENV
 from primus.errors import InvalidRequestError, UnavailableError
 from primus.settings import PlannerSettings, add_arguments, from_args_or_exit
@@ -49,7 +49,9 @@ def _journal(value: str | None, runs_dir: Path | None, settings: PlannerSettings
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m services.planner", description=__doc__)
     parser.add_argument("--bind", default="127.0.0.1:0")
-    parser.add_argument("--runs-dir", type=Path, default=None, help="where traces are written")
+    parser.add_argument(
+        "--runs-dir", type=run_store.local_folder, default=None, help="where traces are written (a runs folder on an object store: its folder on this host)"
+    )
     parser.add_argument("--ready-file", default=None, help="write the bound address (and the metrics address) here once serving")
     metrics_http.add_port_argument(parser)
     parser.add_argument("--max-attempts", type=int, default=None, help="attempts before a task is quarantined (default: the job's data.maxAttempts)")

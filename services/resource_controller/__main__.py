@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from primus import metrics_http, rpc, telemetry
+from primus import metrics_http, rpc, run_store, telemetry
 from primus.settings import ControllerSettings, from_args_or_exit
 from primus.settings import add_arguments as add_timing_arguments
 from services.resource_controller.backends import BackendUnavailableError, add_arguments, build_backends, config_from
@@ -27,7 +27,9 @@ def _queue(text: str) -> tuple[str, QueueQuota]:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m services.resource_controller", description=__doc__)
     parser.add_argument("--bind", default="127.0.0.1:0")
-    parser.add_argument("--runs-dir", type=Path, default=None, help="where traces are written")
+    parser.add_argument(
+        "--runs-dir", type=run_store.local_folder, default=None, help="where traces are written (a runs folder on an object store: its folder on this host)"
+    )
     parser.add_argument(
         "--state-dir", type=Path, default=None, help="where the controller keeps its state file (default: the runs dir); a restart re-adopts what it lists"
     )

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from primus import run_store
 from primus.dataplane import remove_shared_memory
 from primus.errors import ConflictError, InvalidRequestError, NotFoundError, disk_full
+from primus.run_store import RunStore
 from primus.security import JobCredentials
 from primus.settings import ControllerSettings
 from primus.v1 import resource_controller_pb2 as rc_pb2
@@ -43,7 +45,7 @@ class LaunchRequest:
     count: int
     cpu: float
     memory_mib: int
-    run_dir: Path
+    run_dir: str | Path  # the job's run folder: a path, or an object store URI
     planner_address: str
     master_address: str
     replaces: str = ""  # a replacement takes the slot (and the current size) of the executor it replaces
@@ -117,7 +119,7 @@ class ExecutorPool:
         if request.backend not in self.backends:
             raise InvalidRequestError(f"job {request.job_id}: {self._not_running(request.backend)} (see docs/backends.md)")
         with self._lock:
-            context = JobContext(request.job_id, request.run_dir, request.planner_address, request.master_address, request.backend, dict(request.placement or {}))
+            context = JobContext(request.job_id, str(request.run_dir), request.planner_address, request.master_address, request.backend, dict(request.placement or {}))
             self._jobs.setdefault(request.job_id, context)
             if request.role == "trainer" and not request.replaces:  # a gang launch: a new rendezvous for its ranks
                 if request.count > 1:
@@ -150,7 +152,7 @@ class ExecutorPool:
             cpu, memory, gpus, slot = replaced.cpu, replaced.memory_mib, replaced.gpus, replaced.slot  # its current size: the autoscaler may have resized it
             if replaced.exit_reason is ExitReason.OOM_KILLED:
                 memory = self.oom_memory(replaced) or memory
-        log_path = self._jobs[request.job_id].run_dir / "logs" / f"{executor_id}.log"
+        log_path = self._jobs[request.job_id].logs / f"{executor_id}.log"
         backend = self._jobs[request.job_id].backend
         record = ExecutorRecord(
             executor_id, request.job_id, request.role, slot, ExecutorState.STARTING, cpu, memory, str(log_path), replaces=request.replaces, backend=backend, gpus=gpus
@@ -174,7 +176,7 @@ class ExecutorPool:
             "--planner", job.planner_address,
             "--master", job.master_address,
             "--resource-controller", self.own_address,
-            "--runs-dir", str(job.run_dir.parent),
+            "--runs-dir", run_store.parent_of(job.run_dir),
         )  # fmt: skip
         backend = self._backend(record)
         gang = self._gangs.get(record.job_id) if record.role == "trainer" else None
@@ -329,8 +331,20 @@ class ExecutorPool:
                 record.message = record.message or _release_message(reason)
         remove_shared_memory(executor_id)
         self._control.forget(record.address)
+        self._keep_log(record)
         if save:
             self._save()
+
+    def _keep_log(self, record: ExecutorRecord) -> None:
+        """An ended executor's output, put to its job's run folder when that is on an object store (logs/ID.log)."""
+        job = self._jobs.get(record.job_id)
+        path = Path(record.log_path)
+        if job is None or not job.remote or not path.is_file():
+            return
+        try:
+            RunStore.open(job.run_dir).put(f"logs/{path.name}", path)
+        except OSError as exc:
+            log.warning("%s: its log was not put to %s: %s", record.executor_id, job.run_dir, exc)
 
     def close(self) -> None:
         """Stop watching; executors keep running (a restarted controller re-adopts them)."""
@@ -405,6 +419,7 @@ class ExecutorPool:
             key = (record.job_id, record.role, record.slot)
         log.info("%s: %s (%s)", record.executor_id, record.state.value, record.message)
         remove_shared_memory(record.executor_id)
+        self._keep_log(record)
         if failed:
             until = self._slots.failed(key, self._clock(), record.message)
             if until is not None:
@@ -521,7 +536,7 @@ class ExecutorPool:
         data = json.loads(self._state_path.read_text())
         now = self._clock()
         self._jobs = {
-            job_id: JobContext(job_id, Path(j["run_dir"]), j["planner"], j["master"], j.get("backend", "local"), j.get("placement", {}))
+            job_id: JobContext(job_id, str(j["run_dir"]), j["planner"], j["master"], j.get("backend", "local"), j.get("placement", {}))
             for job_id, j in data["jobs"].items()
         }
         self._next_index = {k: int(v) for k, v in data["next_index"].items()}

@@ -8,6 +8,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from primus import run_store
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.resource_controller.backend import ExecutorHandle, ExitReason, LimitMechanism
 from services.resource_controller.policy import ExecutorSignals
@@ -84,11 +85,21 @@ class JobContext:
     """Where a job's executors find their peers and write their logs; given by the master at launch."""
 
     job_id: str
-    run_dir: Path
+    run_dir: str  # a path, or an object store URI (primus.run_store)
     planner_address: str
     master_address: str
     backend: str = "local"  # the backend that runs its executors
     placement: dict[str, Any] = field(default_factory=dict)  # the spec's block for that backend (pod template overrides, queue, Ray resources)
+
+    @property
+    def logs(self) -> Path:
+        """Where its executors' output goes on this host (a run folder on an object store: a scratch folder, put to the
+        store as each executor ends)."""
+        return run_store.local_folder(self.run_dir) / "logs"
+
+    @property
+    def remote(self) -> bool:
+        return run_store.is_object_uri(self.run_dir)
 
 
 @dataclass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -83,7 +82,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
             cpu=request.resources.cpu or 1.0,
             memory_mib=request.resources.memory_mib or 1024,
             gpus=request.resources.gpus,
-            run_dir=Path(request.run_dir),
+            run_dir=request.run_dir,
             planner_address=request.planner_address,
             master_address=request.master_address,
             replaces=request.replaces_executor_id,

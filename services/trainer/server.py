@@ -16,6 +16,7 @@ from primus.spec import TrainingJob
 from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2_grpc, trainer_pb2, trainer_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.worker import WorkerArgs
+from services.trainer.checkpoint_mirror import CheckpointMirror
 from services.trainer.data_parallel import RankEnv, init_gang
 from services.trainer.gang_session import GangSession
 from services.trainer.prometheus import trainer_metrics
@@ -78,7 +79,9 @@ def run_trainer(args: WorkerArgs, job: TrainingJob, status: TrainerStatus) -> Tr
     if env.distributed:
         return run_rank(args, job, status, master, planner, env, progress)
     discover = executor_discovery(args.resource_controller, args.job_id)
-    session = TrainingSession(args.job_id, args.executor_id, job, planner, args.run_dir / "checkpoints", discover, progress, settings=args.settings)
+    checkpoints = args.run_store.child("checkpoints")
+    mirror = CheckpointMirror(checkpoints) if checkpoints.remote else None
+    session = TrainingSession(args.job_id, args.executor_id, job, planner, checkpoints.local, discover, progress, settings=args.settings, mirror=mirror)
     session.resume()
     session.train()
     result = session.evaluate() if job.spec.data.eval is not None else session.finish()

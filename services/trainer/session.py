@@ -22,6 +22,7 @@ from primus.settings import WorkerSettings
 from primus.spec import TrainingJob, WarmStart
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.trainer import checkpoint as ckpt
+from services.trainer.checkpoint_mirror import CheckpointMirror
 from services.trainer.delayed_labels import JoinedFraction
 from services.trainer.export import export_snapshot
 from services.trainer.snapshots import CheckpointWriter, Snapshot, TouchedRows, take_snapshot
@@ -45,6 +46,7 @@ class TrainingSession:
         progress: ProgressFn,
         open_feed: OpenFeed | None = None,
         settings: WorkerSettings | None = None,
+        mirror: CheckpointMirror | None = None,
     ) -> None:
         """open_feed: where the batches come from; by default a BatchFeed from the executors discover() names.
         settings: how often a waiting feed asks the master whether to stop, how long a planner that is away is retried."""
@@ -52,6 +54,7 @@ class TrainingSession:
         self.settings = settings or WorkerSettings()
         self.planner = planner
         self.checkpoint_dir = checkpoint_dir
+        self.mirror = mirror  # the checkpoints' copy on an object store (a run folder there), or None
         self.discover = discover
         self.progress = progress
         self.open_feed = open_feed or self._batch_feed
@@ -89,6 +92,8 @@ class TrainingSession:
     def resume(self) -> bool:
         """Load the newest checkpoint, if any, and have the planner serve everything after it again; with none, a
         warm start loads the model (and, if asked, the optimizer state) of a batch run, but none of its progress."""
+        if self.mirror is not None:
+            self.mirror.pull()  # a trainer on a host without the folder resumes from the store's newest
         found = ckpt.committed(self.checkpoint_dir) if self.checkpoint_dir.is_dir() else []
         saved = ckpt.restore(self.checkpoint_dir, self.trainer.model, self.trainer.optimizer) if found else None
         if saved is not None:
@@ -104,7 +109,9 @@ class TrainingSession:
         if saved is not None:
             log.info("resumed from checkpoint %d at step %d; %d tasks will be served again", saved.seq, saved.steps, reset)
         self._committed = {p.task_id: (p.rows_consumed, p.finished) for p in self.consumed.progress()}
-        self.writer = CheckpointWriter(self.checkpoint_dir, self.trainer.model, self.trainer.optimizer, self.touched, self._commit, found[-1] if found else None)
+        self.writer = CheckpointWriter(
+            self.checkpoint_dir, self.trainer.model, self.trainer.optimizer, self.touched, self._commit, found[-1] if found else None, mirror=self.mirror
+        )
         return saved is not None
 
     def warm_start(self, warm: WarmStart) -> None:

@@ -20,6 +20,7 @@ from primus.data.planner_calls import PlanLostError
 from primus.errors import disk_full
 from primus.optim import Optimizers, embedding_parameters
 from services.trainer import checkpoint as ckpt
+from services.trainer.checkpoint_mirror import CheckpointMirror
 
 log = logging.getLogger(__name__)
 FULL_EVERY = 20  # a new base of the tables after this many checkpoints: a restore applies at most about this many deltas
@@ -273,9 +274,12 @@ class CheckpointWriter:
         commit: Callable[[Snapshot], None],
         resumed: tuple[int, list[str]] | None,
         full_every: int = FULL_EVERY,
+        mirror: CheckpointMirror | None = None,
     ) -> None:
-        """resumed: the checkpoint training resumed from (seq and files): deltas after it chain onto it."""
+        """resumed: the checkpoint training resumed from (seq and files): deltas after it chain onto it. mirror: the
+        folder's copy on an object store, where each checkpoint is put before the planner hears of it."""
         self.folder = folder
+        self.mirror = mirror
         self.model, self.optimizer, self.touched = model, optimizer, touched
         self.commit = commit
         self.full_every = full_every
@@ -365,6 +369,8 @@ class CheckpointWriter:
             return
         state = snapshot.state
         ckpt.commit_summary(self.folder, snapshot.seq, int(state["steps"]), int(state["train_samples"]), str(state["phase"]), files)
+        if self.mirror is not None:
+            self.mirror.push(snapshot.seq, files)
         self.commit(snapshot)
         self.committed_seq = snapshot.seq
         with self._lock:
@@ -374,6 +380,8 @@ class CheckpointWriter:
         oldest = min((r.after for r in roots), default=snapshot.seq)
         pending = {ckpt.file_name(seq) for seq in range(oldest + 1, snapshot.seq + 1)}  # deltas a later chain may need
         ckpt.prune(self.folder, pending | {f for r in roots for f in r.files} | {ckpt.base_name(self._base_after)})
+        if self.mirror is not None:
+            self.mirror.prune()
 
     def _root_for(self, snapshot: Snapshot) -> Root | None:
         """The newest root this snapshot can chain onto (one complete before it was taken); None when there is none yet."""
