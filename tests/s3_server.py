@@ -16,11 +16,11 @@ __all__ = ["S3Server", "start_s3"]
 
 
 @uses(Tier.LIVE)
-def start_s3(folder: Path) -> Iterator[S3Server]:
+def start_s3(folder: Path, host: str = "127.0.0.1") -> Iterator[S3Server]:
     """Start SeaweedFS under folder and stop it afterwards. Skips where the binary is missing, fails instead where
     PRIMUS_REQUIRE_SERVICES=1 (CI), and fails where it does not start."""
     try:
-        with seaweedfs(folder) as server:
+        with seaweedfs(folder, host) as server:
             yield server
     except S3UnavailableError as exc:
         if not exc.missing:

@@ -93,6 +93,8 @@ class LaunchSpec:
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment for the process
     placement: Mapping[str, Any] = field(default_factory=dict)  # the job's block for this backend (camelCase keys, as in the spec)
     gpus: int = 0  # whole GPUs for the process
+    log_uri: str = ""  # where its output goes once it ended, when the run folder is on an object store (a backend whose
+    # processes run on other hosts puts it there from that host; the pool puts what reached this host)
 
 
 @dataclass(frozen=True)

@@ -181,9 +181,11 @@ class ExecutorPool:
         backend = self._backend(record)
         gang = self._gangs.get(record.job_id) if record.role == "trainer" else None
         env = {**(gang.env(record.slot) if gang is not None and record.slot < gang.world_size else {}), **self._credentials.env(record.job_id)}
+        log_uri = f"{job.run_dir}/logs/{Path(record.log_path).name}" if job.remote else ""
         spec = LaunchSpec(
-            record.executor_id, record.job_id, record.role, args, record.cpu, record.memory_mib, Path(record.log_path), env=env, placement=job.placement, gpus=record.gpus
-        )
+            record.executor_id, record.job_id, record.role, args, record.cpu, record.memory_mib, Path(record.log_path), env=env, placement=job.placement,
+            gpus=record.gpus, log_uri=log_uri,
+        )  # fmt: skip
         try:
             handle = backend.launch(spec)
         except Exception as exc:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from primus import security, telemetry
+from primus.run_store import RunStore
 from services.resource_controller.backend import ROLE_MODULES, Capabilities, EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism, RoleSize
 from services.resource_controller.backends import BackendConfig, BackendUnavailableError
 
@@ -39,8 +40,10 @@ class ExecutorActor:
     """Runs inside the Ray worker: starts the executor process from a thread that lives as long as the actor, so
     killing the actor (ray.kill, a node lost) kills the executor too."""
 
-    def __init__(self, command: list[str], env: dict[str, str], log_path: str) -> None:
+    def __init__(self, command: list[str], env: dict[str, str], log_path: str, log_uri: str = "") -> None:
         import ray
+
+        self._log_path, self._log_uri = log_path, log_uri
 
         self._node_ip = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         self._node_id = ray.get_runtime_context().get_node_id()
@@ -67,10 +70,18 @@ class ExecutorActor:
         return (self._process.pid if self._process else 0), self._node_ip, self._node_id, self._error
 
     def wait_exit(self) -> int:
-        """Block until the executor process exits; its exit code (negative: killed by that signal)."""
+        """Block until the executor process exits; its exit code (negative: killed by that signal). With a log_uri, the
+        log is put there first: this host's disk may be no other's."""
         if self._process is None:
             return 127
-        return self._process.wait()
+        code = self._process.wait()
+        if self._log_uri:
+            folder, _, name = self._log_uri.rpartition("/")
+            try:
+                RunStore.open(folder).put(name, Path(self._log_path))
+            except OSError as exc:
+                print(f"primus: the log {self._log_path} was not put to {self._log_uri}: {exc}", file=sys.stderr)
+        return code
 
     def terminate(self) -> None:
         if self._process is not None and self._process.poll() is None:
@@ -198,7 +209,7 @@ class RayBackend:
             memory=spec.memory_mib * MIB,
             resources=resources,
             max_restarts=0,
-        ).remote([*self._commands[spec.role], *spec.args], env, str(spec.log_path))
+        ).remote([*self._commands[spec.role], *spec.args], env, str(spec.log_path), spec.log_uri)
         handle = RayHandle(spec.executor_id, 0, actor_name, "", "", spec.cpu, spec.memory_mib)
         with self._lock:
             self._tracked[spec.executor_id] = _Tracked(handle, actor, actor.wait_exit.remote(), actor.where.remote(), time.monotonic())
