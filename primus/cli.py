@@ -399,8 +399,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _report_path(args: argparse.Namespace) -> Path:
-    """RUN may be a run folder, its report.json, or a job id under --runs-dir."""
-    run: Path = args.run
+    """RUN may be a run folder, its report.json, or a job id under --runs-dir; a folder (or a report) on an object store
+    (s3://...) is copied here first."""
+    from primus import run_store  # pyarrow's file systems only for a run on an object store
+
+    text = str(args.run)
+    if run_store.is_object_uri(text):
+        try:
+            return run_store.fetch_run(text.removesuffix("/report.json")) / "report.json"
+        except (OSError, FileNotFoundError) as exc:
+            raise PrimusError(f"no run folder at {text}: {exc}") from None
+    run = Path(text)
     path = run if run.name == "report.json" else run / "report.json"
     if path.exists():
         return path
@@ -593,10 +602,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_backend_arguments(demo, many=False)
     _add_security_switches(demo)
     report = add("report", cmd_report, "print a run's report")
-    report.add_argument("run", type=Path, help="a run folder, its report.json, or a job id")
+    report.add_argument("run", help="a run folder (or s3://.../JOB_ID), its report.json, or a job id")
     report.add_argument("-o", "--output", choices=OUTPUTS, default="table")
     cost = add("cost", cmd_cost, "per source: bytes read, CPU, retries, useful samples and waste, checked against the traces")
-    cost.add_argument("run", type=Path, help="a run folder, its report.json, or a job id")
+    cost.add_argument("run", help="a run folder (or s3://.../JOB_ID), its report.json, or a job id")
     cost.add_argument("-o", "--output", choices=OUTPUTS, default="table")
     explore = add("explore", cmd_explore, "serve a page on this machine to explore runs: cost by source, service and task, task graph, trace waterfall")
     explore.add_argument("run", type=Path, nargs="*", help="only these runs: run folders, or job ids under --runs-dir (default: every run there)")

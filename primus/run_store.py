@@ -10,6 +10,7 @@ AWS_ENDPOINT_URL_S3, ...) or a mounted secret, never from the URI.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import shutil
@@ -73,6 +74,15 @@ class RunStore:
         if not self.remote:
             return RunStore(str(local), local)
         return RunStore(f"{self.uri}/{name}", local, self.fs, f"{self.root}/{name}")
+
+    def parent_child(self, name: str) -> RunStore:
+        """The store of a sibling folder (the run folder's snapshots beside its checkpoints)."""
+        parent = (
+            RunStore(self.uri.rsplit("/", 1)[0], self.local.parent, self.fs, self.root.rsplit("/", 1)[0])
+            if self.fs
+            else RunStore(str(self.local.parent), self.local.parent)
+        )
+        return parent.child(name)
 
     def uri_of(self, relative: str) -> str:
         return f"{self.uri}/{relative}" if self.remote else str(self.local / relative)
@@ -139,6 +149,24 @@ class RunStore:
         infos = self.fs.get_file_info(pafs.FileSelector(base, allow_not_found=True, recursive=False))
         return sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
 
+    def folders(self) -> builtins.list[str]:
+        """Names of the folders directly in this one, sorted."""
+        if self.fs is None:
+            return sorted(p.name for p in self.local.iterdir() if p.is_dir()) if self.local.is_dir() else []
+        infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True, recursive=False))
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+
+    def copy_to(self, relative: str, target: RunStore) -> None:
+        """Copy relative into target (the same store: on an object store, object to object without passing here)."""
+        if self.fs is not None and target.fs is not None:
+            self.fs.copy_file(f"{self.root}/{relative}", f"{target.root}/{relative}")
+            return
+        if self.fs is None and target.fs is None:
+            target.local.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.local / relative, target.local / relative)
+            return
+        target.put_bytes(relative, self.read_bytes(relative))
+
     def delete_tree(self) -> None:
         """Delete the whole folder: on the store every object under it, and the local copy."""
         if self.fs is not None:
@@ -176,3 +204,21 @@ def local_folder(location: str | Path) -> Path:
     if not is_object_uri(text):
         return Path(text.removeprefix("file://"))
     return scratch_root() / "runs" / text.split("://", 1)[1].replace("/", "_")
+
+
+def fetch_run(uri: str, skip: tuple[str, ...] = ("checkpoints", "snapshots")) -> Path:
+    """A run folder on an object store copied to this host (what reading it needs: the report, the traces, the logs;
+    not the checkpoints and snapshots), into the same place each time; the local folder."""
+    store = RunStore.open(uri, scratch=local_folder(uri))
+    assert store.fs is not None
+    infos = store.fs.get_file_info(pafs.FileSelector(store.root, allow_not_found=True, recursive=True))
+    for info in infos:
+        relative = info.path[len(store.root) + 1 :]
+        if info.type == pafs.FileType.File and relative.split("/", 1)[0] not in skip:
+            target = store.local / relative
+            if not target.exists() or target.stat().st_size != info.size:
+                target.unlink(missing_ok=True)
+                store.get(relative)
+    if not store.local.is_dir():
+        raise FileNotFoundError(f"{uri}: no run folder there")
+    return store.local

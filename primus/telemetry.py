@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from json.encoder import encode_basestring_ascii as _string_json
@@ -20,6 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import Sampler
 
+TRACE_PUT_SECONDS = 30.0  # a runs folder on an object store: a growing trace file is put again at most this often
 log = logging.getLogger(__name__)
 JOB_KEY = "primus.job_id"
 _provider: TracerProvider | None = None
@@ -87,8 +89,12 @@ def span_json(span: ReadableSpan) -> str:
 class OtlpJsonFileExporter(SpanExporter):
     """Appends spans as OTLP/JSON lines, one file per job and service, under runs_dir."""
 
-    def __init__(self, runs_dir: Path, service: str, resource: Resource) -> None:
+    def __init__(self, runs_dir: Path, service: str, resource: Resource, runs_uri: str = "") -> None:
+        """runs_uri: the runs folder on an object store that runs_dir stands in for on this host: each trace file is put
+        there at most every TRACE_PUT_SECONDS as it grows, and at shutdown."""
         self._runs_dir = runs_dir
+        self._runs_uri = runs_uri
+        self._put_at: dict[str, float] = {}  # job id: when its trace file was last put to the store (monotonic)
         self._service = service
         resource_json = '{"attributes":' + _attributes_json(dict(resource.attributes)) + "}"
         self._line_head = '{"resourceSpans":[{"resource":' + resource_json + ',"scopeSpans":[{"scope":{"name":"primus"},"spans":['
@@ -125,10 +131,26 @@ class OtlpJsonFileExporter(SpanExporter):
                     self._dropping = True
                     continue
                 self._dropping = False
+                if self._runs_uri and time.monotonic() - self._put_at.get(job, -TRACE_PUT_SECONDS) >= TRACE_PUT_SECONDS:
+                    self._put(job)
         return SpanExportResult.FAILURE if dropped else SpanExportResult.SUCCESS
 
+    def _put(self, job: str) -> None:
+        """The job's trace file (whole) to the runs folder's store: traces/NAME under its run folder."""
+        from primus.run_store import RunStore  # pyarrow only where a runs folder is on an object store
+
+        self._put_at[job] = time.monotonic()
+        path = self.path_for(job)
+        try:
+            RunStore.open(self._runs_uri).child(job or "_services").child("traces").put(path.name, path)
+        except OSError as exc:
+            log.warning("trace file %s not put to %s: %s", path, self._runs_uri, exc)
+
     def shutdown(self) -> None:
-        return None
+        if self._runs_uri:
+            with self._lock:
+                for job in list(self._put_at):
+                    self._put(job)
 
 
 class JobAttributeProcessor(SpanProcessor):
@@ -143,15 +165,16 @@ class JobAttributeProcessor(SpanProcessor):
             span.set_attribute(JOB_KEY, str(job))
 
 
-def setup_tracing(service: str, runs_dir: Path | None, job_id: str = "", sampler: Sampler | None = None) -> None:
+def setup_tracing(service: str, runs_dir: Path | None, job_id: str = "", sampler: Sampler | None = None, runs_uri: str = "") -> None:
     """Install the process-wide tracer provider; with no runs_dir, spans are created but not kept. Leave the sampler
-    to the default (every span): `primus cost` checks the spans against the ledger, so a sampled trace disagrees."""
+    to the default (every span): `primus cost` checks the spans against the ledger, so a sampled trace disagrees.
+    runs_uri: the runs folder on an object store that runs_dir stands in for here (the trace files are put there too)."""
     global _provider
     resource = Resource.create({"service.name": service, "process.pid": os.getpid()})
     provider = TracerProvider(resource=resource, sampler=sampler)
     provider.add_span_processor(JobAttributeProcessor(job_id))
     if runs_dir is not None:
-        provider.add_span_processor(BatchSpanProcessor(OtlpJsonFileExporter(runs_dir, service, resource), schedule_delay_millis=1000))
+        provider.add_span_processor(BatchSpanProcessor(OtlpJsonFileExporter(runs_dir, service, resource, runs_uri), schedule_delay_millis=1000))
     trace.set_tracer_provider(provider)
     _provider = provider
 

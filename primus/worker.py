@@ -48,6 +48,11 @@ class WorkerArgs:
         return self.run_store.local
 
     @property
+    def runs_uri(self) -> str:
+        """The runs folder on an object store ('' when it is a folder)."""
+        return str(self.runs_dir) if self.run_store.remote else ""
+
+    @property
     def traces_root(self) -> Path:
         """The local runs folder its spans are written under (on an object store they stay on this host: primus.telemetry)."""
         return self.run_store.local.parent

@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -28,6 +31,7 @@ from tests.s3_server import S3Server, start_s3
 
 DATA = RUNS = "primus-data"  # one bucket: SeaweedFS gives each bucket volumes of its own, and its one volume server has few
 KILL_AT = 30  # the trainer's step: a checkpoint every 10 steps, so three are in the bucket when it dies
+GANG_KILL_AT = 60  # of about 225 rounds of two ranks: ten past the second checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +117,7 @@ def test_a_job_whose_runs_folder_is_a_bucket_resumes_a_killed_trainer_from_the_b
     checkpoints, the logs and the quarantine folder are in the bucket."""
     s3.upload(dataset, DATA, "clicks")
     document = demo_job(f"s3://{DATA}/clicks/date={{date}}/hour={{hour}}", DAYS)
-    document["spec"]["training"].update(checkpointEverySteps=10, reportEverySteps=5)  # type: ignore[index]
+    document["spec"]["training"].update(checkpointEverySteps=10, reportEverySteps=5, export={"everySteps": 20, "keep": 2})  # type: ignore[index]
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(document))
     spec_yaml = load_job_file(path).to_yaml()
@@ -130,6 +134,9 @@ def test_a_job_whose_runs_folder_is_a_bucket_resumes_a_killed_trainer_from_the_b
         assert pushed, "the checkpoint of step 30 is in the bucket before the trainer is killed"
         os.kill(pid, signal.SIGKILL)
         job = _finished(master, job_id)
+        taken = master.SavepointJob(master_pb2.SavepointJobRequest(job_id=job_id, name="in-the-bucket"), timeout=30)
+        warm_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=spec_yaml, from_savepoint="in-the-bucket"), timeout=30).job_id
+        warm = _finished(master, warm_id)
     finally:
         stop_services(state.services)
     assert job.run_dir == f"{runs}/{job_id}" and job.report_path == f"{runs}/{job_id}/report.json"
@@ -146,6 +153,23 @@ def test_a_job_whose_runs_folder_is_a_bucket_resumes_a_killed_trainer_from_the_b
     second = store.child("logs").get(sorted(trainers)[-1]).read_text()
     assert "fetched checkpoint" in second and f"from {runs}/{job_id}/checkpoints" in second, second[-2000:]
     assert [n for n in store.child("checkpoints").list() if n.endswith(".json")], "the last checkpoints stay in the bucket"
+    snapshots = store.child("snapshots")
+    latest = json.loads(snapshots.read_bytes("latest.json"))
+    assert {latest["state_dict"], latest["torchscript"]} <= set(snapshots.list()) and len(snapshots.list()) == 5, snapshots.list()  # two kept, and latest
+    assert report["trainer"]["snapshot"] == f"{runs}/{job_id}/snapshots/{latest['torchscript']}"
+    shown = subprocess.run(
+        [str(Path(sys.executable).parent / "primus"), "report", f"{runs}/{job_id}", "-o", "json"], capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PRIMUS_SCRATCH_DIR": str(tmp_path / "cli")},
+    )  # fmt: skip
+    assert shown.returncode == 0 and json.loads(shown.stdout)["job_id"] == job_id, shown.stderr
+    traces = store.child("traces").list()
+    assert any(n.startswith("trainer-") for n in traces) and any(n.startswith("data_executor-") for n in traces), traces
+    # A savepoint is copied within the bucket, and a new job warm-starts from it on a scratch folder of its own.
+    assert taken.path.startswith(f"{runs}/savepoints/in-the-bucket/ckpt-") and taken.steps > 0, taken
+    assert json.loads(read_bytes_at(warm.report_path))["state"] == "SUCCEEDED", warm.message
+    warm_logs = RunStore.open(runs, scratch=tmp_path / "reader").child(warm_id).child("logs")
+    (warm_trainer,) = [n for n in warm_logs.list() if "-trainer-" in n]
+    assert f"warm start from {tmp_path / 'scratch'}" in warm_logs.get(warm_trainer).read_text(), "fetched from the bucket to the trainer's scratch"
 
 
 def _finished(master: master_pb2_grpc.MasterServiceStub, job_id: str) -> master_pb2.Job:
@@ -156,3 +180,38 @@ def _finished(master: master_pb2_grpc.MasterServiceStub, job_id: str) -> master_
             return job
         time.sleep(0.2)
     raise AssertionError(f"job {job_id} did not finish")
+
+
+@pytest.mark.timeout(480)
+def test_two_ranks_restart_from_the_bucket_when_one_is_killed(dataset: Path, s3: S3Server, s3_env: dict[str, str], tmp_path: Path) -> None:
+    """Data-parallel ranks share no folder either: rank 0 puts each collective checkpoint to the bucket before the
+    planner hears of it, and every rank of the restarted gang pulls it, so the rows trained add up exactly."""
+    s3.upload(dataset, DATA, "clicks")
+    document = demo_job(f"s3://{DATA}/clicks/date={{date}}/hour={{hour}}", DAYS)
+    spec: Any = document["spec"]
+    spec["resources"]["trainer"]["replicas"] = 2
+    spec["training"].update({"batchSize": 64, "checkpointEverySteps": 25, "reportEverySteps": 10})
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    spec_yaml = load_job_file(path).to_yaml()
+    plan = FaultPlan(tmp_path / "faults", (Pause("trainer", GANG_KILL_AT, rank=0),))
+    runs = f"s3://{RUNS}/gang-runs"
+    state = start_cluster(runs, tmp_path / "state", env={**s3_env, **plan.env(), "PRIMUS_SCRATCH_DIR": str(tmp_path / "scratch")})
+    try:
+        master = master_pb2_grpc.MasterServiceStub(rpc.connect(state.address("master")))
+        job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=spec_yaml), timeout=30).job_id
+        pid = plan.wait_paused("trainer", GANG_KILL_AT)
+        os.kill(pid, signal.SIGKILL)  # rank 0, holding still after its round
+        job = _finished(master, job_id)
+    finally:
+        stop_services(state.services)
+    report = json.loads(read_bytes_at(job.report_path))
+    assert report["state"] == "SUCCEEDED", report["message"]
+    assert report["restarts"] == {"trainer": 1}
+    (source,) = report["sources"]
+    assert source["samples"] == DAYS * 24 * ROWS_PER_HOUR
+    assert sum(r["samples"] for r in report["trainer"]["ranks"]) == (DAYS - 1) * 24 * ROWS_PER_HOUR, "the ranks' rows add up, across the restart"
+    assert_rows_exact(report, spec_yaml)
+    logs = RunStore.open(runs, scratch=tmp_path / "reader").child(job_id).child("logs")
+    restarted = [logs.get(n).read_text() for n in logs.list() if "-trainer-" in n]
+    assert sum("fetched checkpoint" in text for text in restarted) == 2, "both ranks of the new gang took the checkpoint from the bucket"

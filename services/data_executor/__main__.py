@@ -15,7 +15,7 @@ log = logging.getLogger("services.data_executor")
 def main() -> None:
     args = parse_worker_args("python -m services.data_executor", __doc__ or "")
     rpc.configure_logging(args.executor_id)
-    telemetry.setup_tracing("data_executor", args.traces_root, job_id=args.job_id)
+    telemetry.setup_tracing("data_executor", args.traces_root, job_id=args.job_id, runs_uri=args.runs_uri)
     telemetry.join_launch_context(args.job_id)
     job = fetch_job_spec(args.master, args.job_id, args.settings)
     executor = create_executor(

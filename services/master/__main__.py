@@ -34,7 +34,8 @@ def main() -> None:
         where = "give --store (a postgresql:// URL, or an SQLite file on this host)"
         print(f"error: master: --runs-dir {args.runs_dir} is on an object store, which holds no database: {where}", file=sys.stderr)
         raise SystemExit(2)
-    telemetry.setup_tracing("master", run_store.local_folder(args.runs_dir))
+    runs_uri = args.runs_dir if run_store.is_object_uri(args.runs_dir) else ""
+    telemetry.setup_tracing("master", run_store.local_folder(args.runs_dir), runs_uri=runs_uri)
     store = args.store or str(Path(args.runs_dir) / "primus.db")
     leadership = Leadership(store) if is_url(store) else None
     if leadership is not None:

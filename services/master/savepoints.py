@@ -1,81 +1,90 @@
-"""Savepoints: a job's last committed checkpoint kept under a name in the runs folder, for a new job to start from."""
+"""Savepoints: a job's last committed checkpoint kept under a name in the runs folder, for a new job to start from.
+
+The runs folder may be on an object store (primus.run_store): a savepoint is then copied object by object within the
+store, its savepoint.json put last, so a savepoint exists exactly when its savepoint.json does.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from primus.errors import ConflictError, InvalidRequestError, NotFoundError
+from primus.run_store import RunStore
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$")
+META = "savepoint.json"
 
 
 @dataclass(frozen=True)
 class Savepoint:
     name: str
     job_id: str
-    path: str  # the checkpoint file
+    path: str  # the checkpoint file (a path, or an object's URI)
     steps: int
     created_unix: float
 
 
-def folder(runs_dir: Path, name: str) -> Path:
+def _runs(runs_dir: Path | str | RunStore) -> RunStore:
+    return runs_dir if isinstance(runs_dir, RunStore) else RunStore.open(runs_dir)
+
+
+def folder(runs_dir: Path | str | RunStore, name: str) -> RunStore:
     if not _NAME.match(name):
         raise InvalidRequestError(f"savepoint name {name!r}: lowercase letters, digits, '.', '_' and '-', at most 64")
-    return runs_dir / "savepoints" / name
+    return _runs(runs_dir).child("savepoints").child(name)
 
 
-def take(runs_dir: Path, job_id: str, run_dir: Path, name: str) -> Savepoint:
+def take(runs_dir: Path | str | RunStore, job_id: str, run_dir: Path | str | RunStore, name: str) -> Savepoint:
     """Copy the job's newest checkpoint; ConflictError for a name taken, NotFoundError when it has none yet."""
     target = folder(runs_dir, name)
-    if target.exists():
+    if META in target.list():
         raise ConflictError(f"savepoint {name!r} exists already (of job {load(runs_dir, name).job_id})")
-    checkpoints = run_dir / "checkpoints"
+    checkpoints = _runs(run_dir).child("checkpoints")
     newest = _newest_committed(checkpoints)
     if newest is None:
-        raise NotFoundError(f"job {job_id} has no committed checkpoint yet (in {checkpoints}): try again after its first")
-    summary, files = newest
-    target.mkdir(parents=True)
-    for file in files:  # the checkpoint's own file last; before it, the base and deltas it applies over
-        shutil.copyfile(checkpoints / file, target / file)
-    shutil.copyfile(summary, target / summary.name)
-    path = target / files[-1]
-    steps = _steps(checkpoints / files[-1])
-    savepoint = Savepoint(name, job_id, str(path), steps, time.time())
-    (target / "savepoint.json").write_text(json.dumps(asdict(savepoint), indent=2))
+        raise NotFoundError(f"job {job_id} has no committed checkpoint yet (in {checkpoints.uri}): try again after its first")
+    summary, files, steps = newest
+    for file in [*files, summary]:  # the base and deltas, the checkpoint's own file, then its summary (the commit)
+        checkpoints.copy_to(file, target)
+    savepoint = Savepoint(name, job_id, target.uri_of(files[-1]), steps, time.time())
+    target.put_bytes(META, json.dumps(asdict(savepoint), indent=2).encode())  # last: the savepoint exists from here
     return savepoint
 
 
-def _newest_committed(folder: Path) -> tuple[Path, list[str]] | None:
-    """The newest checkpoint whose summary (ckpt-N.json, the commit) names files that are all there, and those files."""
-    for summary in sorted(folder.glob("ckpt-*.json"), reverse=True):
+def _newest_committed(checkpoints: RunStore) -> tuple[str, list[str], int] | None:
+    """The newest checkpoint whose summary (ckpt-N.json, the commit) names files that are all there: the summary, the
+    files, and the steps it records (the master reads no model, and imports no torch)."""
+    names = set(checkpoints.list())
+    for summary in sorted((n for n in names if n.startswith("ckpt-") and n.endswith(".json")), reverse=True):
         try:
-            files = [str(name) for name in json.loads(summary.read_text()).get("files") or [summary.with_suffix(".pt").name]]
+            data = json.loads(checkpoints.read_bytes(summary))
+            files = [str(name) for name in data.get("files") or [summary.removesuffix(".json") + ".pt"]]
         except (OSError, ValueError, AttributeError):
             continue
-        if all((folder / name).is_file() for name in files):
-            return summary, files
+        if all(name in names for name in files):
+            return summary, files, _steps(data, summary)
     return None
 
 
-def _steps(checkpoint: Path) -> int:
-    """The steps the trainer wrote beside its checkpoint (ckpt-N.json): the master reads no model, and imports no torch."""
+def _steps(summary: dict[str, Any], name: str) -> int:
     try:
-        return int(json.loads(checkpoint.with_suffix(".json").read_text())["steps"])
-    except (OSError, ValueError, KeyError, TypeError):
-        log.warning("%s has no readable summary beside it (a trainer older than summaries): its steps are shown as 0", checkpoint)
+        return int(summary["steps"])
+    except (KeyError, TypeError, ValueError):
+        log.warning("%s records no steps (a trainer older than summaries): its steps are shown as 0", name)
         return 0
 
 
-def load(runs_dir: Path, name: str) -> Savepoint:
-    meta = folder(runs_dir, name) / "savepoint.json"
-    if not meta.exists():
-        known = sorted(p.parent.name for p in (runs_dir / "savepoints").glob("*/savepoint.json"))
-        raise NotFoundError(f"no savepoint {name!r} (savepoints: {', '.join(known) or 'none'})")
-    return Savepoint(**json.loads(meta.read_text()))
+def load(runs_dir: Path | str | RunStore, name: str) -> Savepoint:
+    target = folder(runs_dir, name)
+    try:
+        return Savepoint(**json.loads(target.read_bytes(META)))
+    except FileNotFoundError:
+        known = [n for n in _runs(runs_dir).child("savepoints").folders() if META in _runs(runs_dir).child("savepoints").child(n).list()]
+        raise NotFoundError(f"no savepoint {name!r} (savepoints: {', '.join(sorted(known)) or 'none'})") from None

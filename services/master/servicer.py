@@ -109,13 +109,6 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         self._gate = gate or Gate(PolicyFile(""))
         self.access = access or AccessRecords(store)
 
-    def _savepoints_here(self) -> None:
-        if self._runs.remote:
-            raise InvalidRequestError(
-                f"savepoints live in the runs folder, and this master's ({self._runs.uri}) is on an object store, where savepoints are not kept yet: "
-                "take them on a master whose --runs-dir is a folder"
-            )
-
     def _job(self, verb: Verb, job_id: str) -> JobRecord:
         """The job, if the caller may do verb on it."""
         return self._gate.job(verb, self._store.get(job_id))
@@ -127,10 +120,14 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         if request.spec_dir:
             job = resolve_paths(job, Path(request.spec_dir))
         if request.from_savepoint:
-            self._savepoints_here()
-            savepoint = savepoints.load(self._runs_dir, request.from_savepoint)
+            savepoint = savepoints.load(self._runs, request.from_savepoint)
             training = job.spec.training.model_copy(update={"warm_start": WarmStart(checkpoint=savepoint.path, optimizer="keep")})
             job = job.model_copy(update={"spec": job.spec.model_copy(update={"training": training})})
+        if self._runs.remote and job.spec.training.script is not None:
+            raise InvalidRequestError(
+                f"training.script: a user's loop keeps its checkpoints in its run folder, and this master's runs folder ({self._runs.uri}) is on an "
+                "object store, where they are not kept yet: run it on a master whose --runs-dir is a folder"
+            )
         self._driver.admit(job)
         job_id = new_job_id(job.metadata.name)
         self._gate.about(job_id, job.metadata.namespace)
@@ -218,8 +215,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     @audited(_records)
     def SavepointJob(self, request: master_pb2.SavepointJobRequest, context: grpc.ServicerContext) -> master_pb2.SavepointJobResponse:
         record = self._job(Verb.CHANGE, request.job_id)
-        self._savepoints_here()
-        taken = savepoints.take(self._runs_dir, record.job_id, Path(record.run_dir), request.name)
+        taken = savepoints.take(self._runs, record.job_id, record.run_dir, request.name)
         return master_pb2.SavepointJobResponse(name=taken.name, job_id=taken.job_id, path=taken.path, steps=taken.steps, created_unix=taken.created_unix)
 
     def WatchJob(self, request: master_pb2.WatchJobRequest, context: grpc.ServicerContext) -> Iterator[master_pb2.WatchJobResponse]:

@@ -49,9 +49,7 @@ def _journal(value: str | None, runs_dir: Path | None, settings: PlannerSettings
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m services.planner", description=__doc__)
     parser.add_argument("--bind", default="127.0.0.1:0")
-    parser.add_argument(
-        "--runs-dir", type=run_store.local_folder, default=None, help="where traces are written (a runs folder on an object store: its folder on this host)"
-    )
+    parser.add_argument("--runs-dir", default=None, help="where traces are written: a folder, or an object store URI (written on this host, put there)")
     parser.add_argument("--ready-file", default=None, help="write the bound address (and the metrics address) here once serving")
     metrics_http.add_port_argument(parser)
     parser.add_argument("--max-attempts", type=int, default=None, help="attempts before a task is quarantined (default: the job's data.maxAttempts)")
@@ -77,7 +75,9 @@ def main() -> None:
         else PartitionResolver(args.resolve_threads, args.resolve_processes, latency, parent_check_seconds=settings.parent_check_seconds)
     )
     rpc.configure_logging("planner")
-    telemetry.setup_tracing("planner", args.runs_dir)
+    runs_uri = args.runs_dir if args.runs_dir and run_store.is_object_uri(args.runs_dir) else ""
+    args.runs_dir = run_store.local_folder(args.runs_dir) if args.runs_dir else None  # this host's folder from here on
+    telemetry.setup_tracing("planner", args.runs_dir, runs_uri=runs_uri)
     journal = _journal(args.journal, args.runs_dir, settings)
     registry = PlanRegistry(resolve, max_attempts=args.max_attempts, journal=journal, settings=settings)
     if journal is not None:

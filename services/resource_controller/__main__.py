@@ -27,9 +27,7 @@ def _queue(text: str) -> tuple[str, QueueQuota]:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m services.resource_controller", description=__doc__)
     parser.add_argument("--bind", default="127.0.0.1:0")
-    parser.add_argument(
-        "--runs-dir", type=run_store.local_folder, default=None, help="where traces are written (a runs folder on an object store: its folder on this host)"
-    )
+    parser.add_argument("--runs-dir", default=None, help="where traces are written: a folder, or an object store URI (written on this host, put there)")
     parser.add_argument(
         "--state-dir", type=Path, default=None, help="where the controller keeps its state file (default: the runs dir); a restart re-adopts what it lists"
     )
@@ -44,7 +42,9 @@ def main() -> None:
     args = parser.parse_args()
     settings = from_args_or_exit(ControllerSettings, args, "resource controller")
     rpc.configure_logging("resource_controller")
-    telemetry.setup_tracing("resource_controller", args.runs_dir)
+    runs_uri = args.runs_dir if args.runs_dir and run_store.is_object_uri(args.runs_dir) else ""
+    args.runs_dir = run_store.local_folder(args.runs_dir) if args.runs_dir else None  # this host's folder from here on
+    telemetry.setup_tracing("resource_controller", args.runs_dir, runs_uri=runs_uri)
     try:
         backends = build_backends(config_from(args))
     except BackendUnavailableError as exc:

@@ -39,7 +39,7 @@ def main() -> int:
     args = parse_worker_args("python -m services.trainer", __doc__ or "")
     cores.enter_trainer()  # before any thread starts: they all run on the shared cores
     rpc.configure_logging(args.executor_id)
-    telemetry.setup_tracing("trainer", args.traces_root, job_id=args.job_id)
+    telemetry.setup_tracing("trainer", args.traces_root, job_id=args.job_id, runs_uri=args.runs_uri)
     telemetry.join_launch_context(args.job_id)
     torch.set_num_threads(max(1, round(float(os.environ.get("PRIMUS_CPU_LIMIT", "1")))))
     status = TrainerStatus(trainer_id=args.executor_id, job_id=args.job_id)

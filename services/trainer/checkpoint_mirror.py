@@ -76,3 +76,22 @@ class CheckpointMirror:
             log.info("fetched checkpoint %d (%d files) from %s", seq, len(files), self.store.uri)
             return seq
         return None
+
+
+def fetch(uri: str) -> Path:
+    """A checkpoint on an object store (a ckpt-*.pt object with the files its summary names, or the newest committed one
+    of a folder) copied whole into a scratch folder: the local path to restore from (a warm start, a savepoint)."""
+    if uri.rstrip("/").endswith(".pt"):
+        folder, _, name = uri.rstrip("/").rpartition("/")
+        store = RunStore.open(folder)
+        summary = ckpt.summary_path(Path(name)).name
+        try:
+            files = [str(f) for f in json.loads(store.read_bytes(summary)).get("files") or [name]]
+        except FileNotFoundError:
+            files = [name]  # a lone file: it must be self-contained
+        for file in [*files, summary] if summary in store.list() else files:
+            store.get(file)
+        return store.local / name
+    store = RunStore.open(uri)
+    CheckpointMirror(store).pull()
+    return store.local

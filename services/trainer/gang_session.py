@@ -75,6 +75,8 @@ class GangSession(TrainingSession):
     def resume(self) -> bool:
         """Every rank loads the same checkpoint (the model and the merged cursors, its own mixer and counts); rank 0
         alone hands the cursors to the planner, and the others wait for it before they open their streams."""
+        if self.mirror is not None:
+            self.mirror.pull()  # every rank from the store's newest (a run folder on an object store: no rank shares a disk)
         found = ckpt.committed(self.checkpoint_dir) if self.checkpoint_dir.is_dir() else []
         saved = ckpt.restore(self.checkpoint_dir, self.trainer.model, self.trainer.optimizer) if found else None
         if saved is not None:
@@ -135,6 +137,9 @@ class GangSession(TrainingSession):
         )
         with self._tracer.start_as_current_span("checkpoint", attributes={"primus.checkpoint_seq": self.seq, "primus.steps": self.rounds}):
             ckpt.save(self.checkpoint_dir, state)
+            if self.mirror is not None:  # in the store before the planner hears of it
+                self.mirror.push(self.seq, [ckpt.file_name(self.seq)])
+                self.mirror.prune()
             changed = [p for p in merged.progress() if self._committed.get(p.task_id) != (p.rows_consumed, p.finished)]
             request = planner_pb2.CommitProgressRequest(
                 job_id=self.job_id, trainer_id=self.trainer_id, checkpoint_seq=self.seq, progress=changed, lost_executors=lost or []

@@ -109,9 +109,11 @@ def run_rank(
         return False
 
     discover = executor_discovery(args.resource_controller, args.job_id)
+    checkpoints = args.run_store.child("checkpoints")
     session = GangSession(
-        args.job_id, args.executor_id, job, planner, args.run_dir / "checkpoints", discover, progress if env.rank == 0 else quiet, env=env, settings=args.settings
-    )
+        args.job_id, args.executor_id, job, planner, checkpoints.local, discover, progress if env.rank == 0 else quiet, env=env, settings=args.settings,
+        mirror=CheckpointMirror(checkpoints) if checkpoints.remote else None,
+    )  # fmt: skip
     session.resume()
     session.train()
     session.gather_ranks()

@@ -18,13 +18,15 @@ from primus.data.planner_calls import to_planner
 from primus.errors import DataError
 from primus.metrics import EvalAccumulator
 from primus.row_identity import Purpose, RowDigests
+from primus.run_store import is_object_uri
 from primus.settings import WorkerSettings
 from primus.spec import TrainingJob, WarmStart
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.trainer import checkpoint as ckpt
+from services.trainer import checkpoint_mirror
 from services.trainer.checkpoint_mirror import CheckpointMirror
 from services.trainer.delayed_labels import JoinedFraction
-from services.trainer.export import export_snapshot
+from services.trainer.export import LATEST, export_snapshot
 from services.trainer.snapshots import CheckpointWriter, Snapshot, TouchedRows, take_snapshot
 from services.trainer.training import CtrTrainer, ProgressFn, TrainingResult, finite
 
@@ -116,7 +118,7 @@ class TrainingSession:
 
     def warm_start(self, warm: WarmStart) -> None:
         """Load a batch run's model, and its optimizer state when warm.optimizer is keep (reset: fresh state)."""
-        where = Path(warm.checkpoint)
+        where = checkpoint_mirror.fetch(warm.checkpoint) if is_object_uri(warm.checkpoint) else Path(warm.checkpoint)
         path = ckpt.newest(where) if where.is_dir() else where
         if path is None or not path.is_file():
             raise DataError(f"training.warmStart.checkpoint: no checkpoint at {where} (a ckpt-*.pt file, or a folder holding them)")
@@ -243,6 +245,14 @@ class TrainingSession:
         example = (dense_matrix(rows, features.dense).to(self.trainer.device), sparse_matrix(rows, features.sparse).to(self.trainer.device))
         snapshot = export_snapshot(self.trainer.model, self.snapshots, self.trainer.result.steps, example, export.torchscript, export.keep, features)
         self.trainer.result.snapshot = str(snapshot.torchscript_path or snapshot.state_dict_path)
+        if self.mirror is not None:  # a run folder on an object store: the snapshot there, latest.json last, the pruned ones gone
+            store = self.mirror.store.parent_child("snapshots")
+            put = [p.name for p in (snapshot.state_dict_path, snapshot.torchscript_path) if p is not None]
+            for name in [*put, LATEST]:
+                store.put(name)
+            for name in set(store.list()) - {p.name for p in self.snapshots.iterdir()}:
+                store.delete(name)
+            self.trainer.result.snapshot = store.uri_of(put[-1])
 
     def evaluate(self) -> TrainingResult:
         seen = ConsumedTasks()
