@@ -398,6 +398,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return cmd_run(args)
 
 
+def _runs_location(text: str) -> Path | str:
+    """A runs folder as a Path, or an object store URI kept as written (a Path would fold its //)."""
+    return text if "://" in text and not text.startswith("file://") else Path(text.removeprefix("file://"))
+
+
 def _report_path(args: argparse.Namespace) -> Path:
     """RUN may be a run folder, its report.json, or a job id under --runs-dir; a folder (or a report) on an object store
     (s3://...) is copied here first."""
@@ -413,6 +418,8 @@ def _report_path(args: argparse.Namespace) -> Path:
     path = run if run.name == "report.json" else run / "report.json"
     if path.exists():
         return path
+    if isinstance(args.runs_dir, str):  # a job id under runs on an object store
+        return run_store.fetch_run(f"{args.runs_dir.rstrip('/')}/{run}") / "report.json"
     candidate: Path = args.runs_dir / run / "report.json"
     if not candidate.exists():
         raise PrimusError(f"no report at {path} or {candidate}")
@@ -446,7 +453,13 @@ def cmd_explore(args: argparse.Namespace) -> int:
     from primus.explorer.store import RunStore
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    store = RunStore(args.runs_dir, args.run)
+    runs_dir = args.runs_dir
+    if isinstance(runs_dir, str):  # runs on an object store: read from a copy here, kept current by a thread
+        from primus import run_store
+
+        runs_dir = run_store.local_folder(runs_dir)
+        run_store.RunsCopy(args.runs_dir, runs_dir).start()
+    store = RunStore(runs_dir, args.run)
     if not args.run and not store.runs_dir.is_dir():
         err_console.print(f"[yellow]warning[/yellow]: no runs folder {args.runs_dir} yet: the list fills when a job writes there or sends spans to /v1/traces")
     try:
@@ -505,7 +518,9 @@ def cmd_scaling(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="primus", description="Primus: unified training for recommendation models.")
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="where `primus up` keeps its cluster state (default .primus)")
-    parser.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS_DIR, help="where job folders, reports and traces go (default runs)")
+    parser.add_argument(
+        "--runs-dir", type=_runs_location, default=DEFAULT_RUNS_DIR, help="where job folders, reports and traces go: a folder (default runs) or s3://bucket/prefix"
+    )
     parser.add_argument(
         "--master", default="", help=f"the master's host:port (default: {contexts.MASTER_ENV}, then the services `primus up` started here, then the current context)"
     )
@@ -611,7 +626,7 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("run", type=Path, nargs="*", help="only these runs: run folders, or job ids under --runs-dir (default: every run there)")
     explore.add_argument("--port", type=int, default=EXPLORE_PORT, help=f"port to listen on (default {EXPLORE_PORT}; 0: any free port)")
     explore.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this machine only)")
-    explore.add_argument("--runs-dir", type=Path, default=argparse.SUPPRESS, help="where the runs are (the global --runs-dir, given after the verb)")
+    explore.add_argument("--runs-dir", type=_runs_location, default=argparse.SUPPRESS, help="where the runs are (the global --runs-dir, given after the verb)")
     explore.add_argument("-v", "--verbose", action="store_true", help="log every request")
     return parser
 

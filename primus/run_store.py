@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +26,7 @@ import pyarrow.fs as pafs
 from primus.errors import InvalidRequestError, UnavailableError
 from primus.spec import OBJECT_STORE_SCHEMES, credentials_in
 
+log = logging.getLogger(__name__)
 SCRATCH_ENV = "PRIMUS_SCRATCH_DIR"
 CHUNK = 8 << 20
 
@@ -206,10 +210,11 @@ def local_folder(location: str | Path) -> Path:
     return scratch_root() / "runs" / text.split("://", 1)[1].replace("/", "_")
 
 
-def fetch_run(uri: str, skip: tuple[str, ...] = ("checkpoints", "snapshots")) -> Path:
+def fetch_run(uri: str, skip: tuple[str, ...] = ("checkpoints", "snapshots"), into: Path | None = None) -> Path:
     """A run folder on an object store copied to this host (what reading it needs: the report, the traces, the logs;
-    not the checkpoints and snapshots), into the same place each time; the local folder."""
-    store = RunStore.open(uri, scratch=local_folder(uri))
+    not the checkpoints and snapshots), into the same place each time (or into); the local folder. Objects whose size
+    changed since are fetched again (a trace file put as it grows)."""
+    store = RunStore.open(uri, scratch=into or local_folder(uri))
     assert store.fs is not None
     infos = store.fs.get_file_info(pafs.FileSelector(store.root, allow_not_found=True, recursive=True))
     for info in infos:
@@ -222,3 +227,31 @@ def fetch_run(uri: str, skip: tuple[str, ...] = ("checkpoints", "snapshots")) ->
     if not store.local.is_dir():
         raise FileNotFoundError(f"{uri}: no run folder there")
     return store.local
+
+
+class RunsCopy(threading.Thread):
+    """Keeps a local copy of a runs folder on an object store current (each job's report, traces and logs), every
+    `every_seconds`: what reads run folders from a disk (the explorer) reads runs on a store through it."""
+
+    def __init__(self, uri: str, into: Path, every_seconds: float = 10.0) -> None:
+        super().__init__(name="runs-copy", daemon=True)
+        self.uri, self.into, self.every_seconds = uri.rstrip("/"), into, every_seconds
+        self.copy_once()
+
+    def copy_once(self) -> None:
+        into = self.into
+        into.mkdir(parents=True, exist_ok=True)
+        for job in RunStore.open(self.uri, scratch=into).folders():
+            if job != "savepoints":
+                try:
+                    fetch_run(f"{self.uri}/{job}", into=into / job)
+                except OSError as exc:
+                    log.warning("run %s/%s not copied: %s", self.uri, job, exc)
+
+    def run(self) -> None:
+        while True:
+            time.sleep(self.every_seconds)
+            try:
+                self.copy_once()
+            except OSError as exc:
+                log.warning("runs at %s not copied this time: %s", self.uri, exc)

@@ -669,6 +669,13 @@ class KubeApiDouble:
         with self._lock:
             return {name: copy.deepcopy(obj) for (ns, name), obj in self._secrets.items() if ns == namespace}
 
+    def _secret_value(self, namespace: str, name: str, key: str | None) -> str:
+        """One key of a Secret, or (key None) its keys, a line each; KeyError naming what is missing."""
+        data = self._secret_data(namespace, name)
+        if data is None:
+            raise KeyError(name)
+        return "\n".join(sorted(data)) if key is None else data[key].decode()
+
     def _secret_data(self, namespace: str, name: str) -> dict[str, bytes] | None:
         found = self._secrets.get((namespace, name))
         return None if found is None else {k: base64.b64decode(v) for k, v in (found.get("data") or {}).items()}
@@ -703,7 +710,7 @@ class KubeApiDouble:
             command = [*(container.get("command") or []), *(container.get("args") or [])]
             env = {k: os.environ[k] for k in IMAGE_ENV if k in os.environ}
             try:
-                env.update(_resolve_env(pod.obj, container, lambda name, k: (self._secret_data(key[0], name) or {})[k].decode()))
+                env.update(_resolve_env(pod.obj, container, lambda name, k: self._secret_value(key[0], name, k)))
                 mounts = self._mounts(pod, container)
             except KeyError as exc:
                 _set_container_state(pod.obj, container, {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc).strip("'\"")}}, ready=False)
@@ -874,14 +881,22 @@ def _set_container_state(obj: Json, container: Json, state: Json, ready: bool) -
     status.update(state=state, ready=ready, started=ready)
 
 
-def _resolve_env(obj: Json, container: Json, secret_value: Callable[[str, str], str] | None = None) -> dict[str, str]:
-    """The container's env, the downward API's fieldRef and resourceFieldRef, and secretKeyRef (secret_value(name, key);
-    KeyError when missing) resolved as a kubelet would on this node."""
+def _resolve_env(obj: Json, container: Json, secret_value: Callable[[str, str | None], str] | None = None) -> dict[str, str]:
+    """The container's envFrom secretRef (every key of the Secret; secret_value(name, None) lists them) and env, the
+    downward API's fieldRef and resourceFieldRef, and secretKeyRef (secret_value(name, key); KeyError when missing)
+    resolved as a kubelet would on this node: env entries win over envFrom."""
     fields = {
         "status.podIP": POD_IP, "status.hostIP": POD_IP, "metadata.name": obj["metadata"]["name"], "metadata.namespace": obj["metadata"]["namespace"],
         "metadata.uid": obj["metadata"]["uid"], "spec.nodeName": NODE, "spec.serviceAccountName": obj["spec"].get("serviceAccountName", "default"),
     }  # fmt: skip
     env: dict[str, str] = {}
+    for source in container.get("envFrom") or []:
+        ref = source.get("secretRef")
+        if ref is not None and secret_value is not None:
+            try:
+                env.update({key: secret_value(ref["name"], key) for key in secret_value(ref["name"], None).split("\n") if key})
+            except KeyError:
+                raise KeyError(f'secret "{ref["name"]}" not found') from None
     for entry in container.get("env") or []:
         source = entry.get("valueFrom") or {}
         if "value" in entry:

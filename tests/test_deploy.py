@@ -300,6 +300,37 @@ def test_the_operator_watches_training_jobs_writes_their_status_and_events_and_r
     assert binding["roleRef"]["name"] == OPERATOR and binding["subjects"][0]["name"] == OPERATOR
 
 
+def test_the_object_store_overlay_shares_no_volume_and_points_every_service_at_the_bucket() -> None:
+    """overlays/object-store: no runs claim, no pod mounts another's volume, each service's runs folder is the bucket, the
+    job store and the planner's journal are PostgreSQL, and the credentials come from one Secret (envFrom), which the
+    controller hands to every executor pod."""
+    docs = _render(_kubectl(), K8S / "overlays" / "object-store")
+    for doc in docs:
+        try:
+            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"object-store: {doc['kind']}/{doc['metadata']['name']}: {'.'.join(str(p) for p in exc.path)}: {exc.message}")
+    claims = {d["metadata"]["name"] for d in docs if d["kind"] == "PersistentVolumeClaim"}
+    assert claims == {"primus-controller-state"}, claims
+    runs = "s3://primus-runs/runs"
+    for name in ("primus-master", "primus-planner", "primus-resource-controller"):
+        pod = _one(docs, "Deployment", name)["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        flags = _flags(container["args"])
+        assert flags["--runs-dir"] == runs, name
+        assert container["envFrom"] == [{"secretRef": {"name": "primus-object-store"}}], name
+        shared = [v for v in pod["volumes"] if v.get("persistentVolumeClaim", {}).get("claimName") == RUNS_PVC]
+        assert not shared, f"{name} mounts the runs claim"
+    assert _flags(_one(docs, "Deployment", "primus-master")["spec"]["template"]["spec"]["containers"][0]["args"])["--store"] == "$(PRIMUS_STORE)"
+    assert _flags(_one(docs, "Deployment", "primus-planner")["spec"]["template"]["spec"]["containers"][0]["args"])["--journal"] == "$(PRIMUS_PLANNER_JOURNAL)"
+    controller = _one(docs, "Deployment", "primus-resource-controller")["spec"]["template"]["spec"]
+    flags = _flags(controller["containers"][0]["args"])
+    assert flags["--kubernetes-env-secret"] == "primus-object-store" and flags["--state-dir"] == "/var/lib/primus/state"
+    assert {"name": "state", "persistentVolumeClaim": {"claimName": "primus-controller-state"}} in controller["volumes"]
+    explorer = _one(docs, "Deployment", EXPLORER)["spec"]["template"]["spec"]["containers"][0]
+    assert f"--runs-dir={runs}" in explorer["args"] and {"name": "PRIMUS_SCRATCH_DIR", "value": "/var/lib/primus/cache"} in explorer["env"]
+
+
 def test_resource_controller_may_manage_pods(rendered: tuple[str, tuple[Doc, ...]]) -> None:
     name, docs = rendered
     role = _one(docs, "Role", RC_ACCOUNT)

@@ -170,6 +170,25 @@ def test_a_pod_asks_for_its_gpus_as_the_device_plugin_names_them(double: KubeApi
     assert pod["spec"]["containers"][0]["resources"] == {"requests": amounts, "limits": amounts}
 
 
+def test_every_pod_takes_the_object_stores_credentials_from_the_env_secret(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:
+    """--kubernetes-env-secret: each executor pod's container takes every key of that Secret as a variable (envFrom), so
+    the executors read an object store with the deployment's credentials, never with values in the pod spec."""
+    data = {"AWS_ACCESS_KEY_ID": "primus-key", "AWS_ENDPOINT_URL_S3": "http://s3.example:8333"}
+    body = {"metadata": {"name": "object-store"}, "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
+    _api(double).create_namespaced_secret(NS, body)
+    spec = _spec(tmp_path, "import os, time; print(os.environ['AWS_ACCESS_KEY_ID'], os.environ['AWS_ENDPOINT_URL_S3'], flush=True); time.sleep(60)")
+    backend = connect(env_secret="object-store")
+    handle = backend.launch(spec)
+    double.wait_for(lambda: spec.log_path.exists() and spec.log_path.read_text().strip(), "the pod's output")
+    assert spec.log_path.read_text().strip() == "primus-key http://s3.example:8333"
+    pod = double.pod(NS, spec.executor_id)
+    assert pod is not None
+    (container,) = pod["spec"]["containers"]
+    assert container["envFrom"] == [{"secretRef": {"name": "object-store"}}]
+    assert not {e["name"] for e in container["env"]} & set(data), "no credential as a plain value in the pod"
+    backend.release(handle, 0)
+
+
 def test_pending_then_running_then_oom_killed(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:
     double.unschedulable = "0/1 nodes are available: 1 node(s) had untolerated taint {maintenance: }."
     backend = connect()

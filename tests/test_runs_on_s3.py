@@ -19,8 +19,9 @@ import yaml
 from primus import rpc
 from primus.cluster import start_cluster, stop_services
 from primus.demo import demo_job
+from primus.explorer.store import RunStore as ExplorerRuns
 from primus.faults import FaultPlan, Pause
-from primus.run_store import RunStore, read_bytes_at
+from primus.run_store import RunsCopy, RunStore, read_bytes_at
 from primus.spec import load_job_file
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from services.trainer import checkpoint as ckpt
@@ -164,6 +165,11 @@ def test_a_job_whose_runs_folder_is_a_bucket_resumes_a_killed_trainer_from_the_b
     assert shown.returncode == 0 and json.loads(shown.stdout)["job_id"] == job_id, shown.stderr
     traces = store.child("traces").list()
     assert any(n.startswith("trainer-") for n in traces) and any(n.startswith("data_executor-") for n in traces), traces
+    copy = RunsCopy(runs, tmp_path / "explorer")  # what `primus explore --runs-dir s3://...` reads through
+    brief = ExplorerRuns(tmp_path / "explorer").brief(job_id)
+    assert brief.report is not None and brief.report["state"] == "SUCCEEDED" and brief.trace_files >= 3, brief
+    assert ExplorerRuns(tmp_path / "explorer").snapshot(job_id).spans, "the copied traces read as spans"
+    assert copy.into == tmp_path / "explorer" and not (tmp_path / "explorer" / job_id / "checkpoints").exists(), "no checkpoints copied"
     # A savepoint is copied within the bucket, and a new job warm-starts from it on a scratch folder of its own.
     assert taken.path.startswith(f"{runs}/savepoints/in-the-bucket/ckpt-") and taken.steps > 0, taken
     assert json.loads(read_bytes_at(warm.report_path))["state"] == "SUCCEEDED", warm.message

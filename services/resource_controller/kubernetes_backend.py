@@ -318,10 +318,12 @@ class KubernetesBackend:
         supervise_seconds: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
         credentials: security.Settings | None = None,
+        env_secret: str = "",
     ) -> None:
         """commands: the container command per role (the spec's args follow), over the default `python -m <module>`.
         credentials: the controller's TLS files, handed to every job's pods through the job's Secret (default: this
-        process's environment)."""
+        process's environment). env_secret: a Secret every pod takes environment variables from (envFrom)."""
+        self._env_secret = env_secret
         self._api = api
         self._security = security.from_env() if credentials is None else credentials
         self._tls_files: dict[str, bytes] | None = None
@@ -366,6 +368,7 @@ class KubernetesBackend:
             api.api_client.close()
             raise
         log.info("kubernetes backend: API server %s, namespace %s%s", address, namespace, f", pods owned by {owner['kind']} {owner['name']}" if owner else "")
+        options.setdefault("env_secret", config.kubernetes_env_secret)
         return cls(api, namespace, address, image=config.kubernetes_image or "primus:latest", owner=owner, **options)
 
     # --- launch -----------------------------------------------------------------------------------
@@ -391,6 +394,7 @@ class KubernetesBackend:
             self._owner,
             telemetry.context_env(),
             credentials,
+            self._env_secret,
         )
         handle = KubernetesHandle(
             spec.executor_id, self.namespace, spec.executor_id, "", spec.job_id, spec.role, container_name(spec.role), spec.cpu, spec.memory_mib,

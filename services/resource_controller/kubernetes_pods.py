@@ -101,9 +101,11 @@ def pod_manifest(
     owner: Mapping[str, str] | None,
     launch_env: Mapping[str, str],
     credentials: PodCredentials | None = None,
+    env_secret: str = "",
 ) -> JsonDict:
     """The executor's pod: requests = limits, resizable in place, Never restarted, its settings from the job's placement
-    block; with credentials, its token from the job's Secret (never a plain value) and the TLS files mounted from it."""
+    block; with credentials, its token from the job's Secret (never a plain value) and the TLS files mounted from it;
+    with env_secret, every key of that Secret as an environment variable (an object store's credentials)."""
     placement = spec.placement or {}
     env: dict[str, JsonDict] = {}
     values = {"PRIMUS_CPU_LIMIT": str(spec.cpu), "PRIMUS_MEMORY_MIB": str(spec.memory_mib), "PYTHONUNBUFFERED": "1", "PRIMUS_BIND_HOST": "0.0.0.0"}
@@ -126,6 +128,8 @@ def pod_manifest(
         "resources": container_resources(spec.cpu, spec.memory_mib, spec.gpus),
         "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}, {"resourceName": "memory", "restartPolicy": "NotRequired"}],
     }
+    if env_secret:
+        container["envFrom"] = [{"secretRef": {"name": env_secret}}]
     mounts = list(placement.get("volumeMounts") or [])
     volumes = list(placement.get("volumes") or [])
     if credentials is not None and credentials.tls:
