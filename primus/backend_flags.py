@@ -12,6 +12,7 @@ FLAGS = {
     "--kubernetes-namespace": "the namespace executors' pods go in (default: default)",
     "--kubernetes-image": "the executors' image, unless a job names its own (default: primus:latest)",
     "--kubernetes-owner-pod": "the resource controller's own pod: executors' pods are owned by its Deployment (or StatefulSet; a bare pod by the pod)",
+    "--kubernetes-pod-template": "a PodTemplate in the namespace every executor pod starts from (security context, tolerations, sidecars); ROLE=NAME,... per role",
     "--kubernetes-env-secret": "a Secret whose keys every executor pod gets as environment variables (an object store's credentials: AWS_ACCESS_KEY_ID, ...)",
     "--yarn-address": "host:port of the skein application master that hosts the executors",
     "--ray-address": "the Ray cluster's address (host:port, or auto for the one on this machine)",

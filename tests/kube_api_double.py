@@ -11,6 +11,7 @@ It speaks the JSON wire format of the core/v1 pod endpoints that the official `k
 - PATCH  /api/v1/namespaces/{ns}/pods/{name}/resize   in-place resize (strategic-merge, merge or JSON patch)
 - GET    /api/v1/namespaces/{ns}/pods/{name}/log      the container's output
 - POST   /api/v1/namespaces/{ns}/secrets         create; GET, PUT and DELETE /api/v1/namespaces/{ns}/secrets/{name}
+- POST   /api/v1/namespaces/{ns}/podtemplates    create; GET .../podtemplates/{name}
 - POST   /apis/apps/v1/namespaces/{ns}/{deployments,replicasets}   create (stored, never acted on: no pods are made);
          GET and DELETE .../{name}
 - /apis/primus.dev/v1/namespaces/{ns}/trainingjobs[/{name}[/status]] (the TrainingJob custom resource, from its CRD),
@@ -182,6 +183,7 @@ class KubeApiDouble:
         self._changed = threading.Condition(self._lock)
         self._pods: dict[tuple[str, str], _Pod] = {}
         self._secrets: dict[tuple[str, str], Json] = {}
+        self._pod_templates: dict[tuple[str, str], Json] = {}
         self._apps: dict[tuple[str, str, str], Json] = {}  # (resource, namespace, name): deployments and replicasets
         self._rv = 1000
         self._history: list[tuple[int, str, str, Json]] = []  # (resourceVersion, namespace, event type, object)
@@ -356,6 +358,8 @@ class KubeApiDouble:
             return self.custom.handle(h, method, segments, query, content_type, body)
         if segments[:4] == ["apis", "apps", "v1", "namespaces"] and len(segments) in (6, 7) and segments[5] in ("deployments", "replicasets"):
             return self._workload(h, method, segments[5], segments[4], segments[6] if len(segments) == 7 else "", body)
+        if segments[:3] == ["api", "v1", "namespaces"] and len(segments) in (5, 6) and segments[4] == "podtemplates":
+            return self._pod_template(h, method, segments[3], segments[5] if len(segments) == 6 else "", body)
         if segments[:3] == ["api", "v1", "namespaces"] and len(segments) in (5, 6) and segments[4] == "secrets":
             return self._secret(h, method, segments[3], segments[5] if len(segments) == 6 else "", body)
         if segments[:3] != ["api", "v1", "namespaces"] or len(segments) < 5 or segments[4] != "pods":
@@ -638,6 +642,29 @@ class KubeApiDouble:
             if method == "GET":
                 return h.send_json(200, copy.deepcopy(found))
         return h.send_json(405, status_body(405, "MethodNotAllowed", f"{method} is not supported on secrets by this double"))
+
+    def _pod_template(self, h: _Handler, method: str, namespace: str, name: str, body: bytes) -> None:
+        """PodTemplates: create and read (what the backend reads at start-up)."""
+        if namespace not in self.namespaces:
+            return h.send_json(404, status_body(404, "NotFound", f'namespaces "{namespace}" not found', {"name": namespace, "kind": "namespaces"}))
+        with self._lock:
+            if method == "POST" and not name:
+                obj = json.loads(body)
+                name = obj["metadata"]["name"]
+                if (namespace, name) in self._pod_templates:
+                    return h.send_json(409, status_body(409, "AlreadyExists", f'podtemplates "{name}" already exists', {"name": name, "kind": "podtemplates"}))
+                self._rv += 1
+                obj["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), resourceVersion=str(self._rv), creationTimestamp=stamp())
+                obj.setdefault("apiVersion", "v1")
+                obj.setdefault("kind", "PodTemplate")
+                self._pod_templates[(namespace, name)] = obj
+                return h.send_json(201, copy.deepcopy(obj))
+            found = self._pod_templates.get((namespace, name))
+            if method == "GET" and found is not None:
+                return h.send_json(200, copy.deepcopy(found))
+        if method == "GET":
+            return h.send_json(404, status_body(404, "NotFound", f'podtemplates "{name}" not found', {"name": name, "kind": "podtemplates"}))
+        return h.send_json(405, status_body(405, "MethodNotAllowed", f"{method} is not supported on podtemplates by this double"))
 
     def _workload(self, h: _Handler, method: str, resource: str, namespace: str, name: str, body: bytes) -> None:
         """Deployments and ReplicaSets: create, read, delete; stored only (owners for the garbage collector)."""

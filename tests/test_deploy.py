@@ -43,10 +43,12 @@ SERVICES = {
     "resource_controller": ("primus-resource-controller", 50053),
 }
 RUNS_PVC = "primus-runs"
+RUNS_MOUNT = "/var/lib/primus/runs"
 CRD_NAME = "trainingjobs.primus.dev"
 RC_ACCOUNT = "primus-resource-controller"
 EXPLORER = "primus-explorer"
 OPERATOR = "primus-operator"
+POD_TEMPLATES = {"data_executor": "primus-data-executor", "trainer": "primus-trainer"}
 METRICS_PORT = 9090
 
 Doc = dict[str, Any]
@@ -122,6 +124,7 @@ def test_kustomizations_render_every_object(rendered: tuple[str, tuple[Doc, ...]
         ("Deployment", EXPLORER),
         ("Service", EXPLORER),
         *((kind, OPERATOR) for kind in ("Deployment", "ServiceAccount", "Role", "RoleBinding")),
+        *(("PodTemplate", name) for name in POD_TEMPLATES.values()),
         *(("NetworkPolicy", policy) for policy in ("primus-same-namespace", "primus-master-from-anywhere", "primus-metrics-from-anywhere")),
         ("PodDisruptionBudget", "primus-data-executors"),
     }
@@ -327,8 +330,33 @@ def test_the_object_store_overlay_shares_no_volume_and_points_every_service_at_t
     flags = _flags(controller["containers"][0]["args"])
     assert flags["--kubernetes-env-secret"] == "primus-object-store" and flags["--state-dir"] == "/var/lib/primus/state"
     assert {"name": "state", "persistentVolumeClaim": {"claimName": "primus-controller-state"}} in controller["volumes"]
+    for template_name in POD_TEMPLATES.values():
+        pod = _one(docs, "PodTemplate", template_name)["template"]["spec"]
+        assert not [v for v in pod["volumes"] if "persistentVolumeClaim" in v], f"{template_name} still mounts a claim"
+        assert RUNS_MOUNT not in {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
     explorer = _one(docs, "Deployment", EXPLORER)["spec"]["template"]["spec"]["containers"][0]
     assert f"--runs-dir={runs}" in explorer["args"] and {"name": "PRIMUS_SCRATCH_DIR", "value": "/var/lib/primus/cache"} in explorer["env"]
+
+
+def test_executor_and_trainer_pods_start_from_templates_the_controller_names(rendered: tuple[str, tuple[Doc, ...]]) -> None:
+    """The controller's --kubernetes-pod-template names a PodTemplate per role that the render has, its Role may read
+    them, and each template is what a locked-down pod needs: non-root, no privilege escalation, a read-only root file
+    system with /tmp and a memory-backed /dev/shm (the shared-memory batches) to write, and the runs volume."""
+    name, docs = rendered
+    controller = _one(docs, "Deployment", SERVICES["resource_controller"][0])["spec"]["template"]["spec"]["containers"][0]
+    flag = _flags(controller["args"])["--kubernetes-pod-template"]
+    assert dict(part.split("=") for part in flag.split(",")) == POD_TEMPLATES, name
+    rules = [r for r in _one(docs, "Role", RC_ACCOUNT)["rules"] if "podtemplates" in r["resources"]]
+    assert rules and "get" in rules[0]["verbs"]
+    for role, template_name in POD_TEMPLATES.items():
+        pod = _one(docs, "PodTemplate", template_name)["template"]["spec"]
+        (container,) = pod["containers"]
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0, role
+        assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}, role
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory" and "emptyDir" in volumes[mounts["/tmp"]], role
+        assert volumes[mounts[RUNS_MOUNT]]["persistentVolumeClaim"]["claimName"] == RUNS_PVC, role
 
 
 def test_resource_controller_may_manage_pods(rendered: tuple[str, tuple[Doc, ...]]) -> None:

@@ -30,6 +30,7 @@ from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from services.resource_controller.backend import EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism
 from services.resource_controller.backends import BackendConfig, BackendUnavailableError
 from services.resource_controller.kubernetes_backend import KubernetesBackend, KubernetesHandle
+from services.resource_controller.kubernetes_pods import MANAGED_BY
 from tests.conftest import DAYS, ROWS_PER_HOUR, assert_every_call_was_checked, finish_job, job_document
 from tests.faults_helpers import assert_dataset_rows_exact
 from tests.kube_api_double import REPO_ROOT, KubeApiDouble
@@ -63,12 +64,13 @@ def connect(double: KubeApiDouble) -> Iterator[Callable[..., KubernetesBackend]]
     """Connect a backend to the double (closed at the end); options go to KubernetesBackend."""
     made: list[KubernetesBackend] = []
 
-    def make(owner: str = "", **options: Any) -> KubernetesBackend:
+    def make(owner: str = "", template_flag: str = "", **options: Any) -> KubernetesBackend:
         options.setdefault("commands", {"data_executor": ("python", "-c", RUN)})
         options.setdefault("backoff_seconds", 0.05)
         config = BackendConfig(
-            kinds=("local", "kubernetes"), kubernetes_api=double.url, kubernetes_namespace=NS, kubernetes_owner_pod=owner, kubernetes_image="primus:test"
-        )
+            kinds=("local", "kubernetes"), kubernetes_api=double.url, kubernetes_namespace=NS, kubernetes_owner_pod=owner, kubernetes_image="primus:test",
+            kubernetes_pod_template=template_flag,
+        )  # fmt: skip
         backend = KubernetesBackend.connect(config, **options)
         made.append(backend)
         return backend
@@ -187,6 +189,57 @@ def test_every_pod_takes_the_object_stores_credentials_from_the_env_secret(doubl
     assert container["envFrom"] == [{"secretRef": {"name": "object-store"}}]
     assert not {e["name"] for e in container["env"]} & set(data), "no credential as a plain value in the pod"
     backend.release(handle, 0)
+
+
+def test_pods_start_from_the_roles_pod_template_and_primus_sets_the_rest(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:
+    """--kubernetes-pod-template: a platform's PodTemplate (security contexts, tolerations, a sidecar, a volume, an
+    env value) is what each pod starts from; what Primus sets (its container first, its command, resources, env, the
+    restart policy, its labels) wins over it; a job's placement wins over both."""
+    template = {
+        "metadata": {"name": "primus-data-executor"},
+        "template": {
+            "metadata": {"labels": {"team": "ranking", MANAGED_BY: "someone-else"}, "annotations": {"sidecar.example/inject": "false"}},
+            "spec": {
+                "securityContext": {"runAsNonRoot": True, "runAsUser": 10001},
+                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoSchedule"}],
+                "restartPolicy": "Always",
+                "priorityClassName": "batch",
+                "volumes": [{"name": "tmp", "emptyDir": {}}],
+                "containers": [
+                    {
+                        "name": "executor", "image": "ignored", "securityContext": {"readOnlyRootFilesystem": True},
+                        "env": [{"name": "REGION", "value": "eu"}, {"name": "EXTRA", "value": "the template's"}],
+                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                    },
+                    {"name": "log-shipper", "image": "fluent-bit:3"},
+                ],
+            },
+        },
+    }  # fmt: skip
+    _api(double).create_namespaced_pod_template(NS, template)
+    backend = connect(template_flag="primus-data-executor")  # every role's
+    double.unschedulable = "held"  # the pod is only looked at here
+    handle = backend.launch(_spec(tmp_path, SLEEP, nodeSelector={"pool": "cpu"}))
+    pod = double.pod(NS, handle.executor_id)
+    assert pod is not None
+    spec, (ours, sidecar) = pod["spec"], pod["spec"]["containers"]
+    assert ours["name"] == "data-executor" and ours["image"] == "primus:test" and sidecar["name"] == "log-shipper", "the executor's container first"
+    assert ours["securityContext"] == {"readOnlyRootFilesystem": True} and spec["securityContext"]["runAsUser"] == 10001
+    env = {e["name"]: e.get("value") for e in ours["env"]}
+    assert env["REGION"] == "eu" and env["EXTRA"] == "yes", "the template's env kept, Primus's own wins"
+    assert {"name": "tmp", "mountPath": "/tmp"} in ours["volumeMounts"] and {"name": "tmp", "emptyDir": {}} in spec["volumes"]
+    assert spec["restartPolicy"] == "Never" and spec["priorityClassName"] == "batch" and spec["tolerations"][0]["value"] == "training"
+    assert spec["nodeSelector"] == {"pool": "cpu"}, "the job's placement on top"
+    assert pod["metadata"]["labels"]["team"] == "ranking" and pod["metadata"]["labels"][MANAGED_BY] == "primus"
+    assert ours["resources"]["limits"] == {"cpu": "500m", "memory": "256Mi"}
+
+
+def test_a_pod_template_that_cannot_be_read_is_one_line_at_start_up(double: KubeApiDouble) -> None:
+    config = BackendConfig(kinds=("local", "kubernetes"), kubernetes_api=double.url, kubernetes_namespace=NS, kubernetes_pod_template="trainer=nowhere")
+    with pytest.raises(BackendUnavailableError, match=r'cannot read the PodTemplate "nowhere" in namespace .* check --kubernetes-pod-template'):
+        KubernetesBackend.connect(config)
+    with pytest.raises(BackendUnavailableError, match="'planner=x' is not NAME or ROLE=NAME"):
+        KubernetesBackend.connect(replace(config, kubernetes_pod_template="planner=x"))
 
 
 def test_pending_then_running_then_oom_killed(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ class BackendConfig:
     kubernetes_image: str = "primus:latest"
     kubernetes_owner_pod: str = ""  # the controller's own pod: executors' pods are owned by its workload (see owner_reference)
     kubernetes_env_secret: str = ""  # a Secret every executor pod takes its environment from (envFrom): the object store's credentials
+    kubernetes_pod_template: str = ""  # PodTemplate NAME (every role's), or ROLE=NAME,...: what each executor pod starts from
     yarn_address: str = ""  # host:port of the skein application master that hosts the executors
     ray_address: str = ""  # a Ray cluster's address (ray://..., host:port, or auto)
     keep_trainer_cores: bool = True  # local: each trainer's training thread keeps cores of its own (primus.cores)
@@ -39,7 +40,7 @@ def config_from(args: argparse.Namespace) -> BackendConfig:
     kinds = tuple(dict.fromkeys(["local", *args.backend]))
     return BackendConfig(
         kinds, args.kubernetes_api, args.kubernetes_config, args.kubernetes_namespace or "default", args.kubernetes_image or "primus:latest",
-        args.kubernetes_owner_pod, args.kubernetes_env_secret, args.yarn_address, args.ray_address, args.local_trainer_cores != "shared",
+        args.kubernetes_owner_pod, args.kubernetes_env_secret, args.kubernetes_pod_template, args.yarn_address, args.ray_address, args.local_trainer_cores != "shared",
     )  # fmt: skip
 
 

@@ -292,6 +292,33 @@ def owner_reference(api: k8s.CoreV1Api, namespace: str, pod: str, address: str) 
     return owner
 
 
+def pod_templates(api: k8s.CoreV1Api, namespace: str, flag: str, address: str) -> dict[str, JsonDict]:
+    """--kubernetes-pod-template read once at start-up: NAME for every role, or ROLE=NAME,...; per role, the
+    PodTemplate's `template` (metadata and spec). One line naming the template when it cannot be read."""
+    if not flag:
+        return {}
+    named: dict[str, str] = {}
+    for part in (p.strip() for p in flag.split(",") if p.strip()):
+        role, _, name = part.rpartition("=")
+        roles = [role] if role else list(ROLE_MODULES)
+        unknown = [r for r in roles if r not in ROLE_MODULES]
+        if unknown or not name:
+            raise BackendUnavailableError(f"--kubernetes-pod-template {flag}: {part!r} is not NAME or ROLE=NAME (roles: {', '.join(ROLE_MODULES)})")
+        named.update(dict.fromkeys(roles, name))
+    templates: dict[str, JsonDict] = {}
+    for role, name in named.items():
+        try:
+            found = _json(api.read_namespaced_pod_template(name, namespace, _request_timeout=PROBE_TIMEOUT_SECONDS, _preload_content=False))
+        except ApiException as exc:
+            where = f'the PodTemplate "{name}" in namespace "{namespace}" at {address}'
+            raise BackendUnavailableError(f"kubernetes: cannot read {where} ({api_error(exc)}): check --kubernetes-pod-template and the role") from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise BackendUnavailableError(f"kubernetes: cannot reach the API server at {address} ({unreachable_reason(exc)}): check --kubernetes-api") from None
+        templates[role] = dict(found.get("template") or {})
+    log.info("kubernetes backend: pods start from %s", ", ".join(f"PodTemplate {name} ({role})" for role, name in sorted(named.items())))
+    return templates
+
+
 # --- the backend ----------------------------------------------------------------------------------
 
 
@@ -319,11 +346,14 @@ class KubernetesBackend:
         clock: Callable[[], float] = time.monotonic,
         credentials: security.Settings | None = None,
         env_secret: str = "",
+        templates: Mapping[str, JsonDict] | None = None,
     ) -> None:
         """commands: the container command per role (the spec's args follow), over the default `python -m <module>`.
         credentials: the controller's TLS files, handed to every job's pods through the job's Secret (default: this
-        process's environment). env_secret: a Secret every pod takes environment variables from (envFrom)."""
+        process's environment). env_secret: a Secret every pod takes environment variables from (envFrom). templates: per
+        role, the PodTemplate's `template` its pods start from (pod_templates)."""
         self._env_secret = env_secret
+        self._templates = dict(templates or {})
         self._api = api
         self._security = security.from_env() if credentials is None else credentials
         self._tls_files: dict[str, bytes] | None = None
@@ -364,11 +394,13 @@ class KubernetesBackend:
         try:
             probe(api, namespace, address)
             owner = owner_reference(api, namespace, config.kubernetes_owner_pod, address) if config.kubernetes_owner_pod else None
+            templates = pod_templates(api, namespace, config.kubernetes_pod_template, address)
         except BaseException:
             api.api_client.close()
             raise
         log.info("kubernetes backend: API server %s, namespace %s%s", address, namespace, f", pods owned by {owner['kind']} {owner['name']}" if owner else "")
         options.setdefault("env_secret", config.kubernetes_env_secret)
+        options.setdefault("templates", templates)
         return cls(api, namespace, address, image=config.kubernetes_image or "primus:latest", owner=owner, **options)
 
     # --- launch -----------------------------------------------------------------------------------
@@ -395,6 +427,7 @@ class KubernetesBackend:
             telemetry.context_env(),
             credentials,
             self._env_secret,
+            self._templates.get(spec.role),
         )
         handle = KubernetesHandle(
             spec.executor_id, self.namespace, spec.executor_id, "", spec.job_id, spec.role, container_name(spec.role), spec.cpu, spec.memory_mib,

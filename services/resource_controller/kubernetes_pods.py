@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -102,6 +103,7 @@ def pod_manifest(
     launch_env: Mapping[str, str],
     credentials: PodCredentials | None = None,
     env_secret: str = "",
+    template: JsonDict | None = None,
 ) -> JsonDict:
     """The executor's pod: requests = limits, resizable in place, Never restarted, its settings from the job's placement
     block; with credentials, its token from the job's Secret (never a plain value) and the TLS files mounted from it;
@@ -152,7 +154,34 @@ def pod_manifest(
     }
     if owner is not None:
         metadata["ownerReferences"] = [{"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["name"], "uid": owner["uid"]}]
+    if template:
+        metadata, pod_spec = from_template(template, metadata, pod_spec)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def from_template(template: Mapping[str, Any], metadata: JsonDict, pod_spec: JsonDict) -> tuple[JsonDict, JsonDict]:
+    """The pod as a PodTemplate's `template` (metadata and spec) with the executor's own on top: what Primus sets (its
+    container's command, image, resources and env, the restart policy, labels, the job's placement) wins; the rest of
+    the template stays (security contexts, tolerations, affinity, volumes, env and mounts of its first container, and
+    its other containers as sidecars after the executor's)."""
+    base_meta = copy.deepcopy(dict(template.get("metadata") or {}))
+    base = copy.deepcopy(dict(template.get("spec") or {}))
+    merged_meta = {**metadata}
+    for key in ("labels", "annotations"):
+        merged_meta[key] = {**(base_meta.get(key) or {}), **(metadata.get(key) or {})}
+    ours = pod_spec["containers"][0]
+    first, *sidecars = base.get("containers") or [{}]
+    container = {**first, **ours}
+    for key, name_of in (("env", "name"), ("volumeMounts", "mountPath")):
+        mine = {item[name_of] for item in ours.get(key) or []}
+        container[key] = [*(item for item in first.get(key) or [] if item[name_of] not in mine), *(ours.get(key) or [])]
+    container["envFrom"] = [*(first.get("envFrom") or []), *(ours.get("envFrom") or [])]
+    container = {k: v for k, v in container.items() if v != []}
+    spec = {**base, **{k: v for k, v in pod_spec.items() if k not in ("containers", "volumes")}, "containers": [container, *sidecars]}
+    volumes = {v["name"]: v for v in [*(base.get("volumes") or []), *(pod_spec.get("volumes") or [])]}
+    if volumes:
+        spec["volumes"] = list(volumes.values())
+    return merged_meta, spec
 
 
 def _credentials_env(credentials: PodCredentials) -> dict[str, JsonDict]:
