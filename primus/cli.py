@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 import yaml
 
-from primus import access_cli, contexts, digest_cli, rpc, security, spec_versions
+from primus import access_cli, contexts, digest_cli, rpc, security, spec_versions, tokens
 from primus.backend_flags import add_backend_arguments, controller_argv
 from primus.client import AccessDeniedError, CredentialsRefusedError, JobConflictError, JobNotFoundError, MasterUnreachableError, PrimusClient
 from primus.cluster import (
@@ -460,14 +460,20 @@ def cmd_explore(args: argparse.Namespace) -> int:
         runs_dir = run_store.local_folder(runs_dir)
         run_store.RunsCopy(args.runs_dir, runs_dir).start()
     store = RunStore(runs_dir, args.run)
+    secret_file = args.token_secret_file or os.environ.get(security.SECRET_ENV, "")
+    secret = tokens.read_secret(secret_file) if secret_file else None
     if not args.run and not store.runs_dir.is_dir():
         err_console.print(f"[yellow]warning[/yellow]: no runs folder {args.runs_dir} yet: the list fills when a job writes there or sends spans to /v1/traces")
     try:
-        server = make_server(store, args.host, args.port)
+        server = make_server(store, args.host, args.port, secret)
     except OSError as exc:
         raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; pick another with --port (0: any free port)") from None
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        err_console.print(f"[yellow]warning[/yellow]: listening on {args.host}: anyone who can reach it reads these runs and can send spans")
+    if args.host not in ("127.0.0.1", "localhost", "::1") and secret is None:
+        err_console.print(
+            f"[yellow]warning[/yellow]: listening on {args.host}: anyone who can reach it reads these runs and can send spans (--token-secret-file asks for tokens)"
+        )
+    if secret is not None:
+        err_console.print("every request needs a Primus user token: open /?token=TOKEN once (primus token create --subject NAME)")
     url = server.url
     console.print(f"explorer: {url}", highlight=False, soft_wrap=True)
     for job_id in store.pinned or {}:
@@ -627,6 +633,9 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--port", type=int, default=EXPLORE_PORT, help=f"port to listen on (default {EXPLORE_PORT}; 0: any free port)")
     explore.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this machine only)")
     explore.add_argument("--runs-dir", type=_runs_location, default=argparse.SUPPRESS, help="where the runs are (the global --runs-dir, given after the verb)")
+    explore.add_argument(
+        "--token-secret-file", default="", help=f"the secret Primus tokens are signed with (default: {security.SECRET_ENV}); set, every request needs a user token"
+    )
     explore.add_argument("-v", "--verbose", action="store_true", help="log every request")
     return parser
 

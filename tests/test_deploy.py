@@ -125,7 +125,10 @@ def test_kustomizations_render_every_object(rendered: tuple[str, tuple[Doc, ...]
         ("Service", EXPLORER),
         *((kind, OPERATOR) for kind in ("Deployment", "ServiceAccount", "Role", "RoleBinding")),
         *(("PodTemplate", name) for name in POD_TEMPLATES.values()),
-        *(("NetworkPolicy", policy) for policy in ("primus-same-namespace", "primus-master-from-anywhere", "primus-metrics-from-anywhere")),
+        *(
+            ("NetworkPolicy", policy)
+            for policy in ("primus-same-namespace", "primus-master-from-anywhere", "primus-explorer-from-anywhere", "primus-metrics-from-anywhere")
+        ),
         ("PodDisruptionBudget", "primus-data-executors"),
     }
     namespace = NAMESPACES[name]
@@ -224,9 +227,9 @@ def test_deployments_probe_their_grpc_port_and_share_the_runs_volume(rendered: t
     assert len(mount_paths) == 1, f"every service must mount the runs volume at one path, got {mount_paths}"
 
 
-def test_only_the_master_and_the_metrics_are_reachable_from_outside_the_namespace(rendered: tuple[str, tuple[Doc, ...]]) -> None:
-    """Every pod accepts its own namespace; beyond it, the master's gRPC port and the control plane's metrics port
-    only (the explorer, without authentication of its own, stays inside: kubectl port-forward reaches it)."""
+def test_only_the_master_the_explorer_and_the_metrics_are_reachable_from_outside_the_namespace(rendered: tuple[str, tuple[Doc, ...]]) -> None:
+    """Every pod accepts its own namespace; beyond it, the master's gRPC port, the explorer's page (which asks for a
+    token once it has the token secret) and the control plane's metrics port only."""
     name, docs = rendered
     policies = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "NetworkPolicy"}
     inside = policies["primus-same-namespace"]
@@ -240,6 +243,7 @@ def test_only_the_master_and_the_metrics_are_reachable_from_outside_the_namespac
         opened[policy_name] = (spec["podSelector"]["matchLabels"], [(p["port"], p["protocol"]) for p in rule["ports"]])
     assert opened == {
         "primus-master-from-anywhere": ({"app.kubernetes.io/name": "primus", "app.kubernetes.io/component": "master"}, [(SERVICES["master"][1], "TCP")]),
+        "primus-explorer-from-anywhere": ({"app.kubernetes.io/name": "primus", "app.kubernetes.io/component": "explorer"}, [(8080, "TCP")]),
         "primus-metrics-from-anywhere": ({"app.kubernetes.io/name": "primus"}, [(METRICS_PORT, "TCP")]),
     }
     explorer = _one(docs, "Deployment", EXPLORER)["spec"]["template"]

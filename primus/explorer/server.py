@@ -15,10 +15,10 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit
 
 from primus.errors import NotFoundError
-from primus.explorer import DEFAULT_PORT
+from primus.explorer import DEFAULT_PORT, access
 from primus.explorer import aggregate as agg
 from primus.explorer.store import RunBrief, RunStore
 from primus.explorer.traces import MAX_BODY_BYTES, decode_body, parse_request, paused_gc
@@ -294,8 +294,10 @@ class ExplorerServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], store: RunStore) -> None:
+    def __init__(self, address: tuple[str, int], store: RunStore, token_secret: bytes | None = None) -> None:
+        """token_secret: the secret Primus tokens are signed with; set, every request needs a user token (access.check)."""
         self.api = Api(store)
+        self.token_secret = token_secret
         super().__init__(address, _Handler)
 
     @property
@@ -331,9 +333,36 @@ class _Handler(BaseHTTPRequestHandler):
             log.info("%s %s: %d %s", self.command, self.path, status, message)
         self._send(status, dumps({"error": message, "status": int(status)}))
 
+    def _admitted(self) -> bool:
+        """The door (access.check): True to go on; else the answer (401, or the cookie and the address without the token) is sent."""
+        parts = urlsplit(self.path)
+        verdict = access.check(self.server.token_secret, self.headers.get("Authorization") or "", self.headers.get("Cookie") or "", parts.query)
+        if verdict.refused:
+            log.info("%s %s: refused: %s", self.command, parts.path, verdict.refused)
+            body = dumps({"error": verdict.refused, "status": int(HTTPStatus.UNAUTHORIZED)})
+            self.send_response(HTTPStatus.UNAUTHORIZED)
+            self.send_header("WWW-Authenticate", 'Bearer realm="primus-explorer"')
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+            return False
+        if verdict.keep_token:
+            kept = [(k, v) for k, v in parse_qsl(parts.query) if k != "token"]
+            self.send_response(HTTPStatus.SEE_OTHER)
+            self.send_header("Set-Cookie", access.cookie_for(verdict.keep_token, secure=False))
+            self.send_header("Location", parts.path + (f"?{urlencode(kept)}" if kept else ""))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return False
+        return True
+
     def _guarded(self, handle: Callable[[], None]) -> None:
         started = time.perf_counter()
         try:
+            if not self._admitted():
+                return
             handle()
         except ApiError as exc:
             self._error(exc.status, str(exc))
@@ -410,9 +439,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, answer)
 
 
-def make_server(store: RunStore, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> ExplorerServer:
-    """Bound and listening; serve_forever() (or serve_in_thread) answers. Raises OSError when the port is taken."""
-    return ExplorerServer((host, port), store)
+def make_server(store: RunStore, host: str = "127.0.0.1", port: int = DEFAULT_PORT, token_secret: bytes | None = None) -> ExplorerServer:
+    """Bound and listening; serve_forever() (or serve_in_thread) answers. Raises OSError when the port is taken.
+    token_secret: every request then needs a Primus user token (primus.explorer.access)."""
+    return ExplorerServer((host, port), store, token_secret)
 
 
 def serve_in_thread(server: ExplorerServer) -> threading.Thread:
