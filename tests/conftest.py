@@ -17,7 +17,9 @@ from primus import rpc
 from primus.cluster import ClusterState, start_cluster, stop_services
 from primus.demo import demo_job
 from primus.demo_data import generate_dataset
+from primus.run_store import read_bytes_at
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+from tests.s3_server import S3Server, start_s3
 from tests.tiers import Tier, tier_of
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
@@ -147,13 +149,32 @@ def assert_every_call_was_checked(runs_dir: Path, state_dir: Path, job_id: str) 
     assert not refusals, "\n".join(refusals[:5])
 
 
-def finish_job(master: master_pb2_grpc.MasterServiceStub, job_id: str, timeout: float = 240.0) -> dict[str, Any]:
-    """Wait for the job to end and return its report."""
+def finished_job(master: master_pb2_grpc.MasterServiceStub, job_id: str, timeout: float = 240.0) -> master_pb2.Job:
+    """Wait for the job to end, its report written; the job as the master has it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         job = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job
         if job.state >= common_pb2.JOB_STATE_SUCCEEDED and job.report_path:
-            report: dict[str, Any] = json.loads(Path(job.report_path).read_text())
-            return report
+            return job
         time.sleep(0.2)
     raise AssertionError(f"job {job_id} did not finish")
+
+
+def finish_job(master: master_pb2_grpc.MasterServiceStub, job_id: str, timeout: float = 240.0) -> dict[str, Any]:
+    """Wait for the job to end and return its report (a file, or an object of a runs folder on an object store)."""
+    report: dict[str, Any] = json.loads(read_bytes_at(finished_job(master, job_id, timeout).report_path))
+    return report
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real S3 server (SeaweedFS) for the tests of a module."""
+    yield from start_s3(tmp_path_factory.mktemp("s3"))
+
+
+@pytest.fixture
+def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The server's identity and endpoint in this process's environment too (what reads the bucket here needs them)."""
+    for name, value in s3.env.items():
+        monkeypatch.setenv(name, value)
+    return s3.env

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from primus.demo import demo_job
 from primus.errors import SpecError
 from primus.spec import TrainingJob, parse_job
 from services.resource_controller.kubernetes_pods import MANAGED_BY, ROLE_LABEL
+from tests.kubectl import kubectl_binary
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "deploy" / "k8s"
@@ -55,13 +55,7 @@ Doc = dict[str, Any]
 
 
 def _kubectl() -> str:
-    path = shutil.which("kubectl")
-    if path is None:
-        reason = "kubectl is not on PATH: the kustomize checks need `kubectl kustomize` (kubectl 1.27+ bundles kustomize v5)"
-        if os.environ.get("PRIMUS_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"{reason}; PRIMUS_REQUIRE_SERVICES=1 forbids skipping")
-        pytest.skip(reason)
-    return path
+    return kubectl_binary("the kustomize checks need `kubectl kustomize` (kubectl 1.27+ bundles kustomize v5)")
 
 
 @cache

@@ -5,9 +5,7 @@ field selector) and through the real kubectl (apply, get, describe, delete), as 
 from __future__ import annotations
 
 import copy
-import os
 import re
-import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -23,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from primus.demo import demo_job
 from tests.kube_api_double import KubeApiDouble
 from tests.kube_custom_double import CRD_PATH, human_duration, load_crd
+from tests.kubectl import kubectl_binary
 
 NS = "primus"
 GROUP, VERSION, PLURAL = "primus.dev", "v1", "trainingjobs"
@@ -255,13 +254,7 @@ def test_human_durations_are_the_api_servers() -> None:
 
 
 def _kubectl() -> str:
-    path = shutil.which("kubectl")
-    if path is None:
-        reason = "kubectl is not on PATH: these checks run the real kubectl against the double"
-        if os.environ.get("PRIMUS_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"{reason}; PRIMUS_REQUIRE_SERVICES=1 forbids skipping")
-        pytest.skip(reason)
-    return path
+    return kubectl_binary("these checks run the real kubectl against the double")
 
 
 class Kubectl:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 from tests.kube_api_double import KubeApiDouble
+from tests.kubectl import kubectl_binary
 from tests.test_cli_remote import _open_ended_document
 
 NAMESPACE = "team-a"
@@ -33,13 +33,7 @@ LIVE_STATES = (rc_pb2.EXECUTOR_STATE_READY, rc_pb2.EXECUTOR_STATE_STARTING, rc_p
 
 
 def _kubectl_binary() -> str:
-    path = shutil.which("kubectl")
-    if path is None:
-        reason = "kubectl is not on PATH: the operator's tests read `kubectl get` and `kubectl describe` through the real binary"
-        if os.environ.get("PRIMUS_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"{reason}; PRIMUS_REQUIRE_SERVICES=1 forbids skipping")
-        pytest.skip(reason)
-    return path
+    return kubectl_binary("the operator's tests read `kubectl get` and `kubectl describe` through the real binary")
 
 
 class Kube:

@@ -8,8 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,32 +21,25 @@ from primus.explorer.store import RunStore as ExplorerRuns
 from primus.faults import FaultPlan, Pause
 from primus.run_store import RunsCopy, RunStore, read_bytes_at
 from primus.spec import load_job_file
-from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+from primus.v1 import master_pb2, master_pb2_grpc
 from services.trainer import checkpoint as ckpt
 from services.trainer.checkpoint_mirror import CheckpointMirror
-from tests.conftest import DAYS, ROWS_PER_HOUR
+from tests.conftest import DAYS, ROWS_PER_HOUR, finished_job
 from tests.faults_helpers import assert_rows_exact
-from tests.s3_server import S3Server, start_s3
+from tests.s3_server import S3Server
 
 DATA = RUNS = "primus-data"  # one bucket: SeaweedFS gives each bucket volumes of its own, and its one volume server has few
 KILL_AT = 30  # the trainer's step: a checkpoint every 10 steps, so three are in the bucket when it dies
 GANG_KILL_AT = 60  # of about 225 rounds of two ranks: ten past the second checkpoint
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    yield from start_s3(tmp_path_factory.mktemp("s3"))
-
-
 @pytest.fixture
-def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    for name, value in s3.env.items():
-        monkeypatch.setenv(name, value)
+def runs_bucket(s3: S3Server, s3_env: dict[str, str]) -> str:
     s3.make_bucket(RUNS)
-    return s3.env
+    return RUNS
 
 
-def test_a_run_store_puts_gets_lists_and_deletes_objects(s3_env: dict[str, str], tmp_path: Path) -> None:
+def test_a_run_store_puts_gets_lists_and_deletes_objects(runs_bucket: str, tmp_path: Path) -> None:
     runs = RunStore.open(f"s3://{RUNS}/store-test", scratch=tmp_path / "here")
     job = runs.child("job-1")
     assert job.remote and job.uri == f"s3://{RUNS}/store-test/job-1" and job.local == tmp_path / "here" / "job-1"
@@ -81,7 +72,7 @@ def _checkpoint(folder: Path, seq: int, files: list[str]) -> None:
     ckpt.commit_summary(folder, seq, seq * 10, seq * 100, "train", files)
 
 
-def test_the_mirror_commits_by_the_summary_put_last_and_a_fresh_host_pulls_the_newest(s3_env: dict[str, str], tmp_path: Path) -> None:
+def test_the_mirror_commits_by_the_summary_put_last_and_a_fresh_host_pulls_the_newest(runs_bucket: str, tmp_path: Path) -> None:
     here = RunStore.open(f"s3://{RUNS}/mirror-test", scratch=tmp_path / "a").child("job").child("checkpoints")
     here.local.mkdir(parents=True)
     mirror = CheckpointMirror(here)
@@ -112,7 +103,7 @@ def test_the_mirror_commits_by_the_summary_put_last_and_a_fresh_host_pulls_the_n
 
 
 @pytest.mark.timeout(300)
-def test_a_job_whose_runs_folder_is_a_bucket_resumes_a_killed_trainer_from_the_bucket(dataset: Path, s3: S3Server, s3_env: dict[str, str], tmp_path: Path) -> None:
+def test_a_job_whose_runs_folder_is_a_bucket_resumes_a_killed_trainer_from_the_bucket(dataset: Path, s3: S3Server, runs_bucket: str, tmp_path: Path) -> None:
     """Data and runs folder in S3, nothing of the job on a shared disk: each process works in a scratch folder of its
     own, so the relaunched trainer finds no checkpoint but the bucket's. Every row trains once; the report, the
     checkpoints, the logs and the quarantine folder are in the bucket."""
@@ -124,7 +115,7 @@ def test_a_job_whose_runs_folder_is_a_bucket_resumes_a_killed_trainer_from_the_b
     spec_yaml = load_job_file(path).to_yaml()
     plan = FaultPlan(tmp_path / "faults", (Pause("trainer", KILL_AT),))
     runs = f"s3://{RUNS}/runs"
-    env = {**s3_env, **plan.env(), "PRIMUS_SCRATCH_DIR": str(tmp_path / "scratch")}
+    env = {**s3.env, **plan.env(), "PRIMUS_SCRATCH_DIR": str(tmp_path / "scratch")}
     state = start_cluster(runs, tmp_path / "state", env=env)
     try:
         master = master_pb2_grpc.MasterServiceStub(rpc.connect(state.address("master")))
@@ -134,10 +125,10 @@ def test_a_job_whose_runs_folder_is_a_bucket_resumes_a_killed_trainer_from_the_b
         pushed = [n for n in store.child("checkpoints").list() if n.endswith(".json")]
         assert pushed, "the checkpoint of step 30 is in the bucket before the trainer is killed"
         os.kill(pid, signal.SIGKILL)
-        job = _finished(master, job_id)
+        job = finished_job(master, job_id)
         taken = master.SavepointJob(master_pb2.SavepointJobRequest(job_id=job_id, name="in-the-bucket"), timeout=30)
         warm_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=spec_yaml, from_savepoint="in-the-bucket"), timeout=30).job_id
-        warm = _finished(master, warm_id)
+        warm = finished_job(master, warm_id)
     finally:
         stop_services(state.services)
     assert job.run_dir == f"{runs}/{job_id}" and job.report_path == f"{runs}/{job_id}/report.json"
@@ -178,18 +169,8 @@ def test_a_job_whose_runs_folder_is_a_bucket_resumes_a_killed_trainer_from_the_b
     assert f"warm start from {tmp_path / 'scratch'}" in warm_logs.get(warm_trainer).read_text(), "fetched from the bucket to the trainer's scratch"
 
 
-def _finished(master: master_pb2_grpc.MasterServiceStub, job_id: str) -> master_pb2.Job:
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        job = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job
-        if job.state >= common_pb2.JOB_STATE_SUCCEEDED and job.report_path:
-            return job
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} did not finish")
-
-
 @pytest.mark.timeout(480)
-def test_two_ranks_restart_from_the_bucket_when_one_is_killed(dataset: Path, s3: S3Server, s3_env: dict[str, str], tmp_path: Path) -> None:
+def test_two_ranks_restart_from_the_bucket_when_one_is_killed(dataset: Path, s3: S3Server, runs_bucket: str, tmp_path: Path) -> None:
     """Data-parallel ranks share no folder either: rank 0 puts each collective checkpoint to the bucket before the
     planner hears of it, and every rank of the restarted gang pulls it, so the rows trained add up exactly."""
     s3.upload(dataset, DATA, "clicks")
@@ -202,13 +183,13 @@ def test_two_ranks_restart_from_the_bucket_when_one_is_killed(dataset: Path, s3:
     spec_yaml = load_job_file(path).to_yaml()
     plan = FaultPlan(tmp_path / "faults", (Pause("trainer", GANG_KILL_AT, rank=0),))
     runs = f"s3://{RUNS}/gang-runs"
-    state = start_cluster(runs, tmp_path / "state", env={**s3_env, **plan.env(), "PRIMUS_SCRATCH_DIR": str(tmp_path / "scratch")})
+    state = start_cluster(runs, tmp_path / "state", env={**s3.env, **plan.env(), "PRIMUS_SCRATCH_DIR": str(tmp_path / "scratch")})
     try:
         master = master_pb2_grpc.MasterServiceStub(rpc.connect(state.address("master")))
         job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=spec_yaml), timeout=30).job_id
         pid = plan.wait_paused("trainer", GANG_KILL_AT)
         os.kill(pid, signal.SIGKILL)  # rank 0, holding still after its round
-        job = _finished(master, job_id)
+        job = finished_job(master, job_id)
     finally:
         stop_services(state.services)
     report = json.loads(read_bytes_at(job.report_path))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,23 +21,10 @@ from primus.v1 import master_pb2, master_pb2_grpc
 from services.planner.plan import required_columns
 from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
 from tests.faults_helpers import assert_rows_exact
-from tests.s3_server import S3Server, start_s3
+from tests.s3_server import S3Server
 
 BUCKET = "primus-data"
 ROWS = DAYS * 24 * ROWS_PER_HOUR  # the shared dataset: every row trained or evaluated once
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    yield from start_s3(tmp_path_factory.mktemp("s3"))
-
-
-@pytest.fixture
-def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """The server's identity and endpoint in this process's environment (the digests are worked out here) too."""
-    for name, value in s3.env.items():
-        monkeypatch.setenv(name, value)
-    return s3.env
 
 
 @pytest.mark.timeout(300)

@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +27,8 @@ from primus.faults import FaultPlan, Pause
 from primus.hosts import routable_ip
 from primus.run_store import RunStore, read_bytes_at
 from primus.spec import load_job_text
-from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
-from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
+from primus.v1 import master_pb2, master_pb2_grpc
+from tests.conftest import DAYS, ROWS_PER_HOUR, finished_job, job_document
 from tests.faults_helpers import assert_rows_exact
 from tests.s3_server import S3Server, start_s3
 from tests.tiers import Tier, uses
@@ -121,7 +120,7 @@ def test_a_trainer_on_a_host_without_this_hosts_disk_resumes_from_the_bucket_wit
         job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=spec_yaml), timeout=30).job_id
         pid = plan.wait_paused("trainer", KILL_AT)
         os.kill(pid, signal.SIGKILL)  # one machine: the second host's processes are in this pid namespace
-        job = _finished(master, job_id)
+        job = finished_job(master, job_id, timeout=300)
     finally:
         stop_services(state.services)
     report = json.loads(read_bytes_at(job.report_path))
@@ -139,13 +138,3 @@ def test_a_trainer_on_a_host_without_this_hosts_disk_resumes_from_the_bucket_wit
     assert "fetched checkpoint" in resumed and f"from {runs}/{job_id}/checkpoints" in resumed, resumed[-2000:]
     assert not list(two_hosts.host_b.iterdir()), "the second host's files never reached this host's disk"
     assert not list(two_hosts.host_a.rglob("ckpt-*")), "no checkpoint on this host's disk: the trainer's went to the bucket"
-
-
-def _finished(master: master_pb2_grpc.MasterServiceStub, job_id: str) -> master_pb2.Job:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        job = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job
-        if job.state >= common_pb2.JOB_STATE_SUCCEEDED and job.report_path:
-            return job
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} did not finish")
