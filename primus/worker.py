@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import functools
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,8 +41,18 @@ class WorkerArgs:
 
     @functools.cached_property
     def run_store(self) -> RunStore:
-        """The job's run folder: the folder itself, or its object store with a scratch folder of this process's own."""
-        return RunStore.open(self.runs_dir).child(self.job_id)
+        """The job's run folder: the folder itself, or its object store with a scratch folder of this process's own
+        (deleted when the process exits: what must outlive it is in the store by then)."""
+        runs = RunStore.open(self.runs_dir)
+        if runs.remote:
+            atexit.register(self.remove_scratch)
+        return runs.child(self.job_id)
+
+    def remove_scratch(self) -> None:
+        """Delete this process's scratch folder (a runs folder on an object store only): call it last, once everything
+        that must outlive the process is in the store; a process that ends by os._exit calls it itself."""
+        if "run_store" in self.__dict__ and self.run_store.remote:
+            shutil.rmtree(self.run_store.local.parent.parent, ignore_errors=True)
 
     @property
     def run_dir(self) -> Path:

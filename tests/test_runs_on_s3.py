@@ -166,7 +166,7 @@ def test_a_job_whose_runs_folder_is_a_bucket_resumes_a_killed_trainer_from_the_b
     assert json.loads(read_bytes_at(warm.report_path))["state"] == "SUCCEEDED", warm.message
     warm_logs = RunStore.open(runs, scratch=tmp_path / "reader").child(warm_id).child("logs")
     (warm_trainer,) = [n for n in warm_logs.list() if "-trainer-" in n]
-    assert f"warm start from {tmp_path / 'scratch'}" in warm_logs.get(warm_trainer).read_text(), "fetched from the bucket to the trainer's scratch"
+    assert f"warm start from {tmp_path / 'scratch' / 'primus-scratch'}" in warm_logs.get(warm_trainer).read_text(), "fetched from the bucket to the trainer's scratch"
 
 
 @pytest.mark.timeout(480)

@@ -78,6 +78,7 @@ def main() -> int:
             heartbeats.stop()
         server.stop(grace=1.0)
         telemetry.shutdown_tracing()
+        args.remove_scratch()  # _exit skips atexit: the checkpoints and snapshots are in the store by now
     return code
 
 

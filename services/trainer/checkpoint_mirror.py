@@ -78,12 +78,12 @@ class CheckpointMirror:
         return None
 
 
-def fetch(uri: str) -> Path:
+def fetch(uri: str, into: Path) -> Path:
     """A checkpoint on an object store (a ckpt-*.pt object with the files its summary names, or the newest committed one
-    of a folder) copied whole into a scratch folder: the local path to restore from (a warm start, a savepoint)."""
+    of a folder) copied whole into the folder `into`: the local path to restore from (a warm start, a savepoint)."""
     if uri.rstrip("/").endswith(".pt"):
         folder, _, name = uri.rstrip("/").rpartition("/")
-        store = RunStore.open(folder)
+        store = RunStore.open(folder, scratch=into)
         summary = ckpt.summary_path(Path(name)).name
         try:
             files = [str(f) for f in json.loads(store.read_bytes(summary)).get("files") or [name]]
@@ -92,6 +92,6 @@ def fetch(uri: str) -> Path:
         for file in [*files, summary] if summary in store.list() else files:
             store.get(file)
         return store.local / name
-    store = RunStore.open(uri)
+    store = RunStore.open(uri, scratch=into)
     CheckpointMirror(store).pull()
     return store.local

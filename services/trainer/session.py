@@ -118,7 +118,7 @@ class TrainingSession:
 
     def warm_start(self, warm: WarmStart) -> None:
         """Load a batch run's model, and its optimizer state when warm.optimizer is keep (reset: fresh state)."""
-        where = checkpoint_mirror.fetch(warm.checkpoint) if is_object_uri(warm.checkpoint) else Path(warm.checkpoint)
+        where = checkpoint_mirror.fetch(warm.checkpoint, self.checkpoint_dir.parent / "warm-start") if is_object_uri(warm.checkpoint) else Path(warm.checkpoint)
         path = ckpt.newest(where) if where.is_dir() else where
         if path is None or not path.is_file():
             raise DataError(f"training.warmStart.checkpoint: no checkpoint at {where} (a ckpt-*.pt file, or a folder holding them)")
