@@ -33,6 +33,10 @@ _OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 ]
+# Each client channel its own connections: with gRPC's process-wide pool, a new channel to an address whose earlier server
+# died (a restarted service, a port used again) shares the old connection's reconnect backoff, up to two minutes, and
+# fails at once with that server's "connection refused" though a new server listens there now.
+_OWN_CONNECTIONS = ("grpc.use_local_subchannel_pool", 1)
 _RETRY_POLICY = {"maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
 # The calls executors and trainers make on a job's ledger wait for a planner that is restarting (up to each call's
 # deadline) instead of failing: the restarted planner recovers its plans from its journal, and the job goes on.
@@ -166,7 +170,7 @@ def channel(target: str, options: Sequence[tuple[str, Any]] = (), credentials: s
     settings (default: this process's environment, primus.security) name a CA or certificate, plaintext otherwise; the
     settings' token with every call."""
     settings = security.from_env() if credentials is None else credentials
-    raw = _raw_channel(target, options, settings)
+    raw = _raw_channel(target, [*options, _OWN_CONNECTIONS], settings)
     metadata = security.auth_metadata(settings)
     return grpc.intercept_channel(raw, _HeaderInterceptor(metadata)) if metadata else raw
 
@@ -192,7 +196,7 @@ def connect(address: str, eager: bool = False, credentials: security.Settings | 
     start connecting now, in the background, so that the first call does not wait for the connection. credentials:
     TLS files and token (default: this process's environment, primus.security)."""
     settings = security.from_env() if credentials is None else credentials
-    raw = _raw_channel(address, [*_OPTIONS, ("grpc.service_config", _SERVICE_CONFIG)], settings)
+    raw = _raw_channel(address, [*_OPTIONS, _OWN_CONNECTIONS, ("grpc.service_config", _SERVICE_CONFIG)], settings)
     if eager:
         grpc.channel_ready_future(raw)  # subscribing with try_to_connect starts the connection; nothing waits on it
     return grpc.intercept_channel(raw, _PropagatingInterceptor(security.auth_metadata(settings)))
