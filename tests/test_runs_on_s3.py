@@ -91,6 +91,12 @@ def test_the_mirror_commits_by_the_summary_put_last_and_a_fresh_host_pulls_the_n
     assert (there.local / second).read_bytes() == b"ckpt-000002.pt of 2"
     assert not (there.local / ckpt.file_name(3)).exists()
     assert CheckpointMirror(there).pull() is None, "a folder as new as the store fetches nothing"
+    # The torn ckpt-000003.pt of the trainer that died: the one resuming from 2 writes its own 3, which goes over it.
+    resumed = CheckpointMirror(there)
+    resumed.pull()
+    _checkpoint(there.local, 3, [base, first, second, ckpt.file_name(3)])
+    resumed.push(3, [base, first, second, ckpt.file_name(3)])
+    assert there.read_bytes(ckpt.file_name(3)) == b"ckpt-000003.pt of 3", "the new trainer's file, not the torn one"
     # Prune as the folder is pruned: what the folder dropped goes from the store, summaries first.
     (here.local / ckpt.file_name(3)).unlink()
     (here.local / "ckpt-000001.json").unlink()

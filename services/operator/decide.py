@@ -98,8 +98,7 @@ Action = AddFinalizer | RemoveFinalizer | Submit | Cancel | PatchStatus | Emit
 def primus_job(obj: TrainingJobObject) -> TrainingJob:
     """The object as a Primus job document (its spec as written, its name and namespace), validated as the CLI does."""
     document = {"apiVersion": "primus/v1", "kind": "TrainingJob", "metadata": {"name": obj.name, "namespace": obj.namespace}, "spec": obj.spec}
-    job = parse_job(yaml.safe_load(yaml.safe_dump(document)))  # plain values only, as a job file would give
-    return job
+    return parse_job(yaml.safe_load(yaml.safe_dump(document)))  # plain values only, as a job file would give
 
 
 def refused_status(obj: TrainingJobObject, problems: Sequence[str], now: float, reason: str = "InvalidSpec") -> Json:

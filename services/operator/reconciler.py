@@ -115,16 +115,19 @@ class Reconciler:
                 for event in stream:
                     if self._stopping.is_set():
                         return
-                    if event["type"] in ("ERROR", "BOOKMARK"):
-                        if event["type"] == "ERROR":
-                            break
+                    if event["type"] == "ERROR":  # 410 Gone among them: list again
+                        break
+                    if event["type"] == "BOOKMARK":
                         continue
                     metadata = event["object"]["metadata"]
                     key = (metadata.get("namespace", ""), metadata["name"])
+                    if event["type"] == "DELETED":
+                        with self._lock:
+                            self._known.discard(key)
+                        continue
                     with self._lock:
-                        (self._known.discard if event["type"] == "DELETED" else self._known.add)(key)
-                    if event["type"] != "DELETED":
-                        self.enqueue(key)
+                        self._known.add(key)
+                    self.enqueue(key)
             except (ApiException, OSError, ValueError) as exc:
                 log.warning("watching TrainingJobs: %s; listing again", _api_error(exc))
                 self._stopping.wait(1.0)

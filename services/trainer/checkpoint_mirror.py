@@ -29,17 +29,20 @@ class CheckpointMirror:
     def __init__(self, store: RunStore) -> None:
         self.store = store
         self._held = set(store.list())  # what the store holds, as listed once and changed by this mirror since
+        self._synced: set[str] = set()  # what the store holds as this folder does: put or pulled by this mirror
 
     @property
     def folder(self) -> Path:
         return self.store.local
 
     def push(self, seq: int, files: list[str]) -> None:
-        """Put the checkpoint's files the store lacks, then its summary: from then on it counts in the store."""
+        """Put the checkpoint's files the store does not hold as this folder does, then its summary: from then on it
+        counts in the store. A file of the same name left by a trainer that died before its summary is put over."""
         for name in files:
-            if name not in self._held:
+            if name not in self._synced:
                 self.store.put(name)
                 self._held.add(name)
+                self._synced.add(name)
         summary = _summary_name(seq)
         self.store.put(summary)
         self._held.add(summary)
@@ -51,6 +54,7 @@ class CheckpointMirror:
         for name in gone:
             self.store.delete(name)
             self._held.discard(name)
+            self._synced.discard(name)
 
     def pull(self) -> int | None:
         """Fetch the store's newest committed checkpoint into the folder when the folder has none as new: each file
@@ -73,6 +77,7 @@ class CheckpointMirror:
             for name in files:
                 self.store.get(name)
             self.store.get(summary)
+            self._synced |= {*files, summary}
             log.info("fetched checkpoint %d (%d files) from %s", seq, len(files), self.store.uri)
             return seq
         return None
