@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from json.encoder import encode_basestring_ascii as _string_json
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from opentelemetry import baggage, context, propagate, trace
 from opentelemetry.sdk.resources import Resource
@@ -95,6 +96,7 @@ class OtlpJsonFileExporter(SpanExporter):
         self._runs_dir = runs_dir
         self._runs_uri = runs_uri
         self._put_at: dict[str, float] = {}  # job id: when its trace file was last put to the store (monotonic)
+        self._runs_store: Any = None  # the runs folder's store (primus.run_store.RunStore), opened at the first put
         self._service = service
         resource_json = '{"attributes":' + _attributes_json(dict(resource.attributes)) + "}"
         self._line_head = '{"resourceSpans":[{"resource":' + resource_json + ',"scopeSpans":[{"scope":{"name":"primus"},"spans":['
@@ -142,7 +144,9 @@ class OtlpJsonFileExporter(SpanExporter):
         self._put_at[job] = time.monotonic()
         path = self.path_for(job)
         try:
-            RunStore.open(self._runs_uri).child(job or "_services").child("traces").put(path.name, path)
+            if self._runs_store is None:  # opened once: opening an object store asks it where its bucket is
+                self._runs_store = RunStore.open(self._runs_uri)
+            self._runs_store.child(job or "_services").child("traces").put(path.name, path)
         except OSError as exc:
             log.warning("trace file %s not put to %s: %s", path, self._runs_uri, exc)
 
