@@ -9,7 +9,7 @@ import pytest
 from primus.data.planner_calls import PLAN_LOST_EXIT_CODE
 from primus.settings import ControllerSettings
 from primus.v1 import resource_controller_pb2 as rc_pb2
-from services.resource_controller.backend import ExitReason
+from services.resource_controller.backends.contract import ExitReason
 from services.resource_controller.decisions import DecisionLog, LoggedAction, LoggedDecision
 from services.resource_controller.records import Beat, ExecutorRecord, ExecutorState, state_after_exit
 from services.resource_controller.signals import executor_signals, role_signals, throughput

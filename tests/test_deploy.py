@@ -23,7 +23,7 @@ import yaml
 from primus.demo import demo_job
 from primus.errors import SpecError
 from primus.spec import TrainingJob, parse_job
-from services.resource_controller.kubernetes_pods import MANAGED_BY, ROLE_LABEL
+from services.resource_controller.backends.kubernetes_pods import MANAGED_BY, ROLE_LABEL
 from tests.kubectl import kubectl_binary
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from services.resource_controller import limits
-from services.resource_controller.backend import ExitReason, LimitMechanism, LocalProcessBackend
+from services.resource_controller.backends import local_limits as limits
+from services.resource_controller.backends.contract import ExitReason, LimitMechanism
+from services.resource_controller.backends.local import LocalProcessBackend
 from services.resource_controller.decisions import LoggedAction
 from services.resource_controller.pool import ExecutorPool, LaunchRequest
 from services.resource_controller.records import ExecutorRecord, ExecutorState

@@ -22,7 +22,8 @@ from services.master.store import JobRecord, JobStore
 from services.planner.journal import CheckpointCommitted, Journal, PlanCreated, read_journal
 from services.planner.journal_store import open_store
 from services.planner.ledger import Progress
-from services.resource_controller.backend import LimitMechanism, LocalProcessBackend
+from services.resource_controller.backends.contract import LimitMechanism
+from services.resource_controller.backends.local import LocalProcessBackend
 from services.resource_controller.pool import ExecutorPool, LaunchRequest
 
 REQUIRE_ENV = "PRIMUS_REQUIRE_NETNS"  # CI runs as root: a tmpfs can be mounted there, and these tests must run

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from services.resource_controller.backend import RoleSize
-from services.resource_controller.gpus import too_many_gpus, visible_gpus
+from services.resource_controller.backends.contract import RoleSize
+from services.resource_controller.backends.gpus import too_many_gpus, visible_gpus
 
 
 def _devices(tmp_path: Path, *names: str) -> Path:

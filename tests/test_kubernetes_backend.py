@@ -27,10 +27,9 @@ from primus.telemetry import TRACE_ENV
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
-from services.resource_controller.backend import EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism
-from services.resource_controller.backends import BackendConfig, BackendUnavailableError
-from services.resource_controller.kubernetes_backend import KubernetesBackend, KubernetesHandle
-from services.resource_controller.kubernetes_pods import MANAGED_BY
+from services.resource_controller.backends.contract import BackendConfig, BackendUnavailableError, EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism
+from services.resource_controller.backends.kubernetes import KubernetesBackend, KubernetesHandle
+from services.resource_controller.backends.kubernetes_pods import MANAGED_BY
 from tests.conftest import DAYS, ROWS_PER_HOUR, assert_every_call_was_checked, finish_job, job_document
 from tests.faults_helpers import assert_dataset_rows_exact
 from tests.kube_api_double import REPO_ROOT, KubeApiDouble
@@ -608,7 +607,7 @@ def test_a_job_runs_on_pods_under_mutual_tls_and_tokens(kube: KubeApiDouble, dat
 
 
 def test_a_pod_takes_its_token_from_the_jobs_secret_and_mounts_the_tls_files(tmp_path: Path) -> None:
-    from services.resource_controller.kubernetes_pods import CREDENTIALS_PATH, PodCredentials, credentials_secret, pod_manifest
+    from services.resource_controller.backends.kubernetes_pods import CREDENTIALS_PATH, PodCredentials, credentials_secret, pod_manifest
 
     spec = LaunchSpec(
         "job-1-data-executor-0", "job-1", "data_executor", (), 1.0, 512, tmp_path / "x.log", env={"PRIMUS_TOKEN": "j1.job-1.sig", "PRIMUS_TOKEN_SECRET_FILE": ""}

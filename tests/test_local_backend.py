@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from services.resource_controller import limits
-from services.resource_controller.backend import EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism, LocalHandle, LocalProcessBackend
+from services.resource_controller.backends import local_limits as limits
+from services.resource_controller.backends.contract import EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism
+from services.resource_controller.backends.local import LocalHandle, LocalProcessBackend
 from tests.tiers import Tier, uses
 
 PYTHON = "py"  # a role whose command is `python -c CODE ARGS...`
@@ -338,7 +339,7 @@ def test_launch_places_the_process_and_passes_its_environment(harness: Harness, 
 
 
 def test_detection_falls_back_and_says_why(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="services.resource_controller.limits"):
+    with caplog.at_level(logging.INFO, logger="services.resource_controller.backends.local_limits"):
         backend = LocalProcessBackend(cgroup_root=tmp_path)
     backend.close()
     assert backend.mechanism is LimitMechanism.AFFINITY_WATCHDOG and backend.capabilities.limits is LimitMechanism.AFFINITY_WATCHDOG

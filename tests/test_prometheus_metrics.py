@@ -35,7 +35,7 @@ from services.planner.ledger import TaskLedger, WorkDone
 from services.planner.prometheus import latency_histograms, planner_metrics
 from services.planner.registry import JobPlan, PlanRegistry
 from services.planner.tasks import TaskSpec
-from services.resource_controller.backend import LocalProcessBackend
+from services.resource_controller.backends.local import LocalProcessBackend
 from services.resource_controller.decisions import LoggedAction, LoggedDecision
 from services.resource_controller.pool import ExecutorPool
 from services.resource_controller.prometheus import controller_metrics

@@ -14,7 +14,8 @@ import pytest
 
 from primus import cores
 from primus.cores import CoreSplit
-from services.resource_controller.backend import EventKind, LaunchSpec, LimitMechanism, LocalHandle, LocalProcessBackend
+from services.resource_controller.backends.contract import EventKind, LaunchSpec, LimitMechanism
+from services.resource_controller.backends.local import LocalHandle, LocalProcessBackend
 
 # --- the rule ------------------------------------------------------------------------------------
 

@@ -30,10 +30,18 @@ from primus.spec import load_job_file, load_job_text
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
-from services.resource_controller.backend import ROLE_MODULES, EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism
-from services.resource_controller.backends import BackendConfig, BackendUnavailableError
-from services.resource_controller.yarn_backend import YarnBackend, YarnHandle, choose_service, executor_services, service_name
-from services.resource_controller.yarn_launch import ARGS_ENV, ID_ENV, LOG_ENV, MODULE_ENV, MODULES, command, host_environment
+from services.resource_controller.backends.contract import (
+    ROLE_MODULES,
+    BackendConfig,
+    BackendUnavailableError,
+    EventKind,
+    ExecutorEvent,
+    ExitReason,
+    LaunchSpec,
+    LimitMechanism,
+)
+from services.resource_controller.backends.yarn import YarnBackend, YarnHandle, choose_service, executor_services, service_name
+from services.resource_controller.backends.yarn_launch import ARGS_ENV, ID_ENV, LOG_ENV, MODULE_ENV, MODULES, command, host_environment
 from tests.conftest import START, assert_every_call_was_checked, finish_job, job_document
 from tests.skein_am_double import SkeinAppMasterDouble
 
@@ -385,7 +393,7 @@ def test_the_deploy_spec_loads_and_its_executor_services_pass_the_backend() -> N
         assert name == service_name(service.vcores, service.memory_mib), "each executor service is named for its size"
         skein_service = spec.services[name]
         assert skein_service.instances == 0 and not skein_service.depends
-        assert skein_service.script.rstrip().endswith("exec python -m services.resource_controller.yarn_launch")
+        assert skein_service.script.rstrip().endswith("exec python -m services.resource_controller.backends.yarn_launch")
     resources = demo_job("/data/date={date}/hour={hour}", 2)["spec"]["resources"]  # type: ignore[index]
     for role in (resources["dataExecutor"], resources["trainer"]):
         assert choose_service(services, role["cpu"], role["memoryMiB"]) is not None, "the demo job's sizes are declared"

@@ -9,7 +9,8 @@ from pathlib import Path
 from primus import metrics_http, rpc, run_store, telemetry
 from primus.settings import ControllerSettings, from_args_or_exit
 from primus.settings import add_arguments as add_timing_arguments
-from services.resource_controller.backends import BackendUnavailableError, add_arguments, build_backends, config_from
+from services.resource_controller.backends.contract import BackendUnavailableError
+from services.resource_controller.backends.registry import add_arguments, build_backends, config_from
 from services.resource_controller.server import create_server
 from services.resource_controller.signals import QueueQuota
 

@@ -24,7 +24,7 @@ from primus.run_store import RunStore
 from primus.security import JobCredentials
 from primus.settings import ControllerSettings
 from primus.v1 import resource_controller_pb2 as rc_pb2
-from services.resource_controller.backend import EventKind, ExecutorEvent, ExitReason, LaunchSpec, RoleSize, SchedulerBackend
+from services.resource_controller.backends.contract import EventKind, ExecutorEvent, ExitReason, LaunchSpec, RoleSize, SchedulerBackend
 from services.resource_controller.control import ExecutorControl
 from services.resource_controller.decisions import DecisionLog, LoggedAction, LoggedDecision
 from services.resource_controller.gang import Gang

@@ -10,7 +10,7 @@ from typing import Any
 
 from primus import run_store
 from primus.v1 import resource_controller_pb2 as rc_pb2
-from services.resource_controller.backend import ExecutorHandle, ExitReason, LimitMechanism
+from services.resource_controller.backends.contract import ExecutorHandle, ExitReason, LimitMechanism
 from services.resource_controller.policy import ExecutorSignals
 
 BEATS_KEPT = 64  # about a minute of heartbeats: enough for every window the autoscaler looks at

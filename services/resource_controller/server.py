@@ -10,7 +10,8 @@ from primus.settings import ControllerSettings
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from services.resource_controller.autoscaler import Autoscaler
-from services.resource_controller.backend import LocalProcessBackend, SchedulerBackend
+from services.resource_controller.backends.contract import SchedulerBackend
+from services.resource_controller.backends.local import LocalProcessBackend
 from services.resource_controller.jobs import JobSpecs
 from services.resource_controller.pool import ExecutorPool
 from services.resource_controller.prometheus import controller_metrics

@@ -11,7 +11,7 @@ from primus.errors import InvalidRequestError
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from services.resource_controller.autoscaler import Autoscaler
-from services.resource_controller.backend import ExitReason, LimitMechanism, RoleSize
+from services.resource_controller.backends.contract import ExitReason, LimitMechanism, RoleSize
 from services.resource_controller.pool import ExecutorPool, LaunchRequest
 from services.resource_controller.records import ExecutorRecord
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from primus.spec import TrainingJob
-from services.resource_controller.backend import ExitReason
+from services.resource_controller.backends.contract import ExitReason
 from services.resource_controller.policy import ExecutorSignals, QuotaView, RoleSignals
 from services.resource_controller.records import Beat, ExecutorRecord, ExecutorState
 

@@ -7,7 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from primus.settings import ControllerSettings
-from services.resource_controller.backend import ExitReason
+from services.resource_controller.backends.contract import ExitReason
 
 FAILURES_TO_BLACKLIST = 3  # failures of one slot within the window (ControllerSettings: the window, the blacklist and its cap)
 

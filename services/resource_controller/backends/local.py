@@ -1,4 +1,4 @@
-"""Scheduler backends: the one executor contract, and its local-process implementation with real CPU and memory limits."""
+"""The local backend: executors as child processes of the controller, with real CPU and memory limits (cgroups, or affinity and a watchdog)."""
 
 from __future__ import annotations
 
@@ -11,150 +11,37 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from enum import Enum
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 from primus import cores as core_split
 from primus import telemetry
-from services.resource_controller import limits
-from services.resource_controller.gpus import too_many_gpus, visible_gpus
-from services.resource_controller.limits import MIB, ExecutorCgroup, LimitMechanism
+from services.resource_controller.backends import local_limits as limits
+from services.resource_controller.backends.contract import (
+    KILL_WAIT_SECONDS,
+    ROLE_MODULES,
+    TRAINER_ROLE,
+    Capabilities,
+    EventKind,
+    ExecutorEvent,
+    ExecutorHandle,
+    ExitReason,
+    LaunchSpec,
+    LimitMechanism,
+    RoleSize,
+    state_field,
+)
+from services.resource_controller.backends.gpus import too_many_gpus, visible_gpus
+from services.resource_controller.backends.local_limits import MIB, ExecutorCgroup
 
-__all__ = [
-    "ROLE_MODULES",
-    "Capabilities",
-    "EventKind",
-    "ExecutorEvent",
-    "ExecutorHandle",
-    "ExitReason",
-    "LaunchSpec",
-    "LimitMechanism",
-    "LocalHandle",
-    "LocalProcessBackend",
-    "RoleSize",
-    "SchedulerBackend",
-    "state_field",
-]
+__all__ = ["LAUNCH_GATE", "LocalHandle", "LocalProcessBackend"]
 
 log = logging.getLogger(__name__)
-
-ROLE_MODULES = {"data_executor": "services.data_executor", "trainer": "services.trainer"}
-TRAINER_ROLE = "trainer"
 
 # The child waits on stdin (a pipe) until the controller has put it in its cgroup or pinned its cores, then becomes the executor:
 # nothing of the executor runs, or is charged, outside its limits. If the controller dies first, the pipe closes and it gives up.
 LAUNCH_GATE = 'read -r go || { echo "primus: the controller went away before the launch finished" >&2; exit 125; }; exec "$@" </dev/null'
-KILL_WAIT_SECONDS = 2.0
-
-T = TypeVar("T")
-
-
-class ExitReason(Enum):
-    """Mirrors primus.v1 resource_controller.proto ExitReason."""
-
-    COMPLETED = "completed"
-    ERROR = "error"
-    OOM_KILLED = "oom_killed"
-    HEARTBEAT_LOST = "heartbeat_lost"
-    RELEASED = "released"
-    SCALED_IN = "scaled_in"
-    MIGRATED = "migrated"
-    VANISHED = "vanished"
-
-
-class EventKind(Enum):
-    PENDING = "pending"
-    RUNNING = "running"
-    EXITED = "exited"
-    LOST = "lost"
-    RESIZE_FAILED = "resize_failed"  # an accepted in-place resize the scheduler could not carry out: the pool migrates
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    resize_in_place: bool  # limits change on the live process (local: True)
-    resize_by_migration: bool  # only by starting a new executor of the new size (Kubernetes when resize is Infeasible, YARN, Ray)
-    limits: LimitMechanism
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    """Everything a backend needs to start one executor process."""
-
-    executor_id: str
-    job_id: str
-    role: str
-    args: tuple[str, ...]
-    cpu: float
-    memory_mib: int
-    log_path: Path
-    env: Mapping[str, str] = field(default_factory=dict)  # extra environment for the process
-    placement: Mapping[str, Any] = field(default_factory=dict)  # the job's block for this backend (camelCase keys, as in the spec)
-    gpus: int = 0  # whole GPUs for the process
-    log_uri: str = ""  # where its output goes once it ended, when the run folder is on an object store (a backend whose
-    # processes run on other hosts puts it there from that host; the pool puts what reached this host)
-
-
-@dataclass(frozen=True)
-class RoleSize:
-    role: str
-    cpu: float
-    memory_mib: int
-    count: int = 1  # executors of the role at submit
-    gpus: int = 0  # per executor
-
-
-@dataclass(frozen=True)
-class ExecutorEvent:
-    executor_id: str
-    kind: EventKind
-    exit_code: int | None = None
-    reason: ExitReason | None = None
-    message: str = ""  # one line, e.g. "OOM-killed by the kernel at its 512 MiB cgroup limit"
-
-
-class ExecutorHandle(Protocol):
-    executor_id: str
-    pid: int  # 0 where the backend cannot see the process (a pod, a container, an actor on another node)
-
-    def to_state(self) -> dict[str, object]: ...
-
-
-class SchedulerBackend(Protocol):
-    name: str
-    capabilities: Capabilities
-
-    def launch(self, spec: LaunchSpec) -> ExecutorHandle: ...
-
-    def check_placement(self, job_id: str, placement: Mapping[str, Any], sizes: Sequence[RoleSize]) -> str:
-        """'' when executors of these sizes, placed so, can run here; else one line saying what to change."""
-        ...
-
-    def release(self, handle: ExecutorHandle, grace_seconds: float) -> int | None: ...
-
-    def kill(self, handle: ExecutorHandle, reason: ExitReason, message: str) -> None: ...
-
-    def resize(self, handle: ExecutorHandle, cpu: float, memory_mib: int) -> bool: ...
-
-    def poll(self) -> list[ExecutorEvent]: ...
-
-    def adopt(self, state: Mapping[str, object]) -> ExecutorHandle | None: ...
-
-    def usage(self, handle: ExecutorHandle) -> tuple[float, int]: ...
-
-    def close(self) -> None: ...
-
-
-def state_field(state: Mapping[str, object], key: str, kind: type[T]) -> T:
-    """One field of a handle's saved state, of the type asked (an int passes for a float); TypeError otherwise."""
-    value = state[key]
-    if kind is float and isinstance(value, int):
-        value = float(value)
-    if not isinstance(value, kind):
-        raise TypeError(f"{key} should be a {kind.__name__}, not {type(value).__name__}")
-    return value
 
 
 @dataclass

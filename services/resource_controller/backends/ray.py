@@ -19,8 +19,18 @@ from typing import Any
 
 from primus import security, telemetry
 from primus.run_store import RunStore
-from services.resource_controller.backend import ROLE_MODULES, Capabilities, EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism, RoleSize
-from services.resource_controller.backends import BackendConfig, BackendUnavailableError
+from services.resource_controller.backends.contract import (
+    ROLE_MODULES,
+    BackendConfig,
+    BackendUnavailableError,
+    Capabilities,
+    EventKind,
+    ExecutorEvent,
+    ExitReason,
+    LaunchSpec,
+    LimitMechanism,
+    RoleSize,
+)
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,21 @@ from skein.exceptions import ConnectionError as SkeinConnectionError
 from skein.exceptions import TimeoutError as SkeinTimeoutError
 
 from primus import security, telemetry
-from services.resource_controller.backend import ROLE_MODULES, Capabilities, EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism, RoleSize, state_field
-from services.resource_controller.backends import BackendConfig, BackendUnavailableError
-from services.resource_controller.gpus import too_many_gpus
-from services.resource_controller.yarn_launch import ARGS_ENV, ID_ENV, LOG_ENV, MODULE_ENV
+from services.resource_controller.backends.contract import (
+    ROLE_MODULES,
+    BackendConfig,
+    BackendUnavailableError,
+    Capabilities,
+    EventKind,
+    ExecutorEvent,
+    ExitReason,
+    LaunchSpec,
+    LimitMechanism,
+    RoleSize,
+    state_field,
+)
+from services.resource_controller.backends.gpus import too_many_gpus
+from services.resource_controller.backends.yarn_launch import ARGS_ENV, ID_ENV, LOG_ENV, MODULE_ENV
 
 __all__ = ["EXECUTOR_SERVICE_PREFIX", "ExecutorService", "YarnBackend", "YarnHandle", "choose_service", "executor_services", "service_name"]
 

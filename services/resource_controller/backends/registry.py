@@ -4,32 +4,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from primus.backend_flags import add_backend_arguments
-from primus.errors import PrimusError
-from services.resource_controller.backend import LocalProcessBackend, SchedulerBackend
-
-
-class BackendUnavailableError(PrimusError):
-    """A backend that cannot be used: one line naming the backend, the address and what to check."""
-
-
-@dataclass(frozen=True)
-class BackendConfig:
-    """The deployment's side of each backend; a job's own side (pod template, queue, Ray resources) is in its spec."""
-
-    kinds: tuple[str, ...] = ("local",)
-    kubernetes_api: str = ""  # the API server's URL; empty: the kubeconfig's current context, or the in-cluster config
-    kubernetes_config: str = ""  # a kubeconfig file
-    kubernetes_namespace: str = "default"
-    kubernetes_image: str = "primus:latest"
-    kubernetes_owner_pod: str = ""  # the controller's own pod: executors' pods are owned by its workload (see owner_reference)
-    kubernetes_env_secret: str = ""  # a Secret every executor pod takes its environment from (envFrom): the object store's credentials
-    kubernetes_pod_template: str = ""  # PodTemplate NAME (every role's), or ROLE=NAME,...: what each executor pod starts from
-    yarn_address: str = ""  # host:port of the skein application master that hosts the executors
-    ray_address: str = ""  # a Ray cluster's address (ray://..., host:port, or auto)
-    keep_trainer_cores: bool = True  # local: each trainer's training thread keeps cores of its own (primus.cores)
+from services.resource_controller.backends.contract import BackendConfig, SchedulerBackend
+from services.resource_controller.backends.local import LocalProcessBackend
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,21 +23,21 @@ def config_from(args: argparse.Namespace) -> BackendConfig:
 
 
 def _kubernetes(config: BackendConfig) -> SchedulerBackend:
-    from services.resource_controller.kubernetes_backend import KubernetesBackend
+    from services.resource_controller.backends.kubernetes import KubernetesBackend
 
     backend: SchedulerBackend = KubernetesBackend.connect(config)
     return backend
 
 
 def _yarn(config: BackendConfig) -> SchedulerBackend:
-    from services.resource_controller.yarn_backend import YarnBackend
+    from services.resource_controller.backends.yarn import YarnBackend
 
     backend: SchedulerBackend = YarnBackend.connect(config)
     return backend
 
 
 def _ray(config: BackendConfig) -> SchedulerBackend:
-    from services.resource_controller.ray_backend import RayBackend
+    from services.resource_controller.backends.ray import RayBackend
 
     backend: SchedulerBackend = RayBackend.connect(config)
     return backend

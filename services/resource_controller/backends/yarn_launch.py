@@ -12,7 +12,7 @@ from pathlib import Path
 from primus.hosts import ADVERTISE_ENV, BIND_ENV
 
 # Set by the YARN backend on each container it adds (skein's add_container env), read here. The executor service's
-# script in the skein application spec is just `exec python -m services.resource_controller.yarn_launch`.
+# script in the skein application spec is just `exec python -m services.resource_controller.backends.yarn_launch`.
 MODULE_ENV = "PRIMUS_EXECUTOR_MODULE"  # services.data_executor or services.trainer
 ARGS_ENV = "PRIMUS_EXECUTOR_ARGS"  # the executor's arguments, a JSON list of strings
 ID_ENV = "PRIMUS_EXECUTOR_ID"

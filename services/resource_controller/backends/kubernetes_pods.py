@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes.utils.quantity import parse_quantity
 
 from primus import security
-from services.resource_controller.backend import ExitReason, LaunchSpec
+from services.resource_controller.backends.contract import ExitReason, LaunchSpec
 
 _parse_quantity: Callable[[str], Decimal] = parse_quantity  # the client's helper, typed here
 

@@ -20,8 +20,10 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from primus import kube_connect, security, telemetry
-from services.resource_controller.backend import (
+from services.resource_controller.backends.contract import (
     ROLE_MODULES,
+    BackendConfig,
+    BackendUnavailableError,
     Capabilities,
     EventKind,
     ExecutorEvent,
@@ -32,8 +34,7 @@ from services.resource_controller.backend import (
     RoleSize,
     state_field,
 )
-from services.resource_controller.backends import BackendConfig, BackendUnavailableError
-from services.resource_controller.kubernetes_pods import (
+from services.resource_controller.backends.kubernetes_pods import (
     CA_KEY,
     CERT_KEY,
     EXECUTOR_LABEL,

@@ -11,9 +11,10 @@ import signal
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Protocol
+
+from services.resource_controller.backends.contract import LimitMechanism
 
 log = logging.getLogger(__name__)
 
@@ -23,15 +24,6 @@ CGROUP_SUBDIR = "primus"
 DEFAULT_CGROUP_ROOT = Path("/sys/fs/cgroup")
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-
-
-class LimitMechanism(Enum):
-    """Mirrors primus.v1 resource_controller.proto LimitMechanism."""
-
-    CGROUP_V2 = "cgroup-v2"
-    CGROUP_V1 = "cgroup-v1"
-    AFFINITY_WATCHDOG = "affinity+watchdog"
-    SCHEDULER = "scheduler"
 
 
 # --- /proc readings -------------------------------------------------------------------------------
