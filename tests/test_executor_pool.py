@@ -28,7 +28,7 @@ SLEEP = "import time; time.sleep(60)"
 
 def _backend(code: str) -> LocalProcessBackend:
     """A data executor whose process is a one-line Python program (the pool's arguments follow it, unused)."""
-    return LocalProcessBackend(LimitMechanism.AFFINITY_WATCHDOG, watchdog_seconds=0.1, commands={"data_executor": (sys.executable, "-c", code)})
+    return LocalProcessBackend(LimitMechanism.AFFINITY_WATCHDOG, watchdog_seconds=0.1, commands={"data_executor": (sys.executable, "-c", code)}).start()
 
 
 def _request(tmp_path: Path, replaces: str = "") -> LaunchRequest:

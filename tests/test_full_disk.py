@@ -60,7 +60,7 @@ def test_the_job_store_says_full_and_takes_writes_again_once_there_is_room(disk:
 
 def test_the_controller_keeps_its_state_in_memory_until_there_is_room(disk: Path, tmp_path: Path) -> None:
     state = disk / "controller.json"
-    backend = LocalProcessBackend(LimitMechanism.AFFINITY_WATCHDOG, commands={"data_executor": (sys.executable, "-c", "import time; time.sleep(60)")})
+    backend = LocalProcessBackend(LimitMechanism.AFFINITY_WATCHDOG, commands={"data_executor": (sys.executable, "-c", "import time; time.sleep(60)")}).start()
     pool = ExecutorPool(backend, own_address="127.0.0.1:3", state_path=state)
     try:
         hosts.fill(disk)

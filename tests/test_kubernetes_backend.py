@@ -29,6 +29,7 @@ from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from services.resource_controller.backends.contract import BackendConfig, BackendUnavailableError, EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism
 from services.resource_controller.backends.kubernetes import KubernetesBackend, KubernetesHandle
+from services.resource_controller.backends.kubernetes_api import KubernetesTuning
 from services.resource_controller.backends.kubernetes_pods import MANAGED_BY
 from tests.conftest import DAYS, ROWS_PER_HOUR, assert_every_call_was_checked, finish_job, job_document
 from tests.faults_helpers import assert_dataset_rows_exact
@@ -65,12 +66,12 @@ def connect(double: KubeApiDouble) -> Iterator[Callable[..., KubernetesBackend]]
 
     def make(owner: str = "", template_flag: str = "", **options: Any) -> KubernetesBackend:
         options.setdefault("commands", {"data_executor": ("python", "-c", RUN)})
-        options.setdefault("backoff_seconds", 0.05)
+        options.setdefault("tuning", KubernetesTuning(backoff_seconds=0.05, create_attempts=options.pop("create_attempts", 4)))
         config = BackendConfig(
             kinds=("local", "kubernetes"), kubernetes_api=double.url, kubernetes_namespace=NS, kubernetes_owner_pod=owner, kubernetes_image="primus:test",
             kubernetes_pod_template=template_flag,
         )  # fmt: skip
-        backend = KubernetesBackend.connect(config, **options)
+        backend = KubernetesBackend.connect(config, **options).start()
         made.append(backend)
         return backend
 
@@ -303,8 +304,8 @@ def _version(pod: dict[str, Any] | None) -> str:
 def _seen_version(backend: KubernetesBackend, handle: KubernetesHandle) -> str:
     """The resourceVersion of the pod as the backend last saw it (listed or watched): once it is the API server's, every
     change to the pod has been turned into the backend's events."""
-    tracked = backend._find(handle)
-    return _version(tracked.pod if tracked is not None else None)
+    tracked = backend.tracked(handle.executor_id)
+    return _version(tracked.native.pod if tracked is not None else None)
 
 
 def test_resize_in_place(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:

@@ -75,7 +75,7 @@ class Harness:
 
     @uses(Tier.LIVE)  # cgroups, or the affinity watchdog over real processes
     def backend(self, mechanism: LimitMechanism | None = None) -> LocalProcessBackend:
-        backend = LocalProcessBackend(mechanism, watchdog_seconds=0.1, commands={PYTHON: (sys.executable, "-c")})
+        backend = LocalProcessBackend(mechanism, watchdog_seconds=0.1, commands={PYTHON: (sys.executable, "-c")}).start()
         self.backends.append(backend)
         return backend
 
@@ -340,7 +340,7 @@ def test_launch_places_the_process_and_passes_its_environment(harness: Harness, 
 
 def test_detection_falls_back_and_says_why(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="services.resource_controller.backends.local_limits"):
-        backend = LocalProcessBackend(cgroup_root=tmp_path)
+        backend = LocalProcessBackend(cgroup_root=tmp_path).start()
     backend.close()
     assert backend.mechanism is LimitMechanism.AFFINITY_WATCHDOG and backend.capabilities.limits is LimitMechanism.AFFINITY_WATCHDOG
     assert any("affinity+watchdog, because" in r.message and "no cgroup2 mount" in r.message for r in caplog.records), caplog.text

@@ -203,7 +203,7 @@ def test_planner_metrics_read_the_ledgers_and_time_the_handlers() -> None:
 
 
 def test_controller_metrics_count_executors_and_decisions(tmp_path: Path) -> None:
-    pool = ExecutorPool(LocalProcessBackend())
+    pool = ExecutorPool(LocalProcessBackend().start())
     states = [("data_executor", ExecutorState.READY), ("data_executor", ExecutorState.READY), ("data_executor", ExecutorState.FAILED), ("trainer", ExecutorState.READY)]
     for i, (role, state) in enumerate(states):
         pool._records[f"e{i}"] = ExecutorRecord(f"e{i}", "job-1", role, i, state, cpu=1.0, memory_mib=512, log_path="")

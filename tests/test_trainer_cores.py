@@ -102,7 +102,7 @@ class Launcher:
 
     def backend(self, mechanism: LimitMechanism | None = None, keep: bool = True) -> LocalProcessBackend:
         commands = {"trainer": (sys.executable, "-c", TRAINER), "data_executor": (sys.executable, "-c", SLEEPER)}
-        backend = LocalProcessBackend(mechanism, watchdog_seconds=0.1, commands=commands, keep_trainer_cores=keep)
+        backend = LocalProcessBackend(mechanism, watchdog_seconds=0.1, commands=commands, keep_trainer_cores=keep).start()
         self.backends.append(backend)
         return backend
 

@@ -120,7 +120,7 @@ class Harness:
         return double
 
     def backend(self, double: SkeinAppMasterDouble) -> YarnBackend:
-        backend = YarnBackend.connect(BackendConfig(kinds=("local", "yarn"), yarn_address=double.address), security=double.security, poll_seconds=0.1)
+        backend = YarnBackend.connect(BackendConfig(kinds=("local", "yarn"), yarn_address=double.address), security=double.security, poll_seconds=0.1).start()
         self.backends.append(backend)
         return backend
 

@@ -62,7 +62,7 @@ def create_server(
     the controller's state file: a controller started again with the same one re-adopts the executors that still run.
     metrics_port: where Prometheus /metrics is served, on the bind host (0: a free port; OFF: not served). settings: the
     controller's timings (default: ControllerSettings())."""
-    pool = ExecutorPool(backend or LocalProcessBackend(), state_path=state_dir / STATE_FILE if state_dir else None, settings=settings)
+    pool = ExecutorPool(backend or LocalProcessBackend().start(), state_path=state_dir / STATE_FILE if state_dir else None, settings=settings)
     autoscaler = Autoscaler(pool, JobSpecs(), queue_quotas, cores)
     servicer = ResourceControllerServicer(pool, autoscaler)
     metrics = metrics_http.serve(metrics_http.host_of(bind), metrics_port)

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import signal
 from collections import deque
 from dataclasses import dataclass, field
 
 from primus.settings import ControllerSettings
-from services.resource_controller.backends.contract import ExitReason
+from services.resource_controller.backends.contract import KILLED_FROM_OUTSIDE, STOPPED_FOR_OTHERS, ExitReason
 
 FAILURES_TO_BLACKLIST = 3  # failures of one slot within the window (ControllerSettings: the window, the blacklist and its cap)
 
 SlotKey = tuple[str, str, int]  # job, role, slot
-# A worker's own exits that say something else is wrong: 75 (EX_TEMPFAIL: the planner lost the plan, a full disk;
-# primus.data.planner_calls.PLAN_LOST_EXIT_CODE) and 76 (a peer rank died: services.trainer.data_parallel).
-STOPPED_FOR_OTHERS = frozenset({75, 76})
-KILLED_FROM_OUTSIDE = frozenset(code for sig in (signal.SIGKILL, signal.SIGTERM) for code in (-sig, 128 + sig))  # a local exit, a container's
 
 
 def blames_slot(reason: ExitReason, exit_code: int, was_ready: bool) -> bool:

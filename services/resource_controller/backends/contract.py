@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -16,6 +17,10 @@ ROLE_MODULES = {"data_executor": "services.data_executor", "trainer": "services.
 TRAINER_ROLE = "trainer"
 
 KILL_WAIT_SECONDS = 2.0
+# A worker's own exits that say something else is wrong: 75 (EX_TEMPFAIL: the planner lost the plan, a full disk;
+# primus.data.planner_calls.PLAN_LOST_EXIT_CODE) and 76 (a peer rank died: services.trainer.data_parallel).
+STOPPED_FOR_OTHERS = frozenset({75, 76})
+KILLED_FROM_OUTSIDE = frozenset(code for sig in (signal.SIGKILL, signal.SIGTERM) for code in (-sig, 128 + sig))  # a local exit, a container's
 
 
 class ExitReason(Enum):
@@ -92,6 +97,10 @@ class ExecutorHandle(Protocol):
 class SchedulerBackend(Protocol):
     name: str
     capabilities: Capabilities
+
+    def start(self) -> SchedulerBackend:
+        """Start the backend's threads (watches, supervisors, watchdogs); returns the backend."""
+        ...
 
     def launch(self, spec: LaunchSpec) -> ExecutorHandle: ...
 

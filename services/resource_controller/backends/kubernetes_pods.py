@@ -104,6 +104,7 @@ def pod_manifest(
     credentials: PodCredentials | None = None,
     env_secret: str = "",
     template: JsonDict | None = None,
+    avoid_nodes: Sequence[str] = (),
 ) -> JsonDict:
     """The executor's pod: requests = limits, resizable in place, Never restarted, its settings from the job's placement
     block; with credentials, its token from the job's Secret (never a plain value) and the TLS files mounted from it;
@@ -156,7 +157,30 @@ def pod_manifest(
         metadata["ownerReferences"] = [{"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["name"], "uid": owner["uid"]}]
     if template:
         metadata, pod_spec = from_template(template, metadata, pod_spec)
+    if avoid_nodes:
+        pod_spec = avoiding(pod_spec, avoid_nodes)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def avoiding(pod_spec: JsonDict, nodes: Sequence[str]) -> JsonDict:
+    """The pod spec with a required node affinity that keeps it off these nodes (hosts whose executors kept failing),
+    added to every term the spec already has (terms are ORed: each must exclude them)."""
+    rule = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": sorted(nodes)}
+    affinity = dict(pod_spec.get("affinity") or {})
+    node_affinity = dict(affinity.get("nodeAffinity") or {})
+    required = dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
+    for term in terms:
+        term["matchExpressions"] = [*(term.get("matchExpressions") or []), rule]
+    required["nodeSelectorTerms"] = terms
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    affinity["nodeAffinity"] = node_affinity
+    return {**pod_spec, "affinity": affinity}
+
+
+def node_of(pod: Mapping[str, Any] | None) -> str:
+    """The node a pod was placed on ('' before it was)."""
+    return str(((pod or {}).get("spec") or {}).get("nodeName") or "")
 
 
 def from_template(template: Mapping[str, Any], metadata: JsonDict, pod_spec: JsonDict) -> tuple[JsonDict, JsonDict]:

@@ -6,11 +6,10 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,12 +18,9 @@ from primus import cores as core_split
 from primus import telemetry
 from services.resource_controller.backends import local_limits as limits
 from services.resource_controller.backends.contract import (
-    KILL_WAIT_SECONDS,
     ROLE_MODULES,
     TRAINER_ROLE,
     Capabilities,
-    EventKind,
-    ExecutorEvent,
     ExecutorHandle,
     ExitReason,
     LaunchSpec,
@@ -33,6 +29,8 @@ from services.resource_controller.backends.contract import (
     state_field,
 )
 from services.resource_controller.backends.gpus import too_many_gpus, visible_gpus
+from services.resource_controller.backends.hosts import HostHealth
+from services.resource_controller.backends.lifecycle import Lifecycle, Tracked, exit_of_code
 from services.resource_controller.backends.local_limits import MIB, ExecutorCgroup
 
 __all__ = ["LAUNCH_GATE", "LocalHandle", "LocalProcessBackend"]
@@ -82,20 +80,14 @@ class LocalHandle:
 
 
 @dataclass
-class _Tracked:
-    """What the backend knows of one executor beyond its handle."""
+class _Process:
+    """What the local backend has of one executor beyond its handle."""
 
-    handle: LocalHandle
     process: subprocess.Popen[bytes] | None  # None when adopted: not our child, so no exit code
     cgroup: ExecutorCgroup | None  # None: affinity and the watchdog limit it
-    announced: bool = False  # RUNNING reported
-    reason: ExitReason | None = None  # set by kill(), release() or the watchdog before the process ends
-    message: str = ""
-    finished: bool = False
-    exit_code: int | None = None
 
 
-class LocalProcessBackend:
+class LocalProcessBackend(Lifecycle[LocalHandle, _Process]):
     """Executors as child processes of the controller on this machine, limited by cgroups, or by CPU affinity and a memory watchdog.
 
     With keep_trainer_cores (the default), each trainer keeps cores of its own for its training thread and data
@@ -111,10 +103,12 @@ class LocalProcessBackend:
         watchdog_seconds: float = 0.25,
         commands: Mapping[str, Sequence[str]] | None = None,
         keep_trainer_cores: bool = True,
+        hosts: HostHealth | None = None,
     ) -> None:
         """mechanism None: detect (cgroup v2, else cgroup v1, else AFFINITY_WATCHDOG); a cgroup mechanism that was asked for but cannot
         be set up raises RuntimeError. commands: argv prefix per role (spec.args follow), over the default `python -m <module>`.
         keep_trainer_cores False: trainers share every core with the executors."""
+        super().__init__(hosts)
         if mechanism is LimitMechanism.SCHEDULER:
             raise ValueError("the local backend enforces limits itself; SCHEDULER is for cluster backends")
         self._parents = limits.detect(cgroup_root or limits.DEFAULT_CGROUP_ROOT, mechanism)
@@ -124,12 +118,8 @@ class LocalProcessBackend:
         self._commands.update({role: tuple(prefix) for role, prefix in (commands or {}).items()})
         self._cores = tuple(sorted(os.sched_getaffinity(0)))  # the cores the controller itself may use
         self._keep_trainer_cores = keep_trainer_cores
-        self._lock = threading.RLock()
-        self._tracked: dict[str, _Tracked] = {}
-        self._events: list[ExecutorEvent] = []
-        self._stop = threading.Event()
-        self._watchdog = threading.Thread(target=self._watch, args=(watchdog_seconds,), name="memory-watchdog", daemon=True)
-        self._watchdog.start()
+        self._watchdog_seconds = watchdog_seconds
+        self._host = socket.gethostname()
 
     # --- launch -----------------------------------------------------------------------------------
 
@@ -140,12 +130,12 @@ class LocalProcessBackend:
     def launch(self, spec: LaunchSpec) -> LocalHandle:
         if spec.role not in self._commands:
             raise ValueError(f"no command for role {spec.role!r} (known: {', '.join(sorted(self._commands))})")
-        with self._lock:
-            known = self._tracked.get(spec.executor_id)
+        with self.lock:
+            known = self.tracked(spec.executor_id)
             if known is not None and not known.finished:
                 raise ValueError(f"executor {spec.executor_id} is already running (pid {known.handle.pid})")
         cgroup = self._parents.create(spec.executor_id) if self._parents else None
-        with self._lock:
+        with self.lock:
             split = self._split_for(spec)
             if split is not None:
                 spec = replace(spec, env={**spec.env, **split.env()})
@@ -161,7 +151,7 @@ class LocalProcessBackend:
                 spec.executor_id, process.pid, limits.start_time(process.pid) or 0, spec.job_id, spec.role, spec.cpu, spec.memory_mib, str(spec.log_path),
                 self.mechanism, tuple(str(d) for d in cgroup.directories) if cgroup else (), cores, split.step if split else (),
             )  # fmt: skip
-            self._tracked[spec.executor_id] = _Tracked(handle, process, cgroup)
+            self.track(handle, _Process(process, cgroup))
             if split is not None:
                 self._repin_executors()
         log.info("launched %s pid %d under %s: cpu %g, memory %d MiB%s%s", spec.executor_id, process.pid, self.mechanism.value, spec.cpu, spec.memory_mib,
@@ -176,7 +166,7 @@ class LocalProcessBackend:
 
     def _held_cores(self) -> set[int]:
         """The cores running trainers keep for their training threads."""
-        return {core for t in self._tracked.values() if not t.finished for core in t.handle.step_cores}
+        return {core for t in self.live() if not t.finished for core in t.handle.step_cores}
 
     def _executor_cores(self) -> tuple[int, ...]:
         return core_split.shared_cores(self._cores, self._held_cores())
@@ -185,12 +175,12 @@ class LocalProcessBackend:
         """After a trainer took or gave back cores: data executors move to the cores no trainer keeps (under a cgroup all
         of those; under affinity+watchdog, new cores of the same count for one that sat on a kept core)."""
         held, allowed = self._held_cores(), self._executor_cores()
-        for tracked in self._tracked.values():
+        for tracked in self.live():
             mine = tracked.handle
             if tracked.finished or mine.role == TRAINER_ROLE or not self._running(tracked):
                 continue
             try:
-                if tracked.cgroup is not None:
+                if tracked.native.cgroup is not None:
                     core_split.pin_process(mine.pid, allowed)
                 elif held & set(mine.cores):
                     mine.cores = limits.cores_for(mine.cpu, allowed, self._cores_in_use(excluding=mine.executor_id))
@@ -231,7 +221,7 @@ class LocalProcessBackend:
                 (directory / "cgroup.procs").write_text(str(pid))
             core_split.pin_process(pid, self._allowed_cores(spec.role, split))
             return ()
-        with self._lock:
+        with self.lock:
             allowed = self._allowed_cores(spec.role, split)
             cores = allowed if split is not None else limits.cores_for(spec.cpu, allowed, self._cores_in_use())
         core_split.pin_process(pid, cores)
@@ -245,43 +235,19 @@ class LocalProcessBackend:
         return self._cores if role == TRAINER_ROLE else self._executor_cores()
 
     def _cores_in_use(self, excluding: str = "") -> list[int]:
-        return [core for t in self._tracked.values() if not t.finished and t.handle.executor_id != excluding for core in t.handle.cores]
+        return [core for t in self.live() if not t.finished and t.handle.executor_id != excluding for core in t.handle.cores]
 
-    # --- stop -------------------------------------------------------------------------------------
+    # --- stop (the lifecycle's release and kill call these) -----------------------------------------
 
-    def release(self, handle: ExecutorHandle, grace_seconds: float) -> int | None:
-        """SIGTERM, up to grace_seconds for it to drain, then SIGKILL; the exit code (None for an adopted process)."""
-        tracked = self._find(handle)
-        if tracked is None:
-            return None
-        with self._lock:
-            if not tracked.finished and tracked.reason is None:
-                tracked.reason, tracked.message = ExitReason.RELEASED, "released (SIGTERM)"
+    def _terminate(self, tracked: Tracked[LocalHandle, _Process], grace_seconds: float) -> None:
+        with self.lock:
             self._signal(tracked, signal.SIGTERM, group=False)  # the executor drains itself; a group signal would cut that short
-        if not self._wait(tracked, grace_seconds):
-            with self._lock:
-                if tracked.reason is ExitReason.RELEASED:
-                    tracked.message = f"released: still running {grace_seconds:g} s after SIGTERM, so SIGKILL"
-                self._signal(tracked, signal.SIGKILL, group=True)
-            self._wait(tracked, KILL_WAIT_SECONDS)
-        with self._lock:
-            self._check(tracked)
-            return tracked.exit_code
 
-    def kill(self, handle: ExecutorHandle, reason: ExitReason, message: str) -> None:
-        """SIGKILL now; waits briefly for it to die so that the next poll reports it."""
-        tracked = self._find(handle)
-        if tracked is None:
-            return
-        with self._lock:
-            if tracked.finished:
-                return
-            tracked.reason, tracked.message = reason, message
+    def _force(self, tracked: Tracked[LocalHandle, _Process]) -> None:
+        with self.lock:
             self._signal(tracked, signal.SIGKILL, group=True)
-        log.info("killed %s (%s): %s", tracked.handle.executor_id, reason.value, message)
-        self._wait(tracked, KILL_WAIT_SECONDS)
 
-    def _signal(self, tracked: _Tracked, sig: signal.Signals, group: bool) -> None:
+    def _signal(self, tracked: Tracked[LocalHandle, _Process], sig: signal.Signals, group: bool) -> None:
         """Signal the executor only while its pid is still that process: an exited child is reaped and an adopted pid may be reused."""
         if tracked.finished or not self._running(tracked):
             return
@@ -291,34 +257,19 @@ class LocalProcessBackend:
         with contextlib.suppress(ProcessLookupError):
             os.kill(tracked.handle.pid, sig)
 
-    def _running(self, tracked: _Tracked) -> bool:
-        if tracked.process is not None:
-            return tracked.process.poll() is None
+    def _running(self, tracked: Tracked[LocalHandle, _Process]) -> bool:
+        if tracked.native.process is not None:
+            return tracked.native.process.poll() is None
         return limits.is_alive(tracked.handle.pid, tracked.handle.start_time)
-
-    def _wait(self, tracked: _Tracked, timeout: float) -> bool:
-        """True once the process has ended (a child is reaped here), False at the timeout."""
-        if tracked.process is not None:
-            try:
-                tracked.process.wait(timeout)
-                return True
-            except subprocess.TimeoutExpired:
-                return False
-        deadline = time.monotonic() + timeout
-        while limits.is_alive(tracked.handle.pid, tracked.handle.start_time):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.02)
-        return True
 
     # --- resize and usage -------------------------------------------------------------------------
 
     def resize(self, handle: ExecutorHandle, cpu: float, memory_mib: int) -> bool:
         """Rewrite the limits on the live process. Memory first: a limit below what it holds is refused (False) and nothing changes."""
-        tracked = self._find(handle)
+        tracked = self.find(handle)
         if tracked is None:
             return False
-        with self._lock:
+        with self.lock:
             if tracked.finished or not self._running(tracked):
                 return False
             mine = tracked.handle
@@ -332,14 +283,14 @@ class LocalProcessBackend:
             mine.cpu, mine.memory_mib, mine.cores = cpu, memory_mib, cores
             return True
 
-    def _apply(self, tracked: _Tracked, cpu: float, memory_mib: int) -> tuple[int, ...]:
+    def _apply(self, tracked: Tracked[LocalHandle, _Process], cpu: float, memory_mib: int) -> tuple[int, ...]:
         mine = tracked.handle
-        if tracked.cgroup is not None:
-            tracked.cgroup.set_memory(memory_mib)
+        if tracked.native.cgroup is not None:
+            tracked.native.cgroup.set_memory(memory_mib)
             try:
-                tracked.cgroup.set_cpu(cpu)
+                tracked.native.cgroup.set_cpu(cpu)
             except OSError:
-                tracked.cgroup.set_memory(mine.memory_mib)  # all or nothing
+                tracked.native.cgroup.set_memory(mine.memory_mib)  # all or nothing
                 raise
             return ()
         resident = limits.resident_bytes(mine.pid)
@@ -353,7 +304,7 @@ class LocalProcessBackend:
 
     def usage(self, handle: ExecutorHandle) -> tuple[float, int]:
         """(CPU seconds, resident bytes) of the executor's process from /proc; zeros once the pid is no longer that process."""
-        tracked = self._find(handle)
+        tracked = self.find(handle)
         pid = handle.pid
         if tracked is not None and limits.start_time(pid) != tracked.handle.start_time:
             return 0.0, 0
@@ -361,59 +312,40 @@ class LocalProcessBackend:
 
     # --- watch ------------------------------------------------------------------------------------
 
-    def poll(self) -> list[ExecutorEvent]:
-        with self._lock:
-            for tracked in self._tracked.values():
-                if not tracked.finished:
-                    self._announce(tracked)
-                    self._check(tracked)
-            events, self._events = self._events, []
-        return events
+    def _refresh(self, tracked: Tracked[LocalHandle, _Process]) -> None:
+        with self.lock:
+            self.report_running(tracked)
+            self._check(tracked)
 
-    def _announce(self, tracked: _Tracked) -> None:
-        if not tracked.announced:
-            tracked.announced = True
-            self._events.append(ExecutorEvent(tracked.handle.executor_id, EventKind.RUNNING))
-
-    def _check(self, tracked: _Tracked) -> None:
+    def _check(self, tracked: Tracked[LocalHandle, _Process]) -> None:
         """If the process has ended: record why, remove its cgroup, and queue EXITED (once)."""
         if tracked.finished or self._running(tracked):
             return
-        code = tracked.process.returncode if tracked.process is not None else None
+        code = tracked.native.process.returncode if tracked.native.process is not None else None
         reason, message = self._exit_reason(tracked, code)
-        tracked.finished, tracked.exit_code = True, code
-        self._remove_cgroup(tracked.cgroup)
+        self.report_exit(tracked, code, reason, message, self._host)
+        self._remove_cgroup(tracked.native.cgroup)
         if tracked.handle.step_cores:
             self._repin_executors()  # the cores it kept are the executors' again
-        self._announce(tracked)
-        self._events.append(ExecutorEvent(tracked.handle.executor_id, EventKind.EXITED, code, reason, message))
-        log.info("%s exited: %s, code %s: %s", tracked.handle.executor_id, reason.value, code, message)
 
-    def _exit_reason(self, tracked: _Tracked, code: int | None) -> tuple[ExitReason, str]:
+    def _exit_reason(self, tracked: Tracked[LocalHandle, _Process], code: int | None) -> tuple[ExitReason, str]:
         if tracked.reason is not None:
             return tracked.reason, tracked.message
-        if tracked.cgroup is not None and code != 0 and tracked.cgroup.oom_kills() > 0:
+        if tracked.native.cgroup is not None and code != 0 and tracked.native.cgroup.oom_kills() > 0:
             return ExitReason.OOM_KILLED, f"OOM-killed by the kernel at its {tracked.handle.memory_mib} MiB cgroup limit"
-        if code is None:
-            return ExitReason.VANISHED, "exited while it was not this controller's child: exit code unknown"
-        if code == 0:
-            return ExitReason.COMPLETED, "exited with code 0"
-        if code < 0:
-            return ExitReason.ERROR, f"killed by signal {signal.Signals(-code).name}"
-        return ExitReason.ERROR, f"exited with code {code}"
+        return exit_of_code(code)
 
-    def _watch(self, interval: float) -> None:
+    def _workers(self) -> list[tuple[str, Callable[[], None]]]:
+        return [("memory-watchdog", self.run_every(self._watchdog_seconds, self._watch, "memory watchdog pass"))]
+
+    def _watch(self) -> None:
         """The memory watchdog for executors without a memory cgroup: SIGKILL one whose resident memory passed its limit."""
-        while not self._stop.wait(interval):
-            try:
-                with self._lock:
-                    for tracked in self._tracked.values():
-                        self._guard(tracked)
-            except Exception:
-                log.exception("memory watchdog pass failed; trying again in %g s", interval)
+        for tracked in self.live():
+            with self.lock:
+                self._guard(tracked)
 
-    def _guard(self, tracked: _Tracked) -> None:
-        if tracked.finished or tracked.cgroup is not None or tracked.reason is not None:
+    def _guard(self, tracked: Tracked[LocalHandle, _Process]) -> None:
+        if tracked.finished or tracked.native.cgroup is not None or tracked.reason is not None:
             return
         mine = tracked.handle
         resident = limits.resident_bytes(mine.pid)
@@ -426,17 +358,14 @@ class LocalProcessBackend:
 
     # --- restart ----------------------------------------------------------------------------------
 
-    def adopt(self, state: Mapping[str, object]) -> LocalHandle | None:
-        """Re-attach to an executor that a previous controller launched, if that very process (pid and start time) still runs."""
-        try:
-            handle = LocalHandle.from_state(state)
-        except (KeyError, TypeError, ValueError) as error:
-            log.warning("not adopting: the state is not a local executor's (%s)", error)
-            return None
-        with self._lock:
-            known = self._tracked.get(handle.executor_id)
-            if known is not None and not known.finished and (known.handle.pid, known.handle.start_time) == (handle.pid, handle.start_time):
-                return known.handle
+    def _parse(self, state: Mapping[str, object]) -> LocalHandle:
+        return LocalHandle.from_state(state)
+
+    def _same(self, known: LocalHandle, handle: LocalHandle) -> bool:
+        return (known.pid, known.start_time) == (handle.pid, handle.start_time)
+
+    def _attach(self, handle: LocalHandle) -> _Process | None:
+        """That very process (pid and start time), if it still runs, with its cgroup if that is still there."""
         if not limits.is_alive(handle.pid, handle.start_time):
             log.info("not adopting %s: pid %d is gone, or is another process now", handle.executor_id, handle.pid)
             return None
@@ -447,10 +376,8 @@ class LocalProcessBackend:
             handle.mechanism, handle.cgroups, handle.cores = LimitMechanism.AFFINITY_WATCHDOG, (), limits.affinity_of(handle.pid)
         else:
             handle.mechanism, handle.cgroups = cgroup.mechanism, tuple(str(d) for d in cgroup.directories)
-        with self._lock:
-            self._tracked[handle.executor_id] = _Tracked(handle, None, cgroup)
-        log.info("adopted %s pid %d under %s", handle.executor_id, handle.pid, handle.mechanism.value)
-        return handle
+        log.info("adopting %s pid %d under %s", handle.executor_id, handle.pid, handle.mechanism.value)
+        return _Process(None, cgroup)
 
     def _adopted_cgroup(self, handle: LocalHandle) -> ExecutorCgroup | None:
         """Its cgroup from the saved paths, else by name under this controller's own cgroups."""
@@ -463,22 +390,7 @@ class LocalProcessBackend:
                 return found
         return None
 
-    def close(self) -> None:
-        """Stop the watchdog; the executors keep running for the next controller to adopt."""
-        self._stop.set()
-        self._watchdog.join()
-        with self._lock:
-            running = sum(1 for t in self._tracked.values() if not t.finished)
-        log.info("local backend closed; %d executor(s) left running", running)
-
     # --- helpers ----------------------------------------------------------------------------------
-
-    def _find(self, handle: ExecutorHandle) -> _Tracked | None:
-        with self._lock:
-            tracked = self._tracked.get(handle.executor_id)
-        if tracked is None:
-            log.warning("%s is not an executor of this backend", handle.executor_id)
-        return tracked
 
     def _remove_cgroup(self, cgroup: ExecutorCgroup | None) -> None:
         for directory in cgroup.directories if cgroup else ():

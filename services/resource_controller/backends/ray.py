@@ -24,13 +24,13 @@ from services.resource_controller.backends.contract import (
     BackendConfig,
     BackendUnavailableError,
     Capabilities,
-    EventKind,
-    ExecutorEvent,
     ExitReason,
     LaunchSpec,
     LimitMechanism,
     RoleSize,
 )
+from services.resource_controller.backends.hosts import HostHealth
+from services.resource_controller.backends.lifecycle import Lifecycle, Tracked, exit_of_code
 
 log = logging.getLogger(__name__)
 
@@ -116,17 +116,17 @@ class RayHandle:
 
 
 @dataclass
-class _Tracked:
-    handle: RayHandle
+class _Actor:
+    """What the backend has of one executor's actor beyond its handle."""
+
     actor: Any
     exit_ref: Any  # wait_exit(): resolves when the executor process exits, raises when the actor dies
     where_ref: Any  # where(): resolves once the actor is placed and has started the process
     launched_at: float
     ready: bool = False
-    reason: ExitReason | None = None  # set by kill() or release()
-    message: str = ""
-    finished: bool = False
-    exit_code: int | None = None
+
+
+Actor = Tracked[RayHandle, _Actor]
 
 
 def _probe(address: str) -> None:
@@ -142,15 +142,18 @@ def _probe(address: str) -> None:
         raise BackendUnavailableError(f"ray: no Ray cluster answers at {address} ({reason}): check --ray-address, or start one with `ray start --head`") from None
 
 
-class RayBackend:
+class RayBackend(Lifecycle[RayHandle, _Actor]):
     """Executors as detached, named Ray actors in the "primus" namespace: a restarted controller finds them by name."""
 
     name = "ray"
     capabilities = Capabilities(resize_in_place=False, resize_by_migration=True, limits=LimitMechanism.SCHEDULER)
 
-    def __init__(self, address: str, commands: Mapping[str, list[str]] | None = None, placement_timeout: float = PLACEMENT_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self, address: str, commands: Mapping[str, list[str]] | None = None, placement_timeout: float = PLACEMENT_TIMEOUT_SECONDS, hosts: HostHealth | None = None
+    ) -> None:
         import ray
 
+        super().__init__(hosts)
         self._ray = ray
         self.address = address
         self._actor_class = ray.remote(max_concurrency=4)(ExecutorActor)  # type: ignore[call-overload]
@@ -158,11 +161,9 @@ class RayBackend:
         self._commands.update({role: list(prefix) for role, prefix in (commands or {}).items()})
         self._placement_timeout = placement_timeout
         self._tls_env = security.from_env().tls_env()  # the actors' processes inherit the raylet's environment, not ours
-        self._lock = threading.RLock()
-        self._tracked: dict[str, _Tracked] = {}
 
     @classmethod
-    def connect(cls, config: BackendConfig) -> RayBackend:
+    def connect(cls, config: BackendConfig, hosts: HostHealth | None = None) -> RayBackend:
         address = config.ray_address or "auto"
         _probe(address)
         try:
@@ -176,7 +177,7 @@ class RayBackend:
             raise BackendUnavailableError(f"ray: cannot join the Ray cluster at {address} ({first}): check --ray-address, or start one with `ray start --head`") from None
         nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
         log.info("joined the Ray cluster at %s: %d node(s), %g CPUs", address, len(nodes), sum(n["Resources"].get("CPU", 0) for n in nodes))
-        return cls(address)
+        return cls(address, hosts=hosts)
 
     # --- launch -----------------------------------------------------------------------------------
 
@@ -221,50 +222,27 @@ class RayBackend:
             max_restarts=0,
         ).remote([*self._commands[spec.role], *spec.args], env, str(spec.log_path), spec.log_uri)
         handle = RayHandle(spec.executor_id, 0, actor_name, "", "", spec.cpu, spec.memory_mib)
-        with self._lock:
-            self._tracked[spec.executor_id] = _Tracked(handle, actor, actor.wait_exit.remote(), actor.where.remote(), time.monotonic())
+        with self.lock:
+            self.track(handle, _Actor(actor, actor.wait_exit.remote(), actor.where.remote(), time.monotonic()))
         log.info("asked Ray for actor %s: %g CPUs, %d MiB, %d GPUs%s", actor_name, spec.cpu, spec.memory_mib, spec.gpus, f", {resources}" if resources else "")
         return handle
 
-    # --- stop -------------------------------------------------------------------------------------
+    # --- stop (the lifecycle's release and kill call these) -----------------------------------------
 
-    def release(self, handle: Any, grace_seconds: float) -> int | None:
-        """SIGTERM the executor (it drains), up to grace_seconds, then kill the actor."""
-        tracked = self._find(handle)
-        if tracked is None:
-            return None
-        with self._lock:
-            if tracked.reason is None:
-                tracked.reason, tracked.message = ExitReason.RELEASED, "released (SIGTERM)"
+    def _terminate(self, tracked: Actor, grace_seconds: float) -> None:
+        """SIGTERM the executor through its actor (it drains)."""
         with contextlib.suppress(Exception):
-            self._ray.get(tracked.actor.terminate.remote(), timeout=grace_seconds)
-        code = self._wait(tracked, grace_seconds)
-        self._kill_actor(tracked)
-        return code
+            tracked.native.actor.terminate.remote()
 
-    def kill(self, handle: Any, reason: ExitReason, message: str) -> None:
-        tracked = self._find(handle)
-        if tracked is None:
-            return
-        with self._lock:
-            if tracked.finished:
-                return
-            tracked.reason, tracked.message = reason, message
+    def _force(self, tracked: Actor) -> None:
         self._kill_actor(tracked)
-        log.info("killed actor %s (%s): %s", tracked.handle.actor_name, reason.value, message)
 
-    def _kill_actor(self, tracked: _Tracked) -> None:
+    def _released(self, tracked: Actor) -> None:
+        self._kill_actor(tracked)  # free the actor's resources, whatever its process did
+
+    def _kill_actor(self, tracked: Actor) -> None:
         with contextlib.suppress(Exception):
-            self._ray.kill(tracked.actor, no_restart=True)
-
-    def _wait(self, tracked: _Tracked, timeout: float) -> int | None:
-        ready, _ = self._ray.wait([tracked.exit_ref], timeout=max(0.0, timeout))
-        if not ready:
-            return None
-        try:
-            return int(self._ray.get(tracked.exit_ref))
-        except self._ray.exceptions.RayError:
-            return None
+            self._ray.kill(tracked.native.actor, no_restart=True)
 
     def resize(self, handle: Any, cpu: float, memory_mib: int) -> bool:
         """Ray fixes an actor's resources when it is created: the pool migrates instead."""
@@ -275,101 +253,73 @@ class RayBackend:
 
     # --- watch ------------------------------------------------------------------------------------
 
-    def poll(self) -> list[ExecutorEvent]:
-        with self._lock:
-            tracked = [t for t in self._tracked.values() if not t.finished]
-        events: list[ExecutorEvent] = []
-        for t in tracked:
-            if not t.ready:
-                events += self._check_placed(t)
-            if t.ready and not t.finished:
-                events += self._check_exit(t)
-        return events
+    def _refresh(self, tracked: Actor) -> None:
+        if not tracked.native.ready:
+            self._check_placed(tracked)
+        if tracked.native.ready and not tracked.finished:
+            self._check_exit(tracked)
 
-    def _check_placed(self, t: _Tracked) -> list[ExecutorEvent]:
-        ready, _ = self._ray.wait([t.where_ref], timeout=0)
+    def _check_placed(self, t: Actor) -> None:
+        mine = t.native
+        ready, _ = self._ray.wait([mine.where_ref], timeout=0)
         if ready:
             try:
-                pid, node_ip, node_id, error = self._ray.get(t.where_ref)
+                pid, node_ip, node_id, error = self._ray.get(mine.where_ref)
             except self._ray.exceptions.RayError as exc:
-                return self._finish(t, None, ExitReason.ERROR, f"its Ray actor could not start: {_first_line(exc)}")
+                self.report_exit(t, None, ExitReason.ERROR, f"its Ray actor could not start: {_first_line(exc)}")
+                return
             if error:
-                return self._finish(t, None, ExitReason.ERROR, error)
-            t.ready = True
+                self.report_exit(t, None, ExitReason.ERROR, error)
+                return
+            mine.ready = True
             t.handle.pid, t.handle.node_ip, t.handle.node_id = pid, node_ip, node_id
             log.info("actor %s runs on node %s (%s), executor pid %d", t.handle.actor_name, node_ip, node_id[:8], pid)
-            return [ExecutorEvent(t.handle.executor_id, EventKind.RUNNING)]
-        if time.monotonic() - t.launched_at > self._placement_timeout:
+            self.report_running(t)
+            return
+        if time.monotonic() - mine.launched_at > self._placement_timeout:
             self._kill_actor(t)
             message = (
                 f"Ray could not place it within {self._placement_timeout:.0f}s: no node has {t.handle.cpu:g} CPUs and {t.handle.memory_mib} MiB free (see `ray status`)"
             )
-            return self._finish(t, None, ExitReason.ERROR, message)
-        return []
+            self.report_exit(t, None, ExitReason.ERROR, message)
 
-    def _check_exit(self, t: _Tracked) -> list[ExecutorEvent]:
-        ready, _ = self._ray.wait([t.exit_ref], timeout=0)
+    def _check_exit(self, t: Actor) -> None:
+        ready, _ = self._ray.wait([t.native.exit_ref], timeout=0)
         if not ready:
-            return []
+            return
         try:
-            code: int | None = int(self._ray.get(t.exit_ref))
+            code: int | None = int(self._ray.get(t.native.exit_ref))
         except self._ray.exceptions.RayError as exc:  # the actor died: killed, its node lost, or out of memory
-            code = None
-            if t.reason is None:
-                return self._finish(t, code, ExitReason.ERROR, f"its Ray actor died: {_first_line(exc)}")
+            self.report_exit(t, None, ExitReason.ERROR, f"its Ray actor died: {_first_line(exc)}", t.handle.node_ip)
+            return
         self._kill_actor(t)  # the process is gone: free the actor's resources
-        if t.reason is not None:
-            return self._finish(t, code, t.reason, t.message)
-        if code == 0:
-            return self._finish(t, code, ExitReason.COMPLETED, "exited with code 0")
-        if code is not None and code < 0:
-            return self._finish(t, code, ExitReason.ERROR, f"killed by signal {signal.Signals(-code).name}")
-        return self._finish(t, code, ExitReason.ERROR, f"exited with code {code}")
-
-    def _finish(self, t: _Tracked, code: int | None, reason: ExitReason, message: str) -> list[ExecutorEvent]:
-        with self._lock:
-            if t.finished:
-                return []
-            t.finished, t.exit_code = True, code
-        log.info("%s exited: %s, code %s: %s", t.handle.executor_id, reason.value, code, message)
-        return [ExecutorEvent(t.handle.executor_id, EventKind.EXITED, code, reason, message)]
+        reason, message = exit_of_code(code)
+        self.report_exit(t, code, reason, message, t.handle.node_ip)
 
     # --- restart ----------------------------------------------------------------------------------
 
-    def adopt(self, state: Mapping[str, object]) -> RayHandle | None:
-        """Find the named actor a previous controller launched; None when it is gone."""
-        try:
-            handle = RayHandle(
-                str(state["executor_id"]), int(str(state["pid"])), str(state["actor_name"]), str(state["node_ip"]), str(state["node_id"]),
-                float(str(state["cpu"])), int(str(state["memory_mib"])),
-            )  # fmt: skip
-        except (KeyError, ValueError) as exc:
-            log.warning("not adopting: the state is not a Ray executor's (%s)", exc)
-            return None
+    def _parse(self, state: Mapping[str, object]) -> RayHandle:
+        return RayHandle(
+            str(state["executor_id"]), int(str(state["pid"])), str(state["actor_name"]), str(state["node_ip"]), str(state["node_id"]),
+            float(str(state["cpu"])), int(str(state["memory_mib"])),
+        )  # fmt: skip
+
+    def _attach(self, handle: RayHandle) -> _Actor | None:
+        """The named actor a previous controller launched, if it is still there."""
         try:
             actor = self._ray.get_actor(handle.actor_name, namespace=NAMESPACE)
         except ValueError:
             log.info("not adopting %s: its actor is gone", handle.executor_id)
             return None
-        with self._lock:
-            self._tracked[handle.executor_id] = _Tracked(handle, actor, actor.wait_exit.remote(), actor.where.remote(), time.monotonic(), ready=True)
-        log.info("adopted actor %s", handle.actor_name)
-        return handle
+        return _Actor(actor, actor.wait_exit.remote(), actor.where.remote(), time.monotonic(), ready=True)
 
-    def close(self) -> None:
+    def _adopted(self, tracked: Actor) -> None:
+        tracked.running_reported = True
+
+    def _closed(self) -> None:
         """Leave the actors running (detached) for the next controller; disconnect from the cluster."""
-        with self._lock:
-            running = sum(1 for t in self._tracked.values() if not t.finished)
-        log.info("ray backend closed; %d executor actor(s) left running", running)
         with contextlib.suppress(Exception):
             self._ray.shutdown()
-
-    def _find(self, handle: Any) -> _Tracked | None:
-        with self._lock:
-            tracked = self._tracked.get(handle.executor_id)
-        if tracked is None:
-            log.warning("%s is not an executor of this backend", handle.executor_id)
-        return tracked
 
 
 def _spec_role(role: str) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from primus.backend_flags import add_backend_arguments
 from services.resource_controller.backends.contract import BackendConfig, SchedulerBackend
+from services.resource_controller.backends.hosts import HostHealth
 from services.resource_controller.backends.local import LocalProcessBackend
 
 
@@ -22,38 +23,42 @@ def config_from(args: argparse.Namespace) -> BackendConfig:
     )  # fmt: skip
 
 
-def _kubernetes(config: BackendConfig) -> SchedulerBackend:
+def _kubernetes(config: BackendConfig, hosts: HostHealth) -> SchedulerBackend:
     from services.resource_controller.backends.kubernetes import KubernetesBackend
 
-    backend: SchedulerBackend = KubernetesBackend.connect(config)
+    backend: SchedulerBackend = KubernetesBackend.connect(config, hosts=hosts)
     return backend
 
 
-def _yarn(config: BackendConfig) -> SchedulerBackend:
+def _yarn(config: BackendConfig, hosts: HostHealth) -> SchedulerBackend:
     from services.resource_controller.backends.yarn import YarnBackend
 
-    backend: SchedulerBackend = YarnBackend.connect(config)
+    backend: SchedulerBackend = YarnBackend.connect(config, hosts=hosts)
     return backend
 
 
-def _ray(config: BackendConfig) -> SchedulerBackend:
+def _ray(config: BackendConfig, hosts: HostHealth) -> SchedulerBackend:
     from services.resource_controller.backends.ray import RayBackend
 
-    backend: SchedulerBackend = RayBackend.connect(config)
+    backend: SchedulerBackend = RayBackend.connect(config, hosts=hosts)
     return backend
 
 
-BUILDERS: dict[str, Callable[[BackendConfig], SchedulerBackend]] = {"kubernetes": _kubernetes, "yarn": _yarn, "ray": _ray}
+BUILDERS: dict[str, Callable[[BackendConfig, HostHealth], SchedulerBackend]] = {"kubernetes": _kubernetes, "yarn": _yarn, "ray": _ray}
 
 
-def build_backends(config: BackendConfig, local: SchedulerBackend | None = None) -> dict[str, SchedulerBackend]:
-    """Every configured backend, connected; raises BackendUnavailableError (closing what was built) if one cannot be used."""
+def build_backends(config: BackendConfig, local: SchedulerBackend | None = None, hosts: HostHealth | None = None) -> dict[str, SchedulerBackend]:
+    """Every configured backend, connected and started, sharing one record of failing hosts (a host avoided for a job is
+    avoided on every backend); raises BackendUnavailableError (closing what was built) if one cannot be used."""
+    hosts = hosts or HostHealth()
     built: dict[str, SchedulerBackend] = {}
     try:
         for kind in config.kinds:  # the remote ones first: one that cannot be reached is the only thing said
             if kind != "local":
-                built[kind] = BUILDERS[kind](config)
-        built["local"] = local or LocalProcessBackend(keep_trainer_cores=config.keep_trainer_cores)
+                built[kind] = BUILDERS[kind](config, hosts)
+        built["local"] = local or LocalProcessBackend(keep_trainer_cores=config.keep_trainer_cores, hosts=hosts)
+        for backend in built.values():
+            backend.start()
     except BaseException:
         for backend in built.values():
             backend.close()

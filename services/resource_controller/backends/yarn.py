@@ -9,7 +9,6 @@ import math
 import os
 import re
 import socket
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,8 +26,6 @@ from services.resource_controller.backends.contract import (
     BackendConfig,
     BackendUnavailableError,
     Capabilities,
-    EventKind,
-    ExecutorEvent,
     ExitReason,
     LaunchSpec,
     LimitMechanism,
@@ -36,11 +33,14 @@ from services.resource_controller.backends.contract import (
     state_field,
 )
 from services.resource_controller.backends.gpus import too_many_gpus
+from services.resource_controller.backends.hosts import HostHealth
+from services.resource_controller.backends.lifecycle import Lifecycle, Tracked
 from services.resource_controller.backends.yarn_launch import ARGS_ENV, ID_ENV, LOG_ENV, MODULE_ENV
 
 __all__ = ["EXECUTOR_SERVICE_PREFIX", "ExecutorService", "YarnBackend", "YarnHandle", "choose_service", "executor_services", "service_name"]
 
 log = logging.getLogger(__name__)
+READ_GAP_SECONDS = 0.1  # while a stop waits, how often the containers are read again
 
 # skein 0.8.2 cannot add a service to a running application (its AppMaster has no such call) and fixes resources per
 # service, so the application spec declares one executor service per size, with no instances: executor-<vcores>c-<MiB>m.
@@ -141,17 +141,15 @@ class YarnHandle:
 
 
 @dataclass
-class _Tracked:
-    handle: YarnHandle
+class _Container:
+    """What the backend has of one executor's container beyond its handle."""
+
     service_memory_mib: int  # the container's size, which YARN's memory monitor holds it to
     state: str  # as skein last listed it
-    pending_told: bool = False
-    running_told: bool = False
-    reason: ExitReason | None = None  # set by kill() or release() before the container ends
-    message: str = ""
-    finished: bool = False
-    exit_code: int | None = None
-    missing: int = 0
+    missing: int = 0  # polls in a row that did not list it
+
+
+Container = Tracked[YarnHandle, _Container]
 
 
 def _probe(address: str) -> None:
@@ -184,32 +182,29 @@ def _security(address: str) -> Any:
         ) from None
 
 
-class YarnBackend:
+class YarnBackend(Lifecycle[YarnHandle, _Container]):
     """Executors as containers of one skein application; a poll thread follows their states through its application master."""
 
     name = "yarn"
     capabilities = Capabilities(resize_in_place=False, resize_by_migration=True, limits=LimitMechanism.SCHEDULER)
 
-    def __init__(self, client: Any, spec: Any, address: str, poll_seconds: float = POLL_SECONDS) -> None:
+    def __init__(self, client: Any, spec: Any, address: str, poll_seconds: float = POLL_SECONDS, hosts: HostHealth | None = None) -> None:
         """client: a skein.ApplicationClient; spec: its application's skein.ApplicationSpec."""
+        super().__init__(hosts)
         self.address = address
         self.queue = str(spec.queue or "default")
         self.services = executor_services(spec, address)
         self._client = client
         self._tls_env = security.from_env().tls_env()  # containers get the application's environment, not ours
-        self._lock = threading.RLock()
-        self._tracked: dict[str, _Tracked] = {}
-        self._events: list[ExecutorEvent] = []
         self._unreachable = False
-        self._stop = threading.Event()
-        self._poller = threading.Thread(target=self._poll_loop, args=(poll_seconds,), name="yarn-poll", daemon=True)
-        self._poller.start()
+        self._poll_seconds = poll_seconds
+        self._last_read = 0.0
         ordered = sorted(self.services.values(), key=lambda s: (s.node_label, s.memory_mib, s.vcores))
         sizes = ", ".join(f"{s.vcores}c/{s.memory_mib} MiB" + (f" ({s.node_label})" if s.node_label else "") for s in ordered)
         log.info("yarn backend: skein application %s at %s, queue %s, executor sizes %s", spec.name, address, self.queue, sizes)
 
     @classmethod
-    def connect(cls, config: BackendConfig, security: Any = None, poll_seconds: float = POLL_SECONDS) -> YarnBackend:
+    def connect(cls, config: BackendConfig, security: Any = None, poll_seconds: float = POLL_SECONDS, hosts: HostHealth | None = None) -> YarnBackend:
         """Reach the application master at config.yarn_address (inside the application, $SKEIN_APPMASTER_ADDRESS by default)
         and check its executor services; BackendUnavailableError with one line saying what to check."""
         address = config.yarn_address or os.environ.get("SKEIN_APPMASTER_ADDRESS", "")
@@ -229,7 +224,7 @@ class YarnBackend:
             client.close()
             raise BackendUnavailableError(f"yarn: the skein application master at {address} failed to give its spec: {exc}") from None
         try:
-            return cls(client, spec, address, poll_seconds)
+            return cls(client, spec, address, poll_seconds, hosts)
         except BaseException:
             client.close()
             raise
@@ -239,8 +234,8 @@ class YarnBackend:
     def launch(self, spec: LaunchSpec) -> YarnHandle:
         if spec.role not in ROLE_MODULES:
             raise ValueError(f"no module for role {spec.role!r} (known: {', '.join(sorted(ROLE_MODULES))})")
-        with self._lock:
-            known = self._tracked.get(spec.executor_id)
+        with self.lock:
+            known = self.tracked(spec.executor_id)
             if known is not None and not known.finished:
                 raise ValueError(f"executor {spec.executor_id} is already running in container {known.handle.container_id}")
         service = self._service_for(spec)
@@ -251,8 +246,7 @@ class YarnBackend:
         }  # fmt: skip
         container = self._call(lambda: self._client.add_container(service.name, env=env), f"add a container to service {service.name}")
         handle = YarnHandle(spec.executor_id, 0, container.id, spec.job_id, spec.role, spec.cpu, spec.memory_mib, str(spec.log_path), container.yarn_container_id)
-        with self._lock:
-            self._tracked[spec.executor_id] = _Tracked(handle, service.memory_mib, str(container.state))
+        self.track(handle, _Container(service.memory_mib, str(container.state)))
         log.info("launched %s as container %s (%d vcores, %d MiB for cpu %g, memory %d MiB)", spec.executor_id, container.id, service.vcores,
                  service.memory_mib, spec.cpu, spec.memory_mib)  # fmt: skip
         return handle
@@ -290,52 +284,44 @@ class YarnBackend:
             )
         return service
 
-    # --- stop -------------------------------------------------------------------------------------
+    # --- stop (the lifecycle's release and kill call these) -----------------------------------------
+    # YARN sends SIGTERM, then SIGKILL after the NodeManager's sleep-delay-before-sigkill: the grace is YARN's, not the release's.
 
-    def release(self, handle: Any, grace_seconds: float) -> int | None:
-        """Stop its container: YARN sends SIGTERM, then SIGKILL after the NodeManager's sleep-delay-before-sigkill (the
-        grace is YARN's, not grace_seconds). Waits up to grace_seconds for skein to list it ended; the exit code, if known."""
-        tracked = self._find(handle)
-        if tracked is None:
-            return None
-        with self._lock:
-            if not tracked.finished and tracked.reason is None:
-                tracked.reason, tracked.message = ExitReason.RELEASED, "released (its container was stopped)"
+    def _release_message(self, grace_seconds: float) -> str:
+        return "released (its container was stopped)"
+
+    def _escalation_message(self, grace_seconds: float) -> str:
+        return f"released: its container was still listed {grace_seconds:g} s after it was stopped"
+
+    def _terminate(self, tracked: Container, grace_seconds: float) -> None:
         self._stop_container(tracked)
-        deadline = time.monotonic() + grace_seconds
-        while not tracked.finished and time.monotonic() < deadline:
+
+    def _force(self, tracked: Container) -> None:
+        if tracked.reason is not ExitReason.RELEASED or not tracked.stopping:
+            self._stop_container(tracked)
+
+    def _refresh(self, tracked: Container) -> None:
+        """While a release or kill waits: read the containers again, at most every READ_GAP_SECONDS."""
+        if tracked.stopping and not tracked.finished and time.monotonic() - self._last_read >= READ_GAP_SECONDS:
             self._refresh_quietly()
-            if not tracked.finished:
-                time.sleep(0.1)
-        return tracked.exit_code
 
-    def kill(self, handle: Any, reason: ExitReason, message: str) -> None:
-        """Stop its container now; the EXITED event carries this reason."""
-        tracked = self._find(handle)
-        if tracked is None:
-            return
-        with self._lock:
-            if tracked.finished:
-                return
-            if tracked.state in ("WAITING", "REQUESTED"):
-                service = tracked.handle.service
-                message += f" (YARN had not granted its container yet: no room in queue {self.queue} for its {service} container)"
-            tracked.reason, tracked.message = reason, message
-        log.info("killing %s (%s): %s", tracked.handle.executor_id, reason.value, message)
-        self._stop_container(tracked)
-        self._refresh_quietly()
+    def _why_not_running(self, tracked: Container) -> str:
+        if tracked.native.state in ("WAITING", "REQUESTED"):
+            return f" (YARN had not granted its container yet: no room in queue {self.queue} for its {tracked.handle.service} container)"
+        return ""
 
-    def _stop_container(self, tracked: _Tracked) -> None:
+    def _stop_container(self, tracked: Container) -> None:
         """Ask skein to kill the container. When it cannot (the application master is gone, or no longer knows the
         container), the executor is taken as ended now: otherwise no exit would ever come for it."""
         try:
             self._call(lambda: self._client.kill_container(tracked.handle.container_id), f"kill container {tracked.handle.container_id}")
         except (ValueError, RuntimeError) as exc:
             log.warning("%s: %s", tracked.handle.executor_id, exc)
-            with self._lock:
+            with self.lock:
                 if not tracked.finished:
                     reason = tracked.reason or ExitReason.VANISHED
-                    self._finish(tracked, None, reason, f"{tracked.message or reason.value}; {exc}: its container may run until YARN ends it")
+                    tracked.message = f"{tracked.message or reason.value}; {exc}: its container may run until YARN ends it"
+                    self.report_exit(tracked, None, reason, tracked.message)
 
     # --- resize and usage -------------------------------------------------------------------------
 
@@ -349,26 +335,17 @@ class YarnBackend:
 
     # --- watch ------------------------------------------------------------------------------------
 
-    def poll(self) -> list[ExecutorEvent]:
-        with self._lock:
-            events, self._events = self._events, []
-        return events
-
-    def _poll_loop(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            try:
-                self._refresh()
-            except Exception:
-                log.exception("yarn: reading the containers failed; trying again in %g s", interval)
+    def _workers(self) -> list[tuple[str, Callable[[], None]]]:
+        return [("yarn-poll", self.run_every(self._poll_seconds, self._read_containers, "reading the containers"))]
 
     def _refresh_quietly(self) -> None:
         with contextlib.suppress(ValueError):
-            self._refresh()
+            self._read_containers()
 
-    def _refresh(self) -> None:
+    def _read_containers(self) -> None:
         """One read of the live executors' containers; queues an event for each change of state."""
-        with self._lock:
-            live = {t.handle.container_id: t for t in self._tracked.values() if not t.finished}
+        self._last_read = time.monotonic()
+        live = {t.handle.container_id: t for t in self.live()}
         if not live:
             return
         services = sorted({t.handle.service for t in live.values()})
@@ -383,37 +360,32 @@ class YarnBackend:
             log.info("yarn: the skein application master at %s answers again", self.address)
         self._unreachable = False
         seen = {c.id: c for c in containers}
-        with self._lock:
+        with self.lock:
             for container_id, tracked in live.items():
                 if not tracked.finished:
                     self._observe(tracked, seen.get(container_id))
 
-    def _observe(self, tracked: _Tracked, container: Any) -> None:
-        handle = tracked.handle
+    def _observe(self, tracked: Container, container: Any) -> None:
+        handle, mine = tracked.handle, tracked.native
         if container is None:
-            tracked.missing += 1
-            if tracked.missing >= MISSING_POLLS:
-                self._finish(tracked, None, ExitReason.VANISHED, f"the skein application master at {self.address} no longer lists its container {handle.container_id}")
+            mine.missing += 1
+            if mine.missing >= MISSING_POLLS:
+                said = f"the skein application master at {self.address} no longer lists its container {handle.container_id}"
+                self.report_exit(tracked, None, ExitReason.VANISHED, said)
             return
-        tracked.missing = 0
-        state = tracked.state = str(container.state)
+        mine.missing = 0
+        state = mine.state = str(container.state)
         if container.yarn_container_id:
             handle.yarn_container_id = container.yarn_container_id
-        if state in ("WAITING", "REQUESTED") and not tracked.pending_told:
-            tracked.pending_told = True
-            self._events.append(ExecutorEvent(handle.executor_id, EventKind.PENDING, message=f"container {handle.container_id} {state.lower()}"))
+        if state in ("WAITING", "REQUESTED"):
+            self.report_pending(tracked, f"container {handle.container_id} {state.lower()}")
         elif state == "RUNNING":
-            self._announce(tracked)
+            self.report_running(tracked)
         elif state in FINAL_STATES:
             code, reason, message = self._exit(tracked, state, str(container.exit_message or ""))
-            self._finish(tracked, code, reason, message)
+            self.report_exit(tracked, code, reason, message)
 
-    def _announce(self, tracked: _Tracked) -> None:
-        if not tracked.running_told:
-            tracked.running_told = True
-            self._events.append(ExecutorEvent(tracked.handle.executor_id, EventKind.RUNNING))
-
-    def _exit(self, tracked: _Tracked, state: str, said: str) -> tuple[int | None, ExitReason, str]:
+    def _exit(self, tracked: Container, state: str, said: str) -> tuple[int | None, ExitReason, str]:
         """(exit code, reason, message) of a container that ended: skein gives its final state and exit message, not its
         exit code (only YARN's diagnostics for a launch failure carry one)."""
         found = EXIT_CODE.search(said)
@@ -423,30 +395,21 @@ class YarnBackend:
         if state == "SUCCEEDED":
             return code, ExitReason.COMPLETED, "exited with code 0"
         if state == "FAILED" and MEMORY_KILLED.search(said):
-            return code, ExitReason.OOM_KILLED, f"killed by YARN at its {tracked.service_memory_mib} MiB container limit: {said}"
+            return code, ExitReason.OOM_KILLED, f"killed by YARN at its {tracked.native.service_memory_mib} MiB container limit: {said}"
         if state == "FAILED":
             return code, ExitReason.ERROR, f"its container {tracked.handle.container_id} failed: {said or 'no diagnostics'} (see {tracked.handle.log_path})"
         return code, ExitReason.ERROR, f"its container {tracked.handle.container_id} was killed, not by this controller (skein: {said or 'no message'})"
 
-    def _finish(self, tracked: _Tracked, code: int | None, reason: ExitReason, message: str) -> None:
-        tracked.finished, tracked.exit_code = True, code
-        self._announce(tracked)
-        self._events.append(ExecutorEvent(tracked.handle.executor_id, EventKind.EXITED, code, reason, message))
-        log.info("%s exited: %s, code %s: %s", tracked.handle.executor_id, reason.value, code, message)
-
     # --- restart ----------------------------------------------------------------------------------
 
-    def adopt(self, state: Mapping[str, object]) -> YarnHandle | None:
-        """Re-attach to an executor that a previous controller launched, if its container is still active in the application."""
-        try:
-            handle = YarnHandle.from_state(state)
-        except (KeyError, TypeError, ValueError) as error:
-            log.warning("not adopting: the state is not a YARN executor's (%s)", error)
-            return None
-        with self._lock:
-            known = self._tracked.get(handle.executor_id)
-            if known is not None and not known.finished and known.handle.container_id == handle.container_id:
-                return known.handle
+    def _parse(self, state: Mapping[str, object]) -> YarnHandle:
+        return YarnHandle.from_state(state)
+
+    def _same(self, known: YarnHandle, handle: YarnHandle) -> bool:
+        return known.container_id == handle.container_id
+
+    def _attach(self, handle: YarnHandle) -> _Container | None:
+        """Its container, if it is still active in the application (and the same YARN container)."""
         service = self.services.get(handle.service)
         if service is None:
             log.info("not adopting %s: the application has no executor service %s", handle.executor_id, handle.service)
@@ -465,29 +428,13 @@ class YarnBackend:
             log.info("not adopting %s: %s is now YARN container %s, not %s (another application attempt)", handle.executor_id, handle.container_id,
                      container.yarn_container_id, handle.yarn_container_id)  # fmt: skip
             return None
-        with self._lock:
-            self._tracked[handle.executor_id] = _Tracked(handle, service.memory_mib, str(container.state))
-        log.info("adopted %s in container %s", handle.executor_id, handle.container_id)
-        return handle
+        log.info("adopting %s in container %s", handle.executor_id, handle.container_id)
+        return _Container(service.memory_mib, str(container.state))
 
-    def close(self) -> None:
-        """Stop following; the containers keep running for the next controller to adopt."""
-        self._stop.set()
-        if self._poller.is_alive():
-            self._poller.join(timeout=5)
-        with self._lock:
-            running = sum(1 for t in self._tracked.values() if not t.finished)
+    def _closed(self) -> None:
         self._client.close()
-        log.info("yarn backend closed; %d executor container(s) left running", running)
 
     # --- helpers ----------------------------------------------------------------------------------
-
-    def _find(self, handle: Any) -> _Tracked | None:
-        with self._lock:
-            tracked = self._tracked.get(handle.executor_id)
-        if tracked is None:
-            log.warning("%s is not an executor of this backend", handle.executor_id)
-        return tracked
 
     def _call(self, call: Callable[[], T], what: str) -> T:
         """A call to the application master: RuntimeError when it does not answer, ValueError when it refuses."""
