@@ -623,3 +623,21 @@ def test_a_pod_takes_its_token_from_the_jobs_secret_and_mounts_the_tls_files(tmp
         pod_manifest(spec, NS, "img", ["python"], None, {}, None)
     secret = credentials_secret("s", NS, "job-1", "j1.job-1.sig", {"ca.pem": b"PEM"})
     assert base64.b64decode(secret["data"]["token"]) == b"j1.job-1.sig" and secret["metadata"]["labels"]["primus.io/job"] == "job-1"
+
+
+def test_new_pods_stay_off_a_node_whose_executors_kept_failing(double: KubeApiDouble, connect: Callable[..., KubernetesBackend], tmp_path: Path) -> None:
+    backend = connect()
+    for _ in range(2):  # the default policy: two failures of one job on a node keep that job off it
+        backend.hosts.record_exit("node-7", "job-1", ExitReason.ERROR, 1, "exited with code 1")
+    avoided = backend.launch(_spec(tmp_path, SLEEP))
+    elsewhere = backend.launch(replace(_spec(tmp_path, SLEEP, name="job-2-data-executor-0"), job_id="job-2"))
+
+    def hostname_rules(name: str) -> list[tuple[str, str, list[str]]]:
+        affinity = _api(double).read_namespaced_pod(name, NS).spec.affinity
+        if affinity is None:
+            return []
+        terms = affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+        return [(e.key, e.operator, e.values) for t in terms for e in t.match_expressions or []]
+
+    assert hostname_rules(avoided.pod) == [("kubernetes.io/hostname", "NotIn", ["node-7"])]
+    assert hostname_rules(elsewhere.pod) == [], "another job's pods may still go there"
