@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-KINDS = ("local", "kubernetes", "yarn", "ray")
+KINDS = ("local", "kubernetes", "yarn", "ray", "slurm")
 # flag -> help; each is passed through to the resource controller as given
 FLAGS = {
     "--kubernetes-api": "the Kubernetes API server's URL (default: the kubeconfig's context, or in-cluster)",
@@ -16,6 +16,8 @@ FLAGS = {
     "--kubernetes-env-secret": "a Secret whose keys every executor pod gets as environment variables (an object store's credentials: AWS_ACCESS_KEY_ID, ...)",
     "--yarn-address": "host:port of the skein application master that hosts the executors",
     "--ray-address": "the Ray cluster's address (host:port, or auto for the one on this machine)",
+    "--slurm-conf": "the Slurm cluster's slurm.conf (default: $SLURM_CONF, else Slurm's own default)",
+    "--slurm-partition": "the partition executors' batch jobs go to unless a job names one (default: the cluster's default partition)",
     "--local-trainer-cores": "kept (default): a local trainer's training thread keeps cores of its own, data executors run on the others; shared: all share every core",
 }
 TRAINER_CORES = ("kept", "shared")  # --local-trainer-cores

@@ -118,6 +118,7 @@ class BackendKind(StrEnum):
     KUBERNETES = "kubernetes"
     YARN = "yarn"
     RAY = "ray"
+    SLURM = "slurm"
 
 
 class KubernetesPlacement(_Model):
@@ -149,11 +150,23 @@ class RayPlacement(_Model):
     role_resources: dict[Literal["dataExecutor", "trainer"], dict[str, float]] = {}
 
 
+class SlurmPlacement(_Model):
+    """Where on Slurm this job's executors run (resources.backend: slurm): its partition is its queue."""
+
+    partition: str | None = Field(
+        None, pattern=_NAME, description="the partition every executor's batch job goes to; default: the controller's --slurm-partition, else Slurm's default"
+    )
+    role_partitions: dict[Literal["dataExecutor", "trainer"], str] = Field({}, description="a partition per role, over partition (trainers on a GPU partition, say)")
+
+
 class Resources(_Model):
-    backend: BackendKind = Field(BackendKind.LOCAL, description="where the executors run: local processes, Kubernetes pods, YARN containers or Ray actors")
+    backend: BackendKind = Field(
+        BackendKind.LOCAL, description="where the executors run: local processes, Kubernetes pods, YARN containers, Ray actors or Slurm batch jobs"
+    )
     kubernetes: KubernetesPlacement = KubernetesPlacement()
     yarn: YarnPlacement = YarnPlacement()
     ray: RayPlacement = RayPlacement()
+    slurm: SlurmPlacement = SlurmPlacement()
     data_executor: RoleResources = RoleResources(replicas=2)
     trainer: RoleResources = RoleResources(replicas=1, memory_mib=2048)
     quota: JobQuota = JobQuota()
@@ -174,9 +187,10 @@ class Resources(_Model):
 
     @model_validator(mode="after")
     def _ranks_on_local(self) -> Resources:
-        if self.trainer.replicas > 1 and self.backend is not BackendKind.LOCAL:
+        if self.trainer.replicas > 1 and self.backend not in (BackendKind.LOCAL, BackendKind.SLURM):
             raise ValueError(
-                f"trainer.replicas {self.trainer.replicas} needs backend local: data-parallel ranks run only as local processes, not on {self.backend.value}"
+                f"trainer.replicas {self.trainer.replicas} needs backend local or slurm: data-parallel ranks run as local processes or as one Slurm "
+                f"allocation, not on {self.backend.value}"
             )
         return self
 
@@ -193,7 +207,7 @@ class Resources(_Model):
 
     def placement(self) -> dict[str, Any]:
         """The backend's own block (camelCase, as written in a spec), for the resource controller."""
-        block = {BackendKind.KUBERNETES: self.kubernetes, BackendKind.YARN: self.yarn, BackendKind.RAY: self.ray}.get(self.backend)
+        block = {BackendKind.KUBERNETES: self.kubernetes, BackendKind.YARN: self.yarn, BackendKind.RAY: self.ray, BackendKind.SLURM: self.slurm}.get(self.backend)
         return block.model_dump(mode="json", by_alias=True) if block is not None else {}
 
 

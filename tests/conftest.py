@@ -20,6 +20,7 @@ from primus.demo_data import generate_dataset
 from primus.run_store import read_bytes_at
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from tests.s3_server import S3Server, start_s3
+from tests.slurm_cluster import REQUIRE_SLURM_ENV, SlurmCluster, slurm_available
 from tests.tiers import Tier, tier_of
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
@@ -170,6 +171,22 @@ def finish_job(master: master_pb2_grpc.MasterServiceStub, job_id: str, timeout: 
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """A real S3 server (SeaweedFS) for the tests of a module."""
     yield from start_s3(tmp_path_factory.mktemp("s3"))
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A private Slurm cluster for the module. Skips where Slurm is missing (or this is not root), fails instead where
+    PRIMUS_REQUIRE_SLURM=1 (CI)."""
+    reason = slurm_available()
+    if reason:
+        if os.environ.get(REQUIRE_SLURM_ENV) == "1":
+            pytest.fail(f"{reason}; CI requires it ({REQUIRE_SLURM_ENV}=1)")
+        pytest.skip(reason)
+    cluster = SlurmCluster.start(tmp_path_factory.mktemp("slurm"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture

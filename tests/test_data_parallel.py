@@ -201,7 +201,9 @@ def _problems(change: Callable[[dict[str, Any]], object]) -> list[str]:
 def test_the_spec_takes_trainer_ranks_on_the_local_backend_only() -> None:
     assert _problems(lambda spec: spec["resources"]["trainer"].update(replicas=2)) == []
     (problem,) = _problems(lambda spec: spec["resources"].update(backend="ray", trainer={"replicas": 2}))
-    assert problem == "spec.resources: trainer.replicas 2 needs backend local: data-parallel ranks run only as local processes, not on ray"
+    assert problem == (
+        "spec.resources: trainer.replicas 2 needs backend local or slurm: data-parallel ranks run as local processes or as one Slurm allocation, not on ray"
+    )
     (problem,) = _problems(lambda spec: spec["resources"].update(trainer={"replicas": 2, "autoscale": {"minReplicas": 1, "maxReplicas": 3}}))
     assert problem.startswith("spec.resources.trainer: autoscale.maxReplicas 3 must equal replicas 2")
 

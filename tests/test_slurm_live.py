@@ -43,25 +43,9 @@ from typing import TypeVar
 import pytest
 
 from services.resource_controller.backends.slurm_cli import SlurmCli, SlurmError, SlurmJob, SlurmState
-from tests.slurm_cluster import NODE_CPUS, REQUIRE_SLURM_ENV, SlurmCluster, slurm_available
+from tests.slurm_cluster import NODE_CPUS, SlurmCluster
 
 T = TypeVar("T")
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    """A private Slurm cluster for the module. Skips where Slurm is missing (or this is not root), fails instead where
-    PRIMUS_REQUIRE_SLURM=1 (CI)."""
-    reason = slurm_available()
-    if reason:
-        if os.environ.get(REQUIRE_SLURM_ENV) == "1":
-            pytest.fail(f"{reason}; CI requires it ({REQUIRE_SLURM_ENV}=1)")
-        pytest.skip(reason)
-    cluster = SlurmCluster.start(tmp_path_factory.mktemp("slurm"))
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

@@ -160,4 +160,6 @@ class BackendConfig:
     kubernetes_pod_template: str = ""  # PodTemplate NAME (every role's), or ROLE=NAME,...: what each executor pod starts from
     yarn_address: str = ""  # host:port of the skein application master that hosts the executors
     ray_address: str = ""  # a Ray cluster's address (ray://..., host:port, or auto)
+    slurm_conf: str = ""  # the Slurm cluster's slurm.conf; empty: $SLURM_CONF or Slurm's default
+    slurm_partition: str = ""  # the partition for jobs that name none; empty: the cluster's default
     keep_trainer_cores: bool = True  # local: each trainer's training thread keeps cores of its own (primus.cores)

@@ -18,8 +18,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from(args: argparse.Namespace) -> BackendConfig:
     kinds = tuple(dict.fromkeys(["local", *args.backend]))
     return BackendConfig(
-        kinds, args.kubernetes_api, args.kubernetes_config, args.kubernetes_namespace or "default", args.kubernetes_image or "primus:latest",
-        args.kubernetes_owner_pod, args.kubernetes_env_secret, args.kubernetes_pod_template, args.yarn_address, args.ray_address, args.local_trainer_cores != "shared",
+        kinds=kinds, kubernetes_api=args.kubernetes_api, kubernetes_config=args.kubernetes_config, kubernetes_namespace=args.kubernetes_namespace or "default",
+        kubernetes_image=args.kubernetes_image or "primus:latest", kubernetes_owner_pod=args.kubernetes_owner_pod, kubernetes_env_secret=args.kubernetes_env_secret,
+        kubernetes_pod_template=args.kubernetes_pod_template, yarn_address=args.yarn_address, ray_address=args.ray_address, slurm_conf=args.slurm_conf,
+        slurm_partition=args.slurm_partition, keep_trainer_cores=args.local_trainer_cores != "shared",
     )  # fmt: skip
 
 
@@ -44,7 +46,14 @@ def _ray(config: BackendConfig, hosts: HostHealth) -> SchedulerBackend:
     return backend
 
 
-BUILDERS: dict[str, Callable[[BackendConfig, HostHealth], SchedulerBackend]] = {"kubernetes": _kubernetes, "yarn": _yarn, "ray": _ray}
+def _slurm(config: BackendConfig, hosts: HostHealth) -> SchedulerBackend:
+    from services.resource_controller.backends.slurm import SlurmBackend
+
+    backend: SchedulerBackend = SlurmBackend.connect(config, hosts=hosts)
+    return backend
+
+
+BUILDERS: dict[str, Callable[[BackendConfig, HostHealth], SchedulerBackend]] = {"kubernetes": _kubernetes, "yarn": _yarn, "ray": _ray, "slurm": _slurm}
 
 
 def build_backends(config: BackendConfig, local: SchedulerBackend | None = None, hosts: HostHealth | None = None) -> dict[str, SchedulerBackend]:

@@ -152,7 +152,7 @@ class SlurmCli:
             lines.append(f"export {key}={shlex.quote(value)}")
         launcher = ["srun", "--kill-on-bad-exit=1"] if (tasks > 1 if srun is None else srun) else []
         lines.append("exec " + shlex.join([*launcher, *command]))
-        result = self._run(argv, stdin="\n".join(lines) + "\n")
+        result = self.run(argv, stdin="\n".join(lines) + "\n")
         return result.stdout.strip().split(";")[0]  # --parsable: <id> or <id>;<cluster>
 
     def jobs(self, ids: Iterable[str]) -> dict[str, SlurmJob]:
@@ -161,7 +161,7 @@ class SlurmCli:
         if not wanted:
             return {}
         argv = ["squeue", "--noheader", "--states=all", f"--jobs={','.join(wanted)}", "--Format=" + ",".join(f"{name}:|" for name in _FIELDS)]
-        result = self._run(argv, check=False)
+        result = self.run(argv, check=False)
         if result.returncode != 0:
             if "Invalid job id specified" in result.stderr:  # squeue's answer when it knows none of them
                 return {}
@@ -179,21 +179,21 @@ class SlurmCli:
         USR1...). A signal reaches the batch script and its children (so the command submit() runs) only with full:
         without it, only srun steps get it. A job that has ended already is no error."""
         argv = ["scancel", *([f"--signal={signal}"] if signal else []), *(["--full"] if full else []), job_id]
-        result = self._run(argv, check=False)
+        result = self.run(argv, check=False)
         if result.returncode != 0 and not any(gone in result.stderr for gone in _GONE):
             raise SlurmError(argv, _message(result.stderr, result.returncode))
 
     def requeue(self, job_id: str) -> None:
         """Stop a running job (an ended one too) and put it back in the queue under the same id, its restarts one more;
         it may start again once AuthInfo's cred_expire has passed (120 s by default)."""
-        self._run(["scontrol", "requeue", job_id])
+        self.run(["scontrol", "requeue", job_id])
 
     def update(self, job_id: str, **fields: object) -> None:
         """scontrol update of the job's fields (TimeLimit=10, NumCPUs=2...). Slurm refuses to resize a running job's
         CPUs or memory ("Job is no longer pending execution"): only a pending job's."""
-        self._run(["scontrol", "update", f"JobId={job_id}", *(f"{key}={value}" for key, value in fields.items())])
+        self.run(["scontrol", "update", f"JobId={job_id}", *(f"{key}={value}" for key, value in fields.items())])
 
-    def _run(self, argv: list[str], stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(self, argv: list[str], stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         try:
             result = subprocess.run(argv, input=stdin, env=self.env, capture_output=True, text=True, timeout=self.timeout)
         except subprocess.TimeoutExpired:

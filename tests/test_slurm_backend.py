@@ -1,0 +1,215 @@
+"""The Slurm backend, live: a private Slurm cluster runs a job's executors as batch jobs and its trainer ranks as one allocation."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from primus import rpc
+from primus.cluster import ClusterState, restart_service, start_cluster, stop_services
+from primus.demo_data import generate_dataset
+from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+from primus.v1 import resource_controller_pb2 as rc_pb2
+from primus.v1 import resource_controller_pb2_grpc as rc_grpc
+from services.resource_controller.backends.slurm_cli import SlurmCli, SlurmJob, SlurmState
+from tests.conftest import DAYS, ROWS_PER_HOUR, START, finish_job, job_document
+from tests.faults_helpers import assert_dataset_rows_exact
+from tests.slurm_cluster import SlurmCluster
+
+LONG_DAYS = 6  # long enough that a scale-out, a kill and a scale-in land mid-training
+DATA = rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR
+
+
+@pytest.fixture(scope="module")
+def long_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("long") / "clicks"
+    generate_dataset(root, START, LONG_DAYS, rows_per_hour=ROWS_PER_HOUR, seed=7)
+    return root
+
+
+@pytest.fixture
+def slurm_mesh(slurm: SlurmCluster, tmp_path: Path) -> Iterator[ClusterState]:
+    state = start_cluster(tmp_path / "runs", tmp_path / "state", ["--backend", "slurm", "--slurm-conf", str(slurm.conf_path)])
+    yield state
+    stop_services(state.services)
+    slurm.cancel_all()
+
+
+def _job(dataset: Path, days: int, slow: bool = True, ranks: int = 1) -> str:
+    document = job_document(dataset, days=days)
+    spec: Any = document["spec"]
+    spec["resources"]["backend"] = "slurm"
+    spec["resources"]["trainer"]["replicas"] = ranks
+    spec["resources"]["trainer"]["memoryMiB"] = 1024
+    if slow:  # small minibatches and frequent checkpoints, so that the test acts mid-training
+        spec["training"].update({"batchSize": 32, "checkpointEverySteps": 50, "reportEverySteps": 10})
+    return yaml.safe_dump(document)
+
+
+def _stubs(mesh: ClusterState) -> tuple[master_pb2_grpc.MasterServiceStub, rc_grpc.ResourceControllerServiceStub]:
+    return (
+        master_pb2_grpc.MasterServiceStub(rpc.connect(mesh.address("master"))),
+        rc_grpc.ResourceControllerServiceStub(rpc.connect(mesh.address("resource_controller"))),
+    )
+
+
+def _wait(condition: Callable[[], Any], what: str, timeout: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def _step(master: master_pb2_grpc.MasterServiceStub, job_id: str) -> int:
+    return int(master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job.progress.step)
+
+
+def _ready(rc: rc_grpc.ResourceControllerServiceStub, job_id: str, role: int = DATA) -> list[rc_pb2.Executor]:
+    listed = rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=role), timeout=10).executors
+    return [e for e in listed if e.state == rc_pb2.EXECUTOR_STATE_READY]
+
+
+def _slurm_jobs(slurm: SlurmCluster) -> dict[str, SlurmJob]:
+    """Every job Slurm knows, by name."""
+    ids = slurm.command("squeue", "--noheader", "--states=all", "--format=%i").stdout.split()
+    return {job.name: job for job in SlurmCli(slurm.env).jobs(ids).values()}
+
+
+def _assert_exact(report: dict[str, Any], dataset: Path, days: int) -> None:
+    train_rows, eval_rows = (days - 1) * 24 * ROWS_PER_HOUR, 24 * ROWS_PER_HOUR
+    assert report["state"] == "SUCCEEDED", report["message"]
+    assert_dataset_rows_exact(report, dataset, days)
+    (source,) = report["sources"]
+    assert source["samples"] == train_rows + eval_rows, "every row trained or evaluated exactly once"
+    assert report["trainer"]["train_samples"] == train_rows
+    assert report["trainer"]["eval_samples"] == eval_rows
+
+
+def _executor_rows(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {s["name"]: s for s in report["services"] if s["role"] in ("data_executor", "trainer")}
+
+
+@pytest.mark.timeout(300)
+def test_scale_out_a_cancelled_executor_and_scale_in_keep_exact_counts(slurm: SlurmCluster, slurm_mesh: ClusterState, long_dataset: Path) -> None:
+    master, rc = _stubs(slurm_mesh)
+    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=_job(long_dataset, LONG_DAYS)), timeout=30).job_id
+    _wait(lambda: _step(master, job_id) >= 20, "training to start")
+    rc.ScaleRole(rc_pb2.ScaleRoleRequest(job_id=job_id, role=DATA, replicas=3), timeout=30)
+    _wait(lambda: len(_ready(rc, job_id)) == 3, "three ready data executors")
+    jobs = _slurm_jobs(slurm)
+    ours = {name: job for name, job in jobs.items() if name.startswith(f"primus-{job_id}-")}
+    assert len(ours) == 4 and all(j.state is SlurmState.RUNNING and j.node == slurm.node for j in ours.values()), ours
+
+    victim = _ready(rc, job_id)[0]
+    slurm.command("scancel", jobs[f"primus-{victim.executor_id}"].job_id)  # an operator cancels it, from outside Primus
+    _wait(lambda: victim.executor_id not in {e.executor_id for e in _ready(rc, job_id)} and len(_ready(rc, job_id)) == 3, "the cancelled job's replacement")
+
+    rc.ScaleRole(rc_pb2.ScaleRoleRequest(job_id=job_id, role=DATA, replicas=1), timeout=30)
+    assert master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job.state == common_pb2.JOB_STATE_RUNNING, "the scale-in lands mid-training"
+    report = finish_job(master, job_id, timeout=240)
+    _assert_exact(report, long_dataset, LONG_DAYS)
+    assert report["restarts"] == {"data executor": 1}
+    rows = _executor_rows(report)
+    assert "was cancelled, not by this controller" in rows[victim.executor_id]["message"], rows[victim.executor_id]
+    assert sum(1 for r in rows.values() if r["exit_reason"] == "SCALED_IN") >= 2, "the scale-in drained two executors"
+    assert all(r["backend"] == "slurm" and r["limits"] == "SCHEDULER" for r in rows.values())
+    left = {name: job.state for name, job in _slurm_jobs(slurm).items() if name.startswith(f"primus-{job_id}-")}
+    assert all(state.ended for state in left.values()), f"no Slurm job of the finished job runs on: {left}"
+
+
+@pytest.mark.timeout(300)
+def test_a_restarted_controller_adopts_the_running_jobs_by_id(slurm: SlurmCluster, slurm_mesh: ClusterState, long_dataset: Path, tmp_path: Path) -> None:
+    master, _ = _stubs(slurm_mesh)
+    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=_job(long_dataset, LONG_DAYS)), timeout=30).job_id
+    _wait(lambda: _step(master, job_id) >= 30, "training to start")
+    before = {name: job.job_id for name, job in _slurm_jobs(slurm).items() if name.startswith(f"primus-{job_id}-")}
+    restarted = restart_service(slurm_mesh, tmp_path / "state", "resource_controller")
+    try:
+        rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(restarted.address("resource_controller")))
+        listed = rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id), timeout=10).executors
+        assert {e.state for e in listed} == {rc_pb2.EXECUTOR_STATE_READY} and len(listed) == 3, [(e.executor_id, e.state, e.message) for e in listed]
+        now = {name: job.job_id for name, job in _slurm_jobs(slurm).items() if name.startswith(f"primus-{job_id}-")}
+        assert now == before, "the same Slurm jobs, adopted by id"
+        report = finish_job(master, job_id, timeout=240)
+    finally:
+        stop_services([s for s in restarted.services if s.name == "resource_controller"])
+    _assert_exact(report, long_dataset, LONG_DAYS)
+    assert report["restarts"] == {}, "nothing was relaunched"
+
+
+@pytest.mark.timeout(300)
+def test_two_trainer_ranks_start_as_one_allocation_and_train_exactly_once(slurm: SlurmCluster, slurm_mesh: ClusterState, dataset: Path) -> None:
+    master, _ = _stubs(slurm_mesh)
+    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=_job(dataset, DAYS, slow=False, ranks=2)), timeout=30).job_id
+    report = finish_job(master, job_id, timeout=240)
+    _assert_exact(report, dataset, DAYS)
+    ranks = sorted(report["trainer"]["ranks"], key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1] and all(r["samples"] > 0 for r in ranks), ranks
+    gang = _slurm_jobs(slurm)[f"primus-{job_id}-trainers"]
+    assert gang.cpus == 2 * 1, "one allocation holding both ranks' CPUs"  # trainer.cpu 1 in the demo job
+    trainers = [r for r in _executor_rows(report).values() if r["role"] == "trainer"]
+    assert len(trainers) == 2 and not report.get("restarts")
+
+
+def test_a_job_no_partition_can_hold_is_refused_at_submit(slurm: SlurmCluster, slurm_mesh: ClusterState, dataset: Path) -> None:
+    master, _ = _stubs(slurm_mesh)
+    document = yaml.safe_load(_job(dataset, DAYS))
+    document["spec"]["resources"]["dataExecutor"]["cpu"] = 64
+    with pytest.raises(Exception) as caught:
+        master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(document)), timeout=30)
+    assert "spec.resources.slurm: data_executor on partition 'primus': 64 cores" in str(caught.value), caught.value
+    document["spec"]["resources"]["slurm"] = {"partition": "nope"}
+    document["spec"]["resources"]["dataExecutor"]["cpu"] = 1
+    with pytest.raises(Exception) as caught:
+        master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(document)), timeout=30)
+    assert "on partition 'nope', but the cluster has low, primus" in str(caught.value), caught.value
+
+
+def test_a_controller_whose_slurm_does_not_answer_exits_2_in_one_line(tmp_path: Path) -> None:
+    import subprocess
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=nobody\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort=9\nNodeName=x CPUs=1\nPartitionName=p Nodes=x\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "services.resource_controller", "--backend", "slurm", "--slurm-conf", str(conf)], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 2, run.stderr
+    assert "error: slurm: the cluster does not answer" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.timeout(300)
+def test_executors_preempted_by_a_higher_partition_are_replaced_with_exact_counts(slurm: SlurmCluster, slurm_mesh: ClusterState, long_dataset: Path) -> None:
+    """The job runs in the low partition; a job of the primus partition (a higher PriorityTier) needs the whole node:
+    Slurm preempts every executor and the trainer, the pool relaunches them (they wait, pending, until the node is
+    free) and the trainer resumes from its checkpoint."""
+    master, rc = _stubs(slurm_mesh)
+    document = yaml.safe_load(_job(long_dataset, LONG_DAYS))
+    document["spec"]["resources"]["slurm"] = {"partition": "low"}
+    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(document)), timeout=30).job_id
+    _wait(lambda: _step(master, job_id) >= 60, "training to start")
+    before = {e.executor_id for e in rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id), timeout=10).executors}
+    blocker = slurm.command(
+        "sbatch", "--parsable", "--partition=primus", "--cpus-per-task=8", "--mem=64M", "--job-name=blocker", "--output=/dev/null", "--wrap", "sleep 3"
+    ).stdout.strip()
+    _wait(lambda: (SlurmCli(slurm.env).jobs([blocker]).get(blocker) or _never()).state.ended, "the higher partition's job to run and end")
+    report = finish_job(master, job_id, timeout=240)
+    _assert_exact(report, long_dataset, LONG_DAYS)
+    rows = _executor_rows(report)
+    preempted = [rows[name] for name in before]
+    assert all("Slurm preempted job" in r["message"] or "requeued" in r["message"] for r in preempted), [r["message"] for r in preempted]
+    assert report["restarts"].get("data executor", 0) >= 2 and report["restarts"].get("trainer", 0) >= 1, report["restarts"]
+    assert all(job.partition == "low" for name, job in _slurm_jobs(slurm).items() if name.startswith(f"primus-{job_id}-"))
+
+
+def _never() -> SlurmJob:
+    raise AssertionError("Slurm no longer lists the job")
