@@ -42,6 +42,23 @@ def routable_ip(towards: str = "192.0.2.1") -> str:
             return "127.0.0.1"
 
 
+def interface_of(address: str) -> str:
+    """The name of this host's network interface that has this IPv4 address ('' when none has it)."""
+    import fcntl
+    import struct
+
+    siocgifaddr = 0x8915
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            try:
+                answer = fcntl.ioctl(probe.fileno(), siocgifaddr, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue  # no IPv4 address on it
+            if socket.inet_ntoa(answer[20:24]) == address:
+                return name
+    return ""
+
+
 def host_id() -> str:
     """Two processes with the same id can hand each other shared memory: the same boot of the same kernel, the same
     mount namespace (a pod or container has its own) and the same /dev/shm file system."""

@@ -148,6 +148,9 @@ class RayPlacement(_Model):
 
     resources: dict[str, float] = {}
     role_resources: dict[Literal["dataExecutor", "trainer"], dict[str, float]] = {}
+    rank_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+        "PACK", description="how a data-parallel trainer's ranks (one placement group, placed all or none) spread over nodes: STRICT_SPREAD, one a node"
+    )
 
 
 class SlurmPlacement(_Model):
@@ -187,10 +190,10 @@ class Resources(_Model):
 
     @model_validator(mode="after")
     def _ranks_on_local(self) -> Resources:
-        if self.trainer.replicas > 1 and self.backend not in (BackendKind.LOCAL, BackendKind.SLURM):
+        if self.trainer.replicas > 1 and self.backend not in (BackendKind.LOCAL, BackendKind.SLURM, BackendKind.RAY):
             raise ValueError(
-                f"trainer.replicas {self.trainer.replicas} needs backend local or slurm: data-parallel ranks run as local processes or as one Slurm "
-                f"allocation, not on {self.backend.value}"
+                f"trainer.replicas {self.trainer.replicas} needs backend local, slurm or ray: data-parallel ranks run as local processes, one Slurm "
+                f"allocation or one Ray placement group, not on {self.backend.value}"
             )
         return self
 

@@ -198,11 +198,14 @@ def _problems(change: Callable[[dict[str, Any]], object]) -> list[str]:
     return []
 
 
-def test_the_spec_takes_trainer_ranks_on_the_local_backend_only() -> None:
+def test_the_spec_takes_trainer_ranks_on_the_backends_that_start_them_together() -> None:
     assert _problems(lambda spec: spec["resources"]["trainer"].update(replicas=2)) == []
-    (problem,) = _problems(lambda spec: spec["resources"].update(backend="ray", trainer={"replicas": 2}))
+    for backend in ("slurm", "ray"):
+        assert _problems(lambda spec, backend=backend: spec["resources"].update(backend=backend, trainer={"replicas": 2})) == []  # type: ignore[misc]
+    (problem,) = _problems(lambda spec: spec["resources"].update(backend="kubernetes", trainer={"replicas": 2}))
     assert problem == (
-        "spec.resources: trainer.replicas 2 needs backend local or slurm: data-parallel ranks run as local processes or as one Slurm allocation, not on ray"
+        "spec.resources: trainer.replicas 2 needs backend local, slurm or ray: data-parallel ranks run as local processes, one Slurm allocation or one "
+        "Ray placement group, not on kubernetes"
     )
     (problem,) = _problems(lambda spec: spec["resources"].update(trainer={"replicas": 2, "autoscale": {"minReplicas": 1, "maxReplicas": 3}}))
     assert problem.startswith("spec.resources.trainer: autoscale.maxReplicas 3 must equal replicas 2")

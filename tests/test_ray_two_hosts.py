@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -20,8 +21,10 @@ from primus import rpc
 from primus.cluster import start_cluster, stop_services
 from primus.hosts import routable_ip
 from primus.v1 import master_pb2, master_pb2_grpc
+from primus.v1 import resource_controller_pb2 as rc_pb2
+from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document
-from tests.faults_helpers import assert_dataset_rows_exact
+from tests.faults_helpers import assert_dataset_rows_exact, wait_for
 from tests.tiers import Tier, uses
 
 REQUIRE_ENV = "PRIMUS_REQUIRE_NETNS"  # CI sets it: there the test must run, not skip
@@ -89,3 +92,42 @@ def test_executors_on_another_host_serve_the_trainer_over_flight_with_exact_coun
     assert all(r["host_id"] != trainer["host_id"] for r in executors), "another mount namespace: another host id"
     log = Path(trainer["log"]).read_text()
     assert "over the network (Arrow Flight)" in log and "through shared memory" not in log, "batches crossed hosts over Flight"
+
+
+@pytest.mark.timeout(300)
+def test_two_ranks_on_two_hosts_train_one_model_and_a_rank_killed_on_the_second_restarts_the_gang(two_host_ray: str, dataset: Path, tmp_path: Path) -> None:
+    """The trainer's two ranks are one placement group spread over both hosts (STRICT_SPREAD): rank 1 on the second host
+    joins the rendezvous on rank 0's host (gloo over the veth), then is killed there; the gang restarts, counts exact."""
+    state = start_cluster(tmp_path / "runs", tmp_path / "state", ["--backend", "ray", "--ray-address", two_host_ray], bind_host="0.0.0.0")
+    try:
+        document: Any = job_document(dataset)
+        spec = document["spec"]
+        spec["resources"].update({"backend": "ray", "ray": {"rankStrategy": "STRICT_SPREAD"}})
+        spec["resources"]["trainer"].update({"replicas": 2, "cpu": 1, "memoryMiB": 1024})
+        spec["training"].update({"batchSize": 32, "checkpointEverySteps": 50, "reportEverySteps": 10})
+        master = master_pb2_grpc.MasterServiceStub(rpc.connect(state.address("master")))
+        rc = rc_grpc.ResourceControllerServiceStub(rpc.connect(state.address("resource_controller")))
+        job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(document)), timeout=30).job_id
+
+        def ranks() -> list[rc_pb2.Executor]:
+            listed = rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=rc_pb2.EXECUTOR_ROLE_TRAINER), timeout=10).executors
+            return [e for e in listed if e.state == rc_pb2.EXECUTOR_STATE_READY]
+
+        wait_for(lambda: master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job.progress.step >= 30, "both ranks training", timeout=180)
+        first = ranks()
+        hosts_of = {e.executor_id: e.address.rsplit(":", 1)[0] for e in first}
+        assert len(first) == 2 and sorted(hosts_of.values()) == sorted([two_host_ray.rsplit(":", 1)[0], NODE_IP]), hosts_of
+        (victim,) = [e for e in first if e.address.startswith(f"{NODE_IP}:")]
+        os.kill(victim.pid, signal.SIGKILL)  # the second host's rank, killed where it runs
+        report = finish_job(master, job_id, timeout=240)
+    finally:
+        stop_services(state.services)
+    assert report["state"] == "SUCCEEDED", report["message"]
+    (source,) = report["sources"]
+    assert source["samples"] == DAYS * 24 * ROWS_PER_HOUR, "every row trained or evaluated exactly once"
+    assert report["trainer"]["train_samples"] == (DAYS - 1) * 24 * ROWS_PER_HOUR
+    assert_dataset_rows_exact(report, dataset)
+    assert report["restarts"] == {"trainer": 1}, "one gang restart, counted once"
+    trainers = [s for s in report["services"] if s["role"] == "trainer"]
+    assert len(trainers) == 4, "both ranks were launched again"
+    assert any(s["name"] == victim.executor_id and s["exit_code"] == -signal.SIGKILL for s in trainers), [(s["name"], s["exit_code"]) for s in trainers]

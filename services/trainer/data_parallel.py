@@ -13,10 +13,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from primus import hosts
 from primus.settings import WorkerSettings
 
 GANG_LOST_EXIT_CODE = 76  # a peer rank died (or an executor was lost): the master restarts every rank from the checkpoint
 T = TypeVar("T")
+
+
+GLOO_INTERFACE_ENV = "GLOO_SOCKET_IFNAME"
 
 
 class GangLostError(Exception):
@@ -54,6 +58,8 @@ def init_gang(env: RankEnv, device: torch.device, timeout: float = WorkerSetting
     `training.device: cuda` then means."""
     if device.type == "cuda":
         torch.cuda.set_device(env.rank % torch.cuda.device_count())
+    if device.type != "cuda":
+        choose_gloo_interface(env.master_addr)
     guarded(
         lambda: dist.init_process_group(
             backend_for(device),
@@ -63,6 +69,16 @@ def init_gang(env: RankEnv, device: torch.device, timeout: float = WorkerSetting
             timeout=timedelta(seconds=timeout),
         )
     )
+
+
+def choose_gloo_interface(master_addr: str) -> None:
+    """Gloo talks to the peers over the interface this host reaches rank 0's host by, not the one its host name
+    resolves to (which another host's network may not route to, or which may not be this network namespace's)."""
+    if os.environ.get(GLOO_INTERFACE_ENV) or master_addr in ("127.0.0.1", "localhost"):
+        return
+    name = hosts.interface_of(hosts.routable_ip(master_addr))
+    if name:
+        os.environ[GLOO_INTERFACE_ENV] = name
 
 
 def guarded(call: Callable[[], T]) -> T:

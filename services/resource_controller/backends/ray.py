@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from primus import security, telemetry
 from primus.run_store import RunStore
 from services.resource_controller.backends.contract import (
     ROLE_MODULES,
+    TRAINER_ROLE,
     BackendConfig,
     BackendUnavailableError,
     Capabilities,
@@ -39,6 +40,14 @@ MIB = 1024 * 1024
 CONNECT_TIMEOUT_SECONDS = 5.0
 PLACEMENT_TIMEOUT_SECONDS = 120.0  # an actor the cluster cannot place for this long is reported, never waited on forever
 PR_SET_PDEATHSIG = 1
+RANK0_GROUP_ENV = "PRIMUS_RANK0_GROUP"  # to the actor of a trainer rank: its gang's placement group, where rank 0's node is found
+
+
+def _bundle_node_ip(ray: Any, group: str, bundle: int) -> str:
+    """The IP of the node a placement group placed one of its bundles on (every bundle is placed before any actor runs)."""
+    table = ray.util.placement_group_table(ray.util.get_placement_group(group))
+    node_id = table["bundles_to_node_id"][bundle]
+    return next(str(n["NodeManagerAddress"]) for n in ray.nodes() if n["NodeID"] == node_id)
 
 
 def _die_with_parent() -> None:
@@ -57,6 +66,10 @@ class ExecutorActor:
 
         self._node_ip = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         self._node_id = ray.get_runtime_context().get_node_id()
+        env = dict(env)
+        group = env.pop(RANK0_GROUP_ENV, "")
+        if group:  # a trainer rank: the rendezvous is on the node of its gang's bundle 0, where rank 0 runs
+            env["MASTER_ADDR"] = _bundle_node_ip(ray, group, 0)
         child_env = {**os.environ, **env, "PRIMUS_BIND_HOST": "0.0.0.0", "PRIMUS_ADVERTISE_HOST": self._node_ip}
         self._process: subprocess.Popen[bytes] | None = None
         self._error = ""
@@ -107,11 +120,12 @@ class RayHandle:
     node_id: str
     cpu: float
     memory_mib: int
+    group: str = ""  # a trainer rank's: the placement group of its gang (detached, named)
 
     def to_state(self) -> dict[str, object]:
         return {
             "executor_id": self.executor_id, "pid": self.pid, "actor_name": self.actor_name, "node_ip": self.node_ip, "node_id": self.node_id,
-            "cpu": self.cpu, "memory_mib": self.memory_mib,
+            "cpu": self.cpu, "memory_mib": self.memory_mib, "group": self.group,
         }  # fmt: skip
 
 
@@ -119,11 +133,19 @@ class RayHandle:
 class _Actor:
     """What the backend has of one executor's actor beyond its handle."""
 
-    actor: Any
+    actor: Any  # None while its gang waits for its other ranks
     exit_ref: Any  # wait_exit(): resolves when the executor process exits, raises when the actor dies
     where_ref: Any  # where(): resolves once the actor is placed and has started the process
     launched_at: float
     ready: bool = False
+
+
+@dataclass
+class _Gang:
+    """A trainer gang's ranks as they are launched, one by one, until the last one places them all as one placement group."""
+
+    world_size: int
+    ranks: dict[int, tuple[LaunchSpec, RayHandle]] = field(default_factory=dict)
 
 
 Actor = Tracked[RayHandle, _Actor]
@@ -160,6 +182,8 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
         self._commands = {role: [sys.executable, "-m", module] for role, module in ROLE_MODULES.items()}
         self._commands.update({role: list(prefix) for role, prefix in (commands or {}).items()})
         self._placement_timeout = placement_timeout
+        self._gangs: dict[tuple[str, str], _Gang] = {}  # by (job id, rendezvous port): ranks launched, not yet placed
+        self._groups: dict[str, set[str]] = {}  # placement group name -> its ranks still running
         self._tls_env = security.from_env().tls_env()  # the actors' processes inherit the raylet's environment, not ours
 
     @classmethod
@@ -205,14 +229,21 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
     def launch(self, spec: LaunchSpec) -> RayHandle:
         if spec.role not in self._commands:
             raise ValueError(f"no command for role {spec.role!r} (known: {', '.join(sorted(self._commands))})")
-        actor_name = f"executor:{spec.executor_id}"
+        handle = RayHandle(spec.executor_id, 0, f"executor:{spec.executor_id}", "", "", spec.cpu, spec.memory_mib)
+        if spec.role == TRAINER_ROLE and int(spec.env.get("WORLD_SIZE", "1") or 1) > 1:
+            return self._launch_rank(spec, handle)
+        self.track(handle, self._start_actor(spec, handle))
+        return handle
+
+    def _start_actor(self, spec: LaunchSpec, handle: RayHandle, strategy: Any = None, env: Mapping[str, str] | None = None) -> _Actor:
         env = {
             "PRIMUS_CPU_LIMIT": str(spec.cpu), "PRIMUS_MEMORY_MIB": str(spec.memory_mib), "PYTHONUNBUFFERED": "1", **telemetry.context_env(), **self._tls_env,
-            **spec.env,
+            **spec.env, **(env or {}),
         }  # fmt: skip
         resources = _extra_resources(spec.placement, spec.role)
+        options: dict[str, Any] = {"scheduling_strategy": strategy} if strategy is not None else {}
         actor = self._actor_class.options(
-            name=actor_name,
+            name=handle.actor_name,
             namespace=NAMESPACE,
             lifetime="detached",
             num_cpus=spec.cpu,
@@ -220,27 +251,90 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
             memory=spec.memory_mib * MIB,
             resources=resources,
             max_restarts=0,
+            **options,
         ).remote([*self._commands[spec.role], *spec.args], env, str(spec.log_path), spec.log_uri)
-        handle = RayHandle(spec.executor_id, 0, actor_name, "", "", spec.cpu, spec.memory_mib)
+        log.info("asked Ray for actor %s: %g CPUs, %d MiB, %d GPUs%s", handle.actor_name, spec.cpu, spec.memory_mib, spec.gpus, f", {resources}" if resources else "")
+        return _Actor(actor, actor.wait_exit.remote(), actor.where.remote(), time.monotonic())
+
+    def _launch_rank(self, spec: LaunchSpec, handle: RayHandle) -> RayHandle:
+        """A rank of a gang: held until every rank is here, then all are placed as one placement group (all or none),
+        rank r in bundle r; the rendezvous is bundle 0's node. A rank launched alone into a placed gang (a replacement)
+        is an actor of its own."""
+        world = int(spec.env["WORLD_SIZE"])
+        rank = int(spec.env.get("RANK", "0"))
+        key = (spec.job_id, spec.env.get("MASTER_PORT", ""))
         with self.lock:
-            self.track(handle, _Actor(actor, actor.wait_exit.remote(), actor.where.remote(), time.monotonic()))
-        log.info("asked Ray for actor %s: %g CPUs, %d MiB, %d GPUs%s", actor_name, spec.cpu, spec.memory_mib, spec.gpus, f", {resources}" if resources else "")
+            gang = self._gangs.setdefault(key, _Gang(world))
+            gang.ranks[rank] = (spec, handle)
+            self.track(handle, _Actor(None, None, None, time.monotonic()))
+            complete = len(gang.ranks) == gang.world_size
+            if complete:
+                del self._gangs[key]
+        if complete:
+            try:
+                self._place_gang(gang, f"primus:{spec.job_id}:{key[1]}")
+            except BaseException:
+                for _, member in gang.ranks.values():
+                    self.untrack(member.executor_id)
+                raise
         return handle
+
+    def _place_gang(self, gang: _Gang, name: str) -> None:
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        first, _ = gang.ranks[0]
+        bundle = {"CPU": first.cpu, "memory": first.memory_mib * MIB, **({"GPU": first.gpus} if first.gpus else {}), **_extra_resources(first.placement, first.role)}
+        strategy = str(first.placement.get("rankStrategy") or "PACK")
+        group = placement_group([dict(bundle) for _ in range(gang.world_size)], strategy=strategy, name=name, lifetime="detached")
+        members: set[str] = set()
+        for rank, (spec, handle) in sorted(gang.ranks.items()):
+            handle.group = name
+            actor = self._start_actor(spec, handle, PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=rank), {RANK0_GROUP_ENV: name})
+            tracked = self.tracked(handle.executor_id)
+            if tracked is not None:
+                tracked.native = actor
+            members.add(handle.executor_id)
+        with self.lock:
+            self._groups[name] = members
+        log.info("asked Ray for the %d ranks of job %s as placement group %s (%s)", gang.world_size, first.job_id, name, strategy)
+
+    def _exited(self, t: Actor, code: int | None, reason: ExitReason, message: str, host: str = "") -> None:
+        """Report the end; the last rank of a gang to end removes its placement group."""
+        self.report_exit(t, code, reason, message, host)
+        name = t.handle.group
+        with self.lock:
+            members = self._groups.get(name)
+            if members is None:
+                return
+            members.discard(t.handle.executor_id)
+            if members:
+                return
+            del self._groups[name]
+        with contextlib.suppress(Exception):
+            self._ray.util.remove_placement_group(self._ray.util.get_placement_group(name))
+            log.info("removed placement group %s: its ranks have ended", name)
 
     # --- stop (the lifecycle's release and kill call these) -----------------------------------------
 
     def _terminate(self, tracked: Actor, grace_seconds: float) -> None:
         """SIGTERM the executor through its actor (it drains)."""
         with contextlib.suppress(Exception):
-            tracked.native.actor.terminate.remote()
+            if tracked.native.actor is not None:
+                tracked.native.actor.terminate.remote()
 
     def _force(self, tracked: Actor) -> None:
+        if tracked.native.actor is None:  # a rank whose gang was never placed: nothing runs
+            self._exited(tracked, None, tracked.reason or ExitReason.RELEASED, tracked.message or "its gang was never placed")
+            return
         self._kill_actor(tracked)
 
     def _released(self, tracked: Actor) -> None:
         self._kill_actor(tracked)  # free the actor's resources, whatever its process did
 
     def _kill_actor(self, tracked: Actor) -> None:
+        if tracked.native.actor is None:
+            return
         with contextlib.suppress(Exception):
             self._ray.kill(tracked.native.actor, no_restart=True)
 
@@ -254,6 +348,8 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
     # --- watch ------------------------------------------------------------------------------------
 
     def _refresh(self, tracked: Actor) -> None:
+        if tracked.native.actor is None:
+            return
         if not tracked.native.ready:
             self._check_placed(tracked)
         if tracked.native.ready and not tracked.finished:
@@ -266,10 +362,10 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
             try:
                 pid, node_ip, node_id, error = self._ray.get(mine.where_ref)
             except self._ray.exceptions.RayError as exc:
-                self.report_exit(t, None, ExitReason.ERROR, f"its Ray actor could not start: {_first_line(exc)}")
+                self._exited(t, None, ExitReason.ERROR, f"its Ray actor could not start: {_first_line(exc)}")
                 return
             if error:
-                self.report_exit(t, None, ExitReason.ERROR, error)
+                self._exited(t, None, ExitReason.ERROR, error)
                 return
             mine.ready = True
             t.handle.pid, t.handle.node_ip, t.handle.node_id = pid, node_ip, node_id
@@ -281,7 +377,7 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
             message = (
                 f"Ray could not place it within {self._placement_timeout:.0f}s: no node has {t.handle.cpu:g} CPUs and {t.handle.memory_mib} MiB free (see `ray status`)"
             )
-            self.report_exit(t, None, ExitReason.ERROR, message)
+            self._exited(t, None, ExitReason.ERROR, message)
 
     def _check_exit(self, t: Actor) -> None:
         ready, _ = self._ray.wait([t.native.exit_ref], timeout=0)
@@ -290,18 +386,18 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
         try:
             code: int | None = int(self._ray.get(t.native.exit_ref))
         except self._ray.exceptions.RayError as exc:  # the actor died: killed, its node lost, or out of memory
-            self.report_exit(t, None, ExitReason.ERROR, f"its Ray actor died: {_first_line(exc)}", t.handle.node_ip)
+            self._exited(t, None, ExitReason.ERROR, f"its Ray actor died: {_first_line(exc)}", t.handle.node_ip)
             return
         self._kill_actor(t)  # the process is gone: free the actor's resources
         reason, message = exit_of_code(code)
-        self.report_exit(t, code, reason, message, t.handle.node_ip)
+        self._exited(t, code, reason, message, t.handle.node_ip)
 
     # --- restart ----------------------------------------------------------------------------------
 
     def _parse(self, state: Mapping[str, object]) -> RayHandle:
         return RayHandle(
             str(state["executor_id"]), int(str(state["pid"])), str(state["actor_name"]), str(state["node_ip"]), str(state["node_id"]),
-            float(str(state["cpu"])), int(str(state["memory_mib"])),
+            float(str(state["cpu"])), int(str(state["memory_mib"])), str(state.get("group", "")),
         )  # fmt: skip
 
     def _attach(self, handle: RayHandle) -> _Actor | None:
@@ -315,6 +411,9 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
 
     def _adopted(self, tracked: Actor) -> None:
         tracked.running_reported = True
+        if tracked.handle.group:
+            with self.lock:
+                self._groups.setdefault(tracked.handle.group, set()).add(tracked.handle.executor_id)
 
     def _closed(self) -> None:
         """Leave the actors running (detached) for the next controller; disconnect from the cluster."""
