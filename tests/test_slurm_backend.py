@@ -17,6 +17,9 @@ from primus.demo_data import generate_dataset
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
+from services.resource_controller.backends.contract import BackendConfig, EventKind, ExecutorEvent, ExitReason, LaunchSpec
+from services.resource_controller.backends.hosts import HostHealth, HostPolicy
+from services.resource_controller.backends.slurm import SlurmBackend, SlurmHandle
 from services.resource_controller.backends.slurm_cli import SlurmCli, SlurmJob, SlurmState
 from tests.conftest import DAYS, ROWS_PER_HOUR, START, finish_job, job_document
 from tests.faults_helpers import assert_dataset_rows_exact
@@ -213,3 +216,50 @@ def test_executors_preempted_by_a_higher_partition_are_replaced_with_exact_count
 
 def _never() -> SlurmJob:
     raise AssertionError("Slurm no longer lists the job")
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_node_whose_executors_kept_failing_is_avoided_then_readmitted(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """Two executors of a job fail on the node: the job's next executor is kept off it (--exclude; with one node here,
+    Slurm refuses it, said in one line with when the node returns); once the avoidance expires, the next one runs there
+    again. The clock is the test's: nothing waits on it."""
+    clock = _Clock()
+    hosts = HostHealth(HostPolicy(failures_per_job=2, window_seconds=600, avoid_seconds=300), clock)
+    fail = (sys.executable, "-c", "raise SystemExit(3)")
+    sleep = (sys.executable, "-c", "import time; time.sleep(60)")
+    backend = SlurmBackend.connect(BackendConfig(kinds=("slurm",), slurm_conf=str(slurm.conf_path)), hosts=hosts, poll_seconds=0.1).start()
+    events: list[ExecutorEvent] = []
+
+    def launch(name: str, command: tuple[str, ...]) -> SlurmHandle:
+        backend._commands["data_executor"] = command
+        return backend.launch(LaunchSpec(name, "job-1", "data_executor", (), 1.0, 128, tmp_path / f"{name}.log"))
+
+    def seen(name: str, kind: EventKind) -> ExecutorEvent | None:
+        events.extend(backend.poll())
+        return next((e for e in events if e.executor_id == name and e.kind is kind), None)
+
+    try:
+        for name in ("fails-1", "fails-2"):
+            launch(name, fail)
+            exited = _wait(lambda name=name: seen(name, EventKind.EXITED), f"{name} to fail", timeout=30)  # type: ignore[misc]
+            assert exited.exit_code == 3 and exited.reason is ExitReason.ERROR
+        assert list(hosts.avoided("job-1")) == [slurm.node], "two failures of the job on the node: the job avoids it"
+        with pytest.raises(RuntimeError) as refused:  # one node here: excluding it leaves none, and Slurm refuses at once
+            launch("avoided", sleep)
+        assert str(refused.value).startswith(f"slurm: no node of partition primus is left for job job-1: avoided {slurm.node}: 2 executor(s) failed"), refused.value
+        assert str(refused.value).endswith("readmitted in 300 s")
+        clock.now += 301
+        assert hosts.avoided("job-1") == {}, "readmitted after its expiry"
+        again = launch("readmitted", sleep)
+        _wait(lambda: seen("readmitted", EventKind.RUNNING), "the readmitted node to run the next executor", timeout=30)
+        assert SlurmCli(slurm.env).jobs([again.slurm_job])[again.slurm_job].node == slurm.node
+    finally:
+        backend.close()
+        slurm.cancel_all()

@@ -196,19 +196,16 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
         if spec.role == TRAINER_ROLE and world > 1:
             return self._launch_rank(spec, handle, world)
         Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
-        handle.slurm_job = self.cli.submit(
-            [*self._commands[spec.role], *spec.args], name=f"primus-{spec.executor_id}", output=spec.log_path, partition=self._partition_of(spec.placement, spec.role),
-            cpus_per_task=math.ceil(spec.cpu - 1e-9), memory_mib=spec.memory_mib, env=self._env(spec), extra=self._extra(spec),
-        )  # fmt: skip
+        partition = self._partition_of(spec.placement, spec.role)
+        try:
+            handle.slurm_job = self.cli.submit(
+                [*self._commands[spec.role], *spec.args], name=f"primus-{spec.executor_id}", output=spec.log_path, partition=partition,
+                cpus_per_task=math.ceil(spec.cpu - 1e-9), memory_mib=spec.memory_mib, env=self._env(spec), extra=self._extra(spec),
+            )  # fmt: skip
+        except SlurmError as exc:
+            raise RuntimeError(self._refusal(exc, spec, partition)) from None
         self.track(handle, _Job())
-        log.info(
-            "submitted %s as Slurm job %s: %g cores, %d MiB, partition %s",
-            spec.executor_id,
-            handle.slurm_job,
-            spec.cpu,
-            spec.memory_mib,
-            self._partition_of(spec.placement, spec.role),
-        )
+        log.info("submitted %s as Slurm job %s: %g cores, %d MiB, partition %s", spec.executor_id, handle.slurm_job, spec.cpu, spec.memory_mib, partition)
         return handle
 
     def _env(self, spec: LaunchSpec) -> dict[str, str]:
@@ -222,6 +219,15 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
             log.info("%s: keeping off %s (executors kept failing there)", spec.executor_id, ", ".join(avoided))
             extra.append(f"--exclude={','.join(avoided)}")
         return extra
+
+    def _refusal(self, exc: SlurmError, spec: LaunchSpec, partition: str) -> str:
+        """Slurm's refusal in one line; when the avoided hosts left no node of the partition, that, and when they return."""
+        avoided = self.hosts.avoided(spec.job_id)
+        if not avoided or "node configuration is not available" not in exc.slurm_message:
+            return str(exc)
+        back = min(a.until for a in avoided.values()) - self.hosts.clock()
+        named = "; ".join(f"{a.host}: {a.reason}" for a in avoided.values())
+        return f"slurm: no node of partition {partition} is left for job {spec.job_id}: avoided {named}; readmitted in {back:.0f} s"
 
     def _launch_rank(self, spec: LaunchSpec, handle: SlurmHandle, world: int) -> SlurmHandle:
         """A rank of a gang: held until every rank is here, then all are asked for as one allocation (all start, or none).
