@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -16,7 +17,7 @@ from primus.digest_cli import mismatches
 from primus.faults import FaultPlan
 from primus.row_identity import RowDigests
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
-from tests.conftest import DAYS, job_document
+from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 
 PAUSE_TIMEOUT = 240.0
 CHECK_EVERY_SECONDS = 0.5
@@ -100,3 +101,15 @@ def assert_rows_exact(report: dict[str, object], spec_yaml: str) -> None:
 def assert_dataset_rows_exact(report: dict[str, object], dataset: Path, days: int = DAYS) -> None:
     """assert_rows_exact for a job on the shared dataset (tests.conftest.job_document)."""
     assert_rows_exact(report, yaml.safe_dump(job_document(dataset, days=days)))
+
+
+def assert_job_exact(report: dict[str, Any], dataset: Path, days: int = DAYS) -> None:
+    """A job on the shared dataset succeeded, every row trained (the first days) or evaluated (the last) exactly once:
+    by count, per source and by the trainer, and by row identity."""
+    train_rows, eval_rows = (days - 1) * 24 * ROWS_PER_HOUR, 24 * ROWS_PER_HOUR
+    assert report["state"] == "SUCCEEDED", report["message"]
+    (source,) = report["sources"]
+    assert source["samples"] == train_rows + eval_rows, "every row trained or evaluated exactly once"
+    assert report["trainer"]["train_samples"] == train_rows
+    assert report["trainer"]["eval_samples"] == eval_rows
+    assert_dataset_rows_exact(report, dataset, days)

@@ -24,7 +24,7 @@ from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from tests.conftest import DAYS, ROWS_PER_HOUR, START, assert_every_call_was_checked, finish_job, job_document
-from tests.faults_helpers import assert_dataset_rows_exact
+from tests.faults_helpers import assert_job_exact
 from tests.tiers import Tier, uses
 
 LONG_DAYS = 8  # the scaling test's job: long enough that three executors, a kill and a scale-in land mid-training
@@ -69,16 +69,6 @@ def _job_file(dataset: Path, tmp_path: Path, slow: bool = False, days: int = DAY
     return path
 
 
-def _assert_exact(report: dict[str, Any], dataset: Path, days: int = DAYS) -> None:
-    train_rows, eval_rows = (days - 1) * 24 * ROWS_PER_HOUR, 24 * ROWS_PER_HOUR
-    assert report["state"] == "SUCCEEDED", report["message"]
-    assert_dataset_rows_exact(report, dataset, days)
-    (source,) = report["sources"]
-    assert source["samples"] == train_rows + eval_rows, "every row trained or evaluated exactly once"
-    assert report["trainer"]["train_samples"] == train_rows
-    assert report["trainer"]["eval_samples"] == eval_rows
-
-
 def _executor_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in report["services"] if s["role"] in ("data_executor", "trainer")]
 
@@ -106,7 +96,7 @@ def test_primus_run_with_backend_ray_runs_the_demo_job_on_two_raylets_under_mutu
     assert done.returncode == 0, done.stderr[-3000:]
     (report_path,) = (tmp_path / "runs").glob("*/report.json")
     report = json.loads(report_path.read_text())
-    _assert_exact(report, dataset)
+    assert_job_exact(report, dataset)
     rows = _executor_rows(report)
     assert {r["backend"] for r in rows} == {"ray"} and {r["limits"] for r in rows} == {"SCHEDULER"}
     node_ip = ray.util.get_node_ip_address()
@@ -149,7 +139,7 @@ def test_scale_out_kill_an_actor_and_scale_in_keep_exact_counts(ray_mesh: Cluste
     rc.ScaleRole(rc_pb2.ScaleRoleRequest(job_id=job_id, role=data, replicas=1), timeout=30)
     assert master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job.state == common_pb2.JOB_STATE_RUNNING, "the scale-in lands mid-training"
     report = finish_job(master, job_id, timeout=240)
-    _assert_exact(report, long_dataset, LONG_DAYS)
+    assert_job_exact(report, long_dataset, LONG_DAYS)
     assert report["restarts"] == {"data executor": 1}
     rows = {r["name"]: r for r in _executor_rows(report)}
     assert rows[victim.executor_id]["message"].startswith("its Ray actor died"), rows[victim.executor_id]
@@ -177,7 +167,7 @@ def test_a_restarted_controller_adopts_the_running_actors(ray_mesh: ClusterState
         report = finish_job(master, job_id, timeout=240)
     finally:
         stop_services([s for s in restarted.services if s.name == "resource_controller"])
-    _assert_exact(report, long_dataset, LONG_DAYS)
+    assert_job_exact(report, long_dataset, LONG_DAYS)
     assert report["restarts"] == {}, "nothing was relaunched"
 
 

@@ -22,7 +22,7 @@ from services.resource_controller.backends.hosts import HostHealth, HostPolicy
 from services.resource_controller.backends.slurm import SlurmBackend, SlurmHandle
 from services.resource_controller.backends.slurm_cli import SlurmCli, SlurmJob, SlurmState
 from tests.conftest import DAYS, ROWS_PER_HOUR, START, finish_job, job_document
-from tests.faults_helpers import assert_dataset_rows_exact
+from tests.faults_helpers import assert_job_exact
 from tests.slurm_cluster import SlurmCluster
 
 LONG_DAYS = 6  # long enough that a scale-out, a kill and a scale-in land mid-training
@@ -88,16 +88,6 @@ def _slurm_jobs(slurm: SlurmCluster) -> dict[str, SlurmJob]:
     return {job.name: job for job in SlurmCli(slurm.env).jobs(ids).values()}
 
 
-def _assert_exact(report: dict[str, Any], dataset: Path, days: int) -> None:
-    train_rows, eval_rows = (days - 1) * 24 * ROWS_PER_HOUR, 24 * ROWS_PER_HOUR
-    assert report["state"] == "SUCCEEDED", report["message"]
-    assert_dataset_rows_exact(report, dataset, days)
-    (source,) = report["sources"]
-    assert source["samples"] == train_rows + eval_rows, "every row trained or evaluated exactly once"
-    assert report["trainer"]["train_samples"] == train_rows
-    assert report["trainer"]["eval_samples"] == eval_rows
-
-
 def _executor_rows(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {s["name"]: s for s in report["services"] if s["role"] in ("data_executor", "trainer")}
 
@@ -120,7 +110,7 @@ def test_scale_out_a_cancelled_executor_and_scale_in_keep_exact_counts(slurm: Sl
     rc.ScaleRole(rc_pb2.ScaleRoleRequest(job_id=job_id, role=DATA, replicas=1), timeout=30)
     assert master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job.state == common_pb2.JOB_STATE_RUNNING, "the scale-in lands mid-training"
     report = finish_job(master, job_id, timeout=240)
-    _assert_exact(report, long_dataset, LONG_DAYS)
+    assert_job_exact(report, long_dataset, LONG_DAYS)
     assert report["restarts"] == {"data executor": 1}
     rows = _executor_rows(report)
     assert "was cancelled, not by this controller" in rows[victim.executor_id]["message"], rows[victim.executor_id]
@@ -146,7 +136,7 @@ def test_a_restarted_controller_adopts_the_running_jobs_by_id(slurm: SlurmCluste
         report = finish_job(master, job_id, timeout=240)
     finally:
         stop_services([s for s in restarted.services if s.name == "resource_controller"])
-    _assert_exact(report, long_dataset, LONG_DAYS)
+    assert_job_exact(report, long_dataset, LONG_DAYS)
     assert report["restarts"] == {}, "nothing was relaunched"
 
 
@@ -155,7 +145,7 @@ def test_two_trainer_ranks_start_as_one_allocation_and_train_exactly_once(slurm:
     master, _ = _stubs(slurm_mesh)
     job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=_job(dataset, DAYS, slow=False, ranks=2)), timeout=30).job_id
     report = finish_job(master, job_id, timeout=240)
-    _assert_exact(report, dataset, DAYS)
+    assert_job_exact(report, dataset, DAYS)
     ranks = sorted(report["trainer"]["ranks"], key=lambda r: r["rank"])
     assert [r["rank"] for r in ranks] == [0, 1] and all(r["samples"] > 0 for r in ranks), ranks
     gang = _slurm_jobs(slurm)[f"primus-{job_id}-trainers"]
@@ -206,7 +196,7 @@ def test_executors_preempted_by_a_higher_partition_are_replaced_with_exact_count
     ).stdout.strip()
     _wait(lambda: (SlurmCli(slurm.env).jobs([blocker]).get(blocker) or _never()).state.ended, "the higher partition's job to run and end")
     report = finish_job(master, job_id, timeout=240)
-    _assert_exact(report, long_dataset, LONG_DAYS)
+    assert_job_exact(report, long_dataset, LONG_DAYS)
     rows = _executor_rows(report)
     preempted = [rows[name] for name in before]
     assert all("Slurm preempted job" in r["message"] or "requeued" in r["message"] for r in preempted), [r["message"] for r in preempted]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
 from primus.backend_flags import add_backend_arguments
 from services.resource_controller.backends.contract import BackendConfig, SchedulerBackend
@@ -25,35 +24,28 @@ def config_from(args: argparse.Namespace) -> BackendConfig:
     )  # fmt: skip
 
 
-def _kubernetes(config: BackendConfig, hosts: HostHealth) -> SchedulerBackend:
-    from services.resource_controller.backends.kubernetes import KubernetesBackend
+def _connect(kind: str, config: BackendConfig, hosts: HostHealth) -> SchedulerBackend:
+    """Connect one remote backend; each is imported only when a controller runs it (their clients are heavy)."""
+    backend: SchedulerBackend
+    if kind == "kubernetes":
+        from services.resource_controller.backends.kubernetes import KubernetesBackend
 
-    backend: SchedulerBackend = KubernetesBackend.connect(config, hosts=hosts)
+        backend = KubernetesBackend.connect(config, hosts=hosts)
+    elif kind == "yarn":
+        from services.resource_controller.backends.yarn import YarnBackend
+
+        backend = YarnBackend.connect(config, hosts=hosts)
+    elif kind == "ray":
+        from services.resource_controller.backends.ray import RayBackend
+
+        backend = RayBackend.connect(config, hosts=hosts)
+    elif kind == "slurm":
+        from services.resource_controller.backends.slurm import SlurmBackend
+
+        backend = SlurmBackend.connect(config, hosts=hosts)
+    else:
+        raise ValueError(f"no backend {kind!r}")
     return backend
-
-
-def _yarn(config: BackendConfig, hosts: HostHealth) -> SchedulerBackend:
-    from services.resource_controller.backends.yarn import YarnBackend
-
-    backend: SchedulerBackend = YarnBackend.connect(config, hosts=hosts)
-    return backend
-
-
-def _ray(config: BackendConfig, hosts: HostHealth) -> SchedulerBackend:
-    from services.resource_controller.backends.ray import RayBackend
-
-    backend: SchedulerBackend = RayBackend.connect(config, hosts=hosts)
-    return backend
-
-
-def _slurm(config: BackendConfig, hosts: HostHealth) -> SchedulerBackend:
-    from services.resource_controller.backends.slurm import SlurmBackend
-
-    backend: SchedulerBackend = SlurmBackend.connect(config, hosts=hosts)
-    return backend
-
-
-BUILDERS: dict[str, Callable[[BackendConfig, HostHealth], SchedulerBackend]] = {"kubernetes": _kubernetes, "yarn": _yarn, "ray": _ray, "slurm": _slurm}
 
 
 def build_backends(config: BackendConfig, local: SchedulerBackend | None = None, hosts: HostHealth | None = None) -> dict[str, SchedulerBackend]:
@@ -64,7 +56,7 @@ def build_backends(config: BackendConfig, local: SchedulerBackend | None = None,
     try:
         for kind in config.kinds:  # the remote ones first: one that cannot be reached is the only thing said
             if kind != "local":
-                built[kind] = BUILDERS[kind](config, hosts)
+                built[kind] = _connect(kind, config, hosts)
         built["local"] = local or LocalProcessBackend(keep_trainer_cores=config.keep_trainer_cores, hosts=hosts)
         for backend in built.values():
             backend.start()
