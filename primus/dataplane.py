@@ -25,6 +25,10 @@ END_OF_STREAM = b"end-of-stream"
 # Metadata-only message an executor sends when it stops before its stream's data ends (released, shutting down): the
 # consumer counts the executor lost (what it had leased goes back to the planner) and closes its side.
 EXECUTOR_STOPPING = b"executor-stopping"
+# Metadata-only message an executor sends after its last batch when it drained (a scale-in, a migration): every batch it
+# served has arrived and what it had leased went back, but its end says nothing of the data's: the consumer reads on
+# from the other executors, and waits for new ones, instead of taking the data as ended.
+EXECUTOR_DRAINED = b"executor-drained"
 
 
 def write_batch_file(batch: pa.RecordBatch, path: str) -> None:

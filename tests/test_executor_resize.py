@@ -15,6 +15,7 @@ import yaml
 
 from primus import rpc
 from primus.data.feed import BatchFeed, DataEndpoint, Lost, Served, fixed
+from primus.errors import UnavailableError
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2, data_executor_pb2, data_executor_pb2_grpc, planner_pb2, planner_pb2_grpc
 from services.data_executor import sizing
@@ -102,9 +103,9 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
     return condition()
 
 
-def _slow_feed(addresses: dict[str, str], job_id: str, consumer_id: str) -> BatchFeed:
+def _slow_feed(addresses: dict[str, str], job_id: str, consumer_id: str, replacement_timeout: float = 10) -> BatchFeed:
     """A feed that pulls little ahead (2 batches in flight, 2 queued), so the executor's pace follows the consumer's."""
-    return BatchFeed(fixed(addresses), job_id, consumer_id, TRAIN, prefetch=2, window=2, replacement_timeout=10)
+    return BatchFeed(fixed(addresses), job_id, consumer_id, TRAIN, prefetch=2, window=2, replacement_timeout=replacement_timeout)
 
 
 class Rows:
@@ -265,15 +266,18 @@ def test_a_drained_executor_ends_its_stream_cleanly_and_another_serves_the_rest(
     drained, other = (create_executor(f"e{i}", "job-drain", planner.address, job) for i in range(2))
     rows = Rows()
     try:
-        feed = _slow_feed({"e0": drained.data_address}, "job-drain", "drain")
-        for count, event in enumerate(feed, start=1):
-            assert not isinstance(event, Lost), f"a drained stream ends, it is not lost: {event.error}"
-            rows.add(event)
-            time.sleep(0.02)
-            if count == 8:
-                reply = _control(drained).DrainExecutor(data_executor_pb2.DrainExecutorRequest(), timeout=10)
-                assert reply.streams_active == 1, "the stream is still open: it serves what it has read"
-        assert feed.states == {"e0": "finished"}, "the feed saw END_OF_STREAM: finished, not lost"
+        # The only executor drains: its stream ends cleanly, and the feed does not take that for the end of the data (the
+        # rest of the tasks wait at the planner): with no other executor, it says none is live once its wait is over.
+        feed = _slow_feed({"e0": drained.data_address}, "job-drain", "drain", replacement_timeout=0.5)
+        with pytest.raises(UnavailableError, match="no live data executor"):
+            for count, event in enumerate(feed, start=1):
+                assert not isinstance(event, Lost), f"a drained stream ends, it is not lost: {event.error}"
+                rows.add(event)
+                time.sleep(0.02)
+                if count == 8:
+                    reply = _control(drained).DrainExecutor(data_executor_pb2.DrainExecutorRequest(), timeout=10)
+                    assert reply.streams_active == 1, "the stream is still open: it serves what it has read"
+        assert feed.states == {"e0": "drained"}, "the feed saw EXECUTOR_DRAINED: drained, neither lost nor the data's end"
         served = set(rows.per_task)
         assert 8 <= len(served) < total_tasks / 2, f"the drain stopped the leasing: {len(served)} of {total_tasks} tasks served"
         assert set(rows.per_task.values()) == {ROWS_PER_HOUR}, "each task it began was served to the end"
@@ -296,7 +300,7 @@ def test_a_drained_executor_ends_its_stream_cleanly_and_another_serves_the_rest(
             assert not isinstance(event, Lost), event.error
             assert event.executor_id == "e1", "a stream opened on a draining executor ends at once"
             rows.add(event)
-        assert rest.states == {"e0": "finished", "e1": "finished"}
+        assert rest.states == {"e0": "drained", "e1": "finished"}
         assert dict(rows.per_source) == {source: TASKS_PER_SOURCE * ROWS_PER_HOUR for source in SOURCES}, "the two together: every row once"
         assert len(rows.per_task) == total_tasks and set(rows.per_task.values()) == {ROWS_PER_HOUR}
         assert _status(drained).rows_served == rows.by_executor["e0"]

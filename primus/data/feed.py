@@ -16,7 +16,7 @@ import pyarrow.flight as flight
 
 from primus import cores, hosts, security, telemetry
 from primus.data.handoff import Handoff
-from primus.dataplane import END_OF_STREAM, EXECUTOR_STOPPING, SharedMemoryMaps
+from primus.dataplane import END_OF_STREAM, EXECUTOR_DRAINED, EXECUTOR_STOPPING, SharedMemoryMaps
 from primus.errors import UnavailableError
 from primus.v1 import data_executor_pb2
 
@@ -184,7 +184,7 @@ class BatchFeed:
 
     @property
     def states(self) -> dict[str, str]:
-        """Each executor's stream: running, finished (it ended normally) or lost."""
+        """Each executor's stream: running, finished (it ended with the data), drained (its executor left) or lost."""
         return dict(self._states)
 
     def __iter__(self) -> Iterator[Served | Lost]:
@@ -214,6 +214,8 @@ class BatchFeed:
                     yield Served(payload[0], payload[1], executor_id)
                 elif kind == "done":
                     self._states[executor_id] = "finished"
+                elif kind == "drained":  # it left; the data did not end: read on from the others, and wait for new ones
+                    self._states[executor_id] = "drained"
                 else:
                     self._states[executor_id] = "lost"
                     yield Lost(executor_id, payload)
@@ -289,11 +291,11 @@ class BatchFeed:
                 except StopIteration:
                     break
                 meta = chunk.app_metadata.to_pybytes() if chunk.app_metadata is not None else b""
-                if chunk.data is None and meta == END_OF_STREAM:  # every batch is here: the trainer goes on while the call closes
+                if chunk.data is None and meta in (END_OF_STREAM, EXECUTOR_DRAINED):  # every batch is here: the trainer goes on while the call closes
                     ended = True
                     with self._readers_lock:  # ended: it closes by itself, after giving back its holds; close() leaves it be
                         self._readers.pop(executor_id, None)
-                    self._put(("done", executor_id, None))
+                    self._put(("done" if meta == END_OF_STREAM else "drained", executor_id, None))
                     if maps.holds_out:  # arena batches still out: they come back before our side closes
                         self._give_back_holds(writer, maps)
                     writer.done_writing()  # the server then ends the call

@@ -2,9 +2,10 @@
 
 Credits: the consumer sends a window and then one credit per batch it has taken, as ConsumerSignal messages. The
 executor sends a batch only against a credit, so at most a window of batches is ever in flight per stream.
-Closing is orderly: the executor sends END_OF_STREAM (or EXECUTOR_STOPPING, when it stops first) and waits for the
-consumer to close its side. Returning from the handler while the consumer still writes credits would cut off the
-batches still in flight, and end the call under the thread that reads them.
+Closing is orderly: the executor sends END_OF_STREAM (or EXECUTOR_DRAINED, when it drained: its end says nothing of the
+data's; or EXECUTOR_STOPPING, when it stops first) and waits for the consumer to close its side. Returning from the
+handler while the consumer still writes credits would cut off the batches still in flight, and end the call under the
+thread that reads them.
 A consumer on the same host may ask for shared memory. With the process's arena active (primus.arena), batches were
 decoded straight into shared memory: the message carries only the batch's column layout in the arena, the consumer
 maps it without any copy, and the executor keeps the batch alive until the consumer gives its hold back (a hold
@@ -25,9 +26,9 @@ from google.protobuf.message import DecodeError
 
 from primus import faults, security
 from primus.arena import Arena
-from primus.dataplane import END_OF_STREAM, EXECUTOR_STOPPING
+from primus.dataplane import END_OF_STREAM, EXECUTOR_DRAINED, EXECUTOR_STOPPING
 from primus.v1 import data_executor_pb2
-from services.data_executor.serving import Served, TaskStreamer
+from services.data_executor.serving import OpenStream, Served, TaskStreamer
 from services.data_executor.shared_memory import DEFAULT_SLOTS, SharedMemoryDrop, SharedMemoryRing
 
 
@@ -78,7 +79,7 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
                     faults.after_step("data_executor", batches)  # tests only: this stream holds still mid-job, its tasks leased
             if not signals.closed:  # a consumer gone needs no word; one still there closes its side once told
                 with contextlib.suppress(flight.FlightError, OSError):  # it went meanwhile: its signals end by themselves
-                    writer.write_metadata(pa.py_buffer(EXECUTOR_STOPPING if stream.abandoned.is_set() else END_OF_STREAM))
+                    writer.write_metadata(pa.py_buffer(_ending(stream)))
             signals.wait_closed()  # returning sooner would end the call under the thread that reads its signals
         finally:
             stream.close()
@@ -94,6 +95,14 @@ class SampleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         thread = threading.Thread(target=self.serve, name="flight", daemon=True)
         thread.start()
         return thread
+
+
+def _ending(stream: OpenStream) -> bytes:
+    """What the end of a stream tells its consumer: the executor stops (what it leased goes back), it drained (every
+    batch is there, the data goes on elsewhere), or every batch of the data is there."""
+    if stream.abandoned.is_set():
+        return EXECUTOR_STOPPING
+    return EXECUTOR_DRAINED if stream.drained.is_set() else END_OF_STREAM
 
 
 class StreamSharedMemory:

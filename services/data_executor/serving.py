@@ -148,6 +148,7 @@ class _Stream:
     live: int
     lock: threading.Lock = field(default_factory=threading.Lock)
     abandoned: threading.Event = field(default_factory=threading.Event)
+    drained: threading.Event = field(default_factory=threading.Event)  # it ended because the executor drained, not with the data
 
     def surplus(self) -> bool:
         """True for a reader that must leave now (counted out already): there are more than `target`."""
@@ -199,6 +200,7 @@ class OpenStream:
     close: Callable[[], None]
     abandon: Callable[[], None]
     abandoned: threading.Event  # set by abandon(): `served` ended early, so its end says nothing about the data
+    drained: threading.Event  # set when the executor drained: `served` ended with every batch sent, but not with the data
 
 
 def _granted(claim: Future[planner_pb2.ClaimTaskResponse]) -> bool:
@@ -323,6 +325,7 @@ class TaskStreamer:
             self._streams.add(stream)
         if readers == 0:
             leases.drain()
+            stream.drained.set()
             stream.items.put(_END)
         for _ in range(readers):
             self._start_reader(stream)
@@ -337,7 +340,7 @@ class TaskStreamer:
                 self._streams.discard(stream)
             self._counters.add(streams_active=-1)
 
-        return OpenStream(served, close, stream.abandon, stream.abandoned)
+        return OpenStream(served, close, stream.abandon, stream.abandoned, stream.drained)
 
     def _start_reader(self, stream: _Stream) -> None:
         name = f"reader-{stream.consumer_id}-{next(self._reader_names)}"
@@ -388,6 +391,7 @@ class TaskStreamer:
             last = not resized_out and stream.left()
             stream.leases.leave()  # the last one gives back what is leased ahead, before the stream can end
             if last and stream.leases.draining:
+                stream.drained.set()
                 self._put(stream.items, _END, stream.stop)
             context.detach(token)
 
