@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
+import struct
 from pathlib import Path
 
 BIND_ENV = "PRIMUS_BIND_HOST"  # the interface a worker's servers listen on (default 127.0.0.1; a backend beyond one machine sets 0.0.0.0)
@@ -44,9 +46,6 @@ def routable_ip(towards: str = "192.0.2.1") -> str:
 
 def interface_of(address: str) -> str:
     """The name of this host's network interface that has this IPv4 address ('' when none has it)."""
-    import fcntl
-    import struct
-
     siocgifaddr = 0x8915
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         for _, name in socket.if_nameindex():

@@ -15,6 +15,7 @@ T = TypeVar("T")
 
 ROLE_MODULES = {"data_executor": "services.data_executor", "trainer": "services.trainer"}
 TRAINER_ROLE = "trainer"
+SPEC_NAMES = {"data_executor": "dataExecutor", "trainer": "trainer"}  # a role as the spec names it (spec.resources.<name>)
 
 KILL_WAIT_SECONDS = 2.0
 # A worker's own exits that say something else is wrong: 75 (EX_TEMPFAIL: the planner lost the plan, a full disk;

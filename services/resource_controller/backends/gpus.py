@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from services.resource_controller.backends.contract import SPEC_NAMES
+
 DEVICE = re.compile(r"nvidia\d+")
 
 
@@ -34,7 +36,7 @@ def visible_gpus(devices: Path = Path("/dev")) -> int:
 
 
 def gpus_field(role: str) -> str:
-    return f"spec.resources.{'dataExecutor' if role == 'data_executor' else role}.gpus"
+    return f"spec.resources.{SPEC_NAMES.get(role, role)}.gpus"
 
 
 def too_many_gpus(sizes: Sequence[RoleAsk], have: int, where: str) -> str:

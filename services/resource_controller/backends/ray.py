@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from primus import security, telemetry
 from primus.run_store import RunStore
 from services.resource_controller.backends.contract import (
     ROLE_MODULES,
-    TRAINER_ROLE,
+    SPEC_NAMES,
     BackendConfig,
     BackendUnavailableError,
     Capabilities,
@@ -30,6 +30,7 @@ from services.resource_controller.backends.contract import (
     LimitMechanism,
     RoleSize,
 )
+from services.resource_controller.backends.gangs import RankGathering, world_size
 from services.resource_controller.backends.hosts import HostHealth
 from services.resource_controller.backends.lifecycle import Lifecycle, Tracked, exit_of_code
 
@@ -140,14 +141,6 @@ class _Actor:
     ready: bool = False
 
 
-@dataclass
-class _Gang:
-    """A trainer gang's ranks as they are launched, one by one, until the last one places them all as one placement group."""
-
-    world_size: int
-    ranks: dict[int, tuple[LaunchSpec, RayHandle]] = field(default_factory=dict)
-
-
 Actor = Tracked[RayHandle, _Actor]
 
 
@@ -182,7 +175,7 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
         self._commands = {role: [sys.executable, "-m", module] for role, module in ROLE_MODULES.items()}
         self._commands.update({role: list(prefix) for role, prefix in (commands or {}).items()})
         self._placement_timeout = placement_timeout
-        self._gangs: dict[tuple[str, str], _Gang] = {}  # by (job id, rendezvous port): ranks launched, not yet placed
+        self._gathering: RankGathering[RayHandle] = RankGathering()  # ranks launched, not yet placed
         self._groups: dict[str, set[str]] = {}  # placement group name -> its ranks still running
         self._tls_env = security.from_env().tls_env()  # the actors' processes inherit the raylet's environment, not ours
 
@@ -215,7 +208,7 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
                 asked = ", ".join(f"{name} {amount / MIB:.0f} MiB" if name == "memory" else f"{name} {amount:g}" for name, amount in wanted.items())
                 return (
                     f"ray: no node of the Ray cluster at {self.address} has room for a {size.role} actor ({asked}; {len(nodes)} live node(s)): "
-                    f"lower resources.{_spec_role(size.role)}, check resources.ray.resources, or add nodes"
+                    f"lower resources.{SPEC_NAMES[size.role]}, check resources.ray.resources, or add nodes"
                 )
         cpus, memory = sum(s.cpu * s.count for s in sizes), sum(s.memory_mib * s.count for s in sizes)
         have_cpus, have_memory = sum(n.get("CPU", 0.0) for n in nodes), sum(n.get("memory", 0.0) for n in nodes) / MIB
@@ -230,7 +223,7 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
         if spec.role not in self._commands:
             raise ValueError(f"no command for role {spec.role!r} (known: {', '.join(sorted(self._commands))})")
         handle = RayHandle(spec.executor_id, 0, f"executor:{spec.executor_id}", "", "", spec.cpu, spec.memory_mib)
-        if spec.role == TRAINER_ROLE and int(spec.env.get("WORLD_SIZE", "1") or 1) > 1:
+        if world_size(spec) > 1:
             return self._launch_rank(spec, handle)
         self.track(handle, self._start_actor(spec, handle))
         return handle
@@ -258,37 +251,29 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
 
     def _launch_rank(self, spec: LaunchSpec, handle: RayHandle) -> RayHandle:
         """A rank of a gang: held until every rank is here, then all are placed as one placement group (all or none),
-        rank r in bundle r; the rendezvous is bundle 0's node. A rank launched alone into a placed gang (a replacement)
-        is an actor of its own."""
-        world = int(spec.env["WORLD_SIZE"])
-        rank = int(spec.env.get("RANK", "0"))
-        key = (spec.job_id, spec.env.get("MASTER_PORT", ""))
+        rank r in bundle r; the rendezvous is bundle 0's node."""
         with self.lock:
-            gang = self._gangs.setdefault(key, _Gang(world))
-            gang.ranks[rank] = (spec, handle)
             self.track(handle, _Actor(None, None, None, time.monotonic()))
-            complete = len(gang.ranks) == gang.world_size
-            if complete:
-                del self._gangs[key]
-        if complete:
+            gang = self._gathering.add(spec, handle)
+        if gang is not None:
             try:
-                self._place_gang(gang, f"primus:{spec.job_id}:{key[1]}")
+                self._place_gang(gang, f"primus:{spec.job_id}:{spec.env.get('MASTER_PORT', '')}")
             except BaseException:
-                for _, member in gang.ranks.values():
+                for _, member in gang:
                     self.untrack(member.executor_id)
                 raise
         return handle
 
-    def _place_gang(self, gang: _Gang, name: str) -> None:
+    def _place_gang(self, gang: list[tuple[LaunchSpec, RayHandle]], name: str) -> None:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        first, _ = gang.ranks[0]
+        first, _ = gang[0]
         bundle = {"CPU": first.cpu, "memory": first.memory_mib * MIB, **({"GPU": first.gpus} if first.gpus else {}), **_extra_resources(first.placement, first.role)}
         strategy = str(first.placement.get("rankStrategy") or "PACK")
-        group = placement_group([dict(bundle) for _ in range(gang.world_size)], strategy=strategy, name=name, lifetime="detached")
+        group = placement_group([dict(bundle) for _ in gang], strategy=strategy, name=name, lifetime="detached")
         members: set[str] = set()
-        for rank, (spec, handle) in sorted(gang.ranks.items()):
+        for rank, (spec, handle) in enumerate(gang):
             handle.group = name
             actor = self._start_actor(spec, handle, PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=rank), {RANK0_GROUP_ENV: name})
             tracked = self.tracked(handle.executor_id)
@@ -297,7 +282,7 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
             members.add(handle.executor_id)
         with self.lock:
             self._groups[name] = members
-        log.info("asked Ray for the %d ranks of job %s as placement group %s (%s)", gang.world_size, first.job_id, name, strategy)
+        log.info("asked Ray for the %d ranks of job %s as placement group %s (%s)", len(gang), first.job_id, name, strategy)
 
     def _exited(self, t: Actor, code: int | None, reason: ExitReason, message: str, host: str = "") -> None:
         """Report the end; the last rank of a gang to end removes its placement group."""
@@ -421,14 +406,10 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
             self._ray.shutdown()
 
 
-def _spec_role(role: str) -> str:
-    return {"data_executor": "dataExecutor"}.get(role, role)
-
-
 def _extra_resources(placement: Mapping[str, Any], role: str) -> dict[str, float]:
     """The Ray resources an actor of this role asks for beyond CPU and memory: the job's, then its role's."""
     extra = {str(k): float(v) for k, v in dict(placement.get("resources") or {}).items()}
-    extra.update({str(k): float(v) for k, v in dict((placement.get("roleResources") or {}).get(_spec_role(role)) or {}).items()})
+    extra.update({str(k): float(v) for k, v in dict((placement.get("roleResources") or {}).get(SPEC_NAMES[role]) or {}).items()})
     return extra
 
 

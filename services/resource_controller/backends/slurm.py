@@ -9,13 +9,14 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from primus import telemetry
 from services.resource_controller.backends.contract import (
     ROLE_MODULES,
+    SPEC_NAMES,
     TRAINER_ROLE,
     BackendConfig,
     BackendUnavailableError,
@@ -27,6 +28,7 @@ from services.resource_controller.backends.contract import (
     RoleSize,
     state_field,
 )
+from services.resource_controller.backends.gangs import RankGathering, rank_of, world_size
 from services.resource_controller.backends.hosts import HostHealth
 from services.resource_controller.backends.lifecycle import Lifecycle, Tracked, exit_of_code
 from services.resource_controller.backends.slurm_cli import SlurmCli, SlurmError, SlurmJob, SlurmState
@@ -90,14 +92,6 @@ class _Job:
     missing: int = 0  # reads in a row that did not list it
 
 
-@dataclass
-class _Gang:
-    """A trainer gang's ranks as they are launched, one by one, until the last one submits the allocation."""
-
-    world_size: int
-    ranks: dict[int, tuple[LaunchSpec, SlurmHandle]] = field(default_factory=dict)
-
-
 Job = Tracked[SlurmHandle, _Job]
 
 
@@ -134,7 +128,7 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
         self._commands: dict[str, tuple[str, ...]] = {role: (sys.executable, "-m", module) for role, module in ROLE_MODULES.items()}
         self._commands.update({role: tuple(prefix) for role, prefix in (commands or {}).items()})
         self._poll_seconds = poll_seconds
-        self._gangs: dict[tuple[str, str], _Gang] = {}  # by (job id, the rendezvous port): ranks launched, allocation not yet asked for
+        self._gathering: RankGathering[SlurmHandle] = RankGathering()  # ranks launched, their allocation not yet asked for
         self._last_read = 0.0
 
     @classmethod
@@ -166,7 +160,7 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
 
     def _partition_of(self, placement: Mapping[str, Any], role: str) -> str:
         roles = dict(placement.get("rolePartitions") or {})
-        return str(roles.get({"data_executor": "dataExecutor"}.get(role, role)) or placement.get("partition") or self.partition)
+        return str(roles.get(SPEC_NAMES[role]) or placement.get("partition") or self.partition)
 
     def check_placement(self, job_id: str, placement: Mapping[str, Any], sizes: Sequence[RoleSize]) -> str:
         """Every role's partition exists and is up, one of its nodes holds one executor, and it holds a trainer gang at once."""
@@ -192,9 +186,8 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
         if known is not None and not known.finished:
             raise ValueError(f"executor {spec.executor_id} already runs as Slurm job {known.handle.slurm_job or '(its gang is not submitted yet)'}")
         handle = SlurmHandle(spec.executor_id, "", spec.job_id, spec.role, spec.cpu, spec.memory_mib, str(spec.log_path))
-        world = int(spec.env.get("WORLD_SIZE", "1") or 1)
-        if spec.role == TRAINER_ROLE and world > 1:
-            return self._launch_rank(spec, handle, world)
+        if world_size(spec) > 1:
+            return self._launch_rank(spec, handle)
         Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
         partition = self._partition_of(spec.placement, spec.role)
         try:
@@ -229,34 +222,27 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
         named = "; ".join(f"{a.host}: {a.reason}" for a in avoided.values())
         return f"slurm: no node of partition {partition} is left for job {spec.job_id}: avoided {named}; readmitted in {back:.0f} s"
 
-    def _launch_rank(self, spec: LaunchSpec, handle: SlurmHandle, world: int) -> SlurmHandle:
-        """A rank of a gang: held until every rank is here, then all are asked for as one allocation (all start, or none).
-        A rank launched alone into a gang already submitted (a replacement) becomes a job of its own."""
-        rank = int(spec.env.get("RANK", "0"))
-        key = (spec.job_id, spec.env.get("MASTER_PORT", ""))
-        handle.task = rank
+    def _launch_rank(self, spec: LaunchSpec, handle: SlurmHandle) -> SlurmHandle:
+        """A rank of a gang: held until every rank is here, then all are asked for as one allocation (all start, or none)."""
+        handle.task = rank_of(spec.env)
         with self.lock:
-            gang = self._gangs.setdefault(key, _Gang(world))
-            gang.ranks[rank] = (spec, handle)
             self.track(handle, _Job())
-            complete = len(gang.ranks) == gang.world_size
-            if complete:
-                del self._gangs[key]
-        if complete:
+            gang = self._gathering.add(spec, handle)
+        if gang is not None:
             try:
                 self._submit_gang(gang)
             except BaseException:
-                for _, member in gang.ranks.values():
+                for _, member in gang:
                     self.untrack(member.executor_id)
                 raise
         return handle
 
-    def _submit_gang(self, gang: _Gang) -> None:
-        first, _ = gang.ranks[0]
+    def _submit_gang(self, gang: list[tuple[LaunchSpec, SlurmHandle]]) -> None:
+        first, _ = gang[0]
         script = Path(first.log_path).parent / GANG_SCRIPT.format(executor_id=first.executor_id)
         script.parent.mkdir(parents=True, exist_ok=True)
         lines = ["#!/bin/sh", RANK_ADDRESS.rstrip("\n"), 'case "$SLURM_PROCID" in']
-        for rank, (spec, _) in sorted(gang.ranks.items()):
+        for rank, (spec, _) in enumerate(gang):
             env = {k: v for k, v in self._env(spec).items() if k != "MASTER_ADDR"}
             exports = "; ".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
             command = shlex.join([*self._commands[spec.role], *spec.args])
@@ -267,12 +253,12 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
         partition = self._partition_of(first.placement, first.role)
         slurm_job = self.cli.submit(
             ["/bin/sh", str(script)], name=f"primus-{first.job_id}-trainers", output=script.with_suffix(".out"), partition=partition,
-            cpus_per_task=cpus, tasks=gang.world_size, extra=[f"--mem-per-cpu={math.ceil(first.memory_mib / cpus)}M", *self._extra(first)],
+            cpus_per_task=cpus, tasks=len(gang), extra=[f"--mem-per-cpu={math.ceil(first.memory_mib / cpus)}M", *self._extra(first)],
         )  # fmt: skip
         with self.lock:
-            for _, handle in gang.ranks.values():
+            for _, handle in gang:
                 handle.slurm_job = slurm_job
-        log.info("submitted the %d ranks of job %s as one Slurm allocation, job %s (%d CPUs each)", gang.world_size, first.job_id, slurm_job, cpus)
+        log.info("submitted the %d ranks of job %s as one Slurm allocation, job %s (%d CPUs each)", len(gang), first.job_id, slurm_job, cpus)
 
     # --- stop (the lifecycle's release and kill call these) -----------------------------------------
 
