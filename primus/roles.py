@@ -27,6 +27,10 @@ ROLES: dict[Role, RoleFacts] = {
     Role.DATA_EXECUTOR: RoleFacts(Role.DATA_EXECUTOR, rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR, "data executor", scalable=True),
     Role.TRAINER: RoleFacts(Role.TRAINER, rc_pb2.EXECUTOR_ROLE_TRAINER, "trainer", scalable=False),
 }
+# A trainer rank ended because its gang broke (a peer rank died, or a data executor was lost), not for a fault of its own.
+GANG_LOST_EXIT_CODE = 76
+# Set to "1" in a trainer rank launched to join its job's running gang (an elastic grow): rank 0 seats it.
+GANG_JOIN_ENV = "PRIMUS_GANG_JOIN"
 _BY_PROTO = {facts.proto: facts for facts in ROLES.values()}
 
 

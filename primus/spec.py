@@ -95,6 +95,16 @@ class RoleResources(_Model):
     memory_mib: int = Field(1024, ge=64, le=MAX_MEMORY_MIB, alias="memoryMiB")
     gpus: int = Field(0, ge=0, le=16, description="GPUs per process: nvidia.com/gpu on Kubernetes, num_gpus on Ray; local checks the machine has them")
     autoscale: Autoscale | None = None
+    elastic: bool = Field(
+        False,
+        description="trainer only: the data-parallel gang changes size while it trains (`primus scale JOB trainer --replicas N`), and a rank that "
+        "dies shrinks it instead of restarting every rank",
+    )
+
+    @property
+    def gang(self) -> bool:
+        """Trainer ranks in data parallel: more than one, or elastic (a gang even at one rank, which may grow)."""
+        return self.replicas > 1 or self.elastic
 
     @model_validator(mode="after")
     def _replicas_in_bounds(self) -> RoleResources:
@@ -190,6 +200,10 @@ class Resources(_Model):
 
     @model_validator(mode="after")
     def _ranks_on_local(self) -> Resources:
+        if self.data_executor.elastic:
+            raise ValueError("dataExecutor.elastic: only trainer ranks are elastic (data executors scale with `primus scale` and the autoscaler)")
+        if self.trainer.elastic and self.backend is not BackendKind.LOCAL:
+            raise ValueError(f"trainer.elastic needs backend local: a gang that changes size runs as local processes here, not on {self.backend.value}")
         if self.trainer.replicas > 1 and self.backend not in (BackendKind.LOCAL, BackendKind.SLURM, BackendKind.RAY):
             raise ValueError(
                 f"trainer.replicas {self.trainer.replicas} needs backend local, slurm or ray: data-parallel ranks run as local processes, one Slurm "
@@ -678,7 +692,7 @@ class JobSpec(_Model):
         if unknown:
             raise ValueError(f"training.sources names {unknown[0]!r}, which is not a sample source ({', '.join(names)})")
         groups = {(c.learning_rate_scale, c.update) for c in (self.training.sources.get(n, SourceTraining()) for n in names)}
-        if self.resources.trainer.replicas > 1 and len(groups) > 1:
+        if self.resources.trainer.gang and len(groups) > 1:
             raise ValueError(
                 f"resources.trainer.replicas {self.resources.trainer.replicas}: in data parallel every source shares one learningRateScale and update"
                 f" (training.sources sets {len(groups)} different ones)"

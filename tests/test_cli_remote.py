@@ -184,7 +184,7 @@ def test_stop_ends_an_open_ended_job_with_its_evaluation_and_report(shared_clust
     scaled = _primus(tmp_path, "--master", address, "scale", job_id, "--replicas", "3", "--reason", "test")
     assert scaled.returncode == 0 and "dataExecutor set to 3 (1 launched, 0 draining)" in scaled.stdout, scaled.stderr + scaled.stdout
     _one_line_error(_primus(tmp_path, "--master", address, "scale", job_id, "--replicas", "0"), "dataExecutor replicas 0 lies outside the bounds [1, 64]")
-    _one_line_error(_primus(tmp_path, "--master", address, "scale", job_id, "--role", "trainer", "--replicas", "2"), "only dataExecutor can")
+    _one_line_error(_primus(tmp_path, "--master", address, "scale", job_id, "--role", "trainer", "--replicas", "2"), "its trainer ranks are not elastic")
     stopped = _primus(tmp_path, "--master", address, "stop", job_id, "--watch")
     assert stopped.returncode == 0, stopped.stderr + stopped.stdout
     with PrimusClient(address) as client:

@@ -34,6 +34,7 @@ from services.trainer.data_parallel import (
     merge_mix,
     plan_round,
 )
+from services.trainer.membership import GangStore
 
 
 def test_ranks_with_data_step_together() -> None:
@@ -53,7 +54,15 @@ def test_once_every_feed_ended_the_fullest_mixer_is_drained_then_the_gang_ends()
 
 def test_a_stop_asked_of_one_rank_stops_all() -> None:
     assert plan_round([RankStatus(1, False, stop=True), RankStatus(1, False)]).kind is RoundKind.STOP
-    assert RankStatus.decode(RankStatus(4, True, True).encode()) == RankStatus(4, True, True)
+    assert RankStatus.decode(RankStatus(4, True, True, 3).encode()) == RankStatus(4, True, True, 3)
+
+
+def test_an_elastic_gang_resizes_at_a_step_boundary_unless_it_stops_or_ends() -> None:
+    assert plan_round([RankStatus(1, False, resize=3), RankStatus(1, False)]) == RoundPlan(RoundKind.RESIZE, world_size=3)
+    assert plan_round([RankStatus(1, False, resize=1), RankStatus(0, True)]) == RoundPlan(RoundKind.RESIZE, world_size=1)
+    assert plan_round([RankStatus(1, False, resize=2), RankStatus(1, False)]) == RoundPlan(RoundKind.STEP, 1), "already that size"
+    assert plan_round([RankStatus(1, False, True, 3), RankStatus(1, False)]).kind is RoundKind.STOP
+    assert plan_round([RankStatus(0, True, resize=3), RankStatus(0, True)]).kind is RoundKind.END
 
 
 def test_merged_cursors_keep_the_furthest_per_task() -> None:
@@ -74,7 +83,10 @@ def test_the_gang_environment_names_each_rank() -> None:
     gang = Gang.launch(2)
     assert gang.env(1) == {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(gang.master_port)}
     assert RankEnv.from_env(gang.env(1)) == RankEnv(1, 2, "127.0.0.1", gang.master_port)
-    assert not RankEnv.from_env({}).distributed
+    assert not RankEnv.from_env({}).gang
+    joiner = RankEnv.from_env(gang.joiner_env())
+    assert joiner.gang and joiner.joining and joiner.master_port == gang.master_port
+    assert joiner.seated(2, 3) == RankEnv(2, 3, "127.0.0.1", gang.master_port)
     with pytest.raises(ValueError, match="outside the gang"):
         gang.env(2)
 
@@ -120,7 +132,7 @@ def _dense(grad: torch.Tensor | None) -> torch.Tensor:
 def _rank(rank: int, port: int, out: str, case: str) -> None:  # in a spawned process
     """One rank: rows [4*rank, 4*rank+4) of the data, or (join) rank 1 with no rows; dies at once in the 'die' case."""
     env = RankEnv(rank, 2, "127.0.0.1", port)
-    init_gang(env, torch.device("cpu"), timeout=10)
+    init_gang(env, torch.device("cpu"), GangStore.connect(env, 10).store, timeout=10)
     if case == "die" and rank == 1:
         os._exit(0)
     model = _Tiny(sparse=case == "sparse")
@@ -209,6 +221,14 @@ def test_the_spec_takes_trainer_ranks_on_the_backends_that_start_them_together()
     )
     (problem,) = _problems(lambda spec: spec["resources"].update(trainer={"replicas": 2, "autoscale": {"minReplicas": 1, "maxReplicas": 3}}))
     assert problem.startswith("spec.resources.trainer: autoscale.maxReplicas 3 must equal replicas 2")
+
+
+def test_only_trainer_ranks_on_the_local_backend_are_elastic() -> None:
+    assert _problems(lambda spec: spec["resources"]["trainer"].update(replicas=1, elastic=True)) == [], "one elastic rank may grow"
+    (problem,) = _problems(lambda spec: spec["resources"].update(backend="slurm", trainer={"replicas": 2, "elastic": True}))
+    assert problem == "spec.resources: trainer.elastic needs backend local: a gang that changes size runs as local processes here, not on slurm"
+    (problem,) = _problems(lambda spec: spec["resources"]["dataExecutor"].update(elastic=True))
+    assert problem.startswith("spec.resources: dataExecutor.elastic: only trainer ranks are elastic")
 
 
 def test_ranks_need_one_learning_rate_scale_and_update_for_every_source() -> None:

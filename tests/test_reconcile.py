@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from primus.job_state import JobState
-from primus.roles import ROLES, Role, of_proto, parse_role
+from primus.roles import GANG_LOST_EXIT_CODE, ROLES, Role, of_proto, parse_role
 from primus.settings import MasterSettings
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master.reconcile import (
@@ -24,6 +24,7 @@ from services.master.reconcile import (
     Relaunch,
     Replan,
     RestartGang,
+    ShrinkGang,
     Suspend,
     Wait,
     reconcile,
@@ -117,6 +118,27 @@ def test_a_crashed_rank_restarts_the_whole_gang_once() -> None:
     assert reconcile(replace(gang, crashes_handled=frozenset({"t-0", "t-1"})), Observed(plan=PLAN, executors=(*EXECUTORS[:2], *ranks, TRAINER)), SETTINGS) == [
         Wait("running")
     ]
+
+
+def test_an_elastic_gang_shrinks_when_a_rank_dies_and_restarts_when_it_breaks() -> None:
+    """Elastic: a rank that died (-9) leaves the survivors to re-form without it; nothing is relaunched and no restart is
+    counted. A rank that exited 76 (its gang broke: the survivors could not re-form) restarts the gang as before."""
+    gang = replace(RUNNING, replicas={Role.DATA_EXECUTOR: 2, Role.TRAINER: 3}, elastic=True)
+    live = (ExecutorView("t-0", Role.TRAINER, Phase.LIVE), ExecutorView("t-2", Role.TRAINER, Phase.LIVE))
+    observed = Observed(plan=PLAN, executors=(*EXECUTORS[:2], _crashed("t-1", Role.TRAINER), *live))
+    assert reconcile(gang, observed, SETTINGS) == [ShrinkGang("t-1", "exited with code -9", 2)]
+    assert reconcile(replace(gang, restarts={"trainer": 1}), observed, SETTINGS) == [ShrinkGang("t-1", "exited with code -9", 2)], "no budget needed"
+    broke = replace(_crashed("t-0", Role.TRAINER), exit_code=GANG_LOST_EXIT_CODE)
+    observed = Observed(plan=PLAN, executors=(*EXECUTORS[:2], broke, _crashed("t-1", Role.TRAINER)))
+    assert reconcile(replace(gang, crashes_handled=frozenset({"t-1"})), observed, SETTINGS) == [
+        RestartGang("t-0", f"exited with code {GANG_LOST_EXIT_CODE}", ("t-0", "t-1"))
+    ]
+    alone = Observed(plan=PLAN, executors=(*EXECUTORS[:2], _crashed("t-0", Role.TRAINER)))
+    assert reconcile(gang, alone, SETTINGS) == [RestartGang("t-0", "exited with code -9", ("t-0",))], "no survivor: the gang restarts"
+    fixed = replace(gang, elastic=False)
+    assert reconcile(fixed, Observed(plan=PLAN, executors=(*EXECUTORS[:2], _crashed("t-1", Role.TRAINER), *live)), SETTINGS)[0] == RestartGang(
+        "t-1", "exited with code -9", ("t-1", "t-0", "t-2")
+    )
 
 
 def test_trainer_result_succeeds_and_drops_the_plan() -> None:

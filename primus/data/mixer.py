@@ -270,6 +270,22 @@ class Mixer:
         for state in self.states:
             self._note_short(state, False, now)
 
+    def discard(self) -> int:
+        """Drop every row held (a gang resize: the planner serves them again from the committed cursors); returns how
+        many. What was cut stays counted."""
+        rows = sum(self._buffered)
+        self._queues = [deque() for _ in self.policies]
+        self._buffered = [0] * len(self.policies)
+        return rows
+
+    def uncut(self, minibatches: Sequence[Minibatch]) -> None:
+        """Minibatches cut but never trained (their rows are served again): out of the counts."""
+        for minibatch in minibatches:
+            self.minibatches -= 1
+            counts = np.bincount(minibatch.source_index, minlength=len(self.states))
+            for state, rows in zip(self.states, counts, strict=False):
+                state.rows_trained -= int(rows)
+
     def to_state(self) -> dict[str, list[float]]:
         """Per source [rows trained, seconds short, catch-up minibatches, carry, mixed rows]; "" holds the minibatch
         counts [cut, cut while every source had rows]."""

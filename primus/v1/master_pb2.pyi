@@ -9,20 +9,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobProgress(_message.Message):
-    __slots__ = ("phase", "step", "samples_trained", "loss", "tasks_total", "tasks_done")
+    __slots__ = ("phase", "step", "samples_trained", "loss", "tasks_total", "tasks_done", "trainer_ranks")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_TRAINED_FIELD_NUMBER: _ClassVar[int]
     LOSS_FIELD_NUMBER: _ClassVar[int]
     TASKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     TASKS_DONE_FIELD_NUMBER: _ClassVar[int]
+    TRAINER_RANKS_FIELD_NUMBER: _ClassVar[int]
     phase: str
     step: int
     samples_trained: int
     loss: float
     tasks_total: int
     tasks_done: int
-    def __init__(self, phase: _Optional[str] = ..., step: _Optional[int] = ..., samples_trained: _Optional[int] = ..., loss: _Optional[float] = ..., tasks_total: _Optional[int] = ..., tasks_done: _Optional[int] = ...) -> None: ...
+    trainer_ranks: int
+    def __init__(self, phase: _Optional[str] = ..., step: _Optional[int] = ..., samples_trained: _Optional[int] = ..., loss: _Optional[float] = ..., tasks_total: _Optional[int] = ..., tasks_done: _Optional[int] = ..., trainer_ranks: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("job_id", "name", "state", "message", "created_unix", "updated_unix", "progress", "spec_yaml", "report_path", "run_dir", "namespace", "owner", "restarts", "sources")
@@ -256,29 +258,33 @@ class GetJobLogsResponse(_message.Message):
     def __init__(self, lines: _Optional[_Iterable[_Union[LogLine, _Mapping]]] = ...) -> None: ...
 
 class ReportTrainingProgressRequest(_message.Message):
-    __slots__ = ("job_id", "trainer_id", "phase", "step", "samples", "loss")
+    __slots__ = ("job_id", "trainer_id", "phase", "step", "samples", "loss", "ranks")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TRAINER_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     LOSS_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     trainer_id: str
     phase: str
     step: int
     samples: int
     loss: float
-    def __init__(self, job_id: _Optional[str] = ..., trainer_id: _Optional[str] = ..., phase: _Optional[str] = ..., step: _Optional[int] = ..., samples: _Optional[int] = ..., loss: _Optional[float] = ...) -> None: ...
+    ranks: int
+    def __init__(self, job_id: _Optional[str] = ..., trainer_id: _Optional[str] = ..., phase: _Optional[str] = ..., step: _Optional[int] = ..., samples: _Optional[int] = ..., loss: _Optional[float] = ..., ranks: _Optional[int] = ...) -> None: ...
 
 class ReportTrainingProgressResponse(_message.Message):
-    __slots__ = ("stop",)
+    __slots__ = ("stop", "trainer_replicas")
     STOP_FIELD_NUMBER: _ClassVar[int]
+    TRAINER_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     stop: bool
-    def __init__(self, stop: _Optional[bool] = ...) -> None: ...
+    trainer_replicas: int
+    def __init__(self, stop: _Optional[bool] = ..., trainer_replicas: _Optional[int] = ...) -> None: ...
 
 class ReportTrainingResultRequest(_message.Message):
-    __slots__ = ("job_id", "trainer_id", "steps", "train_samples", "eval_samples", "auc", "logloss", "train_seconds", "final_loss", "checkpoint_path", "error", "eval", "eval_recent", "progressive", "sources", "joined_label_fraction", "snapshot_path", "minibatches", "mixed_minibatches", "ranks", "row_digests", "metrics")
+    __slots__ = ("job_id", "trainer_id", "steps", "train_samples", "eval_samples", "auc", "logloss", "train_seconds", "final_loss", "checkpoint_path", "error", "eval", "eval_recent", "progressive", "sources", "joined_label_fraction", "snapshot_path", "minibatches", "mixed_minibatches", "ranks", "row_digests", "resizes", "metrics")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -307,6 +313,7 @@ class ReportTrainingResultRequest(_message.Message):
     MIXED_MINIBATCHES_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     ROW_DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    RESIZES_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     trainer_id: str
@@ -329,8 +336,9 @@ class ReportTrainingResultRequest(_message.Message):
     mixed_minibatches: int
     ranks: _containers.RepeatedCompositeFieldContainer[RankResult]
     row_digests: _containers.RepeatedCompositeFieldContainer[RowDigest]
+    resizes: _containers.RepeatedCompositeFieldContainer[GangResize]
     metrics: _containers.ScalarMap[str, float]
-    def __init__(self, job_id: _Optional[str] = ..., trainer_id: _Optional[str] = ..., steps: _Optional[int] = ..., train_samples: _Optional[int] = ..., eval_samples: _Optional[int] = ..., auc: _Optional[float] = ..., logloss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., final_loss: _Optional[float] = ..., checkpoint_path: _Optional[str] = ..., error: _Optional[str] = ..., eval: _Optional[_Union[EvalMetrics, _Mapping]] = ..., eval_recent: _Optional[_Union[EvalMetrics, _Mapping]] = ..., progressive: _Optional[_Union[EvalMetrics, _Mapping]] = ..., sources: _Optional[_Iterable[_Union[SourceTrainingResult, _Mapping]]] = ..., joined_label_fraction: _Optional[float] = ..., snapshot_path: _Optional[str] = ..., minibatches: _Optional[int] = ..., mixed_minibatches: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankResult, _Mapping]]] = ..., row_digests: _Optional[_Iterable[_Union[RowDigest, _Mapping]]] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., trainer_id: _Optional[str] = ..., steps: _Optional[int] = ..., train_samples: _Optional[int] = ..., eval_samples: _Optional[int] = ..., auc: _Optional[float] = ..., logloss: _Optional[float] = ..., train_seconds: _Optional[float] = ..., final_loss: _Optional[float] = ..., checkpoint_path: _Optional[str] = ..., error: _Optional[str] = ..., eval: _Optional[_Union[EvalMetrics, _Mapping]] = ..., eval_recent: _Optional[_Union[EvalMetrics, _Mapping]] = ..., progressive: _Optional[_Union[EvalMetrics, _Mapping]] = ..., sources: _Optional[_Iterable[_Union[SourceTrainingResult, _Mapping]]] = ..., joined_label_fraction: _Optional[float] = ..., snapshot_path: _Optional[str] = ..., minibatches: _Optional[int] = ..., mixed_minibatches: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankResult, _Mapping]]] = ..., row_digests: _Optional[_Iterable[_Union[RowDigest, _Mapping]]] = ..., resizes: _Optional[_Iterable[_Union[GangResize, _Mapping]]] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class RowDigest(_message.Message):
     __slots__ = ("source", "purpose", "rows", "sum", "xor")
@@ -347,18 +355,34 @@ class RowDigest(_message.Message):
     def __init__(self, source: _Optional[str] = ..., purpose: _Optional[str] = ..., rows: _Optional[int] = ..., sum: _Optional[int] = ..., xor: _Optional[int] = ...) -> None: ...
 
 class RankResult(_message.Message):
-    __slots__ = ("rank", "samples", "steps", "wait_seconds", "step_seconds")
+    __slots__ = ("rank", "samples", "steps", "wait_seconds", "step_seconds", "left")
     RANK_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LEFT_FIELD_NUMBER: _ClassVar[int]
     rank: int
     samples: int
     steps: int
     wait_seconds: float
     step_seconds: float
-    def __init__(self, rank: _Optional[int] = ..., samples: _Optional[int] = ..., steps: _Optional[int] = ..., wait_seconds: _Optional[float] = ..., step_seconds: _Optional[float] = ...) -> None: ...
+    left: bool
+    def __init__(self, rank: _Optional[int] = ..., samples: _Optional[int] = ..., steps: _Optional[int] = ..., wait_seconds: _Optional[float] = ..., step_seconds: _Optional[float] = ..., left: _Optional[bool] = ...) -> None: ...
+
+class GangResize(_message.Message):
+    __slots__ = ("generation", "world_from", "world_to", "reason", "gap_seconds")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    WORLD_FROM_FIELD_NUMBER: _ClassVar[int]
+    WORLD_TO_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    GAP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    world_from: int
+    world_to: int
+    reason: str
+    gap_seconds: float
+    def __init__(self, generation: _Optional[int] = ..., world_from: _Optional[int] = ..., world_to: _Optional[int] = ..., reason: _Optional[str] = ..., gap_seconds: _Optional[float] = ...) -> None: ...
 
 class EvalMetrics(_message.Message):
     __slots__ = ("rows", "positives", "auc", "logloss", "normalized_entropy", "calibration")

@@ -173,7 +173,7 @@ class ExecutorTelemetry(_message.Message):
     def __init__(self, unix_time: _Optional[float] = ..., cpu_seconds: _Optional[float] = ..., cpu_limit: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., memory_limit_bytes: _Optional[int] = ..., bytes_read: _Optional[int] = ..., rows_served: _Optional[int] = ..., queue_depth: _Optional[int] = ..., arena_misses: _Optional[int] = ..., streams_active: _Optional[int] = ..., reader_threads: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., draining: _Optional[bool] = ..., stall_seconds: _Optional[float] = ..., steps: _Optional[int] = ..., samples: _Optional[int] = ...) -> None: ...
 
 class LaunchExecutorsRequest(_message.Message):
-    __slots__ = ("job_id", "role", "count", "resources", "run_dir", "planner_address", "master_address", "replaces_executor_id", "backend", "placement_json")
+    __slots__ = ("job_id", "role", "count", "resources", "run_dir", "planner_address", "master_address", "replaces_executor_id", "backend", "placement_json", "elastic", "join_gang")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -184,6 +184,8 @@ class LaunchExecutorsRequest(_message.Message):
     REPLACES_EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_JSON_FIELD_NUMBER: _ClassVar[int]
+    ELASTIC_FIELD_NUMBER: _ClassVar[int]
+    JOIN_GANG_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     role: ExecutorRole
     count: int
@@ -194,7 +196,9 @@ class LaunchExecutorsRequest(_message.Message):
     replaces_executor_id: str
     backend: str
     placement_json: str
-    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., count: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., run_dir: _Optional[str] = ..., planner_address: _Optional[str] = ..., master_address: _Optional[str] = ..., replaces_executor_id: _Optional[str] = ..., backend: _Optional[str] = ..., placement_json: _Optional[str] = ...) -> None: ...
+    elastic: bool
+    join_gang: bool
+    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., count: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., run_dir: _Optional[str] = ..., planner_address: _Optional[str] = ..., master_address: _Optional[str] = ..., replaces_executor_id: _Optional[str] = ..., backend: _Optional[str] = ..., placement_json: _Optional[str] = ..., elastic: _Optional[bool] = ..., join_gang: _Optional[bool] = ...) -> None: ...
 
 class LaunchExecutorsResponse(_message.Message):
     __slots__ = ("executors",)

@@ -28,6 +28,7 @@ from services.master.status import (
     EARLIER_LEDGERS,
     LAUNCH_PENDING,
     PLAN_RECOVERIES,
+    RANKS_LOST,
     RESTARTS,
     SCALED,
     SUSPEND_REQUESTED,
@@ -36,6 +37,7 @@ from services.master.status import (
 from services.master.store import JobRecord, JobStore
 
 log = logging.getLogger(__name__)
+MAX_TRAINER_RANKS = 64  # as spec.resources.trainer.replicas
 SUSPENDED = JobState.SUSPENDED.value
 RESUMING = {"phase": "resuming", "step": 0, "samples": 0}  # until the new trainer reports: the old one's count is not its
 AUTOSCALE_FREE = (1, 64)  # a role's replica bounds without autoscaling
@@ -162,8 +164,10 @@ class JobDriver:
         job = self._store.get(job_id)
         if job.final:
             raise ConflictError(f"job {job_id} already ended as {job.state}")
+        if role == Role.TRAINER.value:
+            return self._scale_ranks(job, replicas, bounds)
         if role != Role.DATA_EXECUTOR.value:
-            raise InvalidRequestError(f"role {role!r} cannot be scaled: only dataExecutor can (a job has one trainer)")
+            raise InvalidRequestError(f"role {role!r} cannot be scaled: only dataExecutor and (elastic jobs) trainer can")
         resources = load_job_text(job.spec_yaml, f"job {job_id}").spec.resources.data_executor
         autoscaling = bool(resources.autoscale and resources.autoscale.enabled)
         low, high = (resources.autoscale.min_replicas, resources.autoscale.max_replicas) if resources.autoscale and autoscaling else AUTOSCALE_FREE
@@ -186,13 +190,36 @@ class JobDriver:
         update: dict[str, object] = {}
         said = []
         if replicas:
-            update[SCALED] = {Role.DATA_EXECUTOR.value: replicas}
+            update[SCALED] = {**job.progress.get(SCALED, {}), Role.DATA_EXECUTOR.value: replicas}
             said.append(f"scaled to {replicas}")
         if bounds is not None:
             update[AUTOSCALE_BOUNDS] = list(bounds)
             said.append(f"autoscale bounds [{low}, {high}]")
         scaled = self._store.update(job_id, progress_update=update, message=f"dataExecutor {' and '.join(said)}")
         return scaled, len(reply.launched), len(reply.draining)
+
+    def _scale_ranks(self, job: JobRecord, replicas: int, bounds: tuple[int, int] | None) -> tuple[JobRecord, int, int]:
+        """An elastic job's trainer ranks: a grow launches joiners (rank 0 seats them at a step boundary); a shrink is
+        carried out by rank 0, which hears the new size with its next progress report (the highest ranks leave)."""
+        spec = load_job_text(job.spec_yaml, f"job {job.job_id}").spec
+        if not spec.resources.trainer.elastic:
+            raise InvalidRequestError(
+                f"job {job.job_id}: its trainer ranks are not elastic (spec.resources.trainer.elastic is false), so their number is fixed at submit"
+            )
+        if bounds is not None:
+            raise InvalidRequestError("trainer ranks do not autoscale: --min and --max are for dataExecutor")
+        if not 1 <= replicas <= MAX_TRAINER_RANKS:
+            raise InvalidRequestError(f"trainer replicas {replicas}: need 1 <= replicas <= {MAX_TRAINER_RANKS}")
+        if job.state != JobState.RUNNING.value or job.progress.get(LAUNCH_PENDING):
+            raise ConflictError(f"job {job.job_id} is {job.state}: its gang can change size once it runs")
+        current = JobStatus.from_record(job, spec).replicas[Role.TRAINER]
+        scaled = self._store.update(
+            job.job_id, progress_update={SCALED: {**job.progress.get(SCALED, {}), Role.TRAINER.value: replicas}}, message=f"trainer ranks: {current} -> {replicas}"
+        )
+        if replicas > current:
+            self._relaunch(scaled, Role.TRAINER, replicas - current, join_gang=True)
+        log.info("job %s: trainer ranks %d -> %d", job.job_id, current, replicas)
+        return scaled, max(0, replicas - current), max(0, current - replicas)
 
     # The loop.
 
@@ -333,6 +360,8 @@ class JobDriver:
                 faults.exit_point(AFTER_RELAUNCH)
             case rc.RestartGang(replaces, why, ranks):
                 self._restart_gang(record, replaces, why, ranks)
+            case rc.ShrinkGang(lost, why, replicas):
+                self._shrink_gang(record, lost, why, replicas)
             case rc.Replan():
                 self._replan(record, looks.last_plan)
                 looks.last_plan = None
@@ -357,9 +386,10 @@ class JobDriver:
             raise JobFailedError("the plan has no tasks: no partition of any source is ready (see `primus plan --explain`)")
         return summary
 
-    def _relaunch(self, job: JobRecord, role: Role, replicas: int, replaces: str = "") -> None:
-        """Launch `replicas` executors of `role` for the job (replaces: the crashed executor they stand in for). The one
-        way the driver launches; a caller that restarts a whole role releases its executors first."""
+    def _relaunch(self, job: JobRecord, role: Role, replicas: int, replaces: str = "", join_gang: bool = False) -> None:
+        """Launch `replicas` executors of `role` for the job (replaces: the crashed executor they stand in for; join_gang:
+        trainer ranks joining the running elastic gang). The one way the driver launches; a caller that restarts a whole
+        role releases its executors first."""
         spec = load_job_text(job.spec_yaml, f"job {job.job_id}").spec
         resources = spec.resources.trainer if role is Role.TRAINER else spec.resources.data_executor
         self._peers.rc.LaunchExecutors(
@@ -374,6 +404,8 @@ class JobDriver:
                 replaces_executor_id=replaces,
                 backend=spec.resources.backend.value,
                 placement_json=json.dumps(spec.resources.placement()),
+                elastic=role is Role.TRAINER and spec.resources.trainer.elastic,
+                join_gang=join_gang,
             ),
             timeout=60,
         )
@@ -392,6 +424,17 @@ class JobDriver:
         self._store.update(job.job_id, progress_update={RESTARTS: restarts, CRASHES_HANDLED: handled}, message=message)
         log.warning("job %s: %s", job.job_id, message)
         self._relaunch(job, Role.TRAINER, replicas)
+
+    def _shrink_gang(self, job: JobRecord, lost: str, why: str, replicas: int) -> None:
+        """An elastic gang lost a rank: it goes on with the ranks left (they re-form and go back to the last checkpoint
+        on their own, once rank 0 hears the new size with its next progress report)."""
+        stored = self._store.get(job.job_id).progress
+        handled = sorted({*stored.get(CRASHES_HANDLED, []), lost})
+        scaled = {**stored.get(SCALED, {}), Role.TRAINER.value: replicas}
+        message = f"{lost}: {why}; the elastic gang goes on with {replicas} trainer rank(s) from the last checkpoint"
+        update = {CRASHES_HANDLED: handled, SCALED: scaled, RANKS_LOST: int(stored.get(RANKS_LOST, 0)) + 1}
+        self._store.update(job.job_id, progress_update=update, message=message)
+        log.warning("job %s: %s", job.job_id, message)
 
     def _suspend(self, job: JobRecord) -> None:
         released = self._peers.rc.ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id), timeout=60).executors

@@ -7,7 +7,7 @@ from enum import StrEnum
 from typing import Any
 
 from primus.job_state import JobState
-from primus.roles import ROLES, Role
+from primus.roles import GANG_LOST_EXIT_CODE, ROLES, Role
 from primus.settings import MasterSettings
 from services.master.status import JobStatus
 
@@ -83,6 +83,16 @@ class RestartGang:
 
 
 @dataclass(frozen=True)
+class ShrinkGang:
+    """Elastic data parallel: a trainer rank died; the survivors re-form without it and go back to the last checkpoint
+    in their own processes. The gang's size becomes what is left; nothing is relaunched."""
+
+    lost: str
+    why: str
+    replicas: int  # the trainer ranks still live
+
+
+@dataclass(frozen=True)
 class Replan:
     """The planner lost the plan: release every executor, plan again, and launch from the last checkpoint."""
 
@@ -113,7 +123,7 @@ class DropPlan:
     """The planner forgets the plan (its ledger, journal and re-planning thread)."""
 
 
-Action = Plan | Launch | Launched | Relaunch | RestartGang | Replan | CountPlannerRecoveries | Wait | Suspend | Finish | DropPlan
+Action = Plan | Launch | Launched | Relaunch | RestartGang | ShrinkGang | Replan | CountPlannerRecoveries | Wait | Suspend | Finish | DropPlan
 
 
 def _end(state: JobState, message: str) -> list[Action]:
@@ -167,6 +177,11 @@ def reconcile(status: JobStatus, observed: Observed, settings: MasterSettings) -
         if gang and any(isinstance(a, RestartGang) for a in actions):
             continue  # one restart of the gang covers every rank down (its peers exit once one rank dies)
         why = crashed.message or f"exited with code {crashed.exit_code}"
+        if gang and status.elastic and crashed.exit_code != GANG_LOST_EXIT_CODE:
+            live = sum(1 for e in observed.executors if e.role is Role.TRAINER and e.phase is Phase.LIVE)
+            if live:  # the survivors re-form without it; if they cannot, they exit 76 and the gang restarts
+                actions.append(ShrinkGang(crashed.executor_id, why, live))
+                continue
         if left[crashed.role] <= 0:
             name = ROLES[crashed.role].restart_key
             return _end(JobState.FAILED, f"{crashed.executor_id} {why} and the {name} restart budget is spent; see {crashed.log_path}")

@@ -19,6 +19,7 @@ from primus.errors import ConflictError, InvalidRequestError, NotFoundError
 from primus.guards import caller
 from primus.identity import Kind
 from primus.rbac import Verb
+from primus.roles import Role
 from primus.row_identity import RowDigest
 from primus.run_store import RunStore, read_bytes_at
 from primus.settings import MasterSettings
@@ -28,7 +29,7 @@ from services.master import savepoints
 from services.master.access import AccessRecords, Gate, PolicyFile, audited
 from services.master.driver import SUSPENDED, JobDriver
 from services.master.logs import LogCursor
-from services.master.status import RESTARTS, STOP_REQUESTED  # progress key: `primus stop` (or training.stopAt) asked training to finish where it is
+from services.master.status import RESTARTS, SCALED, STOP_REQUESTED  # progress key: `primus stop` (or training.stopAt) asked training to finish where it is
 from services.master.store import JobRecord, JobStore
 
 STOP_MESSAGE = "training finishes where it is, then evaluation and the report"
@@ -50,6 +51,7 @@ def job_proto(record: JobRecord, sources: Iterable[common_pb2.SourceStats] = ())
             loss=float(progress.get("loss", 0.0)),
             tasks_total=int(progress.get("tasks_total", 0)),
             tasks_done=int(progress.get("tasks_done", 0)),
+            trainer_ranks=int(progress.get("ranks", 0)),
         ),
         spec_yaml=record.spec_yaml,
         report_path=record.report_path,
@@ -106,6 +108,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         self._runs = RunStore.open(runs_dir)  # a folder, or an object store (primus.run_store)
         self._runs_dir = self._runs.local
         self._stop_at: dict[str, datetime | None] = {}  # each job's training.stopAt, parsed once
+        self._spec_ranks: dict[str, int] = {}  # each job's spec.resources.trainer.replicas, parsed once
         self._gate = gate or Gate(PolicyFile(""))
         self.access = access or AccessRecords(store)
 
@@ -248,8 +251,20 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
 
     def ReportTrainingProgress(self, request: master_pb2.ReportTrainingProgressRequest, context: grpc.ServicerContext) -> master_pb2.ReportTrainingProgressResponse:
         progress = {"phase": request.phase, "step": request.step, "samples": request.samples, "loss": request.loss}
+        if request.ranks:
+            progress["ranks"] = request.ranks
         record = self._store.update(request.job_id, progress_update=progress)
-        return master_pb2.ReportTrainingProgressResponse(stop=record.cancel_requested or record.final or self._stop_asked(record))
+        stop = record.cancel_requested or record.final or self._stop_asked(record)
+        return master_pb2.ReportTrainingProgressResponse(stop=stop, trainer_replicas=self._trainer_replicas(record))
+
+    def _trainer_replicas(self, record: JobRecord) -> int:
+        """How many trainer ranks the job should have now: what `primus scale` (or a lost rank) set, else the spec's."""
+        scaled = record.progress.get(SCALED, {}).get(Role.TRAINER.value)
+        if scaled is not None:
+            return int(scaled)
+        if record.job_id not in self._spec_ranks:
+            self._spec_ranks[record.job_id] = load_job_text(record.spec_yaml, f"job {record.job_id}").spec.resources.trainer.replicas
+        return self._spec_ranks[record.job_id]
 
     def _stop_asked(self, record: JobRecord) -> bool:
         """`primus stop` asked it, or the spec's training.stopAt has come (the first time noted in the job's message)."""
@@ -285,8 +300,18 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             "metrics": dict(sorted(request.metrics.items())),  # a user's own loop (training.script): what it reported
             "digests": _digests(request.row_digests),
             "ranks": [
-                {"rank": r.rank, "samples": r.samples, "steps": r.steps, "wait_seconds": round(r.wait_seconds, 3), "step_seconds": round(r.step_seconds, 3)}
+                {
+                    "rank": r.rank,
+                    "samples": r.samples,
+                    "steps": r.steps,
+                    "wait_seconds": round(r.wait_seconds, 3),
+                    "step_seconds": round(r.step_seconds, 3),
+                    **({"left": True} if r.left else {}),
+                }
                 for r in request.ranks
+            ],
+            "resizes": [
+                {"generation": r.generation, "from": r.world_from, "to": r.world_to, "reason": r.reason, "gap_seconds": round(r.gap_seconds, 3)} for r in request.resizes
             ],
         }
         if request.error:

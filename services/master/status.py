@@ -18,6 +18,7 @@ SCALED = "scaled_replicas"  # the counts `primus scale` set, by role name
 AUTOSCALE_BOUNDS = "autoscale_bounds"  # [min, max] `primus scale --min --max` set for dataExecutor
 SUSPEND_REQUESTED = "suspend_requested"
 STOP_REQUESTED = "stop_requested"
+RANKS_LOST = "ranks_lost"  # trainer ranks of an elastic gang that died and were not replaced (the gang shrank)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class JobStatus:
     report_path: str = ""
     error: str = ""  # why the report could not be written
     resource_version: int = 0
+    elastic: bool = False  # resources.trainer.elastic: a rank's death shrinks the gang instead of restarting it
 
     def restarts_left(self, role: Role) -> int:
         return self.max_restarts[role] - self.restarts.get(ROLES[role].restart_key, 0)
@@ -63,4 +65,5 @@ class JobStatus:
             report_path=record.report_path,
             error=record.error,
             resource_version=record.version,
+            elastic=bool(spec.resources.trainer.elastic),
         )

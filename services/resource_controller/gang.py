@@ -5,6 +5,8 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
+from primus.roles import GANG_JOIN_ENV
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -32,3 +34,7 @@ class Gang:
         if not 0 <= rank < self.world_size:
             raise ValueError(f"rank {rank} lies outside the gang of {self.world_size}")
         return {"RANK": str(rank), "WORLD_SIZE": str(self.world_size), "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.master_port)}
+
+    def joiner_env(self) -> dict[str, str]:
+        """The environment of a rank joining this gang while it runs (an elastic grow): rank 0 seats it and says its rank."""
+        return {"MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.master_port), GANG_JOIN_ENV: "1"}

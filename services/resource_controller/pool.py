@@ -52,6 +52,8 @@ class LaunchRequest:
     backend: str = "local"  # resources.backend of the job
     placement: Mapping[str, Any] | None = None  # the job's block for that backend
     gpus: int = 0  # per executor
+    elastic: bool = False  # trainer ranks of an elastic job: a gang even at one rank
+    join_gang: bool = False  # trainer ranks joining the job's running gang (an elastic grow)
 
 
 class ExecutorPool:
@@ -121,12 +123,16 @@ class ExecutorPool:
         with self._lock:
             context = JobContext(request.job_id, str(request.run_dir), request.planner_address, request.master_address, request.backend, dict(request.placement or {}))
             self._jobs.setdefault(request.job_id, context)
-            if request.role == "trainer" and not request.replaces:  # a gang launch: a new rendezvous for its ranks
-                if request.count > 1:
+            if request.join_gang and request.job_id not in self._gangs:
+                raise InvalidRequestError(f"job {request.job_id}: no gang of trainer ranks runs here for a rank to join")
+            if request.role == "trainer" and not request.replaces and not request.join_gang:  # a gang launch: a new rendezvous for its ranks
+                if request.count > 1 or request.elastic:
                     self._gangs[request.job_id] = Gang.launch(request.count)
                 else:
                     self._gangs.pop(request.job_id, None)
             records = [self._new_record(request) for _ in range(request.count)]
+            for record in records:
+                record.joining = request.join_gang
         for record in records:
             if record.state is ExecutorState.STARTING:
                 self._start(record)
@@ -180,7 +186,7 @@ class ExecutorPool:
         )  # fmt: skip
         backend = self._backend(record)
         gang = self._gangs.get(record.job_id) if record.role == "trainer" else None
-        env = {**(gang.env(record.slot) if gang is not None and record.slot < gang.world_size else {}), **self._credentials.env(record.job_id)}
+        env = {**_rank_env(gang, record), **self._credentials.env(record.job_id)}
         log_uri = f"{job.run_dir}/logs/{Path(record.log_path).name}" if job.remote else ""
         spec = LaunchSpec(
             record.executor_id, record.job_id, record.role, args, record.cpu, record.memory_mib, Path(record.log_path), env=env, placement=job.placement,
@@ -563,3 +569,12 @@ class ExecutorPool:
 
 def _release_message(reason: ExitReason) -> str:
     return {ExitReason.SCALED_IN: "released by a scale-in", ExitReason.MIGRATED: "replaced by an executor of another size"}.get(reason, "released")
+
+
+def _rank_env(gang: Gang | None, record: ExecutorRecord) -> dict[str, str]:
+    """A trainer rank's rendezvous: its rank in the gang launched, or (a joiner) the running gang's address only."""
+    if gang is None:
+        return {}
+    if record.joining:
+        return gang.joiner_env()
+    return gang.env(record.slot) if record.slot < gang.world_size else {}

@@ -88,6 +88,8 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
             replaces=request.replaces_executor_id,
             backend=request.backend or "local",
             placement=_placement(request.placement_json),
+            elastic=request.elastic,
+            join_gang=request.join_gang,
         )
         return rc_pb2.LaunchExecutorsResponse(executors=self._protos(self._pool.launch(launch)))
 

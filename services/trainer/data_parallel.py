@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import Enum
 from typing import Any, TypeVar
@@ -12,11 +13,12 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch._C._distributed_c10d import PrefixStore, Store
 
-from primus import hosts
+from primus import hosts, roles
 from primus.settings import WorkerSettings
 
-GANG_LOST_EXIT_CODE = 76  # a peer rank died (or an executor was lost): the master restarts every rank from the checkpoint
+GANG_LOST_EXIT_CODE = roles.GANG_LOST_EXIT_CODE  # the master restarts every rank from the checkpoint
 T = TypeVar("T")
 
 
@@ -29,22 +31,30 @@ class GangLostError(Exception):
 
 @dataclass(frozen=True)
 class RankEnv:
-    """This process's place in the gang, from RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT."""
+    """This process's place in the gang, from RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (and PRIMUS_GANG_JOIN for a
+    rank joining a running gang, whose rank and size rank 0 hands it when it admits it)."""
 
     rank: int = 0
     world_size: int = 1
     master_addr: str = "127.0.0.1"
     master_port: int = 0
+    joining: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> RankEnv:
-        if int(env.get("WORLD_SIZE", "1")) <= 1:
+        if "MASTER_PORT" not in env:
             return cls()
-        return cls(int(env["RANK"]), int(env["WORLD_SIZE"]), env.get("MASTER_ADDR", "127.0.0.1"), int(env["MASTER_PORT"]))
+        joining = env.get(roles.GANG_JOIN_ENV) == "1"
+        rank, world = (0, 0) if joining else (int(env["RANK"]), int(env["WORLD_SIZE"]))
+        return cls(rank, world, env.get("MASTER_ADDR", "127.0.0.1"), int(env["MASTER_PORT"]), joining)
 
     @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
+    def gang(self) -> bool:
+        """A data-parallel rank (a gang may have one rank: an elastic job's, which may grow)."""
+        return self.master_port != 0
+
+    def seated(self, rank: int, world_size: int) -> RankEnv:
+        return replace(self, rank=rank, world_size=world_size, joining=False)
 
 
 def backend_for(device: torch.device) -> str:
@@ -52,10 +62,11 @@ def backend_for(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
-def init_gang(env: RankEnv, device: torch.device, timeout: float = WorkerSettings.gang_timeout_seconds) -> None:
-    """Join the gang's process group (blocks until every rank has joined, up to the timeout, which also bounds every
-    collective's wait for a peer). On GPUs each rank takes the GPU of its rank (modulo the GPUs this host has), which
-    `training.device: cuda` then means."""
+def init_gang(env: RankEnv, device: torch.device, store: Store, generation: int = 0, timeout: float = WorkerSettings.gang_timeout_seconds) -> None:
+    """Join the process group of one generation of the gang (blocks until every rank of it has joined, up to the
+    timeout, which also bounds every collective's wait for a peer). store: the gang's rendezvous store (membership.py);
+    each generation rendezvous under its own prefix. On GPUs each rank takes the GPU of its rank (modulo the GPUs
+    this host has), which `training.device: cuda` then means."""
     if device.type == "cuda":
         torch.cuda.set_device(env.rank % torch.cuda.device_count())
     if device.type != "cuda":
@@ -63,12 +74,19 @@ def init_gang(env: RankEnv, device: torch.device, timeout: float = WorkerSetting
     guarded(
         lambda: dist.init_process_group(
             backend_for(device),
-            init_method=f"tcp://{env.master_addr}:{env.master_port}",
+            store=PrefixStore(f"generation-{generation}/", store),
             rank=env.rank,
             world_size=env.world_size,
             timeout=timedelta(seconds=timeout),
         )
     )
+
+
+def leave_group() -> None:
+    """Leave this generation's process group (a resize, or a peer's death: its collectives failed already)."""
+    if dist.is_initialized():
+        with contextlib.suppress(RuntimeError, ValueError):
+            dist.destroy_process_group()
 
 
 def choose_gloo_interface(master_addr: str) -> None:
@@ -96,41 +114,49 @@ class RoundKind(Enum):
     STEP = "step"  # every rank steps `steps` times: a rank without a minibatch joins with no rows
     STOP = "stop"  # the master asked to stop: every rank checkpoints and ends
     END = "end"  # every rank's feed ended and its mixer is drained
+    RESIZE = "resize"  # the gang changes size here: checkpoint, leave or admit ranks, go on (elastic jobs)
 
 
 @dataclass(frozen=True)
 class RankStatus:
-    """One rank at the start of a round: minibatches it can train now, whether its feed ended, whether stop was asked."""
+    """One rank at the start of a round: minibatches it can train now, whether its feed ended, whether stop was asked,
+    and (rank 0 of an elastic gang) the gang's size from here on when it should change, else 0."""
 
     ready: int
     exhausted: bool
     stop: bool = False
+    resize: int = 0
 
     def encode(self) -> list[int]:
-        return [self.ready, int(self.exhausted), int(self.stop)]
+        return [self.ready, int(self.exhausted), int(self.stop), self.resize]
 
     @classmethod
     def decode(cls, values: Iterable[int]) -> RankStatus:
-        ready, exhausted, stop = (int(v) for v in values)
-        return cls(ready, bool(exhausted), bool(stop))
+        ready, exhausted, stop, resize = (int(v) for v in values)
+        return cls(ready, bool(exhausted), bool(stop), resize)
 
 
 @dataclass(frozen=True)
 class RoundPlan:
     kind: RoundKind
     steps: int = 0
+    world_size: int = 0  # RESIZE: the gang's size after it
 
 
 def plan_round(statuses: list[RankStatus]) -> RoundPlan:
     """What every rank does this round, agreed from all ranks' statuses: no rank may block in an allreduce that a
-    peer never enters. While some rank's feed still runs, step as many minibatches as the least ready of those ranks
-    holds (ranks whose feed ended join with empty steps); once every feed ended, step until the fullest mixer is drained."""
+    peer never enters. A stop wins; then the end of the data; then a resize (at this step boundary); else, while some
+    rank's feed still runs, step as many minibatches as the least ready of those ranks holds (ranks whose feed ended
+    join with empty steps), and once every feed ended, step until the fullest mixer is drained."""
     if any(s.stop for s in statuses):
         return RoundPlan(RoundKind.STOP)
     running = [s.ready for s in statuses if not s.exhausted]
     steps = min(running) if running else max(s.ready for s in statuses)
     if not running and steps == 0:
         return RoundPlan(RoundKind.END)
+    resize = max(s.resize for s in statuses)
+    if resize and resize != len(statuses):
+        return RoundPlan(RoundKind.RESIZE, world_size=resize)
     return RoundPlan(RoundKind.STEP, steps)
 
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch.distributed as dist
 
 from primus import faults
 from primus.data.consumed import ConsumedTasks
-from primus.data.feed import Lost
+from primus.data.feed import Feed, Lost
 from primus.data.mixer import MAX_HELD_BATCHES, Minibatch
 from primus.data.planner_calls import to_planner
 from primus.row_identity import RowDigests
@@ -26,10 +27,13 @@ from services.trainer.data_parallel import (
     RoundKind,
     agree,
     guarded,
+    init_gang,
+    leave_group,
     merge_consumed,
     merge_losses,
     merge_mix,
 )
+from services.trainer.membership import GangStore, Seat, next_world, survivors_seats
 from services.trainer.session import TrainingSession
 from services.trainer.training import TrainingResult
 
@@ -45,17 +49,50 @@ class RankResult:
     steps: int
     wait_seconds: float
     step_seconds: float
+    left: bool = False  # a rank that left the gang (a shrink, or its death) before the end: its counts as of then
+
+
+class LeftGang(Exception):  # noqa: N818 (a way out, not an error)
+    """This rank left the gang at a resize (the highest ranks leave a shrink): its work is in the checkpoint."""
+
+
+@dataclass
+class Resize:
+    """The gang changed size at a step boundary; gap: seconds between the last step before and the first after (rank 0)."""
+
+    generation: int
+    world_from: int
+    world_to: int
+    reason: str  # "scale" or "rank_lost"
+    gap_seconds: float = -1.0  # -1 until the first step after it
+
+
+@dataclass
+class Elastic:
+    """What an elastic gang needs beyond a fixed one: its rendezvous store, and the size the master wants now."""
+
+    store: GangStore
+    desired: Callable[[], int]  # the master's desired trainer replicas as last heard (0: not heard yet)
+    forget_desired: Callable[[], None]  # after a resize, until the next report: the old figure is stale
+    generation: int = 0
+    resizes: list[Resize] = field(default_factory=list)
 
 
 class GangSession(TrainingSession):
     """Every rank opens its own streams to every executor (its trainer id is its consumer id), so the executors serve
     the ranks evenly. Each round the ranks agree how many minibatches to step (plan_round); a rank whose feed ended
     joins its peers' steps with no rows. Checkpoints are collective: rank 0 gathers every rank's cursors, writes the
-    model and the merged cursors in one checkpoint and commits them; a resume loads them on every rank."""
+    model and the merged cursors in one checkpoint and commits them; a resume loads them on every rank.
 
-    def __init__(self, *args: Any, env: RankEnv, **kwargs: Any) -> None:
+    Elastic (resources.trainer.elastic): at a step boundary the gang re-forms with a new size (resize()): it
+    checkpoints, the leaving ranks end, joiners are seated and get the model from rank 0, and every rank goes on from
+    the committed cursors. When a rank dies, the survivors re-form without it and go back to the last checkpoint
+    together (recover()), in the same processes."""
+
+    def __init__(self, *args: Any, env: RankEnv, elastic: Elastic | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.env = env
+        self.elastic = elastic
         self.trainer.before_step = None  # a gang writes whole checkpoints, collectively, on rank 0
         self.sync = GradientSync(self.trainer.model)
         self.trainer.grad_sync = self.sync
@@ -67,36 +104,56 @@ class GangSession(TrainingSession):
         self.step_seconds = 0.0
         self._stop = False
         self.ranks: list[RankResult] = []
+        self.departed: list[dict[str, Any]] = []  # rank 0: the states of ranks that left, as of when they left
+        self._last_step = time.monotonic()
+        self._pending_resize: Resize | None = None
+        self._merged = ConsumedTasks()  # rank 0: the merged cursors of the last checkpoint
+        self._joiners_seen = (0.0, 0)  # rank 0: (monotonic time, joiners waiting) of the last look at the store
 
     @property
     def lead(self) -> bool:
         return self.env.rank == 0
 
-    def resume(self) -> bool:
+    @property
+    def resizes(self) -> list[Resize]:
+        return self.elastic.resizes if self.elastic is not None else []
+
+    def resume(self, kept: list[int] | None = None) -> bool:
         """Every rank loads the same checkpoint (the model and the merged cursors, its own mixer and counts); rank 0
-        alone hands the cursors to the planner, and the others wait for it before they open their streams."""
+        alone hands the cursors to the planner, and the others wait for it before they open their streams. kept: after
+        a rank died, the old rank each new rank was (rank 0 carries the states of the others as departed)."""
         if self.mirror is not None:
             self.mirror.pull()  # every rank from the store's newest (a run folder on an object store: no rank shares a disk)
         found = ckpt.committed(self.checkpoint_dir) if self.checkpoint_dir.is_dir() else []
         saved = ckpt.restore(self.checkpoint_dir, self.trainer.model, self.trainer.optimizer) if found else None
         if saved is not None:
             self.consumed, self.seq, self.rounds = saved.consumed, saved.seq, saved.steps
-            ranks = saved.extra.get("ranks", [])
-            mine: dict[str, Any] = ranks[self.env.rank] if self.env.rank < len(ranks) else {}
-            self._load_extra(mine.get("extra", {}))
-            self.trainer.result.steps, self.trainer.result.train_samples = int(mine.get("steps", 0)), int(mine.get("samples", 0))
-            self.wait_seconds, self.step_seconds = float(mine.get("wait", 0.0)), float(mine.get("step", 0.0))
-            self.digests = RowDigests.from_state(mine.get("digests", {}))
+            ranks: list[dict[str, Any]] = saved.extra.get("ranks", [])
+            kept = kept if kept is not None else list(range(self.env.world_size))
+            old = kept[self.env.rank]
+            self._load_rank(ranks[old] if old < len(ranks) else {})
+            if self.lead:
+                self.departed = [*saved.extra.get("departed", []), *(state for i, state in enumerate(ranks) if i not in kept)]
         elif self.job.spec.training.warm_start is not None:
             self.warm_start(self.job.spec.training.warm_start)
         self._last = {"checkpoint": self.rounds, "report": self.rounds, "export": self.rounds}
+        self._hand_cursors_to_planner("resumed the gang from checkpoint" if saved is not None else "")
+        return saved is not None
+
+    def _load_rank(self, mine: dict[str, Any]) -> None:
+        self._load_extra(mine.get("extra", {}))
+        self.trainer.result.steps, self.trainer.result.train_samples = int(mine.get("steps", 0)), int(mine.get("samples", 0))
+        self.wait_seconds, self.step_seconds = float(mine.get("wait", 0.0)), float(mine.get("step", 0.0))
+        self.digests = RowDigests.from_state(mine.get("digests", {}))
+
+    def _hand_cursors_to_planner(self, said: str) -> None:
+        """Rank 0 has the planner serve every unfinished task again from the committed cursors; the others wait for it."""
         if self.lead:
             request = planner_pb2.ResumeTrainingRequest(job_id=self.job_id, trainer_id=self.trainer_id, checkpoint_seq=self.seq, progress=self.consumed.progress())
             reset = to_planner(self.planner.ResumeTraining, request, self.settings.worker_planner_grace_seconds).tasks_reset
-            if saved is not None:
-                log.info("resumed the gang from checkpoint %d at round %d; %d tasks will be served again", saved.seq, saved.steps, reset)
+            if said:
+                log.info("%s %d at round %d; %d tasks will be served again", said, self.seq, self.rounds, reset)
         guarded(dist.barrier)
-        return saved is not None
 
     def _mine(self) -> dict[str, Any]:
         result = self.trainer.result
@@ -116,24 +173,28 @@ class GangSession(TrainingSession):
         guarded(lambda: dist.gather_object(self._mine(), gathered if self.lead else None, dst=0))
         return gathered
 
-    def checkpoint(self, lost: list[str] | None = None, final: bool = False) -> None:
-        """Collective: every rank's cursors and state to rank 0, which writes one checkpoint and commits it."""
+    def checkpoint(self, lost: list[str] | None = None, final: bool = False, leaving: int = 0) -> None:
+        """Collective: every rank's cursors and state to rank 0, which writes one checkpoint and commits it. leaving:
+        the highest ranks that leave the gang right after it (rank 0 keeps their states as departed)."""
         self.seq += 1
         gathered = self._gather()
         if not self.lead:
             return
+        if leaving:
+            self.departed.extend({k: v for k, v in g.items() if k != "consumed"} for g in gathered[-leaving:])
         merged = ConsumedTasks.from_state(merge_consumed(g["consumed"] for g in gathered))
-        ranks = [{k: v for k, v in g.items() if k != "consumed"} for g in gathered]
+        ranks = [{k: v for k, v in g.items() if k != "consumed"} for g in gathered[: len(gathered) - leaving]]
+        everyone = [*ranks, *self.departed]
         state = ckpt.Checkpoint(
             self.seq,
             self.trainer.model.state_dict(),
             self.trainer.optimizer.state_dict(),
             merged,
             self.rounds,
-            sum(int(g["samples"]) for g in gathered),
+            sum(int(g["samples"]) for g in everyone),
             "train",
-            {**self._extra(), "ranks": ranks},
-            merged_digests(gathered),
+            {**self._extra(), "ranks": ranks, "departed": self.departed},
+            merged_digests(everyone),
         )
         with self._tracer.start_as_current_span("checkpoint", attributes={"primus.checkpoint_seq": self.seq, "primus.steps": self.rounds}):
             ckpt.save(self.checkpoint_dir, state)
@@ -146,40 +207,26 @@ class GangSession(TrainingSession):
             )
             to_planner(self.planner.CommitProgress, request, self.settings.worker_planner_grace_seconds)
             self._committed.update({p.task_id: (p.rows_consumed, p.finished) for p in changed})
+        self._merged = merged  # what a resize hands every rank
 
     def train(self) -> TrainingResult:
         """Rounds until every rank's feed ended and its mixer is drained, or the master asks to stop. A lost executor
         ends the gang (GangLostError): the master restarts every rank from the last checkpoint, where the lost
-        executor's tasks are served again from the committed offsets."""
+        executor's tasks are served again from the committed offsets. An elastic gang resizes at a step boundary when
+        the master wants another size or joiners wait, and re-forms without a rank that died."""
         started = time.perf_counter()
         feed = self.open_feed(common_pb2.TASK_PURPOSE_TRAIN, MAX_HELD_BATCHES)
-        events = iter(feed)
-        exhausted, drained = False, list[Minibatch]()
         with self._tracer.start_as_current_span("train") as span:
             while True:
-                waited = time.perf_counter()
-                while not exhausted and not self.mixer.ready(feed.has_more):
-                    event = next(events, None)
-                    if event is None:
-                        exhausted, drained = True, list(self.mixer.drain())
-                    elif isinstance(event, Lost):
-                        raise GangLostError(f"lost data executor {event.executor_id} ({event.error}); the gang restarts from its last checkpoint")
-                    else:
-                        origin = event.origin
-                        fresh = self.consumed.receive(event.batch, origin)
-                        if fresh is not None:
-                            self.mixer.add(origin.source, fresh, origin.task_id, origin.attempt, origin.last_of_task, ConsumedTasks.first_row(event.batch, fresh, origin))
-                plan = agree(RankStatus(len(drained) if exhausted else 1, exhausted, self._stop), self.trainer.device)
-                self.wait_seconds += time.perf_counter() - waited
-                if plan.kind is not RoundKind.STEP:
+                try:
+                    self._rounds(feed)
                     break
-                stepping = time.perf_counter()
-                for _ in range(plan.steps):
-                    self._step_one(drained.pop(0) if drained else None if exhausted else self.mixer.take())
-                self.step_seconds += time.perf_counter() - stepping
-                self.rounds += plan.steps
-                self._on_schedule()
-                faults.after_step("trainer", self.rounds, self.env.rank)  # tests only: the round done, its checkpoint committed
+                except _Resized as resized:
+                    feed = resized.feed
+                except GangLostError as exc:
+                    if self.elastic is None:
+                        raise
+                    feed = self._recover(feed, exc)
             self.mixer.finish()
             self.checkpoint()
             if self.lead:
@@ -189,6 +236,176 @@ class GangSession(TrainingSession):
             span.set_attributes({"primus.steps": result.steps, "primus.rows": result.train_samples, "primus.rank": self.env.rank})
         self.progress("train", self.rounds, result.train_samples, self.trainer.recent_loss())
         return result
+
+    def _rounds(self, feed: Feed) -> None:
+        """Rounds on one feed until the end (returns), a stop (returns), or a resize (raises _Resized with the new feed)."""
+        events = iter(feed)
+        exhausted, drained = False, list[Minibatch]()
+        while True:
+            waited = time.perf_counter()
+            while not exhausted and not self.mixer.ready(feed.has_more):
+                event = next(events, None)
+                if event is None:
+                    exhausted, drained = True, list(self.mixer.drain())
+                elif isinstance(event, Lost):
+                    raise GangLostError(f"lost data executor {event.executor_id} ({event.error}); the gang restarts from its last checkpoint")
+                else:
+                    origin = event.origin
+                    fresh = self.consumed.receive(event.batch, origin)
+                    if fresh is not None:
+                        self.mixer.add(origin.source, fresh, origin.task_id, origin.attempt, origin.last_of_task, ConsumedTasks.first_row(event.batch, fresh, origin))
+            plan = agree(RankStatus(len(drained) if exhausted else 1, exhausted, self._stop, self._resize_wanted()), self.trainer.device)
+            self.wait_seconds += time.perf_counter() - waited
+            if plan.kind is RoundKind.RESIZE:
+                self.mixer.uncut(drained)  # cut at the end of the feed, never trained: served again after the resize
+                raise _Resized(self.resize(feed, plan.world_size))
+            if plan.kind is not RoundKind.STEP:
+                return
+            stepping = time.perf_counter()
+            for _ in range(plan.steps):
+                self._step_one(drained.pop(0) if drained else None if exhausted else self.mixer.take())
+            self.step_seconds += time.perf_counter() - stepping
+            self.rounds += plan.steps
+            self._stepped()
+            self._on_schedule()
+            faults.after_step("trainer", self.rounds, self.env.rank)  # tests only: the round done, its checkpoint committed
+
+    def _stepped(self) -> None:
+        now = time.monotonic()
+        if self._pending_resize is not None:
+            self._pending_resize.gap_seconds = now - self._last_step
+            log.info("first step after the resize to %d ranks: %.3fs since the last step before it", self._pending_resize.world_to, self._pending_resize.gap_seconds)
+            self._pending_resize = None
+        self._last_step = now
+
+    # --- elastic ----------------------------------------------------------------------------------
+
+    def _resize_wanted(self) -> int:
+        """Rank 0 of an elastic gang: the size to re-form with at this boundary, or 0 to go on as is."""
+        if self.elastic is None or not self.lead:
+            return 0
+        world, now = self.env.world_size, time.monotonic()
+        if now - self._joiners_seen[0] >= JOINERS_LOOK_SECONDS:
+            self._joiners_seen = (now, self.elastic.store.joiners_waiting())
+        wanted = next_world(world, self.elastic.desired(), self._joiners_seen[1])
+        return wanted if wanted != world else 0
+
+    def resize(self, feed: Feed, world_to: int) -> Feed:
+        """At a step boundary, every rank of the old gang: checkpoint (the leaving ranks' states go to rank 0), close the
+        streams, re-form with world_to ranks (the highest leave, joiners take the new ranks), then every rank takes the
+        committed cursors from rank 0 (joiners the model too) and the planner serves unfinished tasks again from them:
+        rows held but not trained are served again, nothing trained is. Returns the new feed; raises LeftGang on a
+        rank that leaves."""
+        assert self.elastic is not None
+        world_from, generation = self.env.world_size, self.elastic.generation + 1
+        began = time.perf_counter()
+        self.checkpoint(leaving=max(0, world_from - world_to))
+        _close(feed)
+        if self.env.rank >= world_to:
+            leave_group()
+            raise LeftGang(f"rank {self.env.rank} left the gang as it shrank from {world_from} to {world_to} ranks")
+        if self.lead:
+            self.elastic.store.admit(generation, world_from, world_to)
+            self.elastic.forget_desired()
+        checkpointed = time.perf_counter()
+        self._regroup(Seat(generation, self.env.rank, world_to))
+        regrouped = time.perf_counter()
+        self._share_state(grow=world_to > world_from)
+        shared = time.perf_counter()
+        self._note_resize(Resize(generation, world_from, world_to, "scale"))
+        log.info(
+            "resize %d -> %d: checkpoint %.3fs, new process group %.3fs, state shared and tasks reset %.3fs",
+            world_from, world_to, checkpointed - began, regrouped - checkpointed, shared - regrouped,
+        )  # fmt: skip
+        return self.open_feed(common_pb2.TASK_PURPOSE_TRAIN, MAX_HELD_BATCHES)
+
+    def join(self, seat: Seat) -> None:
+        """A joiner, seated: into the gang's process group, then the model, the optimizer and the committed cursors from
+        rank 0, as its peers' resize() sends them."""
+        self._regroup(seat)
+        self._share_state(grow=True)
+
+    def _regroup(self, seat: Seat) -> None:
+        assert self.elastic is not None
+        leave_group()
+        self.env = self.env.seated(seat.rank, seat.world_size)
+        self.elastic.generation = seat.generation
+        init_gang(self.env, self.trainer.device, self.elastic.store.store, seat.generation, self.settings.gang_timeout_seconds)
+
+    def _share_state(self, grow: bool) -> None:
+        """In the new gang: rank 0 sends the committed cursors (and, to joiners, the model, the optimizer, the round and
+        the checkpoint seq); every rank drops the rows it held, then the planner serves unfinished tasks from the cursors."""
+        payload: list[Any] = [None]
+        if self.lead:
+            shared: dict[str, Any] = {"consumed": self._merged.to_state(), "seq": self.seq, "rounds": self.rounds, "last": dict(self._last)}
+            if grow:
+                shared["model"], shared["optimizer"] = self.trainer.model.state_dict(), self.trainer.optimizer.state_dict()
+            payload = [shared]
+        guarded(lambda: dist.broadcast_object_list(payload, src=0))
+        shared = payload[0]
+        self.consumed = ConsumedTasks.from_state(shared["consumed"])
+        self.seq, self.rounds, self._last = int(shared["seq"]), int(shared["rounds"]), dict(shared["last"])
+        if "model" in shared and not self.lead:
+            self.trainer.model.load_state_dict(shared["model"])
+            self.trainer.optimizer.load_state_dict(shared["optimizer"])
+        self._joiners_seen = (0.0, 0)
+        self.mixer.discard()
+        self._hand_cursors_to_planner("")
+
+    def _recover(self, feed: Feed, error: GangLostError) -> Feed:
+        """A peer died (elastic): the survivors re-form without it and go back to the last committed checkpoint
+        together, in these processes. Rank 0 waits for the master to want fewer ranks (it has seen the death), then for
+        the survivors to check in; a survivor that cannot be re-seated (rank 0 died too) raises, and the master
+        restarts the gang."""
+        assert self.elastic is not None
+        if not (self.checkpoint_dir.is_dir() and ckpt.committed(self.checkpoint_dir)):
+            raise error  # nothing to go back to in this process: the master restarts the gang from the start
+        log.warning("rank %d: %s; re-forming the gang without it", self.env.rank, error)
+        _close(feed)
+        leave_group()
+        generation, world = self.elastic.generation, self.env.world_size
+        if self.lead:
+            desired = self._await_smaller_gang(world)
+            alive = self.elastic.store.roll_call(generation, world, desired - 1)
+            seats = survivors_seats(generation + 1, alive, desired)
+            self.elastic.store.reseat(generation, seats)
+            self.elastic.forget_desired()
+            seat, kept = seats[0], [old for old, s in sorted(seats.items(), key=lambda item: item[1].rank) if s.rank >= 0]
+        else:
+            seat, kept = self.elastic.store.check_in(generation, self.env.rank), []
+            if seat.rank < 0:
+                raise GangLostError(f"rank {self.env.rank} was not taken back into the re-formed gang") from None
+        old_rank = self.env.rank
+        self._regroup(seat)
+        kept_payload: list[Any] = [kept]
+        guarded(lambda: dist.broadcast_object_list(kept_payload, src=0))
+        kept = kept_payload[0]
+        assert kept[self.env.rank] == old_rank
+        self.mixer.discard()
+        self.resume(kept)
+        self._note_resize(Resize(seat.generation, world, seat.world_size, "rank_lost"))
+        return self.open_feed(common_pb2.TASK_PURPOSE_TRAIN, MAX_HELD_BATCHES)
+
+    def _await_smaller_gang(self, world: int) -> int:
+        """Rank 0 after a death: ask the master (with the progress report) until it wants fewer than `world` ranks."""
+        assert self.elastic is not None
+        deadline = time.monotonic() + self.settings.gang_timeout_seconds
+        while True:
+            self.progress("train", self.rounds, self.trainer.result.train_samples, self.trainer.recent_loss())
+            desired = self.elastic.desired()
+            if 0 < desired < world:
+                return desired
+            if time.monotonic() > deadline:
+                raise GangLostError(f"the master did not shrink the gang below {world} ranks within {self.settings.gang_timeout_seconds:.0f}s")
+            time.sleep(RECOVERY_POLL_SECONDS)
+
+    def _note_resize(self, resize: Resize) -> None:
+        assert self.elastic is not None
+        self.elastic.resizes.append(resize)
+        self._pending_resize = resize
+        log.info("gang generation %d: %d -> %d ranks (%s); this is rank %d", resize.generation, resize.world_from, resize.world_to, resize.reason, self.env.rank)
+
+    # --- steps ---------------------------------------------------------------------------------------
 
     def _step_one(self, minibatch: Minibatch | None) -> None:
         """Train this rank's minibatch, or join the step with no rows (the feed ended, or the minibatch only ends tasks)."""
@@ -215,17 +432,34 @@ class GangSession(TrainingSession):
 
     def gather_ranks(self) -> None:
         """After training: every rank's counts to rank 0, which takes over the merged cursors, mix and losses for the
-        result (rank 0 alone evaluates and reports)."""
+        result (rank 0 alone evaluates and reports); ranks that left count as they were when they left."""
         gathered = self._gather()
         if not self.lead:
             return
-        self.ranks = [RankResult(i, int(g["samples"]), int(g["steps"]), float(g["wait"]), float(g["step"])) for i, g in enumerate(gathered)]
+        everyone = [*gathered, *self.departed]
+        self.ranks = [RankResult(i, int(g["samples"]), int(g["steps"]), float(g["wait"]), float(g["step"]), i >= len(gathered)) for i, g in enumerate(everyone)]
         self.consumed = ConsumedTasks.from_state(merge_consumed(g["consumed"] for g in gathered))
-        self.mixer.load_state(merge_mix(g["extra"]["mixer"] for g in gathered))
-        self.trainer.loss_by_source = merge_losses(g["extra"]["loss_by_source"] for g in gathered)
-        self.digests = merged_digests(gathered)
+        self.mixer.load_state(merge_mix(g["extra"]["mixer"] for g in everyone))
+        self.trainer.loss_by_source = merge_losses(g["extra"]["loss_by_source"] for g in everyone)
+        self.digests = merged_digests(everyone)
         self.trainer.result.steps = self.rounds
         self.trainer.result.train_samples = sum(r.samples for r in self.ranks)
+
+
+RECOVERY_POLL_SECONDS = 0.5  # how often rank 0 asks the master, after a death, whether it wants fewer ranks
+JOINERS_LOOK_SECONDS = 0.2  # how often rank 0 of an elastic gang looks for joiners waiting
+
+
+class _Resized(Exception):  # noqa: N818 (control flow: the rounds go on with a new feed)
+    def __init__(self, feed: Feed) -> None:
+        super().__init__("resized")
+        self.feed = feed
+
+
+def _close(feed: Feed) -> None:
+    close = getattr(feed, "close", None)
+    if close is not None:
+        close()
 
 
 def merged_digests(gathered: list[dict[str, Any]]) -> RowDigests:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 import grpc
 
@@ -18,7 +19,8 @@ from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.worker import WorkerArgs
 from services.trainer.checkpoint_mirror import CheckpointMirror
 from services.trainer.data_parallel import RankEnv, init_gang
-from services.trainer.gang_session import GangSession
+from services.trainer.gang_session import Elastic, GangSession, LeftGang
+from services.trainer.membership import GangStore
 from services.trainer.prometheus import trainer_metrics
 from services.trainer.servicer import TrainerServicer, TrainerStatus
 from services.trainer.session import TrainingSession
@@ -76,7 +78,7 @@ def run_trainer(args: WorkerArgs, job: TrainingJob, status: TrainerStatus) -> Tr
         return result
     planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(args.planner))
     env = RankEnv.from_env()
-    if env.distributed:
+    if env.gang:
         return run_rank(args, job, status, master, planner, env, progress)
     discover = executor_discovery(args.resource_controller, args.job_id)
     checkpoints = args.run_store.child("checkpoints")
@@ -100,9 +102,24 @@ def run_rank(
     progress: ProgressFn,
 ) -> TrainingResult:
     """One rank of a data-parallel trainer: rank 0 reports progress, evaluates and reports the result with every
-    rank's counts; the other ranks end once training is checkpointed."""
-    log.info("rank %d of %d: joining the gang at %s:%d", env.rank, env.world_size, env.master_addr, env.master_port)
-    init_gang(env, resolve_device(job.spec.training.device), args.settings.gang_timeout_seconds)
+    rank's counts; the other ranks end once training is checkpointed. A joiner (an elastic gang's grow) waits to be
+    seated at a step boundary and takes the model from rank 0; a rank that leaves at a shrink ends there."""
+    store = GangStore.connect(env, args.settings.gang_timeout_seconds)
+    desired = DesiredRanks()
+
+    def lead(phase: str, step: int, samples: int, loss: float) -> bool:
+        """Rank 0's report: the master's answer says whether to stop, and how many ranks it wants (elastic)."""
+        status.update(phase, step, samples, loss)
+        request = master_pb2.ReportTrainingProgressRequest(
+            job_id=args.job_id, trainer_id=args.executor_id, phase=phase, step=step, samples=samples, loss=finite(loss), ranks=session.env.world_size
+        )
+        try:
+            reply = master.ReportTrainingProgress(request, timeout=10)
+        except grpc.RpcError as exc:
+            log.warning("could not report progress to the master: %s", exc.details())
+            return False
+        desired.replicas = reply.trainer_replicas
+        return bool(reply.stop)
 
     def quiet(phase: str, step: int, samples: int, loss: float) -> bool:
         status.update(phase, step, samples, loss)
@@ -110,14 +127,29 @@ def run_rank(
 
     discover = executor_discovery(args.resource_controller, args.job_id)
     checkpoints = args.run_store.child("checkpoints")
+    elastic = Elastic(store, desired.get, desired.forget) if job.spec.resources.trainer.elastic else None
     session = GangSession(
-        args.job_id, args.executor_id, job, planner, checkpoints.local, discover, progress if env.rank == 0 else quiet, env=env, settings=args.settings,
-        mirror=CheckpointMirror(checkpoints) if checkpoints.remote else None,
+        args.job_id, args.executor_id, job, planner, checkpoints.local, discover, lead if env.rank == 0 and not env.joining else quiet, env=env,
+        elastic=elastic, settings=args.settings, mirror=CheckpointMirror(checkpoints) if checkpoints.remote else None,
     )  # fmt: skip
-    session.resume()
-    session.train()
+    if env.joining:  # the model is built: seated, it only loads rank 0's state
+        log.info("joining the running gang at %s:%d", env.master_addr, env.master_port)
+        seat = store.join(args.executor_id, lambda ticket: log.info("took ticket %d; waiting to be seated at a step boundary", ticket))
+        log.info("admitted as rank %d of %d (gang generation %d)", seat.rank, seat.world_size, seat.generation)
+        session.join(seat)
+    else:
+        log.info("rank %d of %d: joining the gang at %s:%d", env.rank, env.world_size, env.master_addr, env.master_port)
+        init_gang(env, resolve_device(job.spec.training.device), store.store, 0, args.settings.gang_timeout_seconds)
+        session.resume()
+    try:
+        session.train()
+    except LeftGang as left:
+        log.info("%s", left)
+        result = session.trainer.result
+        status.update(DONE_PHASE, result.steps, result.train_samples, result.final_loss)
+        return result
     session.gather_ranks()
-    if env.rank != 0:
+    if session.env.rank != 0:
         result = session.trainer.result
         status.update(DONE_PHASE, result.steps, result.train_samples, result.final_loss)
         return result
@@ -125,10 +157,26 @@ def run_rank(
     status.update(DONE_PHASE, result.steps, result.train_samples, result.final_loss)
     request = result_request(args, result)
     request.ranks.extend(
-        master_pb2.RankResult(rank=r.rank, samples=r.samples, steps=r.steps, wait_seconds=r.wait_seconds, step_seconds=r.step_seconds) for r in session.ranks
+        master_pb2.RankResult(rank=r.rank, samples=r.samples, steps=r.steps, wait_seconds=r.wait_seconds, step_seconds=r.step_seconds, left=r.left) for r in session.ranks
+    )
+    request.resizes.extend(
+        master_pb2.GangResize(generation=r.generation, world_from=r.world_from, world_to=r.world_to, reason=r.reason, gap_seconds=r.gap_seconds) for r in session.resizes
     )
     deliver_result(master, request, args.settings.result_deadline_seconds)
     return result
+
+
+@dataclass
+class DesiredRanks:
+    """The trainer replicas the master wants, as rank 0 last heard it (0: not heard since the last resize)."""
+
+    replicas: int = 0
+
+    def get(self) -> int:
+        return self.replicas
+
+    def forget(self) -> None:
+        self.replicas = 0
 
 
 def _metrics(metrics: Metrics | None) -> master_pb2.EvalMetrics | None:
