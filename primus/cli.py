@@ -601,7 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
     delete = add("delete", cmd_delete, "forget a job that has ended; its run folder stays unless --purge")
     delete.add_argument("job_id")
     delete.add_argument("--purge", action="store_true", help="delete its run folder too: report, checkpoints, logs, traces")
-    scale = add("scale", cmd_scale, "set how many data executors (or an elastic job's trainer ranks) a running job has: new ones join, removed ones drain or leave at a step")
+    scale = add("scale", cmd_scale, "set how many data executors (or an elastic job's trainer ranks) a running job has: new ones join, removed ones drain or leave")
     scale.add_argument("job_id")
     scale.add_argument("--role", default="dataExecutor", choices=("dataExecutor", "trainer"), help="the role, as the spec names it (default dataExecutor)")
     scale.add_argument("--replicas", type=int, default=None)

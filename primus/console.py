@@ -119,7 +119,17 @@ def rank_rows(ranks: list[dict[str, Any]]) -> list[list[Any]]:
     time against the fastest rank's (a slow rank shows as a low "speed" and its peers' long waits)."""
     rates = [r["samples"] / r["step_seconds"] if r.get("step_seconds") else 0.0 for r in ranks]
     best = max(rates, default=0.0) or 1.0
-    return [[r["rank"], r["samples"], r["steps"], r["wait_seconds"], r["step_seconds"], round(rate), f"{rate / best:.2f}"] for r, rate in zip(ranks, rates, strict=True)]
+    return [
+        [f"{r['rank']} (left)" if r.get("left") else r["rank"], r["samples"], r["steps"], r["wait_seconds"], r["step_seconds"], round(rate), f"{rate / best:.2f}"]
+        for r, rate in zip(ranks, rates, strict=True)
+    ]
+
+
+def _print_resizes(resizes: list[dict[str, Any]]) -> None:
+    """An elastic gang's resizes: when it changed size, why, and the gap it left between two steps."""
+    if resizes:
+        rows = [[r["generation"], f"{r['from']} -> {r['to']}", r["reason"], r["gap_seconds"]] for r in resizes]
+        console.print(_table("gang resizes", ["generation", "ranks", "why", "gap s"], rows))
 
 
 def _print_ranks(ranks: list[dict[str, Any]]) -> None:
@@ -147,6 +157,7 @@ def _print_evaluation(trainer: dict[str, Any]) -> None:
         ]
         console.print(_table("mix", columns, rows))
     _print_ranks(trainer.get("ranks") or [])
+    _print_resizes(trainer.get("resizes") or [])
     named = [("eval", trainer.get("eval")), ("eval, recent", trainer.get("eval_recent")), ("progressive", trainer.get("progressive"))]
     named += [(f"progressive {s['source']}", s.get("progressive")) for s in sources if s.get("progressive")]
     shown = [_metric_row(name, m) for name, m in named if m]

@@ -99,6 +99,8 @@ def test_a_slow_rank_shows_in_the_rank_rows() -> None:
         ]
     )
     assert rows[0][-1] == "1.00" and rows[1][-1] == "0.25"
+    left = rank_rows([{"rank": 2, "samples": 10, "steps": 1, "wait_seconds": 0.0, "step_seconds": 1.0, "left": True}])
+    assert left[0][0] == "2 (left)", "a rank that left an elastic gang says so"
 
 
 class _Tiny(nn.Module):
