@@ -54,7 +54,16 @@ def test_once_every_feed_ended_the_fullest_mixer_is_drained_then_the_gang_ends()
 
 def test_a_stop_asked_of_one_rank_stops_all() -> None:
     assert plan_round([RankStatus(1, False, stop=True), RankStatus(1, False)]).kind is RoundKind.STOP
-    assert RankStatus.decode(RankStatus(4, True, True, 3).encode()) == RankStatus(4, True, True, 3)
+    assert RankStatus.decode(RankStatus(4, True, True, 3, True).encode()) == RankStatus(4, True, True, 3, True)
+
+
+def test_a_starved_rank_does_not_hold_its_peers_up() -> None:
+    """A rank whose streams bring nothing joins empty while a peer with a minibatch steps: otherwise the peer waits in
+    the round for it while the peer's own streams hold every task left (a stall until the gang timeout)."""
+    assert plan_round([RankStatus(1, False), RankStatus(0, False, starved=True)]) == RoundPlan(RoundKind.STEP, 1)
+    assert plan_round([RankStatus(0, False, starved=True), RankStatus(0, False, starved=True)]) == RoundPlan(RoundKind.STEP, 0), "nobody has rows: wait"
+    assert plan_round([RankStatus(2, True), RankStatus(0, False, starved=True)]) == RoundPlan(RoundKind.STEP, 2), "a drained feed drains on"
+    assert plan_round([RankStatus(0, True), RankStatus(0, False, starved=True)]) == RoundPlan(RoundKind.STEP, 0), "not the end: one feed runs"
 
 
 def test_an_elastic_gang_resizes_at_a_step_boundary_unless_it_stops_or_ends() -> None:

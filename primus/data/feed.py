@@ -7,7 +7,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -65,6 +65,12 @@ class Feed(Protocol):
 
     def __iter__(self) -> Iterator[Served | Lost]: ...
 
+    def polls(self) -> Generator[Served | Lost | None]:
+        """As iterating, but None each time a poll found nothing queued: the reader gets control back while it waits."""
+        ...
+
+    def close(self) -> None: ...
+
 
 class ReplayFeed:
     """Served batches handed over again from memory, in their order: a feed with nothing between it and the loop
@@ -85,6 +91,12 @@ class ReplayFeed:
         for index, served in enumerate(self._served):
             self._next = index + 1
             yield served
+
+    def polls(self) -> Generator[Served | Lost | None]:
+        yield from self
+
+    def close(self) -> None:
+        """Nothing to stop."""
 
 
 def fixed(addresses: dict[str, str]) -> Discover:
@@ -188,6 +200,19 @@ class BatchFeed:
         return dict(self._states)
 
     def __iter__(self) -> Iterator[Served | Lost]:
+        polls = self.polls()
+        try:
+            for event in polls:
+                if event is not None:
+                    yield event
+                elif self._idle is not None and self._idle():
+                    return
+        finally:
+            polls.close()
+
+    def polls(self) -> Generator[Served | Lost | None]:
+        """The feed's events, and None each time a poll (poll_seconds) found nothing queued: a reader that must not block
+        long (a data-parallel rank, whose peers wait for it at the round) gets control back while streams run dry."""
         self._ticket.trace_context.update(telemetry.inject_headers())
         waiting_since: float | None = None
         try:
@@ -206,8 +231,7 @@ class BatchFeed:
                     waiting_since = None
                 item = self._next(running)
                 if item is None:
-                    if self._idle is not None and self._idle():
-                        return
+                    yield None
                     continue
                 kind, executor_id, payload = item
                 if kind == "batch":

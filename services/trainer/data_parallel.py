@@ -120,20 +120,22 @@ class RoundKind(Enum):
 @dataclass(frozen=True)
 class RankStatus:
     """One rank at the start of a round: minibatches it can train now, whether its feed ended, whether stop was asked,
-    and (rank 0 of an elastic gang) the gang's size from here on when it should change, else 0."""
+    whether it is starved (its streams run but a poll found nothing: it joins with no rows rather than hold its peers
+    up), and (rank 0 of an elastic gang) the gang's size from here on when it should change, else 0."""
 
     ready: int
     exhausted: bool
     stop: bool = False
     resize: int = 0
+    starved: bool = False
 
     def encode(self) -> list[int]:
-        return [self.ready, int(self.exhausted), int(self.stop), self.resize]
+        return [self.ready, int(self.exhausted), int(self.stop), self.resize, int(self.starved)]
 
     @classmethod
     def decode(cls, values: Iterable[int]) -> RankStatus:
-        ready, exhausted, stop, resize = (int(v) for v in values)
-        return cls(ready, bool(exhausted), bool(stop), resize)
+        ready, exhausted, stop, resize, starved = (int(v) for v in values)
+        return cls(ready, bool(exhausted), bool(stop), resize, bool(starved))
 
 
 @dataclass(frozen=True)
@@ -145,14 +147,17 @@ class RoundPlan:
 
 def plan_round(statuses: list[RankStatus]) -> RoundPlan:
     """What every rank does this round, agreed from all ranks' statuses: no rank may block in an allreduce that a
-    peer never enters. A stop wins; then the end of the data; then a resize (at this step boundary); else, while some
-    rank's feed still runs, step as many minibatches as the least ready of those ranks holds (ranks whose feed ended
-    join with empty steps), and once every feed ended, step until the fullest mixer is drained."""
+    peer never enters. A stop wins; then the end of the data; then a resize (at this step boundary). Else, while some
+    rank has a minibatch from a running feed, step as many as the least ready of those ranks holds; ranks whose feed
+    ended, or that are starved, join with empty steps (a starved rank holding its peers up could leave them waiting
+    for it while their streams hold every task left). With no such rank, the ranks whose feed ended drain their
+    mixers while the others join empty, and when every feed ended and every mixer is empty the gang ends."""
     if any(s.stop for s in statuses):
         return RoundPlan(RoundKind.STOP)
-    running = [s.ready for s in statuses if not s.exhausted]
-    steps = min(running) if running else max(s.ready for s in statuses)
-    if not running and steps == 0:
+    paced = [s.ready for s in statuses if not s.exhausted and not s.starved]
+    draining = max((s.ready for s in statuses if s.exhausted), default=0)
+    steps = min(paced) if paced else draining
+    if all(s.exhausted for s in statuses) and steps == 0:
         return RoundPlan(RoundKind.END)
     resize = max(s.resize for s in statuses)
     if resize and resize != len(statuses):

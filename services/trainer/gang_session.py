@@ -238,15 +238,27 @@ class GangSession(TrainingSession):
         return result
 
     def _rounds(self, feed: Feed) -> None:
-        """Rounds on one feed until the end (returns), a stop (returns), or a resize (raises _Resized with the new feed)."""
-        events = iter(feed)
+        """Rounds on one feed until the end (returns), a stop (returns), or a resize (raises _Resized with the new feed).
+        A rank whose streams run but bring nothing for a poll joins the round starved, with no rows; while its peers
+        step, it does not wait for data again until something is queued."""
+        events = feed.polls()
         exhausted, drained = False, list[Minibatch]()
+        starved = stepped = False  # as of the last round: this rank joined it starved; the gang stepped
         while True:
             waited = time.perf_counter()
+            impatient, starved = starved and stepped, False  # starved while its peers stepped: say so again at once
             while not exhausted and not self.mixer.ready(feed.has_more):
-                event = next(events, None)
-                if event is None:
+                if impatient and not feed.has_more:
+                    starved = True
+                    break
+                try:
+                    event = next(events)
+                except StopIteration:  # the feed ended: the planner has nothing more for this rank
                     exhausted, drained = True, list(self.mixer.drain())
+                    break
+                if event is None:  # a poll's wait brought nothing: join the round rather than hold the peers up
+                    starved = True
+                    break
                 elif isinstance(event, Lost):
                     raise GangLostError(f"lost data executor {event.executor_id} ({event.error}); the gang restarts from its last checkpoint")
                 else:
@@ -254,7 +266,8 @@ class GangSession(TrainingSession):
                     fresh = self.consumed.receive(event.batch, origin)
                     if fresh is not None:
                         self.mixer.add(origin.source, fresh, origin.task_id, origin.attempt, origin.last_of_task, ConsumedTasks.first_row(event.batch, fresh, origin))
-            plan = agree(RankStatus(len(drained) if exhausted else 1, exhausted, self._stop, self._resize_wanted()), self.trainer.device)
+            status = RankStatus(len(drained) if exhausted else 0 if starved else 1, exhausted, self._stop, self._resize_wanted(), starved)
+            plan = agree(status, self.trainer.device)
             self.wait_seconds += time.perf_counter() - waited
             if plan.kind is RoundKind.RESIZE:
                 self.mixer.uncut(drained)  # cut at the end of the feed, never trained: served again after the resize
@@ -263,8 +276,11 @@ class GangSession(TrainingSession):
                 return
             stepping = time.perf_counter()
             for _ in range(plan.steps):
-                self._step_one(drained.pop(0) if drained else None if exhausted else self.mixer.take())
+                self._step_one(drained.pop(0) if drained else None if exhausted or starved else self.mixer.take())
             self.step_seconds += time.perf_counter() - stepping
+            stepped = plan.steps > 0
+            if not stepped:
+                continue
             self.rounds += plan.steps
             self._stepped()
             self._on_schedule()
@@ -300,7 +316,7 @@ class GangSession(TrainingSession):
         world_from, generation = self.env.world_size, self.elastic.generation + 1
         began = time.perf_counter()
         self.checkpoint(leaving=max(0, world_from - world_to))
-        _close(feed)
+        feed.close()
         if self.env.rank >= world_to:
             leave_group()
             raise LeftGang(f"rank {self.env.rank} left the gang as it shrank from {world_from} to {world_to} ranks")
@@ -361,7 +377,7 @@ class GangSession(TrainingSession):
         if not (self.checkpoint_dir.is_dir() and ckpt.committed(self.checkpoint_dir)):
             raise error  # nothing to go back to in this process: the master restarts the gang from the start
         log.warning("rank %d: %s; re-forming the gang without it", self.env.rank, error)
-        _close(feed)
+        feed.close()
         leave_group()
         generation, world = self.elastic.generation, self.env.world_size
         if self.lead:
@@ -454,12 +470,6 @@ class _Resized(Exception):  # noqa: N818 (control flow: the rounds go on with a 
     def __init__(self, feed: Feed) -> None:
         super().__init__("resized")
         self.feed = feed
-
-
-def _close(feed: Feed) -> None:
-    close = getattr(feed, "close", None)
-    if close is not None:
-        close()
 
 
 def merged_digests(gathered: list[dict[str, Any]]) -> RowDigests:
