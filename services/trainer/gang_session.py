@@ -257,7 +257,7 @@ class GangSession(TrainingSession):
                     exhausted, drained = True, list(self.mixer.drain())
                     break
                 if event is None:  # a poll's wait brought nothing: join the round rather than hold the peers up
-                    starved = True
+                    starved, self._stop = True, self._stop or self._stop_asked()  # rank 0 asks the master while it waits
                     break
                 elif isinstance(event, Lost):
                     raise GangLostError(f"lost data executor {event.executor_id} ({event.error}); the gang restarts from its last checkpoint")
