@@ -164,12 +164,16 @@ class RayPlacement(_Model):
 
 
 class SlurmPlacement(_Model):
-    """Where on Slurm this job's executors run (resources.backend: slurm): its partition is its queue."""
+    """Where on Slurm this job's executors run (resources.backend: slurm): its partition and its QOS are its queue."""
 
     partition: str | None = Field(
         None, pattern=_NAME, description="the partition every executor's batch job goes to; default: the controller's --slurm-partition, else Slurm's default"
     )
     role_partitions: dict[Literal["dataExecutor", "trainer"], str] = Field({}, description="a partition per role, over partition (trainers on a GPU partition, say)")
+    qos: str | None = Field(
+        None, pattern=_NAME, description="the QOS every executor's batch job runs under (its limits and priority); needs a cluster with accounting (slurmdbd)"
+    )
+    role_qos: dict[Literal["dataExecutor", "trainer"], str] = Field({}, description="a QOS per role, over qos (trainers on a QOS that preempts, say)")
 
 
 class Resources(_Model):

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from tests.tiers import Tier, uses
 
-__all__ = ["NODE_CPUS", "REQUIRE_SLURM_ENV", "SlurmCluster", "slurm_available"]
+__all__ = ["NODE_CPUS", "QOS_SMALL", "QOS_SMALL_CPUS", "REQUIRE_SLURM_ENV", "SlurmCluster", "slurm_available"]
 
 REQUIRE_SLURM_ENV = "PRIMUS_REQUIRE_SLURM"  # CI sets it: the Slurm tests fail there instead of skipping
-BINARIES = ("munged", "slurmctld", "slurmd", "slurmstepd", "sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo")
+BINARIES = ("munged", "slurmdbd", "slurmctld", "slurmd", "slurmstepd", "sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo", "sacctmgr", "mariadb")
 # The node says it has more CPUs than the machine (SlurmdParameters=config_overrides keeps it from being drained for
 # that): several 1-CPU jobs, a preempting job beside a preempted one and a 2-task job fit on a 2-core machine. Its tasks
 # are not pinned (task/none), so this only changes how Slurm counts, never what a process may use.
@@ -32,9 +32,13 @@ def slurm_available() -> str:
     """'' where a private cluster can run here, else why not: a missing binary (apt-get install slurm-wlm munge), not root."""
     missing = [name for name in BINARIES if _which(name) is None]
     if missing:
-        return f"Slurm is not installed here (missing {', '.join(missing)}; apt-get install slurm-wlm munge)"
+        return f"Slurm is not installed here (missing {', '.join(missing)}; apt-get install slurm-wlm slurmdbd munge mariadb-client)"
     if os.geteuid() != 0:
         return "the private Slurm cluster runs its daemons as root (SlurmUser=root), and this is not root"
+    try:
+        socket.create_connection(MARIADB[:2], timeout=2).close()
+    except OSError:
+        return f"MariaDB, where slurmdbd keeps the accounting, does not answer at {MARIADB[0]}:{MARIADB[1]}"
     return ""
 
 
@@ -60,7 +64,36 @@ def _memory_mib() -> int:
     raise RuntimeError("no MemTotal in /proc/meminfo")
 
 
-def _config(folder: Path, node: str, ctld_port: int, slurmd_port: int) -> str:
+# Accounting: slurmdbd keeps it in the machine's MariaDB (127.0.0.1:3306, root without a password), in a database of the
+# cluster's own that stop() drops. It is what makes QOS real: without it Slurm accepts --qos and ignores it.
+MARIADB = ("127.0.0.1", 3306, "root")
+ACCOUNT = "primus"
+QOS_SMALL = "small"  # at most QOS_SMALL_CPUS CPUs for all its jobs together (GrpTRES)
+QOS_SMALL_CPUS = 2
+
+
+def _dbd_config(folder: Path, dbd_port: int, database: str) -> str:
+    host, port, user = MARIADB
+    lines = [
+        "AuthType=auth/munge",
+        f"AuthInfo=socket={folder / 'munge.socket'}",
+        "DbdHost=localhost",
+        "DbdAddr=127.0.0.1",
+        f"DbdPort={dbd_port}",
+        "SlurmUser=root",
+        f"PidFile={folder / 'slurmdbd.pid'}",
+        f"LogFile={folder / 'slurmdbd.log'}",
+        "DebugLevel=info",
+        "StorageType=accounting_storage/mysql",
+        f"StorageHost={host}",
+        f"StoragePort={port}",
+        f"StorageUser={user}",
+        f"StorageLoc={database}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _config(folder: Path, node: str, ctld_port: int, slurmd_port: int, dbd_port: int) -> str:
     memory = max(1024, _memory_mib() * 3 // 4)  # what jobs may ask for, all told: a quarter is left to the machine
     lines = [
         "ClusterName=primus-test",
@@ -90,7 +123,11 @@ def _config(folder: Path, node: str, ctld_port: int, slurmd_port: int) -> str:
         "JobAcctGatherType=jobacct_gather/linux",
         "JobAcctGatherFrequency=task=1",
         "JobAcctGatherParams=OverMemoryKill",
-        "AccountingStorageType=accounting_storage/none",
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=127.0.0.1",
+        f"AccountingStoragePort={dbd_port}",
+        f"AccountingStoragePass={folder / 'munge.socket'}",  # for munge, the socket its clients reach slurmdbd through
+        "AccountingStorageEnforce=associations,limits,qos",
         "JobCompType=jobcomp/none",
         "SwitchType=switch/none",
         "MpiDefault=none",
@@ -105,7 +142,7 @@ def _config(folder: Path, node: str, ctld_port: int, slurmd_port: int) -> str:
         "PreemptMode=REQUEUE",
         "JobRequeue=1",
         "ReturnToService=2",
-        "MinJobAge=600",  # ended jobs stay in squeue and scontrol: with no slurmdbd (sacct), that is where exit codes are
+        "MinJobAge=600",  # ended jobs stay in squeue and scontrol, where the backend reads exit codes (not sacct)
         "KillWait=2",
         "InactiveLimit=0",
         "MessageTimeout=10",
@@ -163,6 +200,7 @@ class SlurmCluster:
     conf_path: Path
     node: str
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    database: str = ""  # slurmdbd's database in the machine's MariaDB, dropped by stop()
 
     @property
     def env(self) -> dict[str, str]:
@@ -187,11 +225,20 @@ class SlurmCluster:
         (folder / "plugstack.conf").write_text("")
         node = socket.gethostname().split(".")[0]
         conf = folder / "slurm.conf"
-        conf.write_text(_config(folder, node, *_free_ports(2)))
-        cluster = cls(folder, conf, node)
+        ctld_port, slurmd_port, dbd_port = _free_ports(3)
+        conf.write_text(_config(folder, node, ctld_port, slurmd_port, dbd_port))
+        database = f"slurm_{folder.name.replace('-', '_')}_{os.getpid()}_{dbd_port}"
+        dbd_conf = folder / "slurmdbd.conf"  # slurmdbd reads it beside SLURM_CONF; it refuses one others may read
+        dbd_conf.write_text(_dbd_config(folder, dbd_port, database))
+        dbd_conf.chmod(0o600)
+        cluster = cls(folder, conf, node, database=database)
         try:
             cluster._start_munge()
+            cluster._start_accounting()
             cluster._spawn("slurmctld", "slurmctld", "-D", "-i", "-f", str(conf))
+            if not _until(cluster._controller_up, START_TIMEOUT_S, 0.2):
+                raise RuntimeError(f"slurmctld did not answer within {START_TIMEOUT_S:.0f}s{cluster._logs()}")
+            cluster._add_associations()
             cluster._spawn("slurmd", "slurmd", "-D", "-N", node, "-f", str(conf))
             if not _until(cluster._node_idle, START_TIMEOUT_S, 0.2):
                 raise RuntimeError(f"the Slurm node did not become idle within {START_TIMEOUT_S:.0f}s{cluster._logs()}")
@@ -219,6 +266,34 @@ class SlurmCluster:
             raise RuntimeError(f"munged did not make its socket within {START_TIMEOUT_S:.0f}s{self._logs()}")
         if self.processes["munged"].poll() is not None:
             raise RuntimeError(f"munged exited with {self.processes['munged'].returncode}{self._logs()}")
+
+    def _start_accounting(self) -> None:
+        """slurmdbd on its own port, then the cluster registered in it (before slurmctld starts and connects)."""
+        self._spawn("slurmdbd", "slurmdbd", "-D")
+        if not _until(lambda: self.command("sacctmgr", "-n", "show", "cluster", check=False, timeout=10).returncode == 0, START_TIMEOUT_S, 0.2):
+            raise RuntimeError(f"slurmdbd did not answer within {START_TIMEOUT_S:.0f}s (is MariaDB up at {MARIADB[0]}:{MARIADB[1]}?){self._logs()}")
+        self.command("sacctmgr", "-i", "add", "cluster", "primus-test")
+
+    def _controller_up(self) -> bool:
+        if self.processes["slurmctld"].poll() is not None:
+            raise RuntimeError(f"slurmctld exited with {self.processes['slurmctld'].returncode} while starting{self._logs()}")
+        return self.command("scontrol", "ping", check=False, timeout=10).returncode == 0
+
+    def _add_associations(self) -> None:
+        """The account every job runs under (AccountingStorageEnforce=associations) and the QOS it may use: normal
+        (no limit, the default) and small (QOS_SMALL_CPUS CPUs for all its jobs together)."""
+        user = getpass.getuser()
+        self.command("sacctmgr", "-i", "add", "qos", QOS_SMALL, f"GrpTRES=cpu={QOS_SMALL_CPUS}")
+        self.command("sacctmgr", "-i", "add", "account", ACCOUNT, "Cluster=primus-test")
+        self.command("sacctmgr", "-i", "add", "user", user, f"Account={ACCOUNT}", "Cluster=primus-test", f"QOS=normal,{QOS_SMALL}", "DefaultQOS=normal")
+        self.command("sacctmgr", "-i", "modify", "user", "where", f"name={user}", "set", f"DefaultAccount={ACCOUNT}")  # root had one already
+
+    def _drop_database(self) -> None:
+        host, port, user = MARIADB
+        if self.database:
+            subprocess.run(
+                ["mariadb", "-h", host, "-P", str(port), "-u", user, "-e", f"DROP DATABASE IF EXISTS `{self.database}`"], capture_output=True, timeout=30, check=False
+            )
 
     def _spawn(self, name: str, *argv: str) -> None:
         binary = _which(argv[0]) or argv[0]
@@ -250,7 +325,7 @@ class SlurmCluster:
         if ctld is not None and ctld.poll() is None:
             with contextlib.suppress(RuntimeError, subprocess.SubprocessError):  # what is left is killed below
                 self.cancel_all()
-        for name in ("slurmd", "slurmctld", "munged"):  # munged last: the others need it to say goodbye
+        for name in ("slurmd", "slurmctld", "slurmdbd", "munged"):  # munged last: the others need it to say goodbye
             process = self.processes.get(name)
             if process is None or process.poll() is not None:
                 continue
@@ -266,6 +341,7 @@ class SlurmCluster:
                 os.kill(pid, signal.SIGKILL)
         if not _until(lambda: not self.leftovers(), STOP_TIMEOUT_S):
             raise RuntimeError(f"the Slurm cluster in {self.folder} left processes behind: {self.leftovers()}")
+        self._drop_database()
         return killed
 
     def leftovers(self) -> list[int]:

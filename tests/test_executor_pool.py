@@ -11,12 +11,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from services.resource_controller.backends import local_limits as limits
 from services.resource_controller.backends.contract import ExitReason, LimitMechanism
-from services.resource_controller.backends.local import LocalProcessBackend
+from services.resource_controller.backends.lifecycle import Tracked
+from services.resource_controller.backends.local import LocalHandle, LocalProcessBackend
 from services.resource_controller.decisions import LoggedAction
 from services.resource_controller.pool import ExecutorPool, LaunchRequest
 from services.resource_controller.records import ExecutorRecord, ExecutorState
@@ -132,4 +134,42 @@ def test_a_job_ending_while_an_executor_drains_keeps_the_drains_reason(tmp_path:
         assert released[staying.executor_id].exit_reason is ExitReason.RELEASED
         assert all(r.state is ExecutorState.RELEASED for r in released.values())
     finally:
+        pool.close()
+
+
+class _QueuedBackend(LocalProcessBackend):
+    """A local backend whose scheduler holds the executors named in `held` pending, as a QOS or a queue would."""
+
+    held: set[str] = set()
+
+    def _refresh(self, tracked: Tracked[LocalHandle, Any]) -> None:
+        if tracked.handle.executor_id in self.held:
+            self.report_pending(tracked, "Slurm job 7 pending in partition primus: QOSGrpCpuLimit")
+            return
+        super()._refresh(tracked)
+
+
+def test_an_executor_its_scheduler_queues_waits_without_the_registration_timeout(tmp_path: Path) -> None:
+    """Queued (PENDING from its scheduler) it waits as long as the scheduler says, with the reason in its message; the
+    registration timeout starts once it runs."""
+    now = [1000.0]
+    backend = _QueuedBackend(LimitMechanism.AFFINITY_WATCHDOG, watchdog_seconds=0.1, commands={"data_executor": (sys.executable, "-c", SLEEP)}).start()
+    pool = ExecutorPool(backend, own_address="127.0.0.1:3", clock=lambda: now[0])
+    try:
+        (record,) = pool.launch(_request(tmp_path))
+        backend.held = {record.executor_id}
+        pool.watch_once()
+        queued = pool.record(record.executor_id)
+        assert queued.state is ExecutorState.STARTING and queued.message == "queued by the scheduler: Slurm job 7 pending in partition primus: QOSGrpCpuLimit"
+        now[0] += 3 * pool.settings.register_timeout_seconds
+        pool.watch_once()
+        assert pool.record(record.executor_id).state is ExecutorState.STARTING, "not ended for waiting in its queue"
+        backend.held = set()
+        pool.watch_once()
+        assert pool.record(record.executor_id).message == "", "running now: the queue's reason is gone"
+        now[0] += pool.settings.register_timeout_seconds + 1
+        ended = _until(pool, record.executor_id, (ExecutorState.FAILED,))
+        assert ended.message.startswith("did not register within"), ended.message
+    finally:
+        pool.release("job", grace_seconds=1)
         pool.close()

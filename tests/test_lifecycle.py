@@ -78,6 +78,18 @@ def test_running_then_exited_once_each_and_in_order() -> None:
     assert events[-1].exit_code == 3 and events[-1].message == "exited with code 3"
 
 
+def test_a_new_pending_reason_is_a_new_pending_event() -> None:
+    """A queue's reason changes while a job waits (its priority, then a QOS limit): each reason once, none after RUNNING."""
+    backend = FakeBackend()
+    tracked = backend.track(Handle("e1"), Fake())
+    for message in ("Priority", "Priority", "QOSGrpCpuLimit"):
+        backend.report_pending(tracked, message)
+    backend.report_running(tracked)
+    backend.report_pending(tracked, "Resources")
+    events = backend.poll()
+    assert [(e.kind, e.message) for e in events][:3] == [(EventKind.PENDING, "Priority"), (EventKind.PENDING, "QOSGrpCpuLimit"), (EventKind.RUNNING, "")]
+
+
 def test_an_exit_never_seen_running_is_announced_running_first() -> None:
     backend = FakeBackend()
     tracked = backend.track(Handle("e1"), Fake(alive=False, code=0))

@@ -23,7 +23,7 @@ from services.resource_controller.backends.slurm import SlurmBackend, SlurmHandl
 from services.resource_controller.backends.slurm_cli import SlurmCli, SlurmJob, SlurmState
 from tests.conftest import DAYS, ROWS_PER_HOUR, START, finish_job, job_document
 from tests.faults_helpers import assert_job_exact
-from tests.slurm_cluster import SlurmCluster
+from tests.slurm_cluster import QOS_SMALL, QOS_SMALL_CPUS, SlurmCluster
 
 LONG_DAYS = 6  # long enough that a scale-out, a kill and a scale-in land mid-training
 DATA = rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR
@@ -166,6 +166,32 @@ def test_a_job_no_partition_can_hold_is_refused_at_submit(slurm: SlurmCluster, s
     with pytest.raises(Exception) as caught:
         master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(document)), timeout=30)
     assert "on partition 'nope', but the cluster has low, primus" in str(caught.value), caught.value
+    document["spec"]["resources"]["slurm"] = {"qos": "nosuch"}
+    with pytest.raises(Exception) as caught:
+        master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(document)), timeout=30)
+    assert f"under QOS 'nosuch', but the cluster has normal, {QOS_SMALL}" in str(caught.value), caught.value
+
+
+@pytest.mark.timeout(300)
+def test_executors_past_their_qos_limit_wait_pending_and_the_job_trains_exactly_once(slurm: SlurmCluster, slurm_mesh: ClusterState, dataset: Path) -> None:
+    """The data executors run under QOS small (QOS_SMALL_CPUS CPUs for all its jobs), the trainer under the default: of
+    three 1-CPU executors two run, the third waits with Slurm's reason, and the job trains every row once."""
+    master, rc = _stubs(slurm_mesh)
+    document = yaml.safe_load(_job(dataset, DAYS))
+    document["spec"]["resources"]["slurm"] = {"roleQos": {"dataExecutor": QOS_SMALL}}
+    document["spec"]["resources"]["dataExecutor"]["replicas"] = QOS_SMALL_CPUS + 1
+    job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(document)), timeout=30).job_id
+
+    def held() -> list[rc_pb2.Executor]:
+        listed = rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id, role=DATA), timeout=10).executors
+        return [e for e in listed if e.state == rc_pb2.EXECUTOR_STATE_STARTING and "QOSGrpCpuLimit" in e.message]
+
+    (waiting,) = _wait(held, "an executor held by its QOS")
+    assert waiting.message.startswith("queued by the scheduler: Slurm job"), waiting.message
+    report = finish_job(master, job_id, timeout=280)
+    assert_job_exact(report, dataset, DAYS)
+    jobs = [job for name, job in _slurm_jobs(slurm).items() if name.startswith(f"primus-{job_id}-data-executor")]
+    assert len(jobs) == QOS_SMALL_CPUS + 1
 
 
 def test_a_controller_whose_slurm_does_not_answer_exits_2_in_one_line(tmp_path: Path) -> None:

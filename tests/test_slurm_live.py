@@ -1,7 +1,7 @@
 """Slurm's command line tools (services.resource_controller.backends.slurm_cli.py) against a private live Slurm cluster."""
 
-# What Slurm 22.05 (Debian's slurm-wlm) does here, found live with the cluster of tests/slurm_cluster.py (no slurmdbd,
-# no cgroups: proctrack/linuxproc, task/none), and checked by the tests below where a test can:
+# What Slurm 22.05 (Debian's slurm-wlm) does here, found live with the cluster of tests/slurm_cluster.py (slurmdbd on
+# the machine's MariaDB; no cgroups: proctrack/linuxproc, task/none), and checked by the tests below where a test can:
 # - Resizing a RUNNING job: `scontrol update JobId=<id> NumCPUs=2` and `... MinMemoryNode=200` both exit 1 with
 #   "Job is no longer pending execution for job <id>"; only a PENDING job's CPUs and memory change (TimeLimit= does
 #   change on a running job).
@@ -26,7 +26,11 @@
 #   primus job that does not fit requeues the low job holding the node (SIGTERM, then SIGKILL after KillWait; its
 #   output says "CANCELLED ... DUE TO PREEMPTION"; slurmctld logs "preempted JobId=<low> has been requeued to reclaim
 #   resources for JobId=<primus>") and starts about a second later.
-# - QOS without slurmdbd: `sbatch --qos=high` is accepted (exit 0) and ignored: the job shows QOS=(null) and runs.
+# - QOS needs accounting. Without slurmdbd, `sbatch --qos=high` is accepted (exit 0) and ignored: the job shows
+#   QOS=(null) and runs. With it and AccountingStorageEnforce=associations,limits,qos, a QOS the user's association
+#   lacks is refused ("Invalid qos specification"; root's first association is under account root, so the harness
+#   sets its default account), and jobs past a QOS's GrpTRES=cpu=2 wait PENDING with Reason=QOSGrpCpuLimit until
+#   others end.
 # - scancel of an unknown or ended job exits 0 and says nothing (with --signal it exits 1: "Kill job error on job id
 #   <id>: Invalid job id specified"); squeue --jobs=<unknown> exits 1: "slurm_load_jobs error: Invalid job id specified".
 
@@ -43,7 +47,7 @@ from typing import TypeVar
 import pytest
 
 from services.resource_controller.backends.slurm_cli import SlurmCli, SlurmError, SlurmJob, SlurmState
-from tests.slurm_cluster import NODE_CPUS, SlurmCluster
+from tests.slurm_cluster import NODE_CPUS, QOS_SMALL, QOS_SMALL_CPUS, SlurmCluster
 
 T = TypeVar("T")
 
@@ -198,10 +202,19 @@ def test_a_primus_job_preempts_a_low_job_by_requeueing_it(cli: SlurmCli, tmp_pat
     assert "DUE TO PREEMPTION" in (tmp_path / "low.out").read_text()
 
 
-def test_qos_is_accepted_and_ignored_without_slurmdbd(cli: SlurmCli, slurm: SlurmCluster, tmp_path: Path) -> None:
-    job_id = cli.submit(["true"], name="qos", output=tmp_path / "job.out", qos="high")
-    assert ended(cli, job_id).state is SlurmState.COMPLETED
-    assert "QOS=(null)" in slurm.command("scontrol", "show", "job", "--oneliner", job_id).stdout
+def test_a_qos_holds_the_jobs_past_its_limit_pending(cli: SlurmCli, slurm: SlurmCluster, tmp_path: Path) -> None:
+    """QOS small allows QOS_SMALL_CPUS CPUs to all its jobs together: the next job waits until one ends."""
+    held = [cli.submit(["sleep", "30"], name=f"qos-{i}", output=tmp_path / f"job{i}.out", qos=QOS_SMALL) for i in range(QOS_SMALL_CPUS)]
+    for job_id in held:
+        running(cli, job_id)
+    waiting = cli.submit(["true"], name="qos-waiting", output=tmp_path / "waiting.out", qos=QOS_SMALL)
+    job = job_when(cli, waiting, lambda job: job.reason == "QOSGrpCpuLimit", "held by its QOS")
+    assert job.state is SlurmState.PENDING
+    assert f"QOS={QOS_SMALL}" in slurm.command("scontrol", "show", "job", "--oneliner", waiting).stdout
+    cli.cancel(held[0])
+    assert ended(cli, waiting).state is SlurmState.COMPLETED, "it starts once the QOS has room"
+    with pytest.raises(SlurmError, match="Invalid qos specification"):
+        cli.submit(["true"], name="qos-unknown", output=tmp_path / "unknown.out", qos="nosuch")
 
 
 def test_unknown_jobs_and_bad_requests(cli: SlurmCli, tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from services.resource_controller.signals import executor_signals
 from services.resource_controller.slots import SlotHealth, blames_slot
 
 log = logging.getLogger(__name__)
+QUEUED_PREFIX = "queued by the scheduler: "  # the message of an executor its scheduler holds pending
 SHUTDOWN_GRACE_SECONDS = 5.0  # release_all (the controller stopping): each executor's time to exit, shorter than a release's
 ROLE_MODULES = ("data_executor", "trainer")
 OomMemory = Callable[[ExecutorRecord], int | None]  # the memory a replacement of an OOM-killed executor gets, or None
@@ -409,6 +410,8 @@ class ExecutorPool:
     def _apply(self, event: ExecutorEvent) -> bool:
         if event.kind is EventKind.RESIZE_FAILED:
             return self._resize_failed(event)
+        if event.kind in (EventKind.PENDING, EventKind.RUNNING):
+            return self._scheduled(event)
         if event.kind is not EventKind.EXITED:
             return False
         with self._lock:
@@ -432,6 +435,23 @@ class ExecutorPool:
             until = self._slots.failed(key, self._clock(), record.message)
             if until is not None:
                 self._log_blacklist(record, until)
+        return True
+
+    def _scheduled(self, event: ExecutorEvent) -> bool:
+        """The scheduler holds a launched executor in its queue (PENDING, with its reason), or has started it (RUNNING).
+        While queued, it waits as long as the scheduler says (a QOS or a queue's limit), not the registration timeout,
+        which starts once it runs."""
+        with self._lock:
+            record = self._records.get(event.executor_id)
+            if record is None or record.state is not ExecutorState.STARTING:
+                return False
+            if event.kind is EventKind.PENDING:
+                record.queued, record.message = True, f"{QUEUED_PREFIX}{event.message}"
+            elif record.queued:
+                record.queued, record.launched_at = False, self._clock()
+                record.message = "" if record.message.startswith(QUEUED_PREFIX) else record.message
+        if event.kind is EventKind.PENDING:
+            log.info("%s: %s", record.executor_id, record.message)
         return True
 
     def _resize_failed(self, event: ExecutorEvent) -> bool:
@@ -483,7 +503,7 @@ class ExecutorPool:
             return False
         if handle is None or not state.live:
             return False
-        if state is ExecutorState.STARTING and now - record.launched_at > self.settings.register_timeout_seconds:
+        if state is ExecutorState.STARTING and not record.queued and now - record.launched_at > self.settings.register_timeout_seconds:
             self._backend(record).kill(handle, ExitReason.ERROR, f"did not register within {self.settings.register_timeout_seconds:.0f}s")
             return False
         if state in (ExecutorState.READY, ExecutorState.DRAINING) and now - record.heartbeat_at > timeout:

@@ -130,6 +130,7 @@ class ExecutorRecord:
     beats: deque[Beat] = field(default_factory=lambda: deque(maxlen=BEATS_KEPT))
     replaces: str = ""  # the executor whose slot this one took
     joining: bool = False  # a trainer rank joining the job's running gang (an elastic grow)
+    queued: bool = False  # launched, but its scheduler holds it pending (a QOS, a queue): no registration timeout yet
     drain_started: float = 0.0
     resize_from: tuple[float, int] | None = None  # the size before the last in-place resize, restored if the scheduler cannot carry it out
     signals: ExecutorSignals | None = None  # windowed, as of the latest heartbeat (services.resource_controller.signals)

@@ -30,6 +30,7 @@ class Tracked(Generic[H, N]):
     handle: H
     native: N  # the backend's own view: a child process, a pod, a container, an actor, a Slurm job
     pending_reported: bool = False  # PENDING queued
+    pending_message: str = ""  # why, as last reported: a new reason is a new PENDING event
     running_reported: bool = False  # RUNNING queued
     finished: bool = False  # EXITED queued
     exit_code: int | None = None
@@ -133,10 +134,11 @@ class Lifecycle(ABC, Generic[H, N]):
         return tracked
 
     def report_pending(self, tracked: Tracked[H, N], message: str) -> None:
-        """PENDING, once: the scheduler has not placed it (yet), and says why."""
+        """PENDING, once per reason: the scheduler has not placed it (yet), and says why (a queue's reason may change:
+        first its priority, then a QOS limit)."""
         with self.lock:
-            if not tracked.pending_reported and not tracked.running_reported and not tracked.finished:
-                tracked.pending_reported = True
+            if (not tracked.pending_reported or message != tracked.pending_message) and not tracked.running_reported and not tracked.finished:
+                tracked.pending_reported, tracked.pending_message = True, message
                 self._events.append(ExecutorEvent(tracked.handle.executor_id, EventKind.PENDING, message=message))
 
     def report_running(self, tracked: Tracked[H, N]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import shlex
 import sys
 import time
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5  # how often squeue is read for the live executors' jobs
 READ_GAP_SECONDS = 0.2  # while a stop waits, how often squeue is read again
 MISSING_POLLS = 3  # reads in a row that do not list a job before it counts as gone
+QOS_RECORD = re.compile(r"^QOS=([^()\s]+)\(\d+\)", re.MULTILINE)  # a QOS in `scontrol show assoc_mgr flags=qos`
 # Reasons a pending job will never start for (the partition cannot hold it): reported as a failed launch, not waited on.
 NEVER_STARTS = frozenset({"PartitionConfig", "PartitionNodeLimit", "BadConstraints", "InvalidQOS", "InvalidAccount"})
 MEMORY_KILLED = "exceeded memory limit"  # what slurmstepd writes to the job's output when it kills it for memory
@@ -162,6 +164,22 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
         roles = dict(placement.get("rolePartitions") or {})
         return str(roles.get(SPEC_NAMES[role]) or placement.get("partition") or self.partition)
 
+    @staticmethod
+    def _qos_of(placement: Mapping[str, Any], role: str) -> str:
+        """The role's QOS ('': the association's default)."""
+        roles = dict(placement.get("roleQos") or {})
+        return str(roles.get(SPEC_NAMES[role]) or placement.get("qos") or "")
+
+    def _check_qos(self, name: str, role: str) -> str:
+        """'' when the QOS is one the cluster enforces (read again when unknown: an administrator may have added it)."""
+        where = f"spec.resources.slurm: {role} under QOS {name!r}"
+        known = read_qos(self.cli)
+        if known is None:
+            return f"{where}, but this cluster keeps no accounting (AccountingStorageType is not slurmdbd): Slurm would accept the QOS and ignore it"
+        if name not in known:
+            return f"{where}, but the cluster has {', '.join(sorted(known)) or 'no QOS'}"
+        return ""
+
     def check_placement(self, job_id: str, placement: Mapping[str, Any], sizes: Sequence[RoleSize]) -> str:
         """Every role's partition exists and is up, one of its nodes holds one executor, and it holds a trainer gang at once."""
         for size in sizes:
@@ -177,6 +195,10 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
                 return f"{where}: {size.cpu:g} cores and {size.memory_mib} MiB, but its largest node has {partition.cpus} CPUs and {partition.memory_mib} MiB"
             if size.role == TRAINER_ROLE and size.count > 1 and cpus * size.count > partition.total_cpus:
                 return f"{where}: {size.count} ranks of {cpus} CPUs start all at once or not at all, but the partition has {partition.total_cpus} CPUs"
+            qos = self._qos_of(placement, size.role)
+            refused = self._check_qos(qos, size.role) if qos else ""
+            if refused:
+                return refused
         return ""
 
     def launch(self, spec: LaunchSpec) -> SlurmHandle:
@@ -194,6 +216,7 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
             handle.slurm_job = self.cli.submit(
                 [*self._commands[spec.role], *spec.args], name=f"primus-{spec.executor_id}", output=spec.log_path, partition=partition,
                 cpus_per_task=math.ceil(spec.cpu - 1e-9), memory_mib=spec.memory_mib, env=self._env(spec), extra=self._extra(spec),
+                qos=self._qos_of(spec.placement, spec.role) or None,
             )  # fmt: skip
         except SlurmError as exc:
             raise RuntimeError(self._refusal(exc, spec, partition)) from None
@@ -254,6 +277,7 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
         slurm_job = self.cli.submit(
             ["/bin/sh", str(script)], name=f"primus-{first.job_id}-trainers", output=script.with_suffix(".out"), partition=partition,
             cpus_per_task=cpus, tasks=len(gang), extra=[f"--mem-per-cpu={math.ceil(first.memory_mib / cpus)}M", *self._extra(first)],
+            qos=self._qos_of(first.placement, first.role) or None,
         )  # fmt: skip
         with self.lock:
             for _, handle in gang:
@@ -418,6 +442,17 @@ def read_partitions(cli: SlurmCli) -> dict[str, Partition]:
         else:
             found[name] = Partition(name, default, known.up, max(known.cpus, cpu_count), max(known.memory_mib, memory_mib), known.total_cpus + cpu_count)
     return found
+
+
+def read_qos(cli: SlurmCli) -> frozenset[str] | None:
+    """The QOS names slurmctld knows (`scontrol show assoc_mgr`), or None when the cluster keeps no accounting: then
+    Slurm accepts any --qos and ignores it."""
+    config = cli.run(["scontrol", "show", "config"]).stdout
+    storage = next((line.split("=", 1)[1].strip() for line in config.splitlines() if line.strip().startswith("AccountingStorageType ")), "")
+    if storage != "accounting_storage/slurmdbd":
+        return None
+    records = cli.run(["scontrol", "show", "assoc_mgr", "flags=qos"]).stdout
+    return frozenset(match.group(1) for match in QOS_RECORD.finditer(records))
 
 
 def _memory_killed(log_path: str) -> bool:
