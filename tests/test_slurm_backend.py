@@ -23,7 +23,7 @@ from services.resource_controller.backends.slurm import SlurmBackend, SlurmHandl
 from services.resource_controller.backends.slurm_cli import SlurmCli, SlurmJob, SlurmState
 from tests.conftest import DAYS, ROWS_PER_HOUR, START, finish_job, job_document
 from tests.faults_helpers import assert_job_exact
-from tests.slurm_cluster import QOS_SMALL, QOS_SMALL_CPUS, SlurmCluster
+from tests.slurm_cluster import NODE_CPUS, QOS_SMALL, QOS_SMALL_CPUS, SlurmCluster
 
 LONG_DAYS = 6  # long enough that a scale-out, a kill and a scale-in land mid-training
 DATA = rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR
@@ -279,3 +279,16 @@ def test_a_node_whose_executors_kept_failing_is_avoided_then_readmitted(slurm: S
     finally:
         backend.close()
         slurm.cancel_all()
+
+
+def test_the_autoscaler_sees_the_partitions_free_cpus_not_the_controllers(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """Room to grow on Slurm is the partition's idle CPUs as sinfo counts them, not the controller host's cores (which
+    held every scale-out on a cluster backend back: "0 free" on a 2-core controller host)."""
+    backend = SlurmBackend.connect(BackendConfig(slurm_conf=str(slurm.conf_path)))
+    cli = SlurmCli(slurm.env)
+    assert backend.free_cores({}, "data_executor") == NODE_CPUS
+    job = cli.submit(["sleep", "30"], name="busy", output=tmp_path / "busy.out", cpus_per_task=3)
+    _wait(lambda: cli.jobs([job])[job].state is SlurmState.RUNNING, "the busy job to run", timeout=20)
+    assert backend.free_cores({"partition": "low"}, "data_executor") == NODE_CPUS - 3, "both partitions share the node"
+    assert backend.free_cores({}, "trainer") == NODE_CPUS - 3
+    slurm.cancel_all()

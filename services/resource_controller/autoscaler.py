@@ -106,11 +106,20 @@ class Autoscaler:
                     low, high = self._bounds[job_id, role]
                     config = config.model_copy(update={"min_replicas": low, "max_replicas": high})
                 with self._lock:
-                    signals = role_signals(records, role, now, free_cores=free)
+                    signals = role_signals(records, role, now, free_cores=self._free_cores(spec, role, free))
                     state = self._states.setdefault((job_id, role), PolicyState())
                     decision = decide(config, signals, quota, state)
                     if decision is not None:
                         self._apply(job_id, role, decision, records, signals.samples_per_second, automatic=True, now=now)
+
+    def _free_cores(self, spec: TrainingJob, role: str, host_free: float) -> float | None:
+        """Room to grow: this host's cores less what executors hold, where they run here (local); elsewhere what the
+        job's scheduler says it has free (Slurm: the partition's idle CPUs), or None (it queues what does not fit)."""
+        resources = spec.spec.resources
+        backend = self._pool.backends.get(resources.backend.value)
+        if backend is None or backend.capabilities.host_cores:
+            return host_free
+        return backend.free_cores(resources.placement(), role)
 
     @staticmethod
     def _config(spec: TrainingJob, role: str) -> Autoscale | None:

@@ -49,7 +49,7 @@ class RoleSignals:
     executors: tuple[ExecutorSignals, ...]
     stall_fraction: float
     samples_per_second: float
-    free_cores: float
+    free_cores: float | None  # None: the scheduler does not say (it queues what does not fit): no guard
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +167,7 @@ class _Reading:
             "memory_utilization": self.memory_util,
             "samples_per_second": s.samples_per_second,
             "replicas": float(n),
-            "free_cores": s.free_cores,
+            **({"free_cores": s.free_cores} if s.free_cores is not None else {}),
             "extra_cores": self.extra_cores,
             "arena_misses_per_second": sum(e.arena_misses_per_second for e in self.live),
         }
@@ -354,9 +354,7 @@ def _grow_cpu(r: _Reading, vertical: VerticalScaling, rule: str) -> tuple[Decisi
         return None, guard, f"{after - e.cpu_limit:g} more cores would exceed {_LABELS[guard]} ({_room(guard, r.quota, s.free_cores)})"
     _resized(state, e.executor_id, s.now, vertical)
     state.last_scale_up = s.now
-    reason = (
-        f"{rule}; executor {e.executor_id} is at {e.cpu_used / e.cpu_limit:.0%} of its CPU limit and {s.free_cores:g} cores are free: cores {e.cpu_limit:g} -> {after:g}"
-    )
+    reason = f"{rule}; executor {e.executor_id} is at {e.cpu_used / e.cpu_limit:.0%} of its CPU limit and {_free(s.free_cores)}: cores {e.cpu_limit:g} -> {after:g}"
     return r.decision(Action.RESIZE, reason, resized=e, cpu_after=after, memory_mib_after=e.memory_limit_mib), "", ""
 
 
@@ -459,12 +457,16 @@ def _fit(step: int, cores: float, memory_mib: float, quota: QuotaView, free_core
     return step, guard
 
 
-def _room(guard: str, quota: QuotaView, free_cores: float) -> str:
+def _room(guard: str, quota: QuotaView, free_cores: float | None) -> str:
     if guard == "job_quota":
         return f"{quota.job_cores_used:g}/{_limit(quota.job_cores_limit)} cores, {quota.job_memory_mib_used}/{_limit(quota.job_memory_mib_limit)} MiB"
     if guard == "queue_quota":
         return f"{quota.queue_cores_used:g}/{_limit(quota.queue_cores_limit)} cores, {quota.queue_memory_mib_used}/{_limit(quota.queue_memory_mib_limit)} MiB"
-    return f"{free_cores:g} free"
+    return f"{free_cores or 0:g} free"
+
+
+def _free(free_cores: float | None) -> str:
+    return f"{free_cores:g} cores are free" if free_cores is not None else "its scheduler queues what does not fit"
 
 
 def _limit(value: float | None) -> str:

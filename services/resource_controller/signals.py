@@ -63,7 +63,7 @@ def executor_signals(record: ExecutorRecord, window: float = WINDOW_SECONDS) -> 
     )
 
 
-def role_signals(records: Sequence[ExecutorRecord], role: str, now: float, free_cores: float, window: float = WINDOW_SECONDS) -> RoleSignals:
+def role_signals(records: Sequence[ExecutorRecord], role: str, now: float, free_cores: float | None, window: float = WINDOW_SECONDS) -> RoleSignals:
     """One job's signals for a role: each executor's cached ones (fresh, true to its size and state now, else
     recomputed), with the OOM flag, which depends on other records (set while it has no more memory than the one
     OOM-killed in its slot). An executor too new to have two heartbeats in the window counts as capacity at the

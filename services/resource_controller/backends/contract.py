@@ -50,6 +50,7 @@ class Capabilities:
     resize_in_place: bool  # limits change on the live process (local: True)
     resize_by_migration: bool  # only by starting a new executor of the new size (Kubernetes when resize is Infeasible, YARN, Ray)
     limits: LimitMechanism
+    host_cores: bool = False  # its executors share the controller's host: that machine's cores bound them (local)
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,11 @@ class SchedulerBackend(Protocol):
 
     def check_placement(self, job_id: str, placement: Mapping[str, Any], sizes: Sequence[RoleSize]) -> str:
         """'' when executors of these sizes, placed so, can run here; else one line saying what to change."""
+        ...
+
+    def free_cores(self, placement: Mapping[str, Any], role: str) -> float | None:
+        """The cores the scheduler has free now where this job's executors of `role` would run (the autoscaler's room
+        to grow); None where it does not say, and queues what does not fit."""
         ...
 
     def release(self, handle: ExecutorHandle, grace_seconds: float) -> int | None: ...

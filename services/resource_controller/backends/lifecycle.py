@@ -9,7 +9,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Generic, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from services.resource_controller.backends.contract import KILL_WAIT_SECONDS, EventKind, ExecutorEvent, ExecutorHandle, ExitReason
 from services.resource_controller.backends.hosts import HostHealth
@@ -132,6 +132,10 @@ class Lifecycle(ABC, Generic[H, N]):
         if tracked is None:
             log.warning("%s is not an executor of this backend", handle.executor_id)
         return tracked
+
+    def free_cores(self, placement: Mapping[str, Any], role: str) -> float | None:
+        """Unknown by default: the scheduler queues what does not fit (a backend that can say overrides this)."""
+        return None
 
     def report_pending(self, tracked: Tracked[H, N], message: str) -> None:
         """PENDING, once per reason: the scheduler has not placed it (yet), and says why (a queue's reason may change:

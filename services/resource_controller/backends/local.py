@@ -113,7 +113,7 @@ class LocalProcessBackend(Lifecycle[LocalHandle, _Process]):
             raise ValueError("the local backend enforces limits itself; SCHEDULER is for cluster backends")
         self._parents = limits.detect(cgroup_root or limits.DEFAULT_CGROUP_ROOT, mechanism)
         self.mechanism = self._parents.mechanism if self._parents else LimitMechanism.AFFINITY_WATCHDOG
-        self.capabilities = Capabilities(resize_in_place=True, resize_by_migration=False, limits=self.mechanism)
+        self.capabilities = Capabilities(resize_in_place=True, resize_by_migration=False, limits=self.mechanism, host_cores=True)
         self._commands: dict[str, tuple[str, ...]] = {role: (sys.executable, "-m", module) for role, module in ROLE_MODULES.items()}
         self._commands.update({role: tuple(prefix) for role, prefix in (commands or {}).items()})
         self._cores = tuple(sorted(os.sched_getaffinity(0)))  # the cores the controller itself may use

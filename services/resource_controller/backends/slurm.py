@@ -180,6 +180,16 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
             return f"{where}, but the cluster has {', '.join(sorted(known)) or 'no QOS'}"
         return ""
 
+    def free_cores(self, placement: Mapping[str, Any], role: str) -> float | None:
+        """The idle CPUs of the role's partition, as sinfo counts them (None when it does not answer)."""
+        partition = self._partition_of(placement, role)
+        try:
+            result = self.cli.run(["sinfo", "--noheader", f"--partition={partition}", "--format=%C"])
+        except SlurmError:
+            return None
+        counts = [line.split("/") for line in result.stdout.split() if line.count("/") == 3]  # allocated/idle/other/total
+        return float(sum(int(idle) for _, idle, _, _ in counts)) if counts else None
+
     def check_placement(self, job_id: str, placement: Mapping[str, Any], sizes: Sequence[RoleSize]) -> str:
         """Every role's partition exists and is up, one of its nodes holds one executor, and it holds a trainer gang at once."""
         for size in sizes:
