@@ -11,6 +11,7 @@ from primus.run_store import RunStore, local_folder
 from primus.scaling_log import ROLE_NAMES, decision_row
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
+from services.master.status import RANKS_LOST, RESTARTS
 from services.master.store import JobRecord
 
 # Ledger counters that measure work done; after a planner restart the old ledger's are added to the new one's.
@@ -101,7 +102,8 @@ def build_report(
         "sources": [],
         "quarantined": [],
         "trainer": job.result,
-        "restarts": job.progress.get("restarts", {}),
+        "restarts": job.progress.get(RESTARTS, {}),
+        "ranks_lost": int(job.progress.get(RANKS_LOST, 0)),  # elastic trainer ranks that died and were not replaced
         "scaling": scaling,
         "resizes": [d for d in scaling if d["action"] == "RESIZE"],
         "traces_dir": str(local_folder(job.run_dir) / "traces"),  # on an object store: each host keeps its own
