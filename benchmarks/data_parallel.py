@@ -56,25 +56,16 @@ def _run_job(master: master_pb2_grpc.MasterServiceStub, dataset: Path, work: Pat
     path.write_text(yaml.safe_dump(document))
     started = time.perf_counter()
     job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=load_job_file(path).to_yaml()), timeout=30).job_id
-    deadline = time.monotonic() + TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        job = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job
-        if job.state >= common_pb2.JOB_STATE_SUCCEEDED and job.report_path:
-            report: dict[str, Any] = json.loads(Path(job.report_path).read_text())
-            if report["state"] != "SUCCEEDED":
-                raise RuntimeError(f"job {job_id}: {report['message']}")
-            trainer = report["trainer"]
-            return {
-                "ranks": ranks,
-                "rows": trainer["train_samples"],
-                "train_seconds": trainer["train_seconds"],
-                "samples_per_s": trainer["train_samples"] / trainer["train_seconds"],
-                "job_seconds": time.perf_counter() - started,
-                "auc": trainer["auc"],
-                "per_rank": trainer.get("ranks", []),
-            }
-        time.sleep(0.2)
-    raise RuntimeError(f"job {job_id} did not finish within {TIMEOUT_SECONDS:.0f}s")
+    trainer = _report(master, job_id)["trainer"]
+    return {
+        "ranks": ranks,
+        "rows": trainer["train_samples"],
+        "train_seconds": trainer["train_seconds"],
+        "samples_per_s": trainer["train_samples"] / trainer["train_seconds"],
+        "job_seconds": time.perf_counter() - started,
+        "auc": trainer["auc"],
+        "per_rank": trainer.get("ranks", []),
+    }
 
 
 def measure_ranks(work: Path | None = None, rounds: int = ROUNDS) -> dict[str, Any]:
