@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +26,9 @@ from tests.conftest import DAYS, ROWS_PER_HOUR, START, finish_job, job_document
 from tests.faults_helpers import assert_job_exact
 from tests.slurm_cluster import NODE_CPUS, QOS_SMALL, QOS_SMALL_CPUS, SlurmCluster
 
+ROOT = Path(__file__).resolve().parent.parent
+LATENCY_SITE = ROOT / "benchmarks" / "scaling_support" / "latency_site"  # a slow store for every process it starts
+READ_LATENCY_S = 0.3
 LONG_DAYS = 6  # long enough that a scale-out, a kill and a scale-in land mid-training
 DATA = rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR
 
@@ -292,3 +296,34 @@ def test_the_autoscaler_sees_the_partitions_free_cpus_not_the_controllers(slurm:
     assert backend.free_cores({"partition": "low"}, "data_executor") == NODE_CPUS - 3, "both partitions share the node"
     assert backend.free_cores({}, "trainer") == NODE_CPUS - 3
     slurm.cancel_all()
+
+
+@pytest.mark.timeout(300)
+def test_the_autoscaler_adds_an_executor_to_a_job_its_store_starves(slurm: SlurmCluster, long_dataset: Path, tmp_path: Path) -> None:
+    """The autoscaler's own trigger with Slurm running the executors: every read of the source waits first (a remote
+    store's latency, injected as benchmarks/scaling.py does), so the job's one executor has nothing read ahead while
+    its trainer stalls; the autoscaler asks Slurm for another executor, which runs as a job of its own, and the job
+    trains every row once. (Starved by its store, not its CPU: Slurm here cannot hold a job below a whole CPU.)"""
+    pythonpath = os.pathsep.join(p for p in (str(LATENCY_SITE), str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {"PRIMUS_BENCH_READ_LATENCY": str(READ_LATENCY_S), "PYTHONPATH": pythonpath}
+    mesh = start_cluster(tmp_path / "runs", tmp_path / "state", ["--backend", "slurm", "--slurm-conf", str(slurm.conf_path)], env=env)
+    try:
+        master, rc = _stubs(mesh)
+        document = yaml.safe_load(_job(long_dataset, LONG_DAYS, slow=False))
+        autoscale = {"minReplicas": 1, "maxReplicas": 2, "scaleUp": {"stabilizationWindowSeconds": 1, "cooldownSeconds": 3, "maxStep": 1}}
+        document["spec"]["resources"]["dataExecutor"].update({"replicas": 1, "cpu": 0.25, "autoscale": autoscale})  # one reader per stream
+        job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=yaml.safe_dump(document)), timeout=30).job_id
+        launched = {rc_pb2.EXECUTOR_STATE_STARTING, rc_pb2.EXECUTOR_STATE_READY}
+        request = rc_pb2.ListExecutorsRequest(job_id=job_id, role=DATA)
+        _wait(lambda: len([e for e in rc.ListExecutors(request, timeout=10).executors if e.state in launched]) > 1, "a scale-out")
+        report = finish_job(master, job_id, timeout=240)
+    finally:
+        stop_services(mesh.services)
+        slurm.cancel_all()
+    assert_job_exact(report, long_dataset, LONG_DAYS)
+    outs = [d for d in report["scaling"] if d["action"] == "SCALE_OUT"]
+    assert outs and all(d["automatic"] for d in outs), report["scaling"]
+    first = outs[0]
+    assert "nothing read ahead" in first["reason"] and first["replicas_before"] == 1 and first["signals"]["free_cores"] >= 1, first
+    jobs = [name for name in _slurm_jobs(slurm) if name.startswith(f"primus-{job_id}-data-executor")]
+    assert len(jobs) == 2, "the second executor ran as a Slurm job of its own"
