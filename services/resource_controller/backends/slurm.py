@@ -132,6 +132,7 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
         self._poll_seconds = poll_seconds
         self._gathering: RankGathering[SlurmHandle] = RankGathering()  # ranks launched, their allocation not yet asked for
         self._last_read = 0.0
+        self._free_read: dict[str, tuple[float, float | None]] = {}  # partition -> (monotonic time, idle CPUs) of the last sinfo
 
     @classmethod
     def connect(cls, config: BackendConfig, hosts: HostHealth | None = None, **options: Any) -> SlurmBackend:
@@ -181,14 +182,23 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
         return ""
 
     def free_cores(self, placement: Mapping[str, Any], role: str) -> float | None:
-        """The idle CPUs of the role's partition, as sinfo counts them (None when it does not answer)."""
+        """The idle CPUs of the role's partition, as sinfo counts them (None when it does not answer); read at most
+        once per poll interval per partition, however many jobs and roles the autoscaler asks for each tick."""
         partition = self._partition_of(placement, role)
+        now = time.monotonic()
+        with self.lock:
+            read = self._free_read.get(partition)
+        if read is not None and now - read[0] < self._poll_seconds:
+            return read[1]
         try:
             result = self.cli.run(["sinfo", "--noheader", f"--partition={partition}", "--format=%C"])
         except SlurmError:
             return None
         counts = [line.split("/") for line in result.stdout.split() if line.count("/") == 3]  # allocated/idle/other/total
-        return float(sum(int(idle) for _, idle, _, _ in counts)) if counts else None
+        free = float(sum(int(idle) for _, idle, _, _ in counts)) if counts else None
+        with self.lock:
+            self._free_read[partition] = (now, free)
+        return free
 
     def check_placement(self, job_id: str, placement: Mapping[str, Any], sizes: Sequence[RoleSize]) -> str:
         """Every role's partition exists and is up, one of its nodes holds one executor, and it holds a trainer gang at once."""
