@@ -15,7 +15,21 @@ class Audience(StrEnum):
 
 
 _MASTER, _PLANNER, _CONTROLLER = "primus.v1.MasterService", "primus.v1.PlannerService", "primus.v1.ResourceControllerService"
-_USER_API = ("SubmitJob", "GetJob", "ListJobs", "CancelJob", "StopJob", "DeleteJob", "ScaleJob", "SuspendJob", "ResumeJob", "SavepointJob", "WatchJob", "GetJobLogs")
+_USER_API = (
+    "SubmitJob",
+    "GetJob",
+    "ListJobs",
+    "CancelJob",
+    "StopJob",
+    "DeleteJob",
+    "ScaleJob",
+    "SuspendJob",
+    "ResumeJob",
+    "SavepointJob",
+    "WatchJob",
+    "GetJobLogs",
+    "ListQueues",
+)
 _LEDGER = ("GetPlan", "LeaseTask", "ClaimTask", "ReleaseTask", "CompleteTask", "CompleteTasks", "FailTask", "CommitProgress", "ResumeTraining")
 _ACCESS = "primus.v1.AccessService"
 _OPEN_SERVICES = ("primus.v1.InfoService",)

@@ -36,9 +36,9 @@ from primus.cluster import (
 )
 from primus.console import console, err_console, print_plan, print_report
 from primus.cost import load_cost, load_report, print_cost
-from primus.errors import DataError, PrimusError, SpecError, UserError
+from primus.errors import DataError, InvalidRequestError, PrimusError, SpecError, UserError
 from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
-from primus.job_output import OUTPUTS, describe_job, follow, print_data, print_jobs
+from primus.job_output import OUTPUTS, describe_job, follow, print_data, print_jobs, print_queues
 from primus.job_state import JobState
 from primus.scaling_log import decision_row, scaling_table
 from primus.spec import TrainingJob, load_job_file, load_job_text
@@ -122,7 +122,9 @@ def _start_cluster(args: argparse.Namespace) -> ClusterState:
     remote = any(kind != "local" for kind in ([chosen] if isinstance(chosen, str) else chosen))
     try:
         secured = local_security(args.state_dir, tls=getattr(args, "tls", False), mtls=getattr(args, "mtls", False), auth=getattr(args, "auth", False))
-        return start_cluster(args.runs_dir, args.state_dir, controller, bind_host="0.0.0.0" if remote else "127.0.0.1", secured=secured)
+        queues = getattr(args, "queues", None)
+        master = ["--queues", str(Path(queues).resolve())] if queues else []
+        return start_cluster(args.runs_dir, args.state_dir, controller, bind_host="0.0.0.0" if remote else "127.0.0.1", secured=secured, master_args=master)
     except StartError as exc:
         raise UserError(str(exc)) from None
 
@@ -259,6 +261,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_get(args: argparse.Namespace) -> int:
+    if args.kind == "queues":
+        if args.job_id:
+            raise InvalidRequestError(f"`primus get queues` takes no name (got {args.job_id!r}): it lists every queue")
+        with _client(args) as client:
+            print_queues(client.queues(), args.output)
+        return 0
     with _client(args) as client:
         jobs = [client.get(args.job_id)] if args.job_id else client.list()
     print_jobs(jobs, args.output)
@@ -554,6 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = add("up", cmd_up, "start master, planner and resource_controller as local processes")
     add_backend_arguments(up, many=True)
     _add_security_switches(up)
+    up.add_argument("--queues", default=None, metavar="FILE", help="queues, cohorts and priority classes the master admits jobs through (docs/queues.md)")
     access_cli.add_verbs(add, _client)
     add("down", cmd_down, "stop the services `primus up` started")
     restart = add("restart", cmd_restart, "stop one service `primus up` started and start it again at its address; running jobs carry on")
@@ -576,8 +585,8 @@ def build_parser() -> argparse.ArgumentParser:
     savepoint.add_argument("job_id")
     savepoint.add_argument("name")
     savepoint.add_argument("-o", "--output", choices=OUTPUTS, default="table")
-    get = add("get", cmd_get, "list jobs (`get jobs`) or show one (`get job ID`)")
-    get.add_argument("kind", choices=("jobs", "job"))
+    get = add("get", cmd_get, "list jobs (`get jobs`), show one (`get job ID`), or the queues with their quota and usage (`get queues`)")
+    get.add_argument("kind", choices=("jobs", "job", "queues"))
     get.add_argument("job_id", nargs="?")
     get.add_argument("-o", "--output", choices=OUTPUTS, default="table")
     describe = add("describe", cmd_describe, "show one job in full: state, progress, times, where its files are, what its spec asks for")

@@ -70,6 +70,19 @@ class JobProgress:
 
 
 @dataclass(frozen=True)
+class Admission:
+    """A job's place in its queue: its priority, whether its gang is admitted, and while it waits, why and where."""
+
+    queue: str = ""
+    priority_class: str = ""
+    priority: int = 0
+    admitted: bool = False
+    wait_reason: str = ""  # WaitingForQuota, WaitingForPreemption, ExceedsQueueQuota, UnknownQueue; "" when not waiting
+    position: int = 0  # 1: the next of its queue to be admitted; 0: not waiting
+    preemptions: int = 0
+
+
+@dataclass(frozen=True)
 class JobView:
     """A job as the master reports it."""
 
@@ -87,6 +100,7 @@ class JobView:
     owner: str = ""  # who submitted it ('' with security off)
     restarts: dict[str, int] = field(default_factory=dict)  # by what restarted: trainer, data executor, planner
     sources: tuple[common_pb2.SourceStats, ...] = ()  # per-source counters (the planner's ledger)
+    admission: Admission = Admission()
 
     @property
     def restart_count(self) -> int:
@@ -99,6 +113,7 @@ class JobView:
             job.job_id, job.name, JobState.from_proto(job.state), job.message, job.created_unix, job.updated_unix,
             JobProgress(p.phase, p.step, p.samples_trained, p.loss, p.tasks_total, p.tasks_done), job.run_dir, job.report_path, job.spec_yaml,
             job.namespace or "default", job.owner, dict(job.restarts), tuple(job.sources),
+            Admission(job.queue, job.priority_class, job.priority, job.admitted, job.wait_reason, job.position, job.preemptions),
         )  # fmt: skip
 
     def to_dict(self, with_spec: bool = False) -> dict[str, Any]:
@@ -150,6 +165,11 @@ class PrimusClient:
 
     def list(self) -> list[JobView]:
         return [JobView.from_proto(job) for job in self._call(self._stub.ListJobs, master_pb2.ListJobsRequest()).jobs]
+
+    def queues(self) -> master_pb2.ListQueuesResponse:
+        """The master's queues with their quota and usage, and its priority classes."""
+        reply: master_pb2.ListQueuesResponse = self._call(self._stub.ListQueues, master_pb2.ListQueuesRequest())
+        return reply
 
     def cancel(self, job_id: str) -> JobView:
         return JobView.from_proto(self._call(self._stub.CancelJob, master_pb2.CancelJobRequest(job_id=job_id), job_id).job)

@@ -44,6 +44,7 @@ class ClusterState:
     client: tuple[tuple[str, str], ...] = ()  # the local user's credentials: ca, cert, key, token
     env: tuple[tuple[str, str], ...] = ()  # more environment start_cluster gave every service, kept for a restart
     prefixes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # a service's launch prefix (another host's namespace), kept for a restart
+    master_args: tuple[str, ...] = ()  # the master's own flags (its queues file), kept for a restart
 
     @property
     def services_security(self) -> security.Settings:
@@ -69,6 +70,7 @@ class ClusterState:
             "client": dict(self.client),
             "env": dict(self.env),
             "prefixes": {name: list(prefix) for name, prefix in self.prefixes},
+            "master_args": list(self.master_args),
         }
         path.write_text(json.dumps(data, indent=2))
 
@@ -82,7 +84,7 @@ class ClusterState:
             data["runs_dir"], services, tuple(data.get("controller_args", ())), tuple(data.get("planner_args", ())),
             tuple(sorted((data.get("security_env") or {}).items())), tuple(sorted((data.get("client") or {}).items())),
             tuple(sorted((data.get("env") or {}).items())),
-            tuple(sorted((name, tuple(prefix)) for name, prefix in (data.get("prefixes") or {}).items())),
+            tuple(sorted((name, tuple(prefix)) for name, prefix in (data.get("prefixes") or {}).items())), tuple(data.get("master_args", ())),
         )  # fmt: skip
 
 
@@ -231,14 +233,15 @@ def start_cluster(
     secured: tuple[security.Settings, security.Settings] | None = None,
     env: Mapping[str, str] | None = None,
     prefixes: Mapping[str, Sequence[str]] | None = None,
+    master_args: Sequence[str] = (),
 ) -> ClusterState:
     """Start planner and resource controller, then the master pointed at both; stop all on failure. controller_args
     configure the resource controller's backends; bind_host is where the services listen (an address executors on other
     machines can reach, when the backend places them there); planner_args are the planner's own flags (--journal);
     secured: (the services' settings, the user's) from local_security, handed to every service and what they launch;
     env: more environment for every service and what it launches (kept for a restart); prefixes: per service, a command
-    it runs under (kept for a restart). The planner and the resource controller start side by side; the master, which
-    is pointed at both, after them."""
+    it runs under (kept for a restart); master_args: the master's own flags (--queues; kept for a restart). The planner
+    and the resource controller start side by side; the master, which is pointed at both, after them."""
     services_settings, user_settings = secured if secured is not None else (None, security.Settings())
     runs_dir = runs_dir if run_store.is_object_uri(str(runs_dir)) else Path(runs_dir).resolve()
     started: list[ServiceProcess] = []
@@ -259,10 +262,10 @@ def start_cluster(
         for future in peers:
             if (error := future.exception()) is not None:
                 raise error
-        master_args = [*bind, "--planner", started[0].address, "--resource-controller", started[1].address]
+        master = [*bind, "--planner", started[0].address, "--resource-controller", started[1].address, *master_args]
         if isinstance(runs_dir, str):  # runs on an object store: the job store is a file of this machine's
-            master_args += ["--store", str(state_dir.resolve() / "primus.db")]
-        started.append(_start("master", master_args, runs_dir, state_dir, settings=services_settings, env=env, prefix=placed.get("master", ())))
+            master += ["--store", str(state_dir.resolve() / "primus.db")]
+        started.append(_start("master", master, runs_dir, state_dir, settings=services_settings, env=env, prefix=placed.get("master", ())))
         if "shared" not in _flag_values(controller_args, "--local-trainer-cores"):
             _keep_off_trainer_cores(started)
     except BaseException:
@@ -272,7 +275,7 @@ def start_cluster(
     user = (("ca", user_settings.ca), ("cert", user_settings.cert), ("key", user_settings.key), ("token", user_settings.token))
     state = ClusterState(
         str(runs_dir), tuple(started), tuple(controller_args or ()), tuple(planner), kept, tuple((k, v) for k, v in user if v), tuple(sorted((env or {}).items())),
-        tuple(sorted(placed.items())),
+        tuple(sorted(placed.items())), tuple(master_args),
     )  # fmt: skip
     state.save(state_dir / "cluster.json")
     return state
@@ -298,6 +301,7 @@ def restart_service(state: ClusterState, state_dir: Path, name: str) -> ClusterS
         args += ["--planner", state.address("planner"), "--resource-controller", state.address("resource_controller")]
         if run_store.is_object_uri(state.runs_dir):
             args += ["--store", str(state_dir.resolve() / "primus.db")]
+        args += list(state.master_args)
     if name == "resource_controller":
         args += list(state.controller_args)
     if name == "planner":

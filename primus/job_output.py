@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 import yaml
+from google.protobuf import json_format
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -15,6 +17,7 @@ from primus.client import JobView
 from primus.console import console, err_console
 from primus.errors import SpecError
 from primus.spec import load_job_text
+from primus.v1 import master_pb2
 
 OUTPUTS = ("table", "json", "yaml")
 
@@ -57,12 +60,56 @@ def print_jobs(jobs: list[JobView], output: str) -> None:
         console.print(yaml.safe_dump([job.to_dict() for job in jobs], sort_keys=False), end="", highlight=False)
         return
     table = Table(box=None, pad_edge=False)
-    for column in ("JOB", "STATE", "TASKS", "STEP", "SAMPLES", "AGE", "MESSAGE"):
+    for column in ("JOB", "STATE", "QUEUE", "PRIORITY", "POSITION", "TASKS", "STEP", "SAMPLES", "AGE", "MESSAGE"):
         table.add_column(column, no_wrap=column != "MESSAGE")
     for job in jobs:
-        p = job.progress
-        table.add_row(job.job_id, job.state.value, f"{p.tasks_done}/{p.tasks_total}", str(p.step), f"{p.samples_trained:,}", _age(job.created_unix), job.message)
+        p, a = job.progress, job.admission
+        position = str(a.position) if a.position else "-"
+        priority = f"{a.priority_class} ({a.priority})" if a.priority_class else "-"
+        table.add_row(
+            job.job_id,
+            job.state.value,
+            a.queue or "-",
+            priority,
+            position,
+            f"{p.tasks_done}/{p.tasks_total}",
+            str(p.step),
+            f"{p.samples_trained:,}",
+            _age(job.created_unix),
+            job.message,
+        )
     console.print(table)
+
+
+def print_queues(reply: master_pb2.ListQueuesResponse, output: str) -> None:
+    """`primus get queues`: each queue's quota, usage, borrowed and lent (cores / MiB / GPUs), pending and admitted jobs."""
+    if output != "table":
+        print_data(json_format.MessageToDict(reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True), output)
+        return
+    if not reply.configured:
+        console.print("no queues file: every job is admitted at once (the master's --queues; docs/queues.md)", highlight=False)
+    table = Table(box=None, pad_edge=False)
+    for column in ("QUEUE", "COHORT", "WEIGHT", "QUOTA", "USED", "BORROWED", "LENT", "PENDING", "ADMITTED"):
+        table.add_column(column, no_wrap=True)
+    for q in reply.queues:
+        table.add_row(q.name, q.cohort or "-", f"{q.weight:g}", _amount(q.quota), _amount(q.used), _amount(q.borrowed), _amount(q.lent), str(q.pending), str(q.admitted))
+    console.print(table)
+    cohorts: dict[str, list[master_pb2.QueueStatus]] = {}
+    for q in reply.queues:
+        if q.cohort:
+            cohorts.setdefault(q.cohort, []).append(q)
+    for cohort, members in sorted(cohorts.items()):
+        quota = master_pb2.QueueResources(**{f: sum(getattr(m.quota, f) for m in members) for f in ("cores", "memory_mib", "gpus")})
+        used = master_pb2.QueueResources(**{f: sum(getattr(m.used, f) for m in members) for f in ("cores", "memory_mib", "gpus")})
+        lent = master_pb2.QueueResources(**{f: sum(getattr(m.borrowed, f) for m in members) for f in ("cores", "memory_mib", "gpus")})
+        console.print(f"cohort {cohort}: quota {_amount(quota)}, used {_amount(used)}, lent between its queues {_amount(lent)}", highlight=False)
+    classes = ", ".join(f"{name} {value}" for name, value in sorted(reply.priority_classes.items(), key=lambda item: item[1]))
+    console.print(f"priority classes: {classes} (default {reply.default_priority_class})", highlight=False)
+
+
+def _amount(r: master_pb2.QueueResources) -> str:
+    """cores/MiB/GPUs, '-' for an unlimited figure."""
+    return "/".join("-" if math.isinf(x) else f"{x:g}" for x in (r.cores, r.memory_mib, r.gpus))
 
 
 def describe_job(job: JobView) -> None:
@@ -76,6 +123,7 @@ def describe_job(job: JobView) -> None:
         ("Created", _when(job.created_unix)),
         ("Updated", _when(job.updated_unix)),
         ("Progress", f"phase {p.phase or '-'}, tasks {p.tasks_done}/{p.tasks_total}, step {p.step}, samples {p.samples_trained:,}, loss {p.loss:.4f}"),
+        ("Queue", _admission_line(job)),
         ("Run folder", job.run_dir or "-"),
         ("Report", job.report_path or "-"),
     ]
@@ -83,6 +131,18 @@ def describe_job(job: JobView) -> None:
     width = max(len(key) for key, _ in lines)
     for key, value in lines:
         console.print(f"{key + ':':<{width + 1}} {value}", highlight=False)
+
+
+def _admission_line(job: JobView) -> str:
+    a = job.admission
+    if not a.queue:
+        return "-"
+    said = f"{a.queue}, priority {a.priority_class} ({a.priority})"
+    if a.wait_reason:
+        said += f"; waiting: {a.wait_reason}, position {a.position} (the message says why)"
+    elif a.admitted:
+        said += "; admitted"
+    return said + (f"; preempted {a.preemptions} time(s)" if a.preemptions else "")
 
 
 def _spec_lines(spec_yaml: str) -> list[tuple[str, str]]:

@@ -187,7 +187,12 @@ class Resources(_Model):
     data_executor: RoleResources = RoleResources(replicas=2)
     trainer: RoleResources = RoleResources(replicas=1, memory_mib=2048)
     quota: JobQuota = JobQuota()
-    queue: str = Field("default", pattern=_NAME, description="the resource controller's queue whose quota this job counts against")
+    queue: str = Field("default", pattern=_NAME, description="the queue this job is admitted through (the master's --queues) and whose quota it counts against")
+    priority_class: str | None = Field(
+        None,
+        pattern=_NAME,
+        description="one of the master's priority classes: a higher one is admitted first and may preempt lower ones; default: the master's default class",
+    )
     heartbeat_timeout_seconds: float | None = Field(
         None, ge=1, le=600, description="an executor silent this long is lost: ended, its leases go back (default: the resource controller's, 10 s)"
     )

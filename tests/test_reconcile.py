@@ -155,6 +155,14 @@ def test_cancel_wins_over_everything() -> None:
     assert reconcile(replace(status, state=JobState.SUSPENDED), Observed(), SETTINGS)[0] == Finish(JobState.CANCELLED, "cancelled by request")
 
 
+def test_a_job_its_queue_has_not_admitted_waits_unplanned_and_unlaunched() -> None:
+    waiting = replace(RUNNING, state=JobState.PENDING, admitted=False)
+    assert reconcile(waiting, Observed(), SETTINGS) == [Wait("waiting for admission: its queue has no room for its gang yet")]
+    assert reconcile(replace(waiting, admitted=True), Observed(), SETTINGS) == [Plan()]
+    assert reconcile(replace(waiting, cancel_requested=True), Observed(), SETTINGS)[0] == Finish(JobState.CANCELLED, "cancelled by request")
+    assert reconcile(replace(waiting, suspend_requested=True), Observed(), SETTINGS) == [Suspend()]
+
+
 def test_suspend_request_suspends_and_a_suspended_job_waits() -> None:
     assert reconcile(replace(RUNNING, suspend_requested=True), HEALTHY, SETTINGS) == [Suspend()]
     assert reconcile(replace(RUNNING, state=JobState.SUSPENDED), Observed(), SETTINGS) == [Wait("suspended: `primus resume` goes on with it")]

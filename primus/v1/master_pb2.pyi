@@ -27,7 +27,7 @@ class JobProgress(_message.Message):
     def __init__(self, phase: _Optional[str] = ..., step: _Optional[int] = ..., samples_trained: _Optional[int] = ..., loss: _Optional[float] = ..., tasks_total: _Optional[int] = ..., tasks_done: _Optional[int] = ..., trainer_ranks: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "name", "state", "message", "created_unix", "updated_unix", "progress", "spec_yaml", "report_path", "run_dir", "namespace", "owner", "restarts", "sources")
+    __slots__ = ("job_id", "name", "state", "message", "created_unix", "updated_unix", "progress", "spec_yaml", "report_path", "run_dir", "namespace", "owner", "restarts", "sources", "queue", "priority_class", "priority", "admitted", "wait_reason", "position", "preemptions")
     class RestartsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,13 @@ class Job(_message.Message):
     OWNER_FIELD_NUMBER: _ClassVar[int]
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_CLASS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    ADMITTED_FIELD_NUMBER: _ClassVar[int]
+    WAIT_REASON_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     state: _common_pb2.JobState
@@ -63,7 +70,73 @@ class Job(_message.Message):
     owner: str
     restarts: _containers.ScalarMap[str, int]
     sources: _containers.RepeatedCompositeFieldContainer[_common_pb2.SourceStats]
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., message: _Optional[str] = ..., created_unix: _Optional[float] = ..., updated_unix: _Optional[float] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., spec_yaml: _Optional[str] = ..., report_path: _Optional[str] = ..., run_dir: _Optional[str] = ..., namespace: _Optional[str] = ..., owner: _Optional[str] = ..., restarts: _Optional[_Mapping[str, int]] = ..., sources: _Optional[_Iterable[_Union[_common_pb2.SourceStats, _Mapping]]] = ...) -> None: ...
+    queue: str
+    priority_class: str
+    priority: int
+    admitted: bool
+    wait_reason: str
+    position: int
+    preemptions: int
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., message: _Optional[str] = ..., created_unix: _Optional[float] = ..., updated_unix: _Optional[float] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., spec_yaml: _Optional[str] = ..., report_path: _Optional[str] = ..., run_dir: _Optional[str] = ..., namespace: _Optional[str] = ..., owner: _Optional[str] = ..., restarts: _Optional[_Mapping[str, int]] = ..., sources: _Optional[_Iterable[_Union[_common_pb2.SourceStats, _Mapping]]] = ..., queue: _Optional[str] = ..., priority_class: _Optional[str] = ..., priority: _Optional[int] = ..., admitted: _Optional[bool] = ..., wait_reason: _Optional[str] = ..., position: _Optional[int] = ..., preemptions: _Optional[int] = ...) -> None: ...
+
+class QueueResources(_message.Message):
+    __slots__ = ("cores", "memory_mib", "gpus")
+    CORES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MIB_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    cores: float
+    memory_mib: float
+    gpus: float
+    def __init__(self, cores: _Optional[float] = ..., memory_mib: _Optional[float] = ..., gpus: _Optional[float] = ...) -> None: ...
+
+class QueueStatus(_message.Message):
+    __slots__ = ("name", "cohort", "weight", "quota", "borrowing_limit", "used", "borrowed", "lent", "pending", "admitted", "namespaces")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COHORT_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    BORROWING_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    BORROWED_FIELD_NUMBER: _ClassVar[int]
+    LENT_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    ADMITTED_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    cohort: str
+    weight: float
+    quota: QueueResources
+    borrowing_limit: QueueResources
+    used: QueueResources
+    borrowed: QueueResources
+    lent: QueueResources
+    pending: int
+    admitted: int
+    namespaces: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., cohort: _Optional[str] = ..., weight: _Optional[float] = ..., quota: _Optional[_Union[QueueResources, _Mapping]] = ..., borrowing_limit: _Optional[_Union[QueueResources, _Mapping]] = ..., used: _Optional[_Union[QueueResources, _Mapping]] = ..., borrowed: _Optional[_Union[QueueResources, _Mapping]] = ..., lent: _Optional[_Union[QueueResources, _Mapping]] = ..., pending: _Optional[int] = ..., admitted: _Optional[int] = ..., namespaces: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListQueuesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListQueuesResponse(_message.Message):
+    __slots__ = ("queues", "priority_classes", "default_priority_class", "configured")
+    class PriorityClassesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_PRIORITY_CLASS_FIELD_NUMBER: _ClassVar[int]
+    CONFIGURED_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueStatus]
+    priority_classes: _containers.ScalarMap[str, int]
+    default_priority_class: str
+    configured: bool
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ..., priority_classes: _Optional[_Mapping[str, int]] = ..., default_priority_class: _Optional[str] = ..., configured: _Optional[bool] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec_yaml", "spec_dir", "from_savepoint")

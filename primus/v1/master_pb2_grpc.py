@@ -94,6 +94,11 @@ class MasterServiceStub:
                 request_serializer=primus_dot_v1_dot_master__pb2.GetJobLogsRequest.SerializeToString,
                 response_deserializer=primus_dot_v1_dot_master__pb2.GetJobLogsResponse.FromString,
                 _registered_method=True)
+        self.ListQueues = channel.unary_unary(
+                '/primus.v1.MasterService/ListQueues',
+                request_serializer=primus_dot_v1_dot_master__pb2.ListQueuesRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_master__pb2.ListQueuesResponse.FromString,
+                _registered_method=True)
         self.ReportTrainingProgress = channel.unary_unary(
                 '/primus.v1.MasterService/ReportTrainingProgress',
                 request_serializer=primus_dot_v1_dot_master__pb2.ReportTrainingProgressRequest.SerializeToString,
@@ -189,6 +194,13 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListQueues(self, request, context):
+        """The queues, their quotas and usage, and the priority classes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReportTrainingProgress(self, request, context):
         """Trainers report progress while training and their result at the end.
         """
@@ -264,6 +276,11 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.GetJobLogs,
                     request_deserializer=primus_dot_v1_dot_master__pb2.GetJobLogsRequest.FromString,
                     response_serializer=primus_dot_v1_dot_master__pb2.GetJobLogsResponse.SerializeToString,
+            ),
+            'ListQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueues,
+                    request_deserializer=primus_dot_v1_dot_master__pb2.ListQueuesRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_master__pb2.ListQueuesResponse.SerializeToString,
             ),
             'ReportTrainingProgress': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportTrainingProgress,
@@ -600,6 +617,33 @@ class MasterService:
             '/primus.v1.MasterService/GetJobLogs',
             primus_dot_v1_dot_master__pb2.GetJobLogsRequest.SerializeToString,
             primus_dot_v1_dot_master__pb2.GetJobLogsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/primus.v1.MasterService/ListQueues',
+            primus_dot_v1_dot_master__pb2.ListQueuesRequest.SerializeToString,
+            primus_dot_v1_dot_master__pb2.ListQueuesResponse.FromString,
             options,
             channel_credentials,
             insecure,

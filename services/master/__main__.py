@@ -9,6 +9,7 @@ from pathlib import Path
 from primus import metrics_http, rpc, run_store, telemetry
 from primus.settings import MasterSettings, add_arguments, from_args_or_exit
 from services.master.leader import Leadership
+from services.master.queues import QueueConfigError, load_queues
 from services.master.server import create_server
 from services.master.store import is_url
 
@@ -24,12 +25,20 @@ def main() -> None:
     parser.add_argument("--db", "--store", dest="store", default=None, help=STORE_HELP)
     parser.add_argument("--ready-file", default=None, help="write the bound address (and the metrics address) here once serving")
     parser.add_argument("--access-policy", default=None, help="role bindings per namespace, YAML (default: PRIMUS_ACCESS_POLICY; docs/security.md)")
+    parser.add_argument(
+        "--queues", default=None, help="queues, cohorts and priority classes jobs are admitted through, YAML (docs/queues.md); default: every job at once"
+    )
     metrics_http.add_port_argument(parser)
     parser.add_argument("--advertise-address", default="", help="address launched executors use to reach the master (default: the bound one)")
     add_arguments(parser, MasterSettings)
     args = parser.parse_args()
     settings = from_args_or_exit(MasterSettings, args, "master")
     rpc.configure_logging("master")
+    try:
+        queues = load_queues(Path(args.queues)) if args.queues else None
+    except QueueConfigError as exc:
+        print(f"error: master: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     if run_store.is_object_uri(args.runs_dir) and not args.store:
         where = "give --store (a postgresql:// URL, or an SQLite file on this host)"
         print(f"error: master: --runs-dir {args.runs_dir} is on an object store, which holds no database: {where}", file=sys.stderr)
@@ -50,6 +59,7 @@ def main() -> None:
         metrics_port=args.metrics_port,
         settings=settings,
         access_policy=args.access_policy,
+        queues=queues,
     )
     rpc.run_until_signalled(master.running, ready_file=args.ready_file)
 

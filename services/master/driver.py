@@ -142,16 +142,18 @@ class JobDriver:
             raise ConflictError(f"job {job_id} is being cancelled or suspended already")
         return self._store.update(job_id, progress_update={SUSPEND_REQUESTED: True}, message="suspend requested: releasing the executors", expected_version=job.version)
 
-    def resume(self, job_id: str) -> JobRecord:
-        """`primus resume`: executors again, the trainer from the job's last committed checkpoint."""
+    def resume(self, job_id: str, message: str = "resuming from the last checkpoint") -> JobRecord:
+        """A suspended job its queue admitted (again): executors again, the trainer from the last committed checkpoint
+        (a job suspended before it was planned plans first). `primus resume` goes through the queue (queueing.py)."""
         job = self._store.get(job_id)
         if job.state != SUSPENDED:
             raise ConflictError(f"job {job_id} is {job.state}: only a suspended job can be resumed")
+        planned = "fingerprint" in job.progress
         resumed = self._store.update(
             job_id,
-            state="RUNNING",
-            progress_update={SUSPEND_REQUESTED: False, LAUNCH_PENDING: True, **RESUMING},
-            message="resuming from the last checkpoint",
+            state=JobState.RUNNING.value if planned else JobState.PENDING.value,
+            progress_update={SUSPEND_REQUESTED: False, LAUNCH_PENDING: planned, **(RESUMING if planned else {})},
+            message=message,
             expected_version=job.version,
         )
         self.start(job_id)

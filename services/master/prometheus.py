@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from primus.v1 import common_pb2
+from services.master.admission import Resources
+from services.master.queueing import QueueUsage, Snapshot
 from services.master.store import JobStore
 
 STATES = [v.name.removeprefix("JOB_STATE_") for v in common_pb2.DESCRIPTOR.enum_types_by_name["JobState"].values if v.number != common_pb2.JOB_STATE_UNSPECIFIED]
 
 
-def master_metrics(store: JobStore) -> Iterator[Metric]:
-    """Jobs by state (every state, zeros too), and restarts by role summed over the jobs in the store."""
+def master_metrics(store: JobStore, admission: Snapshot | None = None) -> Iterator[Metric]:
+    """Jobs by state (every state, zeros too), restarts by role summed over the jobs in the store, and each queue's
+    quota, usage, borrowed and lent per resource and its pending and admitted jobs (as the last admission pass saw them)."""
     states: dict[str, int] = dict.fromkeys(STATES, 0)
     restarts: dict[str, int] = {}
     for state, by_role in store.states_and_restarts():
@@ -29,3 +32,26 @@ def master_metrics(store: JobStore) -> Iterator[Metric]:
     for role, count in sorted(restarts.items()):
         relaunched.add_metric([role], count)
     yield relaunched
+    if admission is not None:
+        yield from queue_metrics(admission)
+
+
+def queue_metrics(admission: Snapshot) -> Iterator[Metric]:
+    figures: dict[str, tuple[str, Callable[[QueueUsage], Resources]]] = {
+        "quota": ("The queue's nominal quota (+Inf: unlimited)", lambda u: u.queue.quota),
+        "used": ("What the gangs of the queue's admitted jobs hold", lambda u: u.used),
+        "borrowed": ("What of the queue's usage lies above its quota, lent by its cohort", lambda u: u.borrowed),
+        "lent": ("What of the queue's idle quota its cohort's borrowers use", lambda u: u.lent),
+    }
+    for name, (help_text, amount) in figures.items():
+        family = GaugeMetricFamily(f"primus_queue_{name}", help_text, labels=["queue", "cohort", "resource"])
+        for usage in admission.queues:
+            r = amount(usage)
+            for resource, value in (("cores", r.cores), ("memory_mib", r.memory_mib), ("gpus", r.gpus)):
+                family.add_metric([usage.queue.name, usage.queue.cohort, resource], value)
+        yield family
+    for name, help_text in (("pending", "Jobs waiting for admission in the queue"), ("admitted", "Jobs of the queue whose gang holds its quota")):
+        family = GaugeMetricFamily(f"primus_queue_{name}_jobs", help_text, labels=["queue", "cohort"])
+        for usage in admission.queues:
+            family.add_metric([usage.queue.name, usage.queue.cohort], usage.pending if name == "pending" else usage.admitted)
+        yield family

@@ -141,6 +141,8 @@ def reconcile(status: JobStatus, observed: Observed, settings: MasterSettings) -
         return [Wait("suspended: `primus resume` goes on with it")]
     if status.suspend_requested:
         return [Suspend()]
+    if status.state is JobState.PENDING and not status.admitted:
+        return [Wait("waiting for admission: its queue has no room for its gang yet")]
     if observed.result is not None:
         if observed.result.get("error"):
             return _end(JobState.FAILED, f"trainer failed: {observed.result['error']}")

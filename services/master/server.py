@@ -13,6 +13,8 @@ from services.master.access import AccessRecords, AccessServicer, Gate, PolicyFi
 from services.master.driver import JobDriver
 from services.master.peers import Peers
 from services.master.prometheus import master_metrics
+from services.master.queueing import Admitter
+from services.master.queues import QueueBook
 from services.master.servicer import MasterServicer
 from services.master.store import JobStore
 
@@ -25,6 +27,7 @@ class Master:
     running: rpc.RunningServer
     store: JobStore
     driver: JobDriver
+    admitter: Admitter
 
 
 def create_server(
@@ -37,11 +40,13 @@ def create_server(
     metrics_port: int = metrics_http.OFF,
     settings: MasterSettings | None = None,
     access_policy: str | None = None,
+    queues: QueueBook | None = None,
 ) -> Master:
     """metrics_port: where Prometheus /metrics is served, on the bind host (0: a free port; OFF: not served). settings:
     the master's timings (default: MasterSettings()). access_policy: the role bindings file (default:
     PRIMUS_ACCESS_POLICY; none: users see and change their own jobs only). Security (TLS, tokens, an identity
-    provider's JWTs) comes from the environment (primus.security, primus.jwt_tokens)."""
+    provider's JWTs) comes from the environment (primus.security, primus.jwt_tokens). queues: the queues and priority
+    classes jobs are admitted through (default: none, every job admitted at once)."""
     settings = settings or MasterSettings()
     credentials = security.from_env()
     policy = PolicyFile(os.environ.get(rbac.POLICY_ENV, "") if access_policy is None else access_policy)
@@ -55,12 +60,13 @@ def create_server(
         return common_pb2.ServiceInfo(name="master", pid=os.getpid(), address=advertise or running.address, version=rpc.VERSION, metrics_address=running.metrics_address)
 
     driver = JobDriver(store, Peers(planner_address, rc_address), own_info, settings)
-    servicer = MasterServicer(store, driver, runs_dir, settings, gate, records)
+    admitter = Admitter(store, driver, queues or QueueBook(), records, settings.master_poll_seconds)
+    servicer = MasterServicer(store, driver, runs_dir, settings, gate, records, admitter)
     secret = tokens.read_secret(credentials.token_secret_file) if credentials.token_secret_file else None
     access = AccessServicer(records, gate, secret)
     jwt = jwt_tokens.settings_from_env()
     metrics = metrics_http.serve(metrics_http.host_of(bind), metrics_port)
-    metrics.add(lambda: master_metrics(store))
+    metrics.add(lambda: master_metrics(store, admitter.snapshot))
     registrations = [
         lambda s: master_pb2_grpc.add_MasterServiceServicer_to_server(servicer, s),
         lambda s: access_pb2_grpc.add_AccessServiceServicer_to_server(access, s),
@@ -72,4 +78,5 @@ def create_server(
         running.guard.on_refusal = records.refused
     holder["server"] = running
     driver.recover()
-    return Master(running=running, store=store, driver=driver)
+    admitter.start()
+    return Master(running=running, store=store, driver=driver, admitter=admitter)

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import grpc
 from google.protobuf import json_format
@@ -27,15 +28,18 @@ from primus.spec import WarmStart, load_job_text, resolve_paths
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from services.master import savepoints
 from services.master.access import AccessRecords, Gate, PolicyFile, audited
+from services.master.admission import Resources
 from services.master.driver import SUSPENDED, JobDriver
 from services.master.logs import LogCursor
-from services.master.status import RESTARTS, SCALED, STOP_REQUESTED  # progress key: `primus stop` (or training.stopAt) asked training to finish where it is
+from services.master.queueing import AdmissionState, AdmissionView, Admitter
+from services.master.queues import QueueBook
+from services.master.status import ADMISSION, RESTARTS, SCALED, STOP_REQUESTED  # progress key: `primus stop` (or training.stopAt) asked training to finish where it is
 from services.master.store import JobRecord, JobStore
 
 STOP_MESSAGE = "training finishes where it is, then evaluation and the report"
 
 
-def job_proto(record: JobRecord, sources: Iterable[common_pb2.SourceStats] = ()) -> master_pb2.Job:
+def job_proto(record: JobRecord, sources: Iterable[common_pb2.SourceStats] = (), admission: AdmissionView | None = None) -> master_pb2.Job:
     progress = record.progress
     return master_pb2.Job(
         job_id=record.job_id,
@@ -60,7 +64,25 @@ def job_proto(record: JobRecord, sources: Iterable[common_pb2.SourceStats] = ())
         owner=record.owner,
         restarts={str(k): int(v) for k, v in progress.get(RESTARTS, {}).items()},
         sources=sources,
+        **(_admission_fields(admission) if admission is not None else {}),
     )
+
+
+def _admission_fields(view: AdmissionView) -> dict[str, Any]:
+    wait = view.wait
+    return {
+        "queue": view.facts.queue,
+        "priority_class": view.facts.priority_class,
+        "priority": view.facts.priority,
+        "admitted": view.state.admitted,
+        "wait_reason": wait.reason.value if wait is not None else "",
+        "position": wait.position if wait is not None else 0,
+        "preemptions": view.state.preemptions,
+    }
+
+
+def _amount(r: Resources) -> master_pb2.QueueResources:
+    return master_pb2.QueueResources(cores=r.cores, memory_mib=r.memory_mib, gpus=r.gpus)
 
 
 def fetch_logs(run_dir: str) -> Path:
@@ -101,7 +123,9 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         settings: MasterSettings | None = None,
         gate: Gate | None = None,
         access: AccessRecords | None = None,
+        admitter: Admitter | None = None,
     ) -> None:
+        """admitter: the admission loop (started by the caller); default: one without queues that nobody started."""
         self._store = store
         self._settings = settings or MasterSettings()
         self._driver = driver
@@ -111,6 +135,10 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         self._spec_ranks: dict[str, int] = {}  # each job's spec.resources.trainer.replicas, parsed once
         self._gate = gate or Gate(PolicyFile(""))
         self.access = access or AccessRecords(store)
+        self._admitter = admitter or Admitter(store, driver, QueueBook(), self.access)
+
+    def _proto(self, record: JobRecord, sources: Iterable[common_pb2.SourceStats] = ()) -> master_pb2.Job:
+        return job_proto(record, sources, self._admitter.view(record))
 
     def _job(self, verb: Verb, job_id: str) -> JobRecord:
         """The job, if the caller may do verb on it."""
@@ -132,6 +160,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
                 "object store, where they are not kept yet: run it on a master whose --runs-dir is a folder"
             )
         self._driver.admit(job)
+        self._admitter.book.check_submit(job, job.metadata.namespace)
         job_id = new_job_id(job.metadata.name)
         self._gate.about(job_id, job.metadata.namespace)
         now = time.time()
@@ -143,7 +172,8 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             run_dir=self._runs.uri_of(job_id),
             created=now,
             updated=now,
-            message="accepted",
+            message="accepted: waiting for admission",
+            progress={ADMISSION: AdmissionState().to_json()},  # not admitted: its driver waits for the admission loop
             namespace=job.metadata.namespace,
             owner=caller().name if caller().kind is Kind.USER else "",
         )
@@ -159,10 +189,30 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             seen = self._driver.plan_seen(record.job_id)
             sources = list(seen.sources) if seen is not None else []
         scaling = self._driver.scaling_log(record.job_id) if request.with_scaling else []
-        return master_pb2.GetJobResponse(job=job_proto(record, sources), scaling=scaling)
+        return master_pb2.GetJobResponse(job=self._proto(record, sources), scaling=scaling)
+
+    def ListQueues(self, request: master_pb2.ListQueuesRequest, context: grpc.ServicerContext) -> master_pb2.ListQueuesResponse:
+        book = self._admitter.book
+        queues = [
+            master_pb2.QueueStatus(
+                name=u.queue.name,
+                cohort=u.queue.cohort,
+                weight=u.queue.weight,
+                quota=_amount(u.queue.quota),
+                borrowing_limit=_amount(u.queue.borrowing_limit),
+                used=_amount(u.used),
+                borrowed=_amount(u.borrowed),
+                lent=_amount(u.lent),
+                pending=u.pending,
+                admitted=u.admitted,
+                namespaces=sorted(u.queue.namespaces),
+            )
+            for u in self._admitter.snapshot.queues
+        ]
+        return master_pb2.ListQueuesResponse(queues=queues, priority_classes=book.classes, default_priority_class=book.default_class, configured=book.configured)
 
     def ListJobs(self, request: master_pb2.ListJobsRequest, context: grpc.ServicerContext) -> master_pb2.ListJobsResponse:
-        return master_pb2.ListJobsResponse(jobs=[job_proto(r) for r in self._store.list() if self._gate.visible(r)])
+        return master_pb2.ListJobsResponse(jobs=[self._proto(r) for r in self._store.list() if self._gate.visible(r)])
 
     @audited(_records)
     def CancelJob(self, request: master_pb2.CancelJobRequest, context: grpc.ServicerContext) -> master_pb2.CancelJobResponse:
@@ -172,7 +222,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         cancelled = self._store.update(request.job_id, cancel_requested=True)
         if record.state == SUSPENDED:  # no driver follows it: one ends it (its executors are already released)
             self._driver.start(request.job_id, resume=True)
-        return master_pb2.CancelJobResponse(job=job_proto(cancelled))
+        return master_pb2.CancelJobResponse(job=self._proto(cancelled))
 
     @audited(_records)
     def StopJob(self, request: master_pb2.StopJobRequest, context: grpc.ServicerContext) -> master_pb2.StopJobResponse:
@@ -182,7 +232,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         if record.cancel_requested:
             raise ConflictError(f"job {request.job_id} is being cancelled")
         stopped = self._store.update(request.job_id, progress_update={STOP_REQUESTED: True}, message=f"stop requested: {STOP_MESSAGE}")
-        return master_pb2.StopJobResponse(job=job_proto(stopped))
+        return master_pb2.StopJobResponse(job=self._proto(stopped))
 
     @audited(_records)
     def DeleteJob(self, request: master_pb2.DeleteJobRequest, context: grpc.ServicerContext) -> master_pb2.DeleteJobResponse:
@@ -203,17 +253,17 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         self._job(Verb.CHANGE, request.job_id)
         bounds = (request.min_replicas, request.max_replicas) if request.min_replicas or request.max_replicas else None
         job, launched, draining = self._driver.scale(request.job_id, request.role, request.replicas, request.reason, bounds)
-        return master_pb2.ScaleJobResponse(job=job_proto(job), launched=launched, draining=draining)
+        return master_pb2.ScaleJobResponse(job=self._proto(job), launched=launched, draining=draining)
 
     @audited(_records)
     def SuspendJob(self, request: master_pb2.SuspendJobRequest, context: grpc.ServicerContext) -> master_pb2.SuspendJobResponse:
         self._job(Verb.CHANGE, request.job_id)
-        return master_pb2.SuspendJobResponse(job=job_proto(self._driver.suspend(request.job_id)))
+        return master_pb2.SuspendJobResponse(job=self._proto(self._driver.suspend(request.job_id)))
 
     @audited(_records)
     def ResumeJob(self, request: master_pb2.ResumeJobRequest, context: grpc.ServicerContext) -> master_pb2.ResumeJobResponse:
         self._job(Verb.CHANGE, request.job_id)
-        return master_pb2.ResumeJobResponse(job=job_proto(self._driver.resume(request.job_id)))
+        return master_pb2.ResumeJobResponse(job=self._proto(self._admitter.requeue(request.job_id)))
 
     @audited(_records)
     def SavepointJob(self, request: master_pb2.SavepointJobRequest, context: grpc.ServicerContext) -> master_pb2.SavepointJobResponse:
@@ -228,7 +278,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             record = self._store.get(request.job_id)
             if record.updated != last:
                 last = record.updated
-                yield master_pb2.WatchJobResponse(job=job_proto(record))
+                yield master_pb2.WatchJobResponse(job=self._proto(record))
             if record.final and (record.report_path or record.error):
                 return
             self._store.wait_for_change(self._settings.watch_poll_seconds)

@@ -18,6 +18,7 @@ SCALED = "scaled_replicas"  # the counts `primus scale` set, by role name
 AUTOSCALE_BOUNDS = "autoscale_bounds"  # [min, max] `primus scale --min --max` set for dataExecutor
 SUSPEND_REQUESTED = "suspend_requested"
 STOP_REQUESTED = "stop_requested"
+ADMISSION = "admission"  # what admission decided: services.master.queueing.AdmissionState
 RANKS_LOST = "ranks_lost"  # trainer ranks of an elastic gang that died and were not replaced (the gang shrank)
 
 
@@ -40,6 +41,7 @@ class JobStatus:
     error: str = ""  # why the report could not be written
     resource_version: int = 0
     elastic: bool = False  # resources.trainer.elastic: a rank's death shrinks the gang instead of restarting it
+    admitted: bool = True  # its queue admitted its gang (a job from before queues counts as admitted)
 
     def restarts_left(self, role: Role) -> int:
         return self.max_restarts[role] - self.restarts.get(ROLES[role].restart_key, 0)
@@ -66,4 +68,5 @@ class JobStatus:
             error=record.error,
             resource_version=record.version,
             elastic=bool(spec.resources.trainer.elastic),
+            admitted=bool(progress.get(ADMISSION, {"admitted": True}).get("admitted")),
         )

@@ -119,7 +119,8 @@ class JobStore:
     def insert(self, record: JobRecord) -> None:
         with self._lock:
             self._execute(
-                "INSERT INTO jobs (job_id, name, state, message, spec_yaml, run_dir, created, updated, namespace, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO jobs (job_id, name, state, message, spec_yaml, run_dir, created, updated, namespace, owner, progress) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     record.job_id,
                     record.name,
@@ -131,6 +132,7 @@ class JobStore:
                     record.updated,
                     record.namespace,
                     record.owner,
+                    json.dumps(record.progress),
                 ),
             )
             self.changed.notify_all()
