@@ -173,3 +173,21 @@ def test_no_demand_is_always_admitted() -> None:
 
 def test_a_running_job_of_a_removed_queue_counts_nowhere() -> None:
     assert isinstance(by_id(admit(SOLO, [job("r", queue="gone", need=4)], [job("j", need=4)]))["j"], Admit)
+
+
+def test_a_job_may_preempt_its_own_lower_jobs_and_take_lent_quota_back_at_once() -> None:
+    q = queues(Queue("a", cores(20), cohort="c"), Queue("b", cores(20), cohort="c"))
+    running = [job("a-low", "a", 15, priority=1, admitted=1), job("b-own", "b", 20, priority=1, admitted=1), job("b-lent", "b", 5, priority=1, admitted=2)]
+    decisions = admit(q, running, [job("a-high", "a", 20, priority=2)])
+    assert preempted(decisions) == {"a-low", "b-lent"}  # within its quota once a-low goes: b gives back the 5 it borrows
+    assert not preempted(admit(q, running[1:], [job("a-more", "a", 25, priority=2)]))  # it would borrow itself
+
+
+def test_room_freed_by_evictions_goes_to_jobs_within_their_quota_and_nobody_within_quota_is_preempted_for_it() -> None:
+    q = queues(Queue("a", cores(2), cohort="c"), Queue("b", cores(2), cohort="c"))
+    running = [job("a-old1", "a", evicting=True), job("a-old2", "a", evicting=True), job("b0", "b", admitted=1)]
+    waiting = [job("b1", "b", submitted=1), job("b2", "b", submitted=2), job("a1", "a", submitted=3), job("a2", "a", submitted=4)]
+    decisions = admit(q, running, waiting)
+    assert not preempted(decisions)  # b0 is within b's own quota
+    b2 = by_id(decisions)["b2"]
+    assert isinstance(b2, Wait) and b2.reason is WaitReason.WAITING_FOR_QUOTA

@@ -160,6 +160,7 @@ class _Ledger:
     cohort_now: dict[str, Resources] = field(default_factory=dict)
     cohort_after: dict[str, Resources] = field(default_factory=dict)
     cohort_quota: dict[str, Resources] = field(default_factory=dict)
+    reserved: dict[str, Resources] = field(default_factory=dict)  # of `after`: room promised to jobs waiting for evictions
 
     def __post_init__(self) -> None:
         for queue in self.queues.values():
@@ -180,12 +181,21 @@ class _Ledger:
         cohort = (self.cohort_after if after else self.cohort_now).get(_key(queue), NOTHING) + demand
         return usage.above(queue.quota).fits_in(queue.borrowing_limit) and cohort.fits_in(self.cohort_quota[_key(queue)])
 
+    def reserve(self, queue: str, demand: Resources) -> None:
+        self.add(queue, demand, now=False)
+        self.reserved[queue] = self.reserved.get(queue, NOTHING) + demand
+
     def borrowing(self, queue: str) -> bool:
-        return not self.after.get(queue, NOTHING).fits_in(self.queues[queue].quota)
+        """Whether the queue's running jobs (once evictions are done, not counting room promised) exceed its quota."""
+        held = self.after.get(queue, NOTHING) - self.reserved.get(queue, NOTHING)
+        return not held.fits_in(self.queues[queue].quota)
+
+    def within_quota(self, queue: Queue, demand: Resources, freed: Resources = NOTHING) -> bool:
+        return (self.after.get(queue.name, NOTHING) - freed + demand).fits_in(queue.quota)
 
     def share(self, queue: Queue) -> float:
-        """The queue's dominant share: its largest usage over quota, over its weight (fair share between equal priorities)."""
-        usage = self.now.get(queue.name, NOTHING)
+        """The queue's dominant share: its largest usage over quota (once evictions are done), over its weight."""
+        usage = self.after.get(queue.name, NOTHING)
         shares = [
             u / q for u, q in ((usage.cores, queue.quota.cores), (usage.memory_mib, queue.quota.memory_mib), (usage.gpus, queue.quota.gpus)) if q > 0 and q != UNLIMITED
         ]
@@ -221,7 +231,7 @@ def admit(queues: Mapping[str, Queue], running: Iterable[Workload], waiting: Ite
             decisions.append(Wait(job.job_id, WaitReason.UNKNOWN_QUEUE, 0, f"queue {job.queue!r} does not exist"))
         else:
             by_queue.setdefault(job.queue, []).append(job)
-    heads: list[tuple[int, float, float, str, str, int]] = []
+    heads: list[tuple[int, bool, float, float, str, str, int]] = []
     for name, jobs in by_queue.items():
         jobs.sort(key=_order)
         heads.append(_head(ledger, queues[name], jobs[0], 0))
@@ -231,10 +241,11 @@ def admit(queues: Mapping[str, Queue], running: Iterable[Workload], waiting: Ite
     while heads:
         *_, name, index = heapq.heappop(heads)
         queue, job = queues[name], by_queue[name][index]
-        outcome = _dominated(failed.get(name, ()), job) or _place(ledger, queues, queue, job, candidates, decisions)
+        dominated = _dominated(failed.get(name, ()), job)
+        outcome = dominated or _place(ledger, queues, queue, job, candidates, decisions)
         outcomes[job.job_id] = outcome
-        if isinstance(outcome, Wait) and outcome.reason is not WaitReason.WAITING_FOR_PREEMPTION:
-            failed.setdefault(name, []).append((job, outcome))
+        if dominated is None and isinstance(outcome, Wait) and outcome.reason is not WaitReason.WAITING_FOR_PREEMPTION:
+            failed.setdefault(name, []).append((job, outcome))  # one entry per failed shape: later ones are dominated
         if index + 1 < len(by_queue[name]):
             heapq.heappush(heads, _head(ledger, queue, by_queue[name][index + 1], index + 1))
     for jobs in by_queue.values():
@@ -248,8 +259,10 @@ def admit(queues: Mapping[str, Queue], running: Iterable[Workload], waiting: Ite
     return decisions
 
 
-def _head(ledger: _Ledger, queue: Queue, job: Workload, index: int) -> tuple[int, float, float, str, str, int]:
-    return (-job.priority, ledger.share(queue), job.submitted, job.job_id, queue.name, index)
+def _head(ledger: _Ledger, queue: Queue, job: Workload, index: int) -> tuple[int, bool, float, float, str, str, int]:
+    """A queue's next job, ordered: higher priority; then one that fits its queue's own quota before one that would
+    borrow; then the queue with the smaller share; then the earlier submitted."""
+    return (-job.priority, not ledger.within_quota(queue, job.demand), ledger.share(queue), job.submitted, job.job_id, queue.name, index)
 
 
 def _dominated(failed: Iterable[tuple[Workload, Wait]], job: Workload) -> Wait | None:
@@ -274,7 +287,7 @@ def _place(ledger: _Ledger, queues: Mapping[str, Queue], queue: Queue, job: Work
             borrowed = (ledger.now.get(queue.name, NOTHING) + job.demand).above(queue.quota).least(job.demand)
             ledger.add(queue.name, job.demand)
             return Admit(job.job_id, queue.name, borrowed)
-        ledger.add(queue.name, job.demand, now=False)  # the room jobs being released free is this one's
+        ledger.reserve(queue.name, job.demand)  # the room jobs being released free is this one's
         return Wait(job.job_id, WaitReason.WAITING_FOR_PREEMPTION, 0, "jobs it preempted are being released")
     victims = _victims(ledger, queues, queue, job, candidates)
     if victims is None:
@@ -284,7 +297,7 @@ def _place(ledger: _Ledger, queues: Mapping[str, Queue], queue: Queue, job: Work
         ledger.add(victim.queue, NOTHING - victim.demand, now=False)
         candidates[victim.queue].remove(victim)
         decisions.append(Preempt(victim.job_id, job.job_id, reason))
-    ledger.add(queue.name, job.demand, now=False)
+    ledger.reserve(queue.name, job.demand)
     return Wait(job.job_id, WaitReason.WAITING_FOR_PREEMPTION, 0, f"preempted {len(victims)} job(s) to make room")
 
 
@@ -298,32 +311,45 @@ def _room(ledger: _Ledger, queue: Queue) -> Resources:
 def _victims(ledger: _Ledger, queues: Mapping[str, Queue], queue: Queue, job: Workload, candidates: dict[str, list[Workload]]) -> list[tuple[Workload, str]] | None:
     """The fewest running jobs to release so that the job fits once they are gone, or None if no allowed set frees
     enough. Allowed: jobs of lower priority in its own queue; jobs of any priority in a queue of its cohort that
-    borrows, when the job itself fits within its own queue's quota (the cohort gives back what it was lent)."""
-    within_quota = (ledger.after.get(queue.name, NOTHING) + job.demand).fits_in(queue.quota)
+    borrows, when the job then fits within its own queue's quota (the cohort gives back what it was lent)."""
+    lower = sorted((w for w in candidates.get(queue.name, ()) if w.priority < job.priority), key=lambda w: (w.priority, -w.admitted))
     pool: list[tuple[Workload, str]] = []
-    if within_quota and queue.cohort:
+    if queue.cohort and ledger.within_quota(queue, job.demand, freed=sum((w.demand for w in lower), NOTHING)):
         for other in queues.values():
             if other.cohort == queue.cohort and other.name != queue.name:
                 pool += [(w, f"queue {other.name!r} borrows from cohort {queue.cohort!r}; its quota goes back to {queue.name!r}") for w in candidates.get(other.name, ())]
     pool.sort(key=lambda item: (item[0].priority, -item[0].admitted))
-    lower = [w for w in candidates.get(queue.name, ()) if w.priority < job.priority]
-    lower.sort(key=lambda w: (w.priority, -w.admitted))
     pool += [(w, f"priority {w.priority} < {job.priority} in queue {queue.name!r}") for w in lower]
     chosen: list[tuple[Workload, str]] = []
     for victim, reason in pool:
-        if victim.queue != queue.name and not ledger.borrowing(victim.queue):
+        if victim.queue != queue.name and not _still_borrowing(ledger, victim.queue, chosen):
             continue  # that queue gave back what it borrowed: the rest of its jobs are within its own quota
         chosen.append((victim, reason))
+        if _frees_enough(ledger, queue, job, chosen):
+            return _fewest(ledger, queue, job, chosen)
+    return None
+
+
+def _still_borrowing(ledger: _Ledger, name: str, chosen: Sequence[tuple[Workload, str]]) -> bool:
+    gone = [v for v, _ in chosen if v.queue == name]
+    for victim in gone:
+        ledger.add(name, NOTHING - victim.demand, now=False)
+    borrowing = ledger.borrowing(name)
+    for victim in gone:
+        ledger.add(name, victim.demand, now=False)
+    return borrowing
+
+
+def _frees_enough(ledger: _Ledger, queue: Queue, job: Workload, chosen: Sequence[tuple[Workload, str]]) -> bool:
+    """Whether the job fits once the chosen are gone, and, where lent quota is taken back, fits its own quota then."""
+    for victim, _ in chosen:
         ledger.add(victim.queue, NOTHING - victim.demand, now=False)
-        if ledger.fits(queue, job.demand, after=True):
-            break
-    else:
-        for victim, _ in chosen:
-            ledger.add(victim.queue, victim.demand, now=False)
-        return None
-    for victim, _ in chosen:  # undo the trial; the caller releases what it keeps
+    fits = ledger.fits(queue, job.demand, after=True)
+    if fits and any(v.queue != queue.name for v, _ in chosen):
+        fits = ledger.within_quota(queue, job.demand)  # it takes back what it was owed, never more to borrow itself
+    for victim, _ in chosen:
         ledger.add(victim.queue, victim.demand, now=False)
-    return _fewest(ledger, queue, job, chosen)
+    return fits
 
 
 def _fewest(ledger: _Ledger, queue: Queue, job: Workload, chosen: Sequence[tuple[Workload, str]]) -> list[tuple[Workload, str]]:
@@ -331,11 +357,6 @@ def _fewest(ledger: _Ledger, queue: Queue, job: Workload, chosen: Sequence[tuple
     kept = list(chosen)
     for item in reversed(chosen[:-1]):
         trial = [v for v in kept if v is not item]
-        for victim, _ in trial:
-            ledger.add(victim.queue, NOTHING - victim.demand, now=False)
-        fits = ledger.fits(queue, job.demand, after=True)
-        for victim, _ in trial:
-            ledger.add(victim.queue, victim.demand, now=False)
-        if fits:
+        if _frees_enough(ledger, queue, job, trial):
             kept = trial
     return kept
