@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -811,12 +812,17 @@ def _template_problems(job: TrainingJob) -> list[str]:
 MAX_SPEC_BYTES = 1 << 20  # far above any real job (the 10M-row Criteo example is 6 KiB); a bigger one is refused unparsed
 
 
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's safe loader parses a spec about 7x faster
+
+
+@functools.lru_cache(maxsize=1024)
 def load_job_text(text: str, origin: str = "spec") -> TrainingJob:
-    """Parse and validate YAML text; anything that is not a YAML mapping is one line naming the origin."""
+    """Parse and validate YAML text; anything that is not a YAML mapping is one line naming the origin. The same text
+    is parsed once (a master reads each job's spec on every look): the model is frozen, so the copy is shared."""
     if len(text) > MAX_SPEC_BYTES:
         raise SpecError([f"{origin}: not a job spec: {len(text):,} characters, above the {MAX_SPEC_BYTES:,} a TrainingJob may take (refused before parsing)"])
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=YAML_LOADER)  # a safe loader: libyaml's when it is there
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

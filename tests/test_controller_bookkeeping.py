@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,12 @@ def test_the_replacement_of_an_oom_killed_executor_says_so() -> None:
     successor.memory_mib = 2048  # relaunched bigger: no longer memory-bound on that account
     (signals,) = role_signals([dead, successor], "data_executor", now=1.0, free_cores=0.0).executors
     assert not signals.oom_killed
+
+
+def test_a_records_state_text_is_its_state_and_follows_every_change() -> None:
+    record = ExecutorRecord("e-1", "j", "data_executor", 0, ExecutorState.STARTING, 1.0, 1024, "/logs/e-1.log")
+    assert json.loads(record.state_text()) == record.to_state()
+    record.address, record.state = "127.0.0.1:5000", ExecutorState.READY
+    record.heartbeat_at = 12.0  # not in the state: the text stays
+    assert json.loads(record.state_text()) == record.to_state()
+    assert json.loads(record.state_text())["address"] == "127.0.0.1:5000"

@@ -122,6 +122,29 @@ def test_a_restarted_pool_takes_back_what_runs_and_marks_what_exited(tmp_path: P
                 os.kill(pid, signal.SIGKILL)
 
 
+def test_registrations_reach_a_restarted_pool_from_the_log_and_from_the_state_file_that_took_them_in(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    first = ExecutorPool(_backend(SLEEP), own_address="127.0.0.1:3", state_path=state)
+    try:
+        (one,) = first.launch(LaunchRequest("job", "data_executor", 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
+        first.register(one.executor_id, "127.0.0.1:41", "127.0.0.1:51", one.pid)  # logged, not yet in the state file
+        (two,) = first.launch(LaunchRequest("job", "data_executor", 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
+        assert "127.0.0.1:41" in state.read_text(), "the launch's write took the logged registration in"
+        first.register(two.executor_id, "127.0.0.1:42", "127.0.0.1:52", two.pid)
+        first.close()  # as after kill -9
+        second = ExecutorPool(_backend(SLEEP), own_address="127.0.0.1:3", state_path=state)
+        try:
+            assert [second.record(e.executor_id).address for e in (one, two)] == ["127.0.0.1:41", "127.0.0.1:42"]
+            assert all(second.record(e.executor_id).state is ExecutorState.READY for e in (one, two))
+        finally:
+            second.release("job", grace_seconds=1)
+            second.close()
+    finally:
+        for pid in (one.pid, two.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_a_job_ending_while_an_executor_drains_keeps_the_drains_reason(tmp_path: Path) -> None:
     pool = ExecutorPool(_backend(SLEEP), own_address="127.0.0.1:3")
     try:

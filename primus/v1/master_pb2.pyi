@@ -27,7 +27,7 @@ class JobProgress(_message.Message):
     def __init__(self, phase: _Optional[str] = ..., step: _Optional[int] = ..., samples_trained: _Optional[int] = ..., loss: _Optional[float] = ..., tasks_total: _Optional[int] = ..., tasks_done: _Optional[int] = ..., trainer_ranks: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "name", "state", "message", "created_unix", "updated_unix", "progress", "spec_yaml", "report_path", "run_dir", "namespace", "owner", "restarts", "sources", "queue", "priority_class", "priority", "admitted", "wait_reason", "position", "preemptions")
+    __slots__ = ("job_id", "name", "state", "message", "created_unix", "updated_unix", "progress", "spec_yaml", "report_path", "run_dir", "namespace", "owner", "restarts", "sources", "queue", "priority_class", "priority", "admitted", "wait_reason", "position", "preemptions", "admitted_unix")
     class RestartsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +56,7 @@ class Job(_message.Message):
     WAIT_REASON_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
     PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
+    ADMITTED_UNIX_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     state: _common_pb2.JobState
@@ -77,7 +78,8 @@ class Job(_message.Message):
     wait_reason: str
     position: int
     preemptions: int
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., message: _Optional[str] = ..., created_unix: _Optional[float] = ..., updated_unix: _Optional[float] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., spec_yaml: _Optional[str] = ..., report_path: _Optional[str] = ..., run_dir: _Optional[str] = ..., namespace: _Optional[str] = ..., owner: _Optional[str] = ..., restarts: _Optional[_Mapping[str, int]] = ..., sources: _Optional[_Iterable[_Union[_common_pb2.SourceStats, _Mapping]]] = ..., queue: _Optional[str] = ..., priority_class: _Optional[str] = ..., priority: _Optional[int] = ..., admitted: _Optional[bool] = ..., wait_reason: _Optional[str] = ..., position: _Optional[int] = ..., preemptions: _Optional[int] = ...) -> None: ...
+    admitted_unix: float
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., message: _Optional[str] = ..., created_unix: _Optional[float] = ..., updated_unix: _Optional[float] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., spec_yaml: _Optional[str] = ..., report_path: _Optional[str] = ..., run_dir: _Optional[str] = ..., namespace: _Optional[str] = ..., owner: _Optional[str] = ..., restarts: _Optional[_Mapping[str, int]] = ..., sources: _Optional[_Iterable[_Union[_common_pb2.SourceStats, _Mapping]]] = ..., queue: _Optional[str] = ..., priority_class: _Optional[str] = ..., priority: _Optional[int] = ..., admitted: _Optional[bool] = ..., wait_reason: _Optional[str] = ..., position: _Optional[int] = ..., preemptions: _Optional[int] = ..., admitted_unix: _Optional[float] = ...) -> None: ...
 
 class QueueResources(_message.Message):
     __slots__ = ("cores", "memory_mib", "gpus")

@@ -23,6 +23,7 @@ from services.master import reconcile as rc
 from services.master.peers import Peers
 from services.master.report import build_report, carry_costs, write_report
 from services.master.status import (
+    ADMISSION,
     AUTOSCALE_BOUNDS,
     CRASHES_HANDLED,
     EARLIER_LEDGERS,
@@ -35,12 +36,14 @@ from services.master.status import (
     JobStatus,
 )
 from services.master.store import JobRecord, JobStore
+from services.master.timings import Durations
 
 log = logging.getLogger(__name__)
 MAX_TRAINER_RANKS = 64  # as spec.resources.trainer.replicas
 SUSPENDED = JobState.SUSPENDED.value
 RESUMING = {"phase": "resuming", "step": 0, "samples": 0}  # until the new trainer reports: the old one's count is not its
 AUTOSCALE_FREE = (1, 64)  # a role's replica bounds without autoscaling
+LOOKS_PER_SECOND = 200  # the most looks all of a master's idle job drivers make together (see _poll_seconds)
 AFTER_LAUNCH = "master.after_launch"  # fault points (primus.faults, tests only): right after launching a job's executors
 AFTER_RELAUNCH = "master.after_relaunch"  # ... right after relaunching a crashed one
 _LIVE = (rc_pb2.EXECUTOR_STATE_STARTING, rc_pb2.EXECUTOR_STATE_READY, rc_pb2.EXECUTOR_STATE_DRAINING, rc_pb2.EXECUTOR_STATE_PENDING)
@@ -82,6 +85,8 @@ class JobDriver:
         self._own_info = own_info
         self._threads: dict[str, threading.Thread] = {}
         self._plans_seen: dict[str, planner_pb2.GetPlanResponse] = {}  # each driven job's plan as last seen at the planner
+        self.looks = Durations()  # each look of any job's driver: read its record, observe its peers, reconcile
+        self.on_job_change: Callable[[], None] = lambda: None  # a job ended or released its executors (admission looks again)
 
     def plan_seen(self, job_id: str) -> planner_pb2.GetPlanResponse | None:
         """The job's plan as its driver last saw it at the planner (None before the first look, or after this master started)."""
@@ -234,9 +239,11 @@ class JobDriver:
             try:
                 while True:
                     try:
+                        started = time.perf_counter()
                         record = self._store.get(job_id)
                         status = JobStatus.from_record(record, spec)
                         actions = rc.reconcile(status, self._observe(record, status, spec, looks), self._settings)
+                        self.looks.record(time.perf_counter() - started)  # the tick: read, observe, decide (not the actions' own work)
                         for action in actions:
                             self._apply(record, action, looks)
                     except StorageFullError as exc:  # nothing decided can be kept: the same look again once there is room
@@ -249,7 +256,7 @@ class JobDriver:
                     if any(isinstance(a, rc.Finish | rc.Suspend) for a in actions) or (status.state is JobState.SUSPENDED and not status.cancel_requested):
                         return
                     if all(isinstance(a, rc.Wait) for a in actions):
-                        self._store.wait_for_change(self._settings.master_poll_seconds)
+                        self._store.wait_for_job(job_id, self._poll_seconds())
             except JobFailedError as exc:
                 self._end(job_id, JobState.FAILED, str(exc))
             except grpc.RpcError as exc:
@@ -257,6 +264,15 @@ class JobDriver:
             except Exception as exc:
                 log.exception("job %s: driver error", job_id)
                 self._end(job_id, JobState.FAILED, f"master error: {type(exc).__name__}: {exc}")
+            finally:
+                if self._threads.get(job_id) is threading.current_thread():  # a resume may have started its next driver
+                    del self._threads[job_id]
+
+    def _poll_seconds(self) -> float:
+        """How long a driver with nothing to do waits before it looks again (at once when its job's record changes):
+        the master_poll_seconds setting, stretched so that all the jobs driven together look at most LOOKS_PER_SECOND
+        times a second (500 running jobs: every 2.5 s), each look asking the planner and the controller once."""
+        return max(self._settings.master_poll_seconds, len(self._threads) / LOOKS_PER_SECOND)
 
     def _end(self, job_id: str, state: JobState, message: str) -> None:
         looks = _Looks()
@@ -441,8 +457,12 @@ class JobDriver:
     def _suspend(self, job: JobRecord) -> None:
         released = self._peers.rc.ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id), timeout=60).executors
         handled = sorted(set(job.progress.get(CRASHES_HANDLED, [])) | {e.executor_id for e in released})
-        message = f"suspended: {len(released)} executors released; `primus resume` goes on from the last committed checkpoint"
+        if job.progress.get(ADMISSION, {}).get("queued"):  # preempted: its queue resumes it
+            message = f"preempted: {len(released)} executors released; it resumes from its last committed checkpoint once its queue admits it again"
+        else:
+            message = f"suspended: {len(released)} executors released; `primus resume` goes on from the last committed checkpoint"
         self._store.update(job.job_id, state=SUSPENDED, message=message, progress_update={CRASHES_HANDLED: handled})
+        self.on_job_change()
         log.info("job %s: %s", job.job_id, message)
 
     def _replan(self, job: JobRecord, last_plan: planner_pb2.GetPlanResponse | None) -> None:
@@ -505,8 +525,10 @@ class JobDriver:
             log.exception("job %s: could not write the report", job_id)
             error = f"report not written: {type(exc).__name__}: {exc}"
             self._store.update(job_id, state=state.value, message=f"{message}; {error}", error=error)
+            self.on_job_change()
             return
         self._store.update(job_id, state=state.value, message=message, report_path=path)
+        self.on_job_change()
         self._plans_seen.pop(job_id, None)  # the report holds the counts from now on
         log.info("job %s %s: %s (report %s)", job_id, state.value, message, path)
 

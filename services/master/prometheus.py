@@ -11,11 +11,12 @@ from primus.v1 import common_pb2
 from services.master.admission import Resources
 from services.master.queueing import QueueUsage, Snapshot
 from services.master.store import JobStore
+from services.master.timings import Durations
 
 STATES = [v.name.removeprefix("JOB_STATE_") for v in common_pb2.DESCRIPTOR.enum_types_by_name["JobState"].values if v.number != common_pb2.JOB_STATE_UNSPECIFIED]
 
 
-def master_metrics(store: JobStore, admission: Snapshot | None = None) -> Iterator[Metric]:
+def master_metrics(store: JobStore, admission: Snapshot | None = None, loops: dict[str, Durations] | None = None) -> Iterator[Metric]:
     """Jobs by state (every state, zeros too), restarts by role summed over the jobs in the store, and each queue's
     quota, usage, borrowed and lent per resource and its pending and admitted jobs (as the last admission pass saw them)."""
     states: dict[str, int] = dict.fromkeys(STATES, 0)
@@ -34,6 +35,12 @@ def master_metrics(store: JobStore, admission: Snapshot | None = None) -> Iterat
     yield relaunched
     if admission is not None:
         yield from queue_metrics(admission)
+    for name, durations in (loops or {}).items():
+        family = GaugeMetricFamily(f"primus_master_{name}_seconds", f"The master's {name.replace('_', ' ')}: seconds, over its last runs", labels=["quantile"])
+        for q in (0.5, 0.9, 0.99):
+            family.add_metric([str(q)], durations.quantile(q))
+        yield family
+        yield CounterMetricFamily(f"primus_master_{name}", f"The master's {name.replace('_', ' ')}s so far", value=durations.count)
 
 
 def queue_metrics(admission: Snapshot) -> Iterator[Metric]:

@@ -21,6 +21,7 @@ from services.master.driver import JobDriver
 from services.master.queues import JobAdmission, QueueBook
 from services.master.status import ADMISSION, SUSPEND_REQUESTED
 from services.master.store import JobRecord, JobStore
+from services.master.timings import Durations
 
 log = logging.getLogger(__name__)
 ADMISSION_PRINCIPAL = Principal(Kind.SERVICE, "master-admission")
@@ -120,7 +121,13 @@ class Admitter:
         self._lock = threading.Lock()
         self._said: dict[str, str] = {}  # each waiting job's reason as last written to its message
         self.snapshot = Snapshot()
+        self.passes = Durations()
         self._stopped = threading.Event()
+        self._woken = threading.Event()
+
+    def wake(self) -> None:
+        """A pass soon: a job was submitted, or one ended or released its executors."""
+        self._woken.set()
 
     def start(self) -> None:
         threading.Thread(target=self._loop, name="admission", daemon=True).start()
@@ -130,11 +137,12 @@ class Admitter:
 
     def _loop(self) -> None:
         while not self._stopped.is_set():
+            self._woken.clear()  # a wake during the pass brings the next one at once
             try:
                 self.run_pass()
             except Exception:
                 log.exception("admission pass failed; trying again")
-            self._store.wait_for_change(self._poll)
+            self._woken.wait(self._poll)
 
     def admission_of(self, record: JobRecord) -> JobAdmission:
         spec = self._specs.get(record.job_id)
@@ -151,7 +159,7 @@ class Admitter:
         """Read every job, decide, carry the decisions out; the decisions."""
         with self._lock:
             started = time.monotonic()
-            records = {r.job_id: r for r in self._store.list()}
+            records = {r.job_id: r for r in self._store.list(unfinished=True)}
             running: list[Workload] = []
             waiting: list[Workload] = []
             jobs: dict[str, JobAdmission] = {}
@@ -175,6 +183,7 @@ class Admitter:
             admitted_now = {d.job_id for d in decisions if isinstance(d, Admit)}
             held = [w for w in running if not w.evicting] + [w for w in waiting if w.job_id in admitted_now]
             self.snapshot = Snapshot(waits, jobs, queue_usage(queues, held, counted, admitted_now, waiting), time.monotonic() - started)
+            self.passes.record(self.snapshot.pass_seconds)
             return decisions
 
     def requeue(self, job_id: str) -> JobRecord:

@@ -61,12 +61,13 @@ def create_server(
 
     driver = JobDriver(store, Peers(planner_address, rc_address), own_info, settings)
     admitter = Admitter(store, driver, queues or QueueBook(), records, settings.master_poll_seconds)
+    driver.on_job_change = admitter.wake
     servicer = MasterServicer(store, driver, runs_dir, settings, gate, records, admitter)
     secret = tokens.read_secret(credentials.token_secret_file) if credentials.token_secret_file else None
     access = AccessServicer(records, gate, secret)
     jwt = jwt_tokens.settings_from_env()
     metrics = metrics_http.serve(metrics_http.host_of(bind), metrics_port)
-    metrics.add(lambda: master_metrics(store, admitter.snapshot))
+    metrics.add(lambda: master_metrics(store, admitter.snapshot, {"job_look": driver.looks, "admission_pass": admitter.passes}))
     registrations = [
         lambda s: master_pb2_grpc.add_MasterServiceServicer_to_server(servicer, s),
         lambda s: access_pb2_grpc.add_AccessServiceServicer_to_server(access, s),

@@ -78,6 +78,7 @@ def _admission_fields(view: AdmissionView) -> dict[str, Any]:
         "wait_reason": wait.reason.value if wait is not None else "",
         "position": wait.position if wait is not None else 0,
         "preemptions": view.state.preemptions,
+        "admitted_unix": view.state.admitted_unix,
     }
 
 
@@ -179,6 +180,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         )
         self._store.insert(record)
         self._driver.start(job_id)
+        self._admitter.wake()
         return master_pb2.SubmitJobResponse(job_id=job_id)
 
     def GetJob(self, request: master_pb2.GetJobRequest, context: grpc.ServicerContext) -> master_pb2.GetJobResponse:
@@ -303,7 +305,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         progress = {"phase": request.phase, "step": request.step, "samples": request.samples, "loss": request.loss}
         if request.ranks:
             progress["ranks"] = request.ranks
-        record = self._store.update(request.job_id, progress_update=progress)
+        record = self._store.update(request.job_id, progress_update=progress, quiet=True)
         stop = record.cancel_requested or record.final or self._stop_asked(record)
         return master_pb2.ReportTrainingProgressResponse(stop=stop, trainer_replicas=self._trainer_replicas(record))
 

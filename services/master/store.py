@@ -87,6 +87,7 @@ class JobStore:
         self._pg = is_url(self.url)
         self._lock = threading.Lock()
         self.changed = threading.Condition(self._lock)
+        self._job_changed: dict[str, threading.Event] = {}  # per job: set by a write that its driver must see
         if self._pg:
             self._conn: Any = psycopg.connect(self.url, autocommit=True)
         else:
@@ -136,6 +137,7 @@ class JobStore:
                 ),
             )
             self.changed.notify_all()
+            self._job_event(record.job_id).set()
 
     def _get(self, job_id: str) -> JobRecord:
         rows = self._rows(f"SELECT {_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,))
@@ -153,13 +155,16 @@ class JobStore:
             rows = self._rows("SELECT state, progress FROM jobs")
         return [(state, dict(json.loads(progress).get("restarts", {}))) for state, progress in rows]
 
-    def list(self) -> list[JobRecord]:
+    def list(self, unfinished: bool = False) -> list[JobRecord]:
+        """Every job, oldest first; unfinished: only those not in a final state (what admission weighs)."""
+        where = f" WHERE state NOT IN ({', '.join(repr(s) for s in sorted(FINAL_STATES))})" if unfinished else ""
         with self._lock:
-            rows = self._rows(f"SELECT {_COLUMNS} FROM jobs ORDER BY created")
+            rows = self._rows(f"SELECT {_COLUMNS} FROM jobs{where} ORDER BY created")
         return [_record(r) for r in rows]
 
-    def update(self, job_id: str, progress_update: dict[str, Any] | None = None, expected_version: int | None = None, **changes: Any) -> JobRecord:
-        """Change some fields of a job atomically; progress_update merges into the stored progress.
+    def update(self, job_id: str, progress_update: dict[str, Any] | None = None, expected_version: int | None = None, quiet: bool = False, **changes: Any) -> JobRecord:
+        """Change some fields of a job atomically; progress_update merges into the stored progress. quiet: a write the
+        job's driver need not look at at once (a trainer's progress report); watchers are woken all the same.
 
         The write names the version it read: another writer (this master's servicer, or a second master) that wrote
         in between makes it fail with StaleVersionError; with expected_version, so does a caller's stale read.
@@ -189,6 +194,8 @@ class JobStore:
             )
             if written != 1:
                 raise StaleVersionError(f"job {job_id} changed under this write (resource version {current.version} is stale)")
+            if not quiet:
+                self._job_event(job_id).set()
             self.changed.notify_all()
         return updated
 
@@ -215,6 +222,19 @@ class JobStore:
     def wait_for_change(self, timeout: float) -> None:
         with self.changed:
             self.changed.wait(timeout)
+
+    def wait_for_job(self, job_id: str, timeout: float) -> None:
+        """Until a write to this job that is not quiet (or the timeout): one job's driver is not woken by every job's."""
+        with self._lock:
+            event = self._job_event(job_id)
+        event.wait(timeout)
+        event.clear()
+
+    def _job_event(self, job_id: str) -> threading.Event:
+        event = self._job_changed.get(job_id)
+        if event is None:
+            event = self._job_changed[job_id] = threading.Event()
+        return event
 
     def close(self) -> None:
         with self._lock:

@@ -161,6 +161,7 @@ class PartitionResolver:
         self._worker_latency = worker_latency_seconds
         self._parent_check_seconds = parent_check_seconds
         self._pool: ProcessPoolExecutor | None = None
+        self._pool_lock = threading.Lock()  # plans made at once share one pool, started once
 
     def __call__(self, job: TrainingJob, source: Source, slots: Sequence[datetime]) -> list[Partition]:
         return self.resolve_many(job, [(source, slots)])[0]
@@ -190,13 +191,14 @@ class PartitionResolver:
 
     def _workers(self) -> ProcessPoolExecutor:
         """The worker pool, every worker started: a pool starts a worker per task while none is idle, so one task each."""
-        if self._pool is None:
-            context = multiprocessing.get_context("spawn")
-            pool = ProcessPoolExecutor(self.processes, mp_context=context, initializer=_init_worker, initargs=(self._worker_latency, self._parent_check_seconds))
-            for started in [pool.submit(os.getpid) for _ in range(self.processes)]:
-                started.result()
-            self._pool = pool
-        return self._pool
+        with self._pool_lock:
+            if self._pool is None:
+                context = multiprocessing.get_context("spawn")
+                pool = ProcessPoolExecutor(self.processes, mp_context=context, initializer=_init_worker, initargs=(self._worker_latency, self._parent_check_seconds))
+                for started in [pool.submit(os.getpid) for _ in range(self.processes)]:
+                    started.result()
+                self._pool = pool
+            return self._pool
 
     def close(self) -> None:
         if self._pool is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -122,6 +123,12 @@ def _lease_outcome(reply: planner_pb2.LeaseTaskResponse) -> str:
     return "task" if reply.HasField("task") else "exhausted" if reply.exhausted else "wait"
 
 
+# LeaseTasks that may wait for a task at once (each holds one of the server's threads while it waits): beyond these an
+# empty lease is answered at once with retry_after, so that thousands of idle executors never take every thread from
+# the claims, reports and commits that make progress.
+LONG_POLLS = 16
+
+
 class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
     def __init__(self, registry: PlanRegistry, timed: Timed = _untimed, settings: PlannerSettings | None = None) -> None:
         """timed hears how long each LeaseTask and ClaimTask took, and how it ended (the planner's metrics). settings:
@@ -129,6 +136,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         self._registry = registry
         self._timed = timed
         self._settings = settings or PlannerSettings()
+        self._long_polls = threading.BoundedSemaphore(LONG_POLLS)
 
     def CreatePlan(self, request: planner_pb2.CreatePlanRequest, context: grpc.ServicerContext) -> planner_pb2.CreatePlanResponse:
         return planner_pb2.CreatePlanResponse(summary=summary_proto(self._registry.create(request.job_id, request.spec_yaml).plan))
@@ -176,15 +184,23 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
     def _lease_task(self, request: planner_pb2.LeaseTaskRequest, context: grpc.ServicerContext) -> planner_pb2.LeaseTaskResponse:
         """Long-polls: with nothing runnable yet, waits up to long_poll_seconds for the ledger to change before answering."""
         ledger = self._registry.get(request.job_id).ledger
-        deadline = time.monotonic() + self._settings.long_poll_seconds
-        while True:
-            reply = _lease(ledger, request.job_id, request.executor_id, request.purpose)
-            if reply is not None:
-                return reply
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not context.is_active():
-                return planner_pb2.LeaseTaskResponse(retry_after_seconds=self._settings.retry_after_seconds)
-            ledger.wait_for_change(min(remaining, 0.25))
+        reply = _lease(ledger, request.job_id, request.executor_id, request.purpose)
+        if reply is not None:
+            return reply
+        if not self._long_polls.acquire(blocking=False):  # every long-poll slot taken: answer now, keep a thread for the rest
+            return planner_pb2.LeaseTaskResponse(retry_after_seconds=self._settings.retry_after_seconds)
+        try:
+            deadline = time.monotonic() + self._settings.long_poll_seconds
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not context.is_active():
+                    return planner_pb2.LeaseTaskResponse(retry_after_seconds=self._settings.retry_after_seconds)
+                ledger.wait_for_change(min(remaining, 0.25))
+                reply = _lease(ledger, request.job_id, request.executor_id, request.purpose)
+                if reply is not None:
+                    return reply
+        finally:
+            self._long_polls.release()
 
     def ClaimTask(self, request: planner_pb2.ClaimTaskRequest, context: grpc.ServicerContext) -> planner_pb2.ClaimTaskResponse:
         """Claims a read task; with lease_next, also leases the claimant's next task (never waiting for one)."""

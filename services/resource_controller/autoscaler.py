@@ -79,7 +79,7 @@ class Autoscaler:
         the executors however many jobs share them."""
         now = self._clock()
         by_job: dict[str, list[ExecutorRecord]] = {}
-        for record in self._pool.records():
+        for record in self._pool.live_jobs_records():
             by_job.setdefault(record.job_id, []).append(record)
         specs = {job_id: spec for job_id in by_job if (spec := self.spec(job_id)) is not None}
         holdings = {job_id: held(records) for job_id, records in by_job.items()}

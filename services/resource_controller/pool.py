@@ -11,7 +11,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +57,9 @@ class LaunchRequest:
     join_gang: bool = False  # trainer ranks joining the job's running gang (an elastic grow)
 
 
+STATE_GATHER_SECONDS = 0.02  # a save waits this long for other changes to write with it: one write for a burst
+
+
 class ExecutorPool:
     """States go PENDING -> STARTING -> READY -> (DRAINING ->) EXITED / FAILED / LOST / RELEASED."""
 
@@ -86,6 +89,10 @@ class ExecutorPool:
         self._state_path = state_path
         self._unsaved_since: float | None = None  # since when the state file cannot be written (a full disk)
         self._records: dict[str, ExecutorRecord] = {}
+        self._by_job: dict[str, dict[str, ExecutorRecord]] = {}  # the same records by job: a job's calls never scan every job's
+        self._changes = 0  # state changes so far; the state file holds those up to _saved
+        self._saved = 0
+        self._save_lock = threading.Lock()  # one writer: callers whose change a write already holds do not write again
         self._jobs: dict[str, JobContext] = {}
         self._next_index: dict[str, int] = {}  # per "job/role": executor ids are never reused
         self._timeouts: dict[str, float] = {}
@@ -168,11 +175,18 @@ class ExecutorPool:
         if until is not None:
             record.state = ExecutorState.PENDING
             record.message = f"slot {slot} is blacklisted for {until - self._clock():.0f}s more: {self._slots.reason((request.job_id, request.role, slot))}"
-        self._records[executor_id] = record
+        self._add(record)
         return record
 
+    def _add(self, record: ExecutorRecord) -> None:
+        self._records[record.executor_id] = record
+        self._by_job.setdefault(record.job_id, {})[record.executor_id] = record
+
+    def _of_job(self, job_id: str) -> Iterable[ExecutorRecord]:
+        return self._by_job.get(job_id, {}).values()
+
     def _free_slot(self, job_id: str, role: str) -> int:
-        taken = {r.slot for r in self._records.values() if r.job_id == job_id and r.role == role and (r.state.live or r.state is ExecutorState.PENDING)}
+        taken = {r.slot for r in self._of_job(job_id) if r.role == role and (r.state.live or r.state is ExecutorState.PENDING)}
         return next(i for i in range(len(taken) + 1) if i not in taken)
 
     def _start(self, record: ExecutorRecord) -> None:
@@ -229,7 +243,24 @@ class ExecutorPool:
             if record.state is ExecutorState.STARTING:
                 record.state = ExecutorState.READY
                 record.heartbeat_at = self._clock()
-        self._save()
+            self._log_registration(record)
+
+    def _log_registration(self, record: ExecutorRecord) -> None:
+        """One line appended to the registrations log, not the whole state file rewritten: 10,000 executors registering
+        at once cost 10,000 short appends. The next full write takes them in and starts the log anew (see _write_state);
+        a restart reads the state file, then the log over it."""
+        if self._state_path is None:
+            return
+        line = json.dumps(
+            {"executor_id": record.executor_id, "address": record.address, "data_address": record.data_address, "pid": record.pid, "host_id": record.host_id}
+        )
+        try:
+            with _registrations(self._state_path).open("a") as log_file:
+                log_file.write(line + "\n")
+        except OSError as exc:
+            if not disk_full(exc):
+                raise
+            self._unsaved_since = self._unsaved_since or time.monotonic()  # the watcher writes the whole state once there is room
 
     def heartbeat(self, executor_id: str, telemetry: rc_pb2.ExecutorTelemetry) -> bool:
         """Record a heartbeat; False when the executor is unknown or no longer live."""
@@ -249,7 +280,13 @@ class ExecutorPool:
 
     def records(self, job_id: str = "", role: str = "") -> list[ExecutorRecord]:
         with self._lock:
-            return [r.view() for r in self._records.values() if (not job_id or r.job_id == job_id) and (not role or r.role == role)]
+            records = self._of_job(job_id) if job_id else self._records.values()
+            return [r.view() for r in records if not role or r.role == role]
+
+    def live_jobs_records(self) -> list[ExecutorRecord]:
+        """Every executor of the jobs that have one live (what the autoscaler weighs; ended jobs' are left out)."""
+        with self._lock:
+            return [r.view() for records in self._by_job.values() if any(r.state.live for r in records.values()) for r in records.values()]
 
     def record(self, executor_id: str) -> ExecutorRecord:
         with self._lock:
@@ -312,7 +349,7 @@ class ExecutorPool:
         """Stop every executor of a job (or of one role of it: a gang restart), gently first (grace_seconds, by default
         settings.release_grace_seconds); pending launches are dropped."""
         with self._lock:
-            records = [r for r in self._records.values() if r.job_id == job_id and (not role or r.role == role)]
+            records = [r for r in self._of_job(job_id) if not role or r.role == role]
             for record in records:
                 if record.state is ExecutorState.PENDING:
                     record.state, record.exit_reason = ExecutorState.RELEASED, ExitReason.RELEASED
@@ -527,35 +564,54 @@ class ExecutorPool:
     # --- persistence ----------------------------------------------------------------------------
 
     def _save(self) -> None:
+        """Write the state file with every change made so far; returns once a write holds this caller's change (a
+        write under way when it came does not: the next one does, and covers every caller waiting meanwhile)."""
         if self._state_path is None:
             return
         with self._lock:
+            self._changes += 1
+            wanted = self._changes
+        time.sleep(STATE_GATHER_SECONDS)  # changes made meanwhile (a burst of launches, registrations) join this write
+        with self._save_lock:
+            if self._saved >= wanted:
+                return
+            self._write_state()
+
+    def _write_state(self) -> None:
+        """A snapshot taken under the lock (copies), written outside it: heartbeats and launches go on meanwhile."""
+        if self._state_path is None:
+            return
+        with self._lock:
+            taken = self._changes
             data: dict[str, Any] = {
                 "jobs": {
                     j.job_id: {"run_dir": str(j.run_dir), "planner": j.planner_address, "master": j.master_address, "backend": j.backend, "placement": j.placement}
                     for j in self._jobs.values()
                 },
-                "next_index": self._next_index,
-                "timeouts": self._timeouts,
-                "executors": [r.to_state() for r in self._records.values()],
+                "next_index": dict(self._next_index),
+                "timeouts": dict(self._timeouts),
                 "decisions": self.decisions.to_state(),
             }
-            tmp = self._state_path.with_suffix(".tmp")
-            try:
-                self._state_path.parent.mkdir(parents=True, exist_ok=True)
-                tmp.write_text(json.dumps(data))
-                tmp.replace(self._state_path)
-            except OSError as exc:
-                if not disk_full(exc):
-                    raise
-                tmp.unlink(missing_ok=True)
-                if self._unsaved_since is None:  # said once; the watcher writes it again each pass until it is written
-                    log.warning("the state file %s cannot be written (%s): kept in memory until there is room", self._state_path, exc)
-                    self._unsaved_since = time.monotonic()
-                return
-            if self._unsaved_since is not None:
-                log.info("the state file %s is written again after %.1f s", self._state_path, time.monotonic() - self._unsaved_since)
-                self._unsaved_since = None
+            executors = ", ".join(r.state_text() for r in self._records.values())
+            taken_in = _rotate(_registrations(self._state_path))  # what the log holds is in this snapshot
+        tmp = self._state_path.with_suffix(".tmp")
+        try:
+            self._state_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(f'{json.dumps(data)[:-1]}, "executors": [{executors}]}}')
+            tmp.replace(self._state_path)
+            taken_in.unlink(missing_ok=True)
+        except OSError as exc:
+            if not disk_full(exc):
+                raise
+            tmp.unlink(missing_ok=True)
+            if self._unsaved_since is None:  # said once; the watcher writes it again each pass until it is written
+                log.warning("the state file %s cannot be written (%s): kept in memory until there is room", self._state_path, exc)
+                self._unsaved_since = time.monotonic()
+            return
+        self._saved = taken
+        if self._unsaved_since is not None:
+            log.info("the state file %s is written again after %.1f s", self._state_path, time.monotonic() - self._unsaved_since)
+            self._unsaved_since = None
 
     def _load(self) -> None:
         """After a restart: take back the jobs and executors of the state file; re-adopt those still running."""
@@ -571,9 +627,16 @@ class ExecutorPool:
         self._timeouts = {k: float(v) for k, v in data.get("timeouts", {}).items()}
         self.decisions.load(data.get("decisions", {}))
         adopted = 0
+        registered = _logged_registrations(self._state_path)
         for item in data["executors"]:
             record = ExecutorRecord.from_state(item)
-            self._records[record.executor_id] = record
+            logged = registered.get(record.executor_id)
+            if logged is not None:
+                record.address, record.data_address, record.host_id = logged["address"], logged["data_address"], logged["host_id"]
+                record.pid = int(logged["pid"]) or record.pid
+                if record.state is ExecutorState.STARTING:
+                    record.state = ExecutorState.READY
+            self._add(record)
             if not record.state.live:
                 continue
             backend = self.backends.get(record.backend)
@@ -585,6 +648,39 @@ class ExecutorPool:
             record.handle, record.launched_at, record.heartbeat_at = handle, now, now  # a fresh grace period to heartbeat again
             adopted += 1
         log.info("re-adopted %d running executor(s) of %d job(s) from %s", adopted, len(self._jobs), self._state_path)
+
+
+def _registrations(state_path: Path) -> Path:
+    return state_path.with_name(state_path.name + ".registrations")
+
+
+def _rotate(log_path: Path) -> Path:
+    """Move the registrations log aside (appended to what an unfinished write left aside); the path it is now at."""
+    aside = log_path.with_name(log_path.name + ".taken")
+    if log_path.exists():
+        if aside.exists():
+            with aside.open("a") as kept:
+                kept.write(log_path.read_text())
+            log_path.unlink()
+        else:
+            log_path.replace(aside)
+    return aside
+
+
+def _logged_registrations(state_path: Path) -> dict[str, dict[str, Any]]:
+    """The registrations logged since the state file was written, by executor (the later line wins)."""
+    found: dict[str, dict[str, Any]] = {}
+    log_path = _registrations(state_path)
+    for path in (log_path.with_name(log_path.name + ".taken"), log_path):
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a crash mid-append
+            found[item["executor_id"]] = item
+    return found
 
 
 def _release_message(reason: ExitReason) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import json
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -135,12 +137,44 @@ class ExecutorRecord:
     resize_from: tuple[float, int] | None = None  # the size before the last in-place resize, restored if the scheduler cannot carry it out
     signals: ExecutorSignals | None = None  # windowed, as of the latest heartbeat (services.resource_controller.signals)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _STATE_FIELDS or name == "handle":
+            object.__setattr__(self, "_state_text", None)  # what the state file holds of it changed: written anew
+            object.__setattr__(self, "_ended_text", None)
+        object.__setattr__(self, name, value)
+
     def view(self) -> ExecutorRecord:
-        """A copy for readers outside the pool's lock (the beats are copied too)."""
-        return replace(self, beats=deque(self.beats, maxlen=BEATS_KEPT))
+        """A copy for readers outside the pool's lock (the beats are copied too): a shallow copy of its fields, made
+        without running __init__ (a tick of the autoscaler copies every live executor's)."""
+        clone = copy.copy(self)
+        object.__setattr__(clone, "beats", deque(self.beats, maxlen=BEATS_KEPT))
+        return clone
+
+    def state_text(self) -> str:
+        """to_state() as JSON; all but the handle kept from the last call until one of its fields changes (the state
+        file of 10,000 executors is rewritten from these, not serialised anew, on every launch and release)."""
+        ended = self.__dict__.get("_ended_text")
+        if ended is not None:
+            return str(ended)  # an ended executor's handle changes no more: its whole text is kept
+        rest = self.__dict__.get("_state_text")
+        if rest is None:
+            rest = json.dumps(self._fields_state())
+            object.__setattr__(self, "_state_text", rest)
+        handle_state = self.handle.to_state() if self.handle is not None else None
+        known = self.__dict__.get("_handle_text")
+        if known is None or known[0] != handle_state:  # a backend may change its handle in place (a pod's uid, a Slurm job id)
+            known = (handle_state, json.dumps(handle_state))
+            object.__setattr__(self, "_handle_text", known)
+        text = f'{{"handle": {known[1]}, {rest[1:]}'
+        if not self.state.live:
+            object.__setattr__(self, "_ended_text", text)
+        return text
 
     def to_state(self) -> dict[str, Any]:
         """What a restarted controller needs to re-adopt or account for this executor."""
+        return {"handle": self.handle.to_state() if self.handle is not None else None, **self._fields_state()}
+
+    def _fields_state(self) -> dict[str, Any]:
         return {
             "executor_id": self.executor_id,
             "job_id": self.job_id,
@@ -151,7 +185,6 @@ class ExecutorRecord:
             "memory_mib": self.memory_mib,
             "gpus": self.gpus,
             "log_path": self.log_path,
-            "handle": self.handle.to_state() if self.handle is not None else None,
             "pid": self.pid,
             "address": self.address,
             "data_address": self.data_address,
@@ -187,3 +220,12 @@ class ExecutorRecord:
             limits=LimitMechanism(data["limits"]) if data.get("limits") else None,
             replaces=data.get("replaces", ""),
         )
+
+
+# The fields _fields_state() writes: setting one makes the record's state text stale.
+_STATE_FIELDS = frozenset(
+    {
+        "executor_id", "job_id", "role", "slot", "state", "cpu", "memory_mib", "gpus", "log_path", "pid", "address", "data_address", "host_id",
+        "backend", "exit_code", "exit_reason", "message", "limits", "replaces",
+    }
+)  # fmt: skip

@@ -1,0 +1,286 @@
+"""Control-plane benchmark: 500 jobs submitted at once to real master, planner and resource controller processes.
+
+The master admits them through its queues (five queues of a cohort, room for every job), plans each at the planner and
+launches its executors at the resource controller, whose backend starts no process: each executor is a light client
+of benchmarks/control_plane_support/fleet.py (one process, one event loop), which registers, heartbeats, and leases,
+claims and reports its job's tasks as a real one does, reading nothing; each job's trainer commits what was served and
+reports its result once every task is done. 500 jobs of 19 data executors and a trainer: 10,000 executors in all.
+
+Measured: submit-to-admit (the master's admission time less the job's creation, each job), every lease's round trip
+(a LeaseTask, or a ClaimTask carrying lease_next, that leased a task; one that found nothing waits in the planner's
+long poll by design and is counted apart), the master's job-driver look (observe, reconcile, apply) and admission
+pass as the master's /metrics gives them (over its last 10,000 of each), each service's memory (peak RSS less its RSS
+before the first submit, per job), and whether every job succeeded (none starved).
+
+Prints a table; the last line is one JSON object of the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+import yaml
+
+from primus import rpc
+from primus.demo import demo_job
+from primus.demo_data import generate_dataset
+from primus.spec import parse_job
+from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+START = datetime(2026, 11, 1, tzinfo=UTC)
+QUEUES = 5
+GOALS = {"lease_p99_ms": 10.0, "master_tick_p99_ms": 100.0}
+FINAL = (common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED)
+
+
+@dataclass
+class Service:
+    name: str
+    process: subprocess.Popen[bytes]
+    address: str
+    metrics_address: str
+    rss_before: int = 0
+    rss_peak: int = 0
+    cpu_seconds: float = 0.0
+
+
+@dataclass
+class Run:
+    services: list[Service] = field(default_factory=list)
+    fleet: subprocess.Popen[bytes] | None = None
+
+
+def _start(run: Run, name: str, module: str, args: list[str], state: Path, env: dict[str, str]) -> Service:
+    ready = state / f"{name}.ready.json"
+    log = (state / f"{name}.log").open("ab")
+    process = subprocess.Popen([sys.executable, "-m", module, "--ready-file", str(ready), *args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"{name} did not start; see {state / (name + '.log')}")
+        time.sleep(0.05)
+    said = json.loads(ready.read_text())
+    rpc.wait_until_serving(said["address"])
+    service = Service(name, process, said["address"], said.get("metrics_address", ""))
+    run.services.append(service)
+    return service
+
+
+def _rss(pid: int) -> int:
+    """Resident bytes of a process (0 once it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return 0
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a process so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _queues_file(path: Path, jobs: int, cores_per_job: float) -> None:
+    room = cores_per_job * ((jobs + QUEUES - 1) // QUEUES)
+    queues = [{"name": f"team-{i}", "cohort": "bench", "quota": {"cores": room}} for i in range(QUEUES)]
+    path.write_text(yaml.safe_dump({"queues": queues}))
+
+
+def _job_yaml(dataset: Path, index: int, executors: int) -> str:
+    document: Any = demo_job(str(dataset) + "/date={date}/hour={hour}", 3)
+    document["metadata"]["name"] = f"bench-{index}"
+    document["spec"]["data"].pop("eval")
+    resources = document["spec"]["resources"]
+    resources["queue"] = f"team-{index % QUEUES}"
+    resources["dataExecutor"].update({"replicas": executors, "cpu": 0.5, "memoryMiB": 256})
+    resources["trainer"].update({"cpu": 1, "memoryMiB": 512})
+    return parse_job(document).to_yaml()
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] if ordered else 0.0
+
+
+def _master_loops(metrics_address: str) -> dict[str, float]:
+    """The master's loop quantiles from its /metrics: {job_look_0.99: seconds, ...}."""
+    text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read().decode()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        for loop in ("job_look", "admission_pass"):
+            prefix = f'primus_master_{loop}_seconds{{quantile="'
+            if line.startswith(prefix):
+                quantile, value = line[len(prefix) :].split('"} ')
+                found[f"{loop}_{quantile}"] = float(value)
+            if line.startswith(f"primus_master_{loop}_total "):
+                found[f"{loop}_count"] = float(line.split()[1])
+    return found
+
+
+def _histogram_p99(metrics_address: str, name: str, outcome: str) -> float:
+    """The upper bound (seconds) of the bucket holding the 99th percentile of a planner latency histogram."""
+    text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read().decode()
+    buckets: list[tuple[float, float]] = []
+    for line in text.splitlines():
+        if line.startswith(f"{name}_bucket{{") and f'outcome="{outcome}"' in line:
+            bound = line.split('le="')[1].split('"')[0]
+            buckets.append((float("inf") if bound == "+Inf" else float(bound), float(line.rsplit(" ", 1)[1])))
+    buckets.sort()
+    total = buckets[-1][1] if buckets else 0.0
+    return next((bound for bound, count in buckets if count >= 0.99 * total), 0.0) if total else 0.0
+
+
+def measure(jobs: int, executors: int, timeout: float, heartbeat_seconds: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="primus-control-plane-", ignore_cleanup_errors=True) as tmp:
+        work = Path(tmp)
+        dataset = work / "data"
+        generate_dataset(dataset, START, 3, rows_per_hour=50, seed=1)
+        state = work / "state"
+        state.mkdir()
+        runs = work / "runs"
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        run = Run()
+        try:
+            planner = _start(run, "planner", "services.planner", ["--bind", "127.0.0.1:0", "--runs-dir", str(runs), "--journal", "off"], state, env)
+            launches = work / "launches.jsonl"
+            controller_args = ["--bind", "127.0.0.1:0", "--runs-dir", str(runs), "--launches", str(launches), "--heartbeat-timeout-seconds", str(heartbeat_seconds * 4)]
+            controller = _start(run, "resource_controller", "benchmarks.control_plane_support.controller", controller_args, state, env)
+            queues = work / "queues.yaml"
+            _queues_file(queues, jobs, executors * 0.5 + 1)
+            master_args = ["--bind", "127.0.0.1:0", "--runs-dir", str(runs), "--planner", planner.address, "--resource-controller", controller.address]
+            master = _start(run, "master", "services.master", [*master_args, "--queues", str(queues)], state, env)
+            out = work / "fleet.json"
+            fleet_args = ["--launches", str(launches), "--out", str(out), "--planner", planner.address, "--controller", controller.address, "--master", master.address]
+            fleet_log = (state / "fleet.log").open("ab")
+            run.fleet = subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.control_plane_support.fleet", *fleet_args, "--heartbeat-seconds", str(heartbeat_seconds)],
+                stdout=fleet_log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env=env,
+            )
+            for service in run.services:
+                service.rss_before = service.rss_peak = _rss(service.process.pid)
+            specs = [_job_yaml(dataset, i, executors) for i in range(jobs)]
+            stub = master_pb2_grpc.MasterServiceStub(rpc.connect(master.address))
+            started = time.monotonic()
+            with ThreadPoolExecutor(16) as pool:
+                ids = list(pool.map(lambda spec: stub.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=spec), timeout=120).job_id, specs))
+            submitted_s = time.monotonic() - started
+            print(f"{jobs} jobs submitted in {submitted_s:.1f} s", flush=True)
+            listed: list[master_pb2.Job] = []
+            last_print = 0.0
+            while time.monotonic() - started < timeout:
+                try:
+                    listed = list(stub.ListJobs(master_pb2.ListJobsRequest(), timeout=60).jobs)
+                except grpc.RpcError as exc:
+                    print(f"  ListJobs failed ({exc.code().name}); asking again", flush=True)
+                    continue
+                for service in run.services:
+                    service.rss_peak = max(service.rss_peak, _rss(service.process.pid))
+                ended = sum(1 for j in listed if j.state in FINAL)
+                if time.monotonic() - last_print > 10:
+                    admitted = sum(1 for j in listed if j.admitted_unix)
+                    print(f"  {time.monotonic() - started:6.0f} s: admitted {admitted}, ended {ended} of {jobs}", flush=True)
+                    last_print = time.monotonic()
+                if ended == jobs:
+                    break
+                time.sleep(1.0)
+            wall = time.monotonic() - started
+            loops = _master_loops(master.metrics_address)
+            served = {
+                "lease": _histogram_p99(planner.metrics_address, "primus_planner_lease_seconds", "task"),
+                "claim": _histogram_p99(planner.metrics_address, "primus_planner_claim_seconds", "granted"),
+            }
+            for service in run.services:
+                service.cpu_seconds = _cpu_seconds(service.process.pid)
+            fleet_cpu = _cpu_seconds(run.fleet.pid)
+        finally:
+            if run.fleet is not None:
+                run.fleet.send_signal(signal.SIGTERM)
+                run.fleet.wait(30)
+            for service in reversed(run.services):  # nothing to keep: the executors are the fleet's
+                service.process.kill()
+                service.process.wait(30)
+        fleet = json.loads(out.read_text()) if out.exists() else {}
+    mine = {j.job_id: j for j in listed if j.job_id in set(ids)}
+    admit_ms = [(j.admitted_unix - j.created_unix) * 1000 for j in mine.values() if j.admitted_unix]
+    succeeded = sum(1 for j in mine.values() if j.state == common_pb2.JOB_STATE_SUCCEEDED)
+    lease = fleet.get("lease_ms", [])
+    return {
+        "jobs": jobs,
+        "executors": jobs * (executors + 1),
+        "registered": fleet.get("registered", 0),
+        "succeeded": succeeded,
+        "wall_s": round(wall, 1),
+        "submit_s": round(submitted_s, 1),
+        "leases": len(lease),
+        "lease_p50_ms": round(_quantile(lease, 0.5), 2),
+        "lease_p99_ms": round(_quantile(lease, 0.99), 2),
+        "heartbeat_p99_ms": round(_quantile(fleet.get("heartbeat_ms", []), 0.99), 2),
+        "planner_lease_p99_ms": round(served["lease"] * 1000, 2),  # the planner's own handling time, at its histogram's bucket bound
+        "planner_claim_p99_ms": round(served["claim"] * 1000, 2),
+        "submit_to_admit_p50_ms": round(_quantile(admit_ms, 0.5), 1),
+        "submit_to_admit_p99_ms": round(_quantile(admit_ms, 0.99), 1),
+        "master_tick_p50_ms": round(loops.get("job_look_0.5", 0.0) * 1000, 2),
+        "master_tick_p99_ms": round(loops.get("job_look_0.99", 0.0) * 1000, 2),
+        "admission_pass_p99_ms": round(loops.get("admission_pass_0.99", 0.0) * 1000, 2),
+        "memory_per_job_kib": {s.name: round((s.rss_peak - s.rss_before) / jobs / 1024, 1) for s in run.services},
+        "cpu_seconds": {**{s.name: round(s.cpu_seconds, 1) for s in run.services}, "fleet": round(fleet_cpu, 1)},
+        "fleet_errors": fleet.get("errors", {}),
+        "no_job_starved": succeeded == jobs,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=500)
+    parser.add_argument("--executors-per-job", type=int, default=19, help="data executors per job (each job has a trainer too)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="give up waiting for the jobs to end after this long")
+    parser.add_argument("--heartbeat-seconds", type=float, default=10.0, help="the simulated executors' heartbeat interval")
+    args = parser.parse_args()
+    figures = measure(args.jobs, args.executors_per_job, args.timeout, args.heartbeat_seconds)
+    rows = [
+        ("jobs / executors", f"{figures['jobs']} / {figures['executors']} ({figures['registered']} registered)", "-"),
+        ("jobs succeeded", f"{figures['succeeded']} in {figures['wall_s']} s", "all: none starved"),
+        ("lease p50 / p99 ms", f"{figures['lease_p50_ms']} / {figures['lease_p99_ms']} ({figures['leases']:,} leases)", f"p99 <= {GOALS['lease_p99_ms']:g}"),
+        ("planner's own lease / claim p99 ms", f"{figures['planner_lease_p99_ms']} / {figures['planner_claim_p99_ms']} (bucket bounds)", "-"),
+        ("master job look p50 / p99 ms", f"{figures['master_tick_p50_ms']} / {figures['master_tick_p99_ms']}", f"p99 <= {GOALS['master_tick_p99_ms']:g}"),
+        ("admission pass p99 ms", f"{figures['admission_pass_p99_ms']}", "-"),
+        ("submit to admit p50 / p99 ms", f"{figures['submit_to_admit_p50_ms']} / {figures['submit_to_admit_p99_ms']}", "-"),
+        ("heartbeat p99 ms", f"{figures['heartbeat_p99_ms']}", "-"),
+        ("memory per job KiB", ", ".join(f"{k} {v}" for k, v in figures["memory_per_job_kib"].items()), "-"),
+        ("CPU seconds", ", ".join(f"{k} {v}" for k, v in figures["cpu_seconds"].items()), "-"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    for name, value, goal in rows:
+        print(f"{name:<{width}}  {value:<60}  {goal}")
+    if figures["fleet_errors"]:
+        print(f"fleet call errors: {figures['fleet_errors']}")
+    figures["goals_met"] = figures["no_job_starved"] and figures["lease_p99_ms"] <= GOALS["lease_p99_ms"] and figures["master_tick_p99_ms"] <= GOALS["master_tick_p99_ms"]
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""The fleet: light gRPC clients standing in for every executor and trainer the simulated controller launches.
+
+Run as `python -m benchmarks.control_plane_support.fleet --launches FILE --out FILE --planner A --controller A --master A`.
+It follows the launches file; each line starts a client in this process's event loop:
+- a data executor registers, heartbeats, and leases, claims and reports its job's tasks as a real one does (LeaseTask,
+  then ClaimTask with the reports of what it served and lease_next), reading nothing, until the job's tasks are
+  exhausted; it stops once a heartbeat says the controller no longer knows it (released);
+- a trainer registers, heartbeats, commits what its job's executors served (CommitProgress, each commit interval) and
+  reports progress; once the planner counts every task done it reports its result, which ends the job.
+On SIGTERM it writes what it measured (every lease and claim's round trip, the heartbeats') to --out as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+
+from primus.v1 import common_pb2, master_pb2, master_pb2_grpc, planner_pb2, planner_pb2_grpc
+from primus.v1 import resource_controller_pb2 as rc_pb2
+from primus.v1 import resource_controller_pb2_grpc as rc_grpc
+
+TRAIN = common_pb2.TASK_PURPOSE_TRAIN
+AWAY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
+ATTEMPTS = 20
+T = TypeVar("T")
+FOLLOW_SECONDS = 0.05
+
+
+@dataclass
+class JobSim:
+    """What one job's clients share: the tasks its executors served and the trainer has not committed yet."""
+
+    served: list[planner_pb2.TaskProgress] = field(default_factory=list)
+    rows: int = 0
+
+
+@dataclass
+class Measured:
+    lease_ms: list[float] = field(default_factory=list)  # a LeaseTask, or a ClaimTask with lease_next, that leased a task
+    empty_polls: int = 0  # LeaseTasks that found nothing runnable (the planner holds these up to its long poll: not timed)
+    heartbeat_ms: list[float] = field(default_factory=list)
+    commit_ms: list[float] = field(default_factory=list)
+    registered: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    jobs_reported: int = 0
+
+
+class Fleet:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._args = args
+        self._jobs: dict[str, JobSim] = {}
+        self.measured = Measured()
+        self._stopping = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        options = [("grpc.max_concurrent_streams", 100_000)]
+        self._planner = planner_pb2_grpc.PlannerServiceStub(grpc.aio.insecure_channel(self._args.planner, options=options))
+        self._controller = rc_grpc.ResourceControllerServiceStub(grpc.aio.insecure_channel(self._args.controller, options=options))
+        self._master = master_pb2_grpc.MasterServiceStub(grpc.aio.insecure_channel(self._args.master, options=options))
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self._stopping.set)
+        launches = Path(self._args.launches)
+        launches.touch()
+        with launches.open() as follow:
+            while not self._stopping.is_set():
+                line = follow.readline()
+                if not line:
+                    await asyncio.sleep(FOLLOW_SECONDS)
+                    continue
+                launched = json.loads(line)
+                client = self._trainer if launched["role"] == "trainer" else self._executor
+                task = asyncio.create_task(client(launched["job_id"], launched["executor_id"]))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        for task in list(self._tasks):
+            task.cancel()
+        Path(self._args.out).write_text(json.dumps(self.measured.__dict__))
+
+    def _error(self, what: str, exc: grpc.aio.AioRpcError) -> None:
+        key = f"{what}: {exc.code().name}"
+        self.measured.errors[key] = self.measured.errors.get(key, 0) + 1
+
+    async def _call(self, what: str, call: Callable[..., Awaitable[T]], request: object) -> T:
+        """One call, tried again while the service is away or its answer was cut off (as the real workers' calls are:
+        primus.data.planner_calls), each failure counted."""
+        for _ in range(ATTEMPTS - 1):
+            try:
+                return await call(request, timeout=60)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() not in AWAY:
+                    raise
+                self._error(what, exc)
+                await asyncio.sleep(0.5)
+        return await call(request, timeout=60)
+
+    async def _register(self, job_id: str, executor_id: str) -> asyncio.Event:
+        """Register, then heartbeat in the background; the event is set once the controller no longer knows it."""
+        register = rc_pb2.RegisterExecutorRequest(job_id=job_id, executor_id=executor_id, address="simulated:0", host_id="simulated")
+        await self._call("RegisterExecutor", self._controller.RegisterExecutor, register)
+        self.measured.registered += 1
+        released = asyncio.Event()
+
+        async def beat() -> None:
+            while not released.is_set():
+                await asyncio.sleep(self._args.heartbeat_seconds)
+                started = time.perf_counter()
+                try:
+                    known = (await self._controller.Heartbeat(rc_pb2.HeartbeatRequest(job_id=job_id, executor_id=executor_id), timeout=30)).known
+                except grpc.aio.AioRpcError as exc:
+                    self._error("Heartbeat", exc)
+                    continue
+                self.measured.heartbeat_ms.append((time.perf_counter() - started) * 1000)
+                if not known:
+                    released.set()
+
+        task = asyncio.create_task(beat())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return released
+
+    async def _executor(self, job_id: str, executor_id: str) -> None:
+        job = self._jobs.setdefault(job_id, JobSim())
+        released = await self._register(job_id, executor_id)
+        reports: list[planner_pb2.CompleteTaskRequest] = []
+        while not released.is_set():
+            started = time.perf_counter()
+            try:
+                reply = await self._call("LeaseTask", self._planner.LeaseTask, planner_pb2.LeaseTaskRequest(job_id=job_id, executor_id=executor_id, purpose=TRAIN))
+            except grpc.aio.AioRpcError as exc:
+                self._error("LeaseTask", exc)
+                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                    break  # the plan is gone: the job ended
+                await asyncio.sleep(1.0)
+                continue
+            if reply.HasField("task"):
+                self.measured.lease_ms.append((time.perf_counter() - started) * 1000)
+            else:
+                self.measured.empty_polls += 1
+            while reply.HasField("task"):
+                task = reply.task
+                claim = planner_pb2.ClaimTaskRequest(
+                    job_id=job_id, task_id=task.task_id, attempt=task.attempt, executor_id=executor_id, lease_next=True, purpose=TRAIN, completed=reports
+                )
+                started = time.perf_counter()
+                answer = await self._call("ClaimTask", self._planner.ClaimTask, claim)
+                if answer.next.HasField("task"):
+                    self.measured.lease_ms.append((time.perf_counter() - started) * 1000)
+                job.served.append(planner_pb2.TaskProgress(task_id=task.task_id, attempt=task.attempt, rows_consumed=task.rows, finished=True, source=task.source))
+                job.rows += task.rows
+                stats = planner_pb2.TaskStats(rows=task.rows, bytes_read=task.bytes, batches=1)
+                reports = [planner_pb2.CompleteTaskRequest(job_id=job_id, task_id=task.task_id, attempt=task.attempt, executor_id=executor_id, stats=stats)]
+                reply = answer.next
+            if reports:
+                await self._call("CompleteTasks", self._planner.CompleteTasks, planner_pb2.CompleteTasksRequest(job_id=job_id, tasks=reports))
+                reports = []
+            if reply.exhausted:
+                break
+            await asyncio.sleep(reply.retry_after_seconds or 0.2)
+        await released.wait()
+
+    async def _trainer(self, job_id: str, trainer_id: str) -> None:
+        """Commits what was served each commit interval; done once the planner counts every task committed (its answer
+        says how many are), as a real trainer is once its streams end."""
+        job = self._jobs.setdefault(job_id, JobSim())
+        released = await self._register(job_id, trainer_id)
+        tasks = (await self._call("GetPlan", self._planner.GetPlan, planner_pb2.GetPlanRequest(job_id=job_id))).summary.task_count
+        sequence, trained, committed = 0, 0, 0
+        while not released.is_set() and committed < tasks:
+            await asyncio.sleep(self._args.commit_seconds)
+            if not job.served:
+                continue
+            progress, job.served = job.served, []
+            sequence += 1
+            started = time.perf_counter()
+            commit = planner_pb2.CommitProgressRequest(job_id=job_id, trainer_id=trainer_id, checkpoint_seq=sequence, progress=progress)
+            committed += (await self._call("CommitProgress", self._planner.CommitProgress, commit)).tasks_committed  # done by this commit
+            self.measured.commit_ms.append((time.perf_counter() - started) * 1000)
+            trained += sum(p.rows_consumed for p in progress)
+            report = master_pb2.ReportTrainingProgressRequest(job_id=job_id, trainer_id=trainer_id, phase="training", step=sequence, samples=trained)
+            await self._call("ReportTrainingProgress", self._master.ReportTrainingProgress, report)
+        result = master_pb2.ReportTrainingResultRequest(job_id=job_id, trainer_id=trainer_id, steps=sequence, train_samples=trained, minibatches=sequence)
+        await self._call("ReportTrainingResult", self._master.ReportTrainingResult, result)
+        self.measured.jobs_reported += 1
+        await released.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.control_plane_support.fleet", description=__doc__)
+    parser.add_argument("--launches", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--planner", required=True)
+    parser.add_argument("--controller", required=True)
+    parser.add_argument("--master", required=True)
+    parser.add_argument("--heartbeat-seconds", type=float, default=10.0)
+    parser.add_argument("--commit-seconds", type=float, default=1.0)
+    asyncio.run(Fleet(parser.parse_args()).run())
+
+
+if __name__ == "__main__":
+    main()
