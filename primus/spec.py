@@ -815,10 +815,21 @@ MAX_SPEC_BYTES = 1 << 20  # far above any real job (the 10M-row Criteo example i
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's safe loader parses a spec about 7x faster
 
 
-@functools.lru_cache(maxsize=1024)
 def load_job_text(text: str, origin: str = "spec") -> TrainingJob:
     """Parse and validate YAML text; anything that is not a YAML mapping is one line naming the origin. The same text
     is parsed once (a master reads each job's spec on every look): the model is frozen, so the copy is shared."""
+    try:
+        return _parsed(text)
+    except SpecError:
+        return _parse_text(text, origin)  # not cached: parsed again to name the origin in its errors
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> TrainingJob:
+    return _parse_text(text, "spec")
+
+
+def _parse_text(text: str, origin: str) -> TrainingJob:
     if len(text) > MAX_SPEC_BYTES:
         raise SpecError([f"{origin}: not a job spec: {len(text):,} characters, above the {MAX_SPEC_BYTES:,} a TrainingJob may take (refused before parsing)"])
     try:

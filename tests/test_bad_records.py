@@ -223,7 +223,7 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_bad_spec_files_are_one_line_errors(dataset: Path, tmp_path: Path) -> None:
     files = {
         "binary.yaml": (bytes(range(256)) * 4, "not a job spec: byte 128 is not UTF-8 text"),
-        "control.yaml": (b"apiVersion: primus/v1\x00\x01\n", "not valid YAML: special characters are not allowed"),
+        "control.yaml": (b"apiVersion: primus/v1\x00\x01\n", "not valid YAML: control characters are not allowed"),  # libyaml's words
         "list.yaml": (b"- apiVersion\n- kind\n", "not a TrainingJob: the document is a list, not a mapping"),
         "scalar.yaml": (b"just some words\n", "not a TrainingJob: the document is a str, not a mapping"),
         "fixed.yaml": (yaml.safe_dump(_fixed_uri_job(dataset, 3)).encode(), "spec.data.sources[0].uri: "),

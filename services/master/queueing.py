@@ -14,7 +14,7 @@ from typing import Any
 from primus.errors import ConflictError
 from primus.identity import Kind, Principal
 from primus.job_state import JobState
-from primus.spec import TrainingJob, load_job_text
+from primus.spec import load_job_text
 from services.master.access import AccessRecords, Subject
 from services.master.admission import NOTHING, Admit, Decision, Preempt, Queue, Resources, Wait, Workload, admit
 from services.master.driver import JobDriver
@@ -117,7 +117,6 @@ class Admitter:
         self.book = book
         self._records = records
         self._poll = poll_seconds
-        self._specs: dict[str, TrainingJob] = {}
         self._lock = threading.Lock()
         self._said: dict[str, str] = {}  # each waiting job's reason as last written to its message
         self.snapshot = Snapshot()
@@ -145,10 +144,7 @@ class Admitter:
             self._woken.wait(self._poll)
 
     def admission_of(self, record: JobRecord) -> JobAdmission:
-        spec = self._specs.get(record.job_id)
-        if spec is None:
-            spec = self._specs[record.job_id] = load_job_text(record.spec_yaml, f"job {record.job_id}")
-        return self.book.of(spec)
+        return self.book.of(load_job_text(record.spec_yaml, f"job {record.job_id}"))  # parsed once per text (cached)
 
     def view(self, record: JobRecord) -> AdmissionView:
         state = AdmissionState.of(record)
@@ -168,7 +164,6 @@ class Admitter:
                 state = AdmissionState.of(record)
                 where = standing(record, state)
                 if where is Standing.OUTSIDE:
-                    self._specs.pop(record.job_id, None)
                     continue
                 facts = jobs[record.job_id] = self.admission_of(record)
                 workload = Workload(record.job_id, facts.queue, facts.priority, facts.demand, record.created, state.admitted_unix, where is Standing.EVICTING)
@@ -180,6 +175,7 @@ class Admitter:
             for decision in decisions:
                 self._carry_out(records[decision.job_id], decision)
             waits = {d.job_id: d for d in decisions if isinstance(d, Wait)}
+            self._said = {job_id: line for job_id, line in self._said.items() if job_id in waits}
             admitted_now = {d.job_id for d in decisions if isinstance(d, Admit)}
             held = [w for w in running if not w.evicting] + [w for w in waiting if w.job_id in admitted_now]
             self.snapshot = Snapshot(waits, jobs, queue_usage(queues, held, counted, admitted_now, waiting), time.monotonic() - started)
