@@ -94,6 +94,7 @@ def print_queues(reply: master_pb2.ListQueuesResponse, output: str) -> None:
     for q in reply.queues:
         table.add_row(q.name, q.cohort or "-", f"{q.weight:g}", _amount(q.quota), _amount(q.used), _amount(q.borrowed), _amount(q.lent), str(q.pending), str(q.admitted))
     console.print(table)
+    console.print("(each figure cores/MiB/GPUs; -: unlimited)", highlight=False)
     cohorts: dict[str, list[master_pb2.QueueStatus]] = {}
     for q in reply.queues:
         if q.cohort:
