@@ -108,8 +108,9 @@ class Snapshot:
 
 
 class Admitter:
-    """One thread: a pass whenever a job's record changes (or each poll), decisions carried out through the store and
-    the driver; a preempted job is suspended, and resumed from its last committed checkpoint once admitted again."""
+    """One thread: a pass when woken (a job submitted, ended or released its executors) and each poll, its decisions
+    carried out through the store and the driver; a preempted job is suspended, and resumed from its last committed
+    checkpoint once admitted again."""
 
     def __init__(self, store: JobStore, driver: JobDriver, book: QueueBook, records: AccessRecords | None = None, poll_seconds: float = 1.0) -> None:
         self._store = store
