@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -330,26 +331,30 @@ def _victims(ledger: _Ledger, queues: Mapping[str, Queue], queue: Queue, job: Wo
     return None
 
 
+@contextmanager
+def _without(ledger: _Ledger, victims: Iterable[Workload]) -> Iterator[None]:
+    """The ledger as if these were released (once evictions are done), for the time of a trial."""
+    gone = list(victims)
+    for victim in gone:
+        ledger.add(victim.queue, NOTHING - victim.demand, now=False)
+    try:
+        yield
+    finally:
+        for victim in gone:
+            ledger.add(victim.queue, victim.demand, now=False)
+
+
 def _still_borrowing(ledger: _Ledger, name: str, chosen: Sequence[tuple[Workload, str]]) -> bool:
-    gone = [v for v, _ in chosen if v.queue == name]
-    for victim in gone:
-        ledger.add(name, NOTHING - victim.demand, now=False)
-    borrowing = ledger.borrowing(name)
-    for victim in gone:
-        ledger.add(name, victim.demand, now=False)
-    return borrowing
+    with _without(ledger, (v for v, _ in chosen if v.queue == name)):
+        return ledger.borrowing(name)
 
 
 def _frees_enough(ledger: _Ledger, queue: Queue, job: Workload, chosen: Sequence[tuple[Workload, str]]) -> bool:
     """Whether the job fits once the chosen are gone, and, where lent quota is taken back, fits its own quota then."""
-    for victim, _ in chosen:
-        ledger.add(victim.queue, NOTHING - victim.demand, now=False)
-    fits = ledger.fits(queue, job.demand, after=True)
-    if fits and any(v.queue != queue.name for v, _ in chosen):
-        fits = ledger.within_quota(queue, job.demand)  # it takes back what it was owed, never more to borrow itself
-    for victim, _ in chosen:
-        ledger.add(victim.queue, victim.demand, now=False)
-    return fits
+    with _without(ledger, (v for v, _ in chosen)):
+        if not ledger.fits(queue, job.demand, after=True):
+            return False
+        return all(v.queue == queue.name for v, _ in chosen) or ledger.within_quota(queue, job.demand)  # takes back what it lent, never borrows itself
 
 
 def _fewest(ledger: _Ledger, queue: Queue, job: Workload, chosen: Sequence[tuple[Workload, str]]) -> list[tuple[Workload, str]]:

@@ -62,7 +62,7 @@ def create_server(
     driver = JobDriver(store, Peers(planner_address, rc_address), own_info, settings)
     admitter = Admitter(store, driver, queues or QueueBook(), records, settings.master_poll_seconds)
     driver.on_job_change = admitter.wake
-    servicer = MasterServicer(store, driver, runs_dir, settings, gate, records, admitter)
+    servicer = MasterServicer(store, driver, runs_dir, settings, gate, records, admitter=admitter)
     secret = tokens.read_secret(credentials.token_secret_file) if credentials.token_secret_file else None
     access = AccessServicer(records, gate, secret)
     jwt = jwt_tokens.settings_from_env()

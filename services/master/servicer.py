@@ -32,7 +32,6 @@ from services.master.admission import Resources
 from services.master.driver import SUSPENDED, JobDriver
 from services.master.logs import LogCursor
 from services.master.queueing import AdmissionState, AdmissionView, Admitter
-from services.master.queues import QueueBook
 from services.master.status import ADMISSION, RESTARTS, SCALED, STOP_REQUESTED  # progress key: `primus stop` (or training.stopAt) asked training to finish where it is
 from services.master.store import JobRecord, JobStore
 
@@ -124,9 +123,10 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         settings: MasterSettings | None = None,
         gate: Gate | None = None,
         access: AccessRecords | None = None,
-        admitter: Admitter | None = None,
+        *,
+        admitter: Admitter,
     ) -> None:
-        """admitter: the admission loop (started by the caller); default: one without queues that nobody started."""
+        """admitter: the admission loop, started by the caller."""
         self._store = store
         self._settings = settings or MasterSettings()
         self._driver = driver
@@ -136,7 +136,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         self._spec_ranks: dict[str, int] = {}  # each job's spec.resources.trainer.replicas, parsed once
         self._gate = gate or Gate(PolicyFile(""))
         self.access = access or AccessRecords(store)
-        self._admitter = admitter or Admitter(store, driver, QueueBook(), self.access)
+        self._admitter = admitter
 
     def _proto(self, record: JobRecord, sources: Iterable[common_pb2.SourceStats] = ()) -> master_pb2.Job:
         return job_proto(record, sources, self._admitter.view(record))
