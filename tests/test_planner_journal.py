@@ -483,6 +483,22 @@ def _wait_for(what: str, check: Any, timeout: float = 240.0) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _journal_outline(url: str, job_id: str) -> list[str]:
+    """The job's journal records as written (kind, tasks, fingerprint): said when a recovered plan is not the one
+    planned, so that such a failure explains itself."""
+    store = _open(url)
+    try:
+        outline = []
+        for row in store.records():
+            if row.job_id == job_id:
+                record = decode(row.job_id, row.kind, row.body)
+                tasks = len(getattr(record, "tasks", ()))
+                outline.append(f"{row.seq} {type(record).__name__} tasks={tasks} {getattr(record, 'fingerprint', '')[:8]}")
+        return outline
+    finally:
+        store.close()
+
+
 def _step(master: master_pb2_grpc.MasterServiceStub, job_id: str) -> int:
     job = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job
     assert job.state <= common_pb2.JOB_STATE_RUNNING, job.message
@@ -527,8 +543,9 @@ def test_a_planner_killed_mid_job_takes_the_same_plan_over_and_the_job_trains_ev
         planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(restarted.address("planner")))
         plan = planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job_id), timeout=10)
         assert plan.recoveries == 1
+        journal = os.environ.get(JOURNAL_ENV) or str(tmp_path / "runs" / "planner-journal.db")
         assert (plan.summary.plan_version, plan.summary.fingerprint, plan.summary.task_count) == (summary.plan_version, summary.fingerprint, summary.task_count), (
-            "the restarted planner holds the same plan: not planned again"
+            f"the restarted planner holds the same plan, not planned again; the journal: {_journal_outline(journal, job_id)}"
         )
         live_rows += _land(fresh[4:7], landing, stamp=hour + timedelta(hours=1))
         (landing / f"_SUCCESS.{hour + timedelta(hours=1):%Y%m%dT%H}").touch()  # the recovered plan goes on planning the stream
