@@ -492,7 +492,7 @@ def test_crd_spec_is_compatible_with_the_primus_job_model() -> None:
     schema = _crd_schema(_crd(), "v1")
     assert set(model["properties"]) <= set(schema["properties"])
     problems = _compatibility_problems(model["properties"]["spec"], schema["properties"]["spec"], "spec", defs)
-    assert not problems, "deploy/k8s/base/crd-trainingjobs.yaml disagrees with primus/spec.py:\n" + "\n".join(problems)
+    assert not problems, "deploy/k8s/base/crd-trainingjobs.yaml disagrees with primus/spec:\n" + "\n".join(problems)
 
 
 def test_crd_schema_accepts_the_demo_job_and_rejects_bad_ones() -> None:

@@ -528,14 +528,15 @@ def test_primus_run_prints_the_explorer_link(monkeypatch: pytest.MonkeyPatch, ca
     from types import SimpleNamespace
 
     from primus import cli, security
+    from primus.cli import commands
 
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(job_document(tmp_path)))
     monkeypatch.setattr(cli, "_interrupt_on_sigterm", lambda: None)  # leave pytest's SIGTERM handler alone
     state = SimpleNamespace(address=lambda name: "127.0.0.1:1", client_security=security.Settings())
-    monkeypatch.setattr(cli, "_cluster_for_run", lambda args: nullcontext(state))
-    monkeypatch.setattr(cli, "PrimusClient", lambda address, credentials=None: nullcontext(SimpleNamespace(submit=lambda job: "ctr-demo-1")))
-    monkeypatch.setattr(cli, "_follow_and_report", lambda client, job_id: 0)
+    monkeypatch.setattr(commands, "_cluster_for_run", lambda args: nullcontext(state))
+    monkeypatch.setattr(commands, "PrimusClient", lambda address, credentials=None: nullcontext(SimpleNamespace(submit=lambda job: "ctr-demo-1")))
+    monkeypatch.setattr(commands, "_follow_and_report", lambda client, job_id: 0)
     assert cli.main(["--runs-dir", "somewhere/runs", "run", str(job)]) == 0
     out = capsys.readouterr().out
     assert "explore: primus explore --runs-dir somewhere/runs ctr-demo-1, then open http://127.0.0.1:8765/#/jobs/ctr-demo-1" in out

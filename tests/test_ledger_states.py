@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from primus.v1 import common_pb2
-from services.planner.ledger import Lease, Progress, RunningMedian, TaskLedger, WorkDone
+from services.planner.ledger import Lease, Progress, TaskLedger, WorkDone
+from services.planner.pending import RunningMedian
 from services.planner.shares import SourceShare
 from services.planner.task_state import (
     HELD,

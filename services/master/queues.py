@@ -10,7 +10,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from primus.errors import InvalidRequestError, PrimusError
-from primus.spec import _NAME, TrainingJob, _field_path, _message, _Model
+from primus.spec import NAME_PATTERN, SpecModel, TrainingJob, error_message, field_path
 from services.master.admission import ALL, UNLIMITED, Queue, Resources, too_big
 
 DEFAULT_PRIORITY_CLASSES = {"low": 0, "normal": 100, "high": 1000}
@@ -21,7 +21,7 @@ class QueueConfigError(PrimusError):
     """A queues file that cannot be used: the message names the file, the field path and the value."""
 
 
-class Amount(_Model):
+class Amount(SpecModel):
     """Cores, memory and GPUs; a field left out is unlimited (a borrowing limit) or as said per use."""
 
     cores: float | None = Field(None, ge=0)
@@ -36,8 +36,8 @@ class Amount(_Model):
         )
 
 
-class QueueEntry(_Model):
-    name: str = Field(pattern=_NAME)
+class QueueEntry(SpecModel):
+    name: str = Field(pattern=NAME_PATTERN)
     cohort: str = Field("", pattern=r"^([a-z][a-z0-9_-]{0,62})?$", description="queues of one cohort lend each other the quota they do not use")
     quota: Amount = Field(description="the nominal quota: cores and memoryMiB (unlimited when left out), gpus (0 when left out)")
     borrowing_limit: Amount = Field(Amount(), description="the most above its quota it may borrow from its cohort; unlimited when left out")
@@ -45,7 +45,7 @@ class QueueEntry(_Model):
     namespaces: list[str] = Field([], description="the namespaces whose jobs may submit into it; every namespace when empty")
 
 
-class QueuesFile(_Model):
+class QueuesFile(SpecModel):
     priority_classes: dict[str, int] = Field(dict(DEFAULT_PRIORITY_CLASSES), description="name: value; a higher value is admitted first")
     default_priority_class: str = DEFAULT_CLASS
     queues: list[QueueEntry] = Field(min_length=1)
@@ -140,5 +140,5 @@ def load_queues(path: Path) -> QueueBook:
     try:
         parsed = QueuesFile.model_validate(document)
     except ValidationError as exc:
-        raise QueueConfigError("; ".join(f"{path}: {_field_path(e['loc'])}: {_message(e)}" for e in exc.errors())) from None
+        raise QueueConfigError("; ".join(f"{path}: {field_path(e['loc'])}: {error_message(e)}" for e in exc.errors())) from None
     return QueueBook(parsed.queues, parsed.priority_classes, parsed.default_priority_class, origin=str(path))

@@ -1,5 +1,4 @@
-"""The primus command: the services (up, down, restart), jobs (submit, run, demo, get, describe, logs, status, cancel,
-stop, suspend, resume, scale, delete), specs (validate, plan), runs (report, cost, scaling, explore) and config. The
+"""What each verb of the primus command does: the services (up, down, restart), jobs, specs, runs and config; the
 verbs that talk to a master go through primus.client (the SDK), to the master contexts.py finds."""
 
 from __future__ import annotations
@@ -9,9 +8,8 @@ import json
 import logging
 import os
 import shutil
-import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,11 +17,10 @@ from typing import Any
 import grpc
 import yaml
 
-from primus import access_cli, contexts, digest_cli, rpc, security, spec_versions, tokens
-from primus.backend_flags import add_backend_arguments, controller_argv
-from primus.client import AccessDeniedError, CredentialsRefusedError, JobConflictError, JobNotFoundError, MasterUnreachableError, PrimusClient
+from primus import contexts, rpc, security, spec_versions, tokens
+from primus.backend_flags import controller_argv
+from primus.client import PrimusClient
 from primus.cluster import (
-    RESTARTABLE,
     ClusterState,
     ServiceProcess,
     StartError,
@@ -38,7 +35,7 @@ from primus.console import console, err_console, print_plan, print_report
 from primus.cost import load_cost, load_report, print_cost
 from primus.errors import DataError, InvalidRequestError, PrimusError, SpecError, UserError
 from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
-from primus.job_output import OUTPUTS, describe_job, follow, print_data, print_jobs, print_queues
+from primus.job_output import describe_job, follow, print_data, print_jobs, print_queues
 from primus.job_state import JobState
 from primus.scaling_log import decision_row, scaling_table
 from primus.spec import TrainingJob, load_job_file, load_job_text
@@ -56,7 +53,7 @@ DEFAULT_RUNS_DIR = Path("runs")
 PREVIEW_TIMEOUT_SECONDS = 600.0
 
 
-def _client(args: argparse.Namespace) -> PrimusClient:
+def master_client(args: argparse.Namespace) -> PrimusClient:
     """The master named by --master, PRIMUS_MASTER, this state folder's services or the current context, in that order."""
     local, config = running_cluster(args.state_dir), _config()
     found = contexts.resolve_master(args.master, dict(os.environ), local.address("master") if local else "", config)
@@ -254,7 +251,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     job = _load_job(args.job)  # a spec error is the user's to fix whether or not a master answers
-    with _client(args) as client:
+    with master_client(args) as client:
         job_id = client.submit(job, from_savepoint=args.from_savepoint)
         console.print(job_id)
         return _follow_and_report(client, job_id) if args.watch else 0
@@ -264,17 +261,17 @@ def cmd_get(args: argparse.Namespace) -> int:
     if args.kind == "queues":
         if args.job_id:
             raise InvalidRequestError(f"`primus get queues` takes no name (got {args.job_id!r}): it lists every queue")
-        with _client(args) as client:
+        with master_client(args) as client:
             print_queues(client.queues(), args.output)
         return 0
-    with _client(args) as client:
+    with master_client(args) as client:
         jobs = [client.get(args.job_id)] if args.job_id else client.list()
     print_jobs(jobs, args.output)
     return 0
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with master_client(args) as client:
         job = client.get(args.job_id)
     if args.output == "table":
         describe_job(job)
@@ -284,7 +281,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_savepoint(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with master_client(args) as client:
         taken = client.savepoint(args.job_id, args.name)
     if args.output == "table":
         console.print(f"{taken['job_id']}: savepoint {taken['name']!r} at step {taken['steps']}: {taken['path']}", highlight=False)
@@ -294,14 +291,14 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with master_client(args) as client:
         for executor_id, line in client.logs(args.job_id, follow=args.follow, executor_id=args.executor, tail=args.tail):
             console.print(line if args.executor else f"{executor_id} | {line}", highlight=False, markup=False)
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with master_client(args) as client:
         jobs = [client.get(args.job_id)] if args.job_id else client.list()
     if args.output != "table":
         print_jobs(jobs, args.output)
@@ -321,28 +318,28 @@ LIFECYCLE_VERBS = {
 
 
 def cmd_lifecycle(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with master_client(args) as client:
         job = {"cancel": client.cancel, "suspend": client.suspend, "resume": client.resume}[args.command](args.job_id)
     console.print(f"{job.job_id}: {LIFECYCLE_VERBS[args.command][1]}")
     return 0
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with master_client(args) as client:
         job = client.stop(args.job_id)
         console.print(f"{job.job_id}: stop requested; training finishes where it is, then evaluation and the report")
         return _follow_and_report(client, job.job_id) if args.watch else 0
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with master_client(args) as client:
         run_dir, purged = client.delete(args.job_id, purge=args.purge)
     console.print(f"{args.job_id}: deleted; its run folder {run_dir} {'deleted too' if purged else 'kept'}", highlight=False)
     return 0
 
 
 def cmd_scale(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with master_client(args) as client:
         if (args.min is None) != (args.max is None):
             raise UserError("primus scale: --min and --max go together (the autoscale bounds)")
         if args.replicas is None and args.min is None:
@@ -406,7 +403,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return cmd_run(args)
 
 
-def _runs_location(text: str) -> Path | str:
+def runs_location(text: str) -> Path | str:
     """A runs folder as a Path, or an object store URI kept as written (a Path would fold its //)."""
     return text if "://" in text and not text.startswith("file://") else Path(text.removeprefix("file://"))
 
@@ -527,179 +524,3 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     else:
         console.print(scaling_table(rows, f"scaling decisions of {args.run}"))
     return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="primus", description="Primus: unified training for recommendation models.")
-    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, help="where `primus up` keeps its cluster state (default .primus)")
-    parser.add_argument(
-        "--runs-dir", type=_runs_location, default=DEFAULT_RUNS_DIR, help="where job folders, reports and traces go: a folder (default runs) or s3://bucket/prefix"
-    )
-    parser.add_argument(
-        "--master", default="", help=f"the master's host:port (default: {contexts.MASTER_ENV}, then the services `primus up` started here, then the current context)"
-    )
-    parser.add_argument("--token", default="", help=f"bearer token for the master (default: {security.TOKEN_ENV}, then the context's)")
-    parser.add_argument("--ca", default="", help=f"PEM file of the CA that signed the master's certificate: TLS on (default: {security.CA_ENV}, then the context's)")
-    parser.add_argument("--cert", default="", help=f"PEM client certificate, for mutual TLS (default: {security.CERT_ENV}, then the context's)")
-    parser.add_argument("--key", default="", help=f"PEM key of --cert (default: {security.KEY_ENV}, then the context's)")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def add(name: str, fn: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
-        command = sub.add_parser(name, help=help_text, description=help_text)
-        command.set_defaults(fn=fn)
-        return command
-
-    add("validate", cmd_validate, "check job specs without running anything").add_argument("job", type=Path, nargs="+", help="one or more job spec files")
-    convert = add("convert", cmd_convert, "write a job spec in another version (primus/v1 <-> primus/v2), every field carried over")
-    convert.add_argument("job", type=Path)
-    convert.add_argument("--to", default=spec_versions.LATEST, choices=spec_versions.VERSIONS, help=f"the version to write (default {spec_versions.LATEST})")
-    convert.add_argument("-o", "--output-file", type=Path, default=None, help="write it here (default: standard output); YAML comments are not carried over")
-    plan = add("plan", cmd_plan, "print the task graph a job would get, without running anything")
-    plan.add_argument("job", type=Path)
-    plan.add_argument("--explain", action="store_true", help="one line per partition: included, waiting or skipped, and why")
-    plan.add_argument("--replicas", type=int, default=0, help="spread partition discovery over this many extra planner processes")
-    digest_cli.add_verbs(add)
-    up = add("up", cmd_up, "start master, planner and resource_controller as local processes")
-    add_backend_arguments(up, many=True)
-    _add_security_switches(up)
-    up.add_argument("--queues", default=None, metavar="FILE", help="queues, cohorts and priority classes the master admits jobs through (docs/queues.md)")
-    access_cli.add_verbs(add, _client)
-    add("down", cmd_down, "stop the services `primus up` started")
-    restart = add("restart", cmd_restart, "stop one service `primus up` started and start it again at its address; running jobs carry on")
-    restart.add_argument(
-        "service",
-        choices=RESTARTABLE,
-        help=(
-            "planner: running jobs are planned again and resume from their last checkpoint; master: it drives them on; "
-            "resource_controller: it re-adopts the executors that still run"
-        ),
-    )
-    submit = add("submit", cmd_submit, "hand a job to the running master")
-    submit.add_argument("job", type=Path)
-    submit.add_argument("--watch", action="store_true", help="follow the job and print its report")
-    submit.add_argument("--from-savepoint", default="", metavar="NAME", help="start from a savepoint's model (`primus savepoint JOB NAME`)")
-    status = add("status", cmd_status, "list jobs, or show one, one line each")
-    status.add_argument("job_id", nargs="?")
-    status.add_argument("-o", "--output", choices=OUTPUTS, default="table")
-    savepoint = add("savepoint", cmd_savepoint, "keep a job's last committed checkpoint under a name; `submit --from-savepoint NAME` starts from it")
-    savepoint.add_argument("job_id")
-    savepoint.add_argument("name")
-    savepoint.add_argument("-o", "--output", choices=OUTPUTS, default="table")
-    get = add("get", cmd_get, "list jobs (`get jobs`), show one (`get job ID`), or the queues with their quota and usage (`get queues`)")
-    get.add_argument("kind", choices=("jobs", "job", "queues"))
-    get.add_argument("job_id", nargs="?")
-    get.add_argument("-o", "--output", choices=OUTPUTS, default="table")
-    describe = add("describe", cmd_describe, "show one job in full: state, progress, times, where its files are, what its spec asks for")
-    describe.add_argument("kind", choices=("job",))
-    describe.add_argument("job_id")
-    describe.add_argument("-o", "--output", choices=OUTPUTS, default="table")
-    logs = add("logs", cmd_logs, "print the log lines of a job's executors and trainers, each after its executor id")
-    logs.add_argument("job_id")
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the job has ended")
-    logs.add_argument("--executor", default="", help="only this executor's (or trainer's) log")
-    logs.add_argument("--tail", type=int, default=0, help="start each log at its last this many lines")
-    config = add("config", cmd_config, f"the master contexts in {contexts.config_path()} ({contexts.CONFIG_ENV} moves it)")
-    config.add_argument("action", choices=("get-contexts", "current-context", "use-context", "set-context"))
-    config.add_argument("name", nargs="?")
-    config.add_argument("--master", dest="context_master", default="", help="set-context: the context's master host:port")
-    scaling = add("scaling", cmd_scaling, "print a job's scaling decisions: signals, reason, action, samples/s before and after")
-    scaling.add_argument("run", type=Path, help="a job id (asked of the running resource controller), a run folder or its report.json")
-    scaling.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    for verb, (help_text, _) in LIFECYCLE_VERBS.items():
-        add(verb, cmd_lifecycle, help_text).add_argument("job_id")
-    delete = add("delete", cmd_delete, "forget a job that has ended; its run folder stays unless --purge")
-    delete.add_argument("job_id")
-    delete.add_argument("--purge", action="store_true", help="delete its run folder too: report, checkpoints, logs, traces")
-    scale = add("scale", cmd_scale, "set how many data executors (or an elastic job's trainer ranks) a running job has: new ones join, removed ones drain or leave")
-    scale.add_argument("job_id")
-    scale.add_argument("--role", default="dataExecutor", choices=("dataExecutor", "trainer"), help="the role, as the spec names it (default dataExecutor)")
-    scale.add_argument("--replicas", type=int, default=None)
-    scale.add_argument("--min", type=int, default=None, help="the autoscale bounds' minimum (with --max; needs the role's autoscaling on)")
-    scale.add_argument("--max", type=int, default=None, help="the autoscale bounds' maximum")
-    scale.add_argument("--reason", default="", help="kept in the job's scaling log")
-    stop = add("stop", cmd_stop, "end a job's training where it is (an open-ended job's end), then evaluate and write the report")
-    stop.add_argument("job_id")
-    stop.add_argument("--watch", action="store_true", help="follow the job to its end and print its report")
-    run = add("run", cmd_run, "run a job end to end: start services if needed, submit, follow, report, tear down")
-    run.add_argument("job", type=Path)
-    add_backend_arguments(run, many=False)
-    _add_security_switches(run)
-    demo = add("demo", cmd_demo, "generate a synthetic CTR dataset with drift and train on it")
-    demo.add_argument("--data-dir", type=Path, default=Path("runs/demo-data"))
-    demo.add_argument("--days", type=int, default=4, help="days of data; the last one is held out for evaluation")
-    demo.add_argument("--rows-per-hour", type=int, default=600)
-    demo.add_argument("--seed", type=int, default=7)
-    add_backend_arguments(demo, many=False)
-    _add_security_switches(demo)
-    report = add("report", cmd_report, "print a run's report")
-    report.add_argument("run", help="a run folder (or s3://.../JOB_ID), its report.json, or a job id")
-    report.add_argument("-o", "--output", choices=OUTPUTS, default="table")
-    cost = add("cost", cmd_cost, "per source: bytes read, CPU, retries, useful samples and waste, checked against the traces")
-    cost.add_argument("run", help="a run folder (or s3://.../JOB_ID), its report.json, or a job id")
-    cost.add_argument("-o", "--output", choices=OUTPUTS, default="table")
-    explore = add("explore", cmd_explore, "serve a page on this machine to explore runs: cost by source, service and task, task graph, trace waterfall")
-    explore.add_argument("run", type=Path, nargs="*", help="only these runs: run folders, or job ids under --runs-dir (default: every run there)")
-    explore.add_argument("--port", type=int, default=EXPLORE_PORT, help=f"port to listen on (default {EXPLORE_PORT}; 0: any free port)")
-    explore.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this machine only)")
-    explore.add_argument("--runs-dir", type=_runs_location, default=argparse.SUPPRESS, help="where the runs are (the global --runs-dir, given after the verb)")
-    explore.add_argument(
-        "--token-secret-file", default="", help=f"the secret Primus tokens are signed with (default: {security.SECRET_ENV}); set, every request needs a user token"
-    )
-    explore.add_argument("-v", "--verbose", action="store_true", help="log every request")
-    return parser
-
-
-def _add_security_switches(command: argparse.ArgumentParser) -> None:
-    """up, run and demo: the services they start serve TLS, mutual TLS, or require a token (a local CA and secret)."""
-    command.add_argument("--tls", action="store_true", help="serve every gRPC service and the Flight data plane over TLS (a local CA under --state-dir)")
-    command.add_argument("--mtls", action="store_true", help="mutual TLS: like --tls, and every client must present a certificate of that CA")
-    command.add_argument("--auth", action="store_true", help="the master's API requires a bearer token (a secret under --state-dir; `primus token create`)")
-
-
-def _interrupt_on_sigterm() -> None:
-    """Treat SIGTERM like Ctrl-C so `primus run` still tears its services down."""
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    _interrupt_on_sigterm()
-    try:
-        code: int = args.fn(args)
-        return code
-    except SpecError as exc:
-        for problem in exc.problems:
-            err_console.print(f"[red]error[/red]: {problem}", highlight=False)
-        return EXIT_USER_ERROR
-    except CredentialsRefusedError as exc:
-        err_console.print(f"[red]error[/red]: {exc}", highlight=False)
-        return EXIT_CREDENTIALS
-    except security.SecurityError as exc:
-        err_console.print(f"[red]error[/red]: {exc}", highlight=False)
-        return EXIT_USER_ERROR
-    except AccessDeniedError as exc:
-        err_console.print(f"[red]error[/red]: {exc}", highlight=False)
-        return EXIT_DENIED
-    except (UserError, MasterUnreachableError, JobNotFoundError, JobConflictError) as exc:
-        err_console.print(f"[red]error[/red]: {exc}", highlight=False)
-        return EXIT_USER_ERROR
-    except PrimusError as exc:
-        err_console.print(f"[red]error[/red]: {exc}", highlight=False)
-        return 1
-    except grpc.RpcError as exc:
-        if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:  # the service refused what the user gave it
-            err_console.print(f"[red]error[/red]: {exc.details()}", highlight=False)
-            return EXIT_USER_ERROR
-        err_console.print(f"[red]error[/red]: {exc.code().name}: {exc.details()}", highlight=False)
-        return 1
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,1 @@
+"""What benchmarks/serving.py is made of besides its orchestration."""
