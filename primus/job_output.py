@@ -87,7 +87,7 @@ def print_queues(reply: master_pb2.ListQueuesResponse, output: str) -> None:
         print_data(json_format.MessageToDict(reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True), output)
         return
     if not reply.configured:
-        console.print("no queues file: every job is admitted at once (the master's --queues; docs/queues.md)", highlight=False)
+        console.print("no queues file: every job is admitted at once (the master's --queues; docs/guides/queues.md)", highlight=False)
     table = Table(box=None, pad_edge=False)
     for column in ("QUEUE", "COHORT", "WEIGHT", "QUOTA", "USED", "BORROWED", "LENT", "PENDING", "ADMITTED"):
         table.add_column(column, no_wrap=True)

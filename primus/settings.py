@@ -13,7 +13,7 @@ from typing import TypeVar
 from primus.errors import InvalidRequestError
 
 ENV_PREFIX = "PRIMUS_"
-DOC = "docs/settings.md"
+DOC = "docs/operations/settings.md"
 
 
 class SettingsError(InvalidRequestError):
@@ -161,7 +161,7 @@ def as_env(*settings: Settings) -> dict[str, str]:
 
 
 def markdown_table(cls: type[Settings]) -> str:
-    """The table of docs/settings.md for one class of settings."""
+    """The table of docs/operations/settings.md for one class of settings."""
     rows = ["| Setting | Flag | Environment | Default (s) | Meaning |", "|---|---|---|---|---|"]
     rows += [f"| `{f.name}` | `{flag(f.name)}` | `{env_var(f.name)}` | {f.default:g} | {f.metadata['help']} |" for f in fields(cls)]
     return "\n".join(rows)

@@ -15,6 +15,7 @@ import pytest
 from primus.demo import demo_job
 from primus.settings import (
     ALL,
+    DOC,
     ControllerSettings,
     MasterSettings,
     PlannerSettings,
@@ -166,7 +167,7 @@ def test_a_service_given_a_bad_setting_exits_2_with_one_error_line(module: str, 
 
 
 def test_docs_list_every_setting() -> None:
-    """docs/settings.md holds `python -m primus.settings`'s tables: regenerate them after changing a field."""
-    text = (ROOT / "docs" / "settings.md").read_text()
+    """docs/operations/settings.md holds `python -m primus.settings`'s tables: regenerate them after changing a field."""
+    text = (ROOT / DOC).read_text()
     for cls in ALL:
-        assert markdown_table(cls) in text, f"docs/settings.md: the table of {cls.__name__} is out of date (python -m primus.settings)"
+        assert markdown_table(cls) in text, f"docs/operations/settings.md: the table of {cls.__name__} is out of date (python -m primus.settings)"

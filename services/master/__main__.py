@@ -24,9 +24,9 @@ def main() -> None:
     parser.add_argument("--runs-dir", default="runs", help="each job's folder is created here: a folder, or an object store URI (s3://bucket/prefix; needs --store)")
     parser.add_argument("--db", "--store", dest="store", default=None, help=STORE_HELP)
     parser.add_argument("--ready-file", default=None, help="write the bound address (and the metrics address) here once serving")
-    parser.add_argument("--access-policy", default=None, help="role bindings per namespace, YAML (default: PRIMUS_ACCESS_POLICY; docs/security.md)")
+    parser.add_argument("--access-policy", default=None, help="role bindings per namespace, YAML (default: PRIMUS_ACCESS_POLICY; docs/operations/security.md)")
     parser.add_argument(
-        "--queues", default=None, help="queues, cohorts and priority classes jobs are admitted through, YAML (docs/queues.md); default: every job at once"
+        "--queues", default=None, help="queues, cohorts and priority classes jobs are admitted through, YAML (docs/guides/queues.md); default: every job at once"
     )
     metrics_http.add_port_argument(parser)
     parser.add_argument("--advertise-address", default="", help="address launched executors use to reach the master (default: the bound one)")

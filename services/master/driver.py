@@ -116,7 +116,7 @@ class JobDriver:
                 return  # an older controller: the launch says so instead
             raise
         if problem:
-            raise InvalidRequestError(f"{problem} (resource controller at {self._peers.rc_address}; see docs/backends.md)")
+            raise InvalidRequestError(f"{problem} (resource controller at {self._peers.rc_address}; see docs/operations/backends.md)")
 
     def start(self, job_id: str, resume: bool = False, relaunch: bool = False) -> None:
         """Drive a job in a thread of its own until it ends or is suspended (resume, relaunch: kept for callers; the

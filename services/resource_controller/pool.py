@@ -127,7 +127,7 @@ class ExecutorPool:
     def launch(self, request: LaunchRequest) -> list[ExecutorRecord]:
         """Launch `count` executors (or one replacement); a replacement of a blacklisted slot waits, PENDING."""
         if request.backend not in self.backends:
-            raise InvalidRequestError(f"job {request.job_id}: {self._not_running(request.backend)} (see docs/backends.md)")
+            raise InvalidRequestError(f"job {request.job_id}: {self._not_running(request.backend)} (see docs/operations/backends.md)")
         with self._lock:
             context = JobContext(request.job_id, str(request.run_dir), request.planner_address, request.master_address, request.backend, dict(request.placement or {}))
             self._jobs.setdefault(request.job_id, context)
