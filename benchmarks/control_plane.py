@@ -45,6 +45,10 @@ ROOT = Path(__file__).resolve().parent.parent
 START = datetime(2026, 11, 1, tzinfo=UTC)
 QUEUES = 5
 GOALS = {"lease_p99_ms": 10.0, "master_tick_p99_ms": 100.0}
+# How long a simulated executor holds a task (what serving it takes a real one). 0: it claims at once, the control
+# plane's saturation. A task is 32 MiB of Parquet, about 250k Criteo-shaped rows; a CPU trainer taking 80k rows/s from
+# 19 executors leaves each one a task a minute: --task-seconds 60 is that steady state.
+TASK_SECONDS = 0.0
 FINAL = (common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED)
 
 
@@ -151,7 +155,7 @@ def _histogram_p99(metrics_address: str, name: str, outcome: str) -> float:
     return next((bound for bound, count in buckets if count >= 0.99 * total), 0.0) if total else 0.0
 
 
-def measure(jobs: int, executors: int, timeout: float, heartbeat_seconds: float) -> dict[str, Any]:
+def measure(jobs: int, executors: int, timeout: float, heartbeat_seconds: float, task_seconds: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="primus-control-plane-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         dataset = work / "data"
@@ -172,9 +176,10 @@ def measure(jobs: int, executors: int, timeout: float, heartbeat_seconds: float)
             master = _start(run, "master", "services.master", [*master_args, "--queues", str(queues)], state, env)
             out = work / "fleet.json"
             fleet_args = ["--launches", str(launches), "--out", str(out), "--planner", planner.address, "--controller", controller.address, "--master", master.address]
+            fleet_args += ["--heartbeat-seconds", str(heartbeat_seconds), "--task-seconds", str(task_seconds)]
             fleet_log = (state / "fleet.log").open("ab")
             run.fleet = subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.control_plane_support.fleet", *fleet_args, "--heartbeat-seconds", str(heartbeat_seconds)],
+                [sys.executable, "-m", "benchmarks.control_plane_support.fleet", *fleet_args],
                 stdout=fleet_log,
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,
@@ -224,6 +229,9 @@ def measure(jobs: int, executors: int, timeout: float, heartbeat_seconds: float)
                 service.process.kill()
                 service.process.wait(30)
         fleet = json.loads(out.read_text()) if out.exists() else {}
+        if not fleet:  # the fleet died: say why (its log goes with the temporary folder)
+            print(f"the fleet wrote no figures (exit code {run.fleet.returncode if run.fleet else None}); its log ends:", flush=True)
+            print("\n".join((state / "fleet.log").read_text(errors="replace").splitlines()[-20:]), flush=True)
     mine = {j.job_id: j for j in listed if j.job_id in set(ids)}
     admit_ms = [(j.admitted_unix - j.created_unix) * 1000 for j in mine.values() if j.admitted_unix]
     succeeded = sum(1 for j in mine.values() if j.state == common_pb2.JOB_STATE_SUCCEEDED)
@@ -235,7 +243,9 @@ def measure(jobs: int, executors: int, timeout: float, heartbeat_seconds: float)
         "succeeded": succeeded,
         "wall_s": round(wall, 1),
         "submit_s": round(submitted_s, 1),
+        "task_seconds": task_seconds,
         "leases": len(lease),
+        "leases_per_s": round(len(lease) / wall, 1) if wall else 0.0,
         "lease_p50_ms": round(_quantile(lease, 0.5), 2),
         "lease_p99_ms": round(_quantile(lease, 0.99), 2),
         "heartbeat_p99_ms": round(_quantile(fleet.get("heartbeat_ms", []), 0.99), 2),
@@ -259,11 +269,18 @@ def main() -> None:
     parser.add_argument("--executors-per-job", type=int, default=19, help="data executors per job (each job has a trainer too)")
     parser.add_argument("--timeout", type=float, default=900.0, help="give up waiting for the jobs to end after this long")
     parser.add_argument("--heartbeat-seconds", type=float, default=10.0, help="the simulated executors' heartbeat interval")
+    parser.add_argument(
+        "--task-seconds",
+        type=float,
+        default=TASK_SECONDS,
+        help="how long a simulated executor holds each task, as serving it takes a real one (0: claims at once, the control plane's saturation)",
+    )
     args = parser.parse_args()
-    figures = measure(args.jobs, args.executors_per_job, args.timeout, args.heartbeat_seconds)
+    figures = measure(args.jobs, args.executors_per_job, args.timeout, args.heartbeat_seconds, args.task_seconds)
     rows = [
         ("jobs / executors", f"{figures['jobs']} / {figures['executors']} ({figures['registered']} registered)", "-"),
         ("jobs succeeded", f"{figures['succeeded']} in {figures['wall_s']} s", "all: none starved"),
+        ("task held / leases per s", f"{figures['task_seconds']:g} s / {figures['leases_per_s']}", "-"),
         ("lease p50 / p99 ms", f"{figures['lease_p50_ms']} / {figures['lease_p99_ms']} ({figures['leases']:,} leases)", f"p99 <= {GOALS['lease_p99_ms']:g}"),
         ("planner's own lease / claim p99 ms", f"{figures['planner_lease_p99_ms']} / {figures['planner_claim_p99_ms']} (bucket bounds)", "-"),
         ("master job look p50 / p99 ms", f"{figures['master_tick_p50_ms']} / {figures['master_tick_p99_ms']}", f"p99 <= {GOALS['master_tick_p99_ms']:g}"),

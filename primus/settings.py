@@ -81,6 +81,9 @@ class PlannerSettings(Settings):
     replan_seconds: float = seconds(30.0, "a plan whose data still arrives (streams) looks for newly ready slots this often")
     long_poll_seconds: float = seconds(1.0, "LeaseTask with nothing runnable waits up to this long for a task before answering")
     retry_after_seconds: float = seconds(0.2, "a data executor whose LeaseTask got no task asks again after this long", zero_ok=True)
+    retry_after_cap_seconds: float = seconds(
+        10.0, "the longest such a wait grows to while thousands of executors wait for work (it grows with them: services/planner/pacing.py)"
+    )
     parent_check_seconds: float = seconds(1.0, "a resolver worker process checks this often whether its planner is gone (it then exits)")
     journal_flush_seconds: float = seconds(0.005, "the journal gathers records this long before writing them in one transaction", zero_ok=True)
     journal_accounts_seconds: float = seconds(0.25, "the journal saves each plan's cost counters (when they changed) this often")

@@ -3,8 +3,9 @@
 Run as `python -m benchmarks.control_plane_support.fleet --launches FILE --out FILE --planner A --controller A --master A`.
 It follows the launches file; each line starts a client in this process's event loop:
 - a data executor registers, heartbeats, and leases, claims and reports its job's tasks as a real one does (LeaseTask,
-  then ClaimTask with the reports of what it served and lease_next), reading nothing, until the job's tasks are
-  exhausted; it stops once a heartbeat says the controller no longer knows it (released);
+  then ClaimTask with the reports of what it served and lease_next), reading nothing but holding each task for
+  --task-seconds (the time a real one takes to serve it; 0: claim at once), until the job's tasks are exhausted; it
+  stops once a heartbeat says the controller no longer knows it (released);
 - a trainer registers, heartbeats, commits what its job's executors served (CommitProgress, each commit interval) and
   reports progress; once the planner counts every task done it reports its result, which ends the job.
 On SIGTERM it writes what it measured (every lease and claim's round trip, the heartbeats') to --out as JSON.
@@ -72,12 +73,13 @@ class Fleet:
         launches = Path(self._args.launches)
         launches.touch()
         with launches.open() as follow:
+            partial = ""  # a line the controller is still writing: read on once it ends
             while not self._stopping.is_set():
-                line = follow.readline()
-                if not line:
+                partial += follow.readline()
+                if not partial.endswith("\n"):
                     await asyncio.sleep(FOLLOW_SECONDS)
                     continue
-                launched = json.loads(line)
+                launched, partial = json.loads(partial), ""
                 client = self._trainer if launched["role"] == "trainer" else self._executor
                 task = asyncio.create_task(client(launched["job_id"], launched["executor_id"]))
                 self._tasks.add(task)
@@ -155,6 +157,8 @@ class Fleet:
                 answer = await self._call("ClaimTask", self._planner.ClaimTask, claim)
                 if answer.next.HasField("task"):
                     self.measured.lease_ms.append((time.perf_counter() - started) * 1000)
+                if self._args.task_seconds:
+                    await asyncio.sleep(self._args.task_seconds)  # serving the claimed task (the next one is leased meanwhile)
                 job.served.append(planner_pb2.TaskProgress(task_id=task.task_id, attempt=task.attempt, rows_consumed=task.rows, finished=True, source=task.source))
                 job.rows += task.rows
                 stats = planner_pb2.TaskStats(rows=task.rows, bytes_read=task.bytes, batches=1)
@@ -203,6 +207,7 @@ def main() -> None:
     parser.add_argument("--master", required=True)
     parser.add_argument("--heartbeat-seconds", type=float, default=10.0)
     parser.add_argument("--commit-seconds", type=float, default=1.0)
+    parser.add_argument("--task-seconds", type=float, default=0.0)
     asyncio.run(Fleet(parser.parse_args()).run())
 
 

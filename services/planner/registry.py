@@ -7,6 +7,7 @@ import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from primus.errors import NotFoundError
 from primus.settings import PlannerSettings
@@ -39,6 +40,7 @@ class JobPlan:
     ledger: TaskLedger
     lock: threading.Lock = field(default_factory=threading.Lock)
     recoveries: int = 0  # how many restarted planners took this plan over from the journal
+    summary: tuple[tuple[str, int], Any] | None = None  # the servicer's last summary of the plan, and the plan's (fingerprint, tasks) then
 
 
 class PlanRegistry:

@@ -18,8 +18,9 @@ from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.planner.distributed import DistributedResolver
 from services.planner.ledger import Progress, TaskLedger, TaskStatus, WorkDone
 from services.planner.manifest import decision_to_proto, partition_to_proto
+from services.planner.pacing import EmptyLeasePacer
 from services.planner.plan import Plan, build_plan
-from services.planner.registry import PlanRegistry
+from services.planner.registry import JobPlan, PlanRegistry
 from services.planner.tasks import TaskSpec
 
 
@@ -101,6 +102,18 @@ def _complete(ledger: TaskLedger, tasks: Iterable[planner_pb2.CompleteTaskReques
     return results
 
 
+def _summary(job_plan: JobPlan) -> planner_pb2.PlanSummary:
+    """The plan's summary, made again only once the plan changed (new tasks or decisions): a master looks at each job's
+    plan about every second, and a summary walks every task."""
+    plan = job_plan.plan
+    key = (plan.fingerprint, len(plan.tasks))
+    cached = job_plan.summary
+    if cached is None or cached[0] != key:
+        cached = job_plan.summary = (key, summary_proto(plan))
+    summary: planner_pb2.PlanSummary = cached[1]
+    return summary
+
+
 def _lease(ledger: TaskLedger, job_id: str, executor_id: str, purpose: int) -> planner_pb2.LeaseTaskResponse | None:
     """A leased task, or exhausted; None when nothing is runnable yet."""
     lease = ledger.lease(purpose, executor_id)
@@ -137,6 +150,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         self._timed = timed
         self._settings = settings or PlannerSettings()
         self._long_polls = threading.BoundedSemaphore(LONG_POLLS)
+        self._pacer = EmptyLeasePacer(self._settings.retry_after_seconds, self._settings.retry_after_cap_seconds)
 
     def CreatePlan(self, request: planner_pb2.CreatePlanRequest, context: grpc.ServicerContext) -> planner_pb2.CreatePlanResponse:
         return planner_pb2.CreatePlanResponse(summary=summary_proto(self._registry.create(request.job_id, request.spec_yaml).plan))
@@ -163,7 +177,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         counts = ledger.counts()
         pending = ledger.pending_rows()
         return planner_pb2.GetPlanResponse(
-            summary=summary_proto(job_plan.plan),
+            summary=_summary(job_plan),
             sources=[common_pb2.SourceStats(source=name, pending_rows=pending.get(name, 0), **vars(account)) for name, account in sorted(ledger.snapshot().items())],
             tasks_done=counts[TaskStatus.DONE],
             tasks_leased=counts[TaskStatus.LEASED] + counts[TaskStatus.SERVED],
@@ -182,22 +196,26 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         return reply
 
     def _lease_task(self, request: planner_pb2.LeaseTaskRequest, context: grpc.ServicerContext) -> planner_pb2.LeaseTaskResponse:
-        """Long-polls: with nothing runnable yet, waits up to long_poll_seconds for the ledger to change before answering."""
+        """Long-polls: with nothing runnable yet, waits up to long_poll_seconds for the ledger to change before answering;
+        an empty answer says when to ask again (the pacer's wait: longer while many executors wait)."""
         ledger = self._registry.get(request.job_id).ledger
+        waiter = f"{request.job_id}/{request.executor_id}"
         reply = _lease(ledger, request.job_id, request.executor_id, request.purpose)
         if reply is not None:
+            self._pacer.leased(waiter)
             return reply
         if not self._long_polls.acquire(blocking=False):  # every long-poll slot taken: answer now, keep a thread for the rest
-            return planner_pb2.LeaseTaskResponse(retry_after_seconds=self._settings.retry_after_seconds)
+            return planner_pb2.LeaseTaskResponse(retry_after_seconds=self._pacer.retry_after(waiter))
         try:
             deadline = time.monotonic() + self._settings.long_poll_seconds
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not context.is_active():
-                    return planner_pb2.LeaseTaskResponse(retry_after_seconds=self._settings.retry_after_seconds)
+                    return planner_pb2.LeaseTaskResponse(retry_after_seconds=self._pacer.retry_after(waiter))
                 ledger.wait_for_change(min(remaining, 0.25))
                 reply = _lease(ledger, request.job_id, request.executor_id, request.purpose)
                 if reply is not None:
+                    self._pacer.leased(waiter)
                     return reply
         finally:
             self._long_polls.release()

@@ -24,7 +24,7 @@ from primus.run_store import RunStore
 from primus.security import JobCredentials
 from primus.settings import ControllerSettings
 from primus.v1 import resource_controller_pb2 as rc_pb2
-from services.resource_controller.backends.contract import EventKind, ExecutorEvent, ExitReason, LaunchSpec, RoleSize, SchedulerBackend
+from services.resource_controller.backends.contract import EventKind, ExecutorEvent, ExecutorHandle, ExitReason, LaunchSpec, RoleSize, SchedulerBackend
 from services.resource_controller.control import ExecutorControl
 from services.resource_controller.decisions import DecisionLog, LoggedAction, LoggedDecision
 from services.resource_controller.gang import Gang
@@ -437,10 +437,11 @@ class ExecutorPool:
             for event in backend.poll():
                 changed |= self._apply(event)
         now = self._clock()
-        with self._lock:
-            records = list(self._records.values())
-        for record in records:
-            changed |= self._judge(record, now)
+        default = self.settings.heartbeat_timeout_seconds
+        with self._lock:  # one look at every executor that may be due, taken at once (10,000 of them: not 10,000 lock turns)
+            due = [(r, r.state, r.handle, self._timeouts.get(r.job_id, default)) for r in self._records.values() if r.state.live or r.state is ExecutorState.PENDING]
+        for record, state, handle, timeout in due:
+            changed |= self._judge(record, state, handle, timeout, now)
         if changed or self._unsaved_since is not None:
             self._save()
 
@@ -527,11 +528,9 @@ class ExecutorPool:
             )
         )
 
-    def _judge(self, record: ExecutorRecord, now: float) -> bool:
-        """Time-based transitions of one executor; True when something changed."""
-        with self._lock:
-            state, handle = record.state, record.handle
-            timeout = self._timeouts.get(record.job_id, self.settings.heartbeat_timeout_seconds)
+    def _judge(self, record: ExecutorRecord, state: ExecutorState, handle: ExecutorHandle | None, timeout: float, now: float) -> bool:
+        """Time-based transitions of one executor, from its state, handle and heartbeat timeout as watch_once read them;
+        True when something changed."""
         if state is ExecutorState.PENDING:
             if self._slots.blacklisted_until((record.job_id, record.role, record.slot), now) is None and record.job_id in self._jobs:
                 log.info("%s: its slot's blacklist lapsed; launching", record.executor_id)
