@@ -7,6 +7,7 @@ from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 
+from primus.counters import CARRIED
 from primus.run_store import RunStore, local_folder
 from primus.scaling_log import ROLE_NAMES, decision_row
 from primus.v1 import common_pb2, planner_pb2
@@ -14,22 +15,7 @@ from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master.status import RANKS_LOST, RESTARTS
 from services.master.store import JobRecord
 
-# Ledger counters that measure work done; after a planner restart the old ledger's are added to the new one's.
-# Samples and tasks done are not among them: the new ledger learns those from the trainer's checkpoint.
-COST_FIELDS = (
-    "bytes_read",
-    "cpu_seconds",
-    "retries",
-    "wasted_samples",
-    "wasted_cpu_seconds",
-    "wasted_bytes",
-    "records_quarantined",
-    "speculative_attempts",
-    "labels_joined",
-    "records_label_out_of_domain",
-    "records_non_finite_dense",
-    "values_filled_non_finite",
-)
+COST_FIELDS = CARRIED  # after a planner restart the old ledger's are added to the new one's (primus.counters)
 
 
 def _plain(message: Any) -> dict[str, Any]:

@@ -16,17 +16,18 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
+from primus.counters import CARRIED, NAMES, SourceAccount
 from primus.errors import PrimusError, UnavailableError
 from primus.settings import PlannerSettings
 from primus.sources import Partition, Piece
 from primus.sources.base import ManifestEntry
 from services.planner.journal_store import STORE_ERRORS, JournalStore
-from services.planner.ledger import Progress, SourceAccount, TaskLedger, TaskMoved, TransitionObserver
+from services.planner.ledger import Progress, TaskLedger, TaskMoved, TransitionObserver
 from services.planner.plan import Decision, Plan
 from services.planner.task_state import Event
 from services.planner.tasks import TaskSpec
@@ -241,9 +242,6 @@ def decode(job_id: str, kind: str, body: bytes) -> Record:
             return PlanRecovered(job_id)
 
 
-ACCOUNT_FIELDS = tuple(f.name for f in fields(SourceAccount))
-
-
 def encode_accounts(accounts: dict[str, SourceAccount]) -> bytes:
     return json.dumps({source: vars(account) for source, account in sorted(accounts.items())}, separators=(",", ":")).encode()
 
@@ -251,7 +249,7 @@ def encode_accounts(accounts: dict[str, SourceAccount]) -> bytes:
 def decode_accounts(body: bytes) -> dict[str, SourceAccount]:
     """Counters of fields this version knows; others (a newer writer's) are left out."""
     data: dict[str, dict[str, Any]] = json.loads(body)
-    return {source: SourceAccount(**{k: v for k, v in values.items() if k in ACCOUNT_FIELDS}) for source, values in data.items()}
+    return {source: SourceAccount(**{k: v for k, v in values.items() if k in NAMES}) for source, values in data.items()}
 
 
 # --- the writer -----------------------------------------------------------------------------
@@ -516,10 +514,6 @@ def merge_extension(plan: Plan, extended: PlanExtended) -> None:
     plan.open_ended = extended.open_ended
 
 
-# Counters the ledger derives from its tasks on replay; every other counter is taken as the journal last saved it.
-DERIVED_FIELDS = ("samples", "tasks_done", "tasks_quarantined")
-
-
 def replay(ledger: TaskLedger, job: JournalledJob) -> None:
     """Replay a job's records, in order, into a fresh ledger of its plan's first tasks (with no observer: nothing is
     journalled again), then set its cost counters to those last saved. Tasks leased or served but not committed when
@@ -544,6 +538,5 @@ def replay(ledger: TaskLedger, job: JournalledJob) -> None:
     for source, saved in (job.accounts or {}).items():
         account = ledger.accounts.get(source)
         if account is not None:
-            for name in ACCOUNT_FIELDS:
-                if name not in DERIVED_FIELDS:
-                    setattr(account, name, getattr(saved, name))
+            for name in CARRIED:  # the rest (counters.DERIVED) the ledger derived from its tasks on replay
+                setattr(account, name, getattr(saved, name))

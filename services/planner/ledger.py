@@ -17,10 +17,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from primus.counters import SourceAccount
 from primus.errors import ConflictError, NotFoundError
 from primus.settings import PlannerSettings
 from primus.v1 import common_pb2
-from services.planner.accounts import SourceAccount, WorkDone, charge
+from services.planner.accounts import WorkDone, charge
 from services.planner.pending import LeaseHeap, PurposeQueues, RunningMedian, SourceQueue
 from services.planner.shares import SourceCandidate, SourceShare, catch_up, choose_source
 from services.planner.task_state import (

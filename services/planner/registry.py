@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from primus.counters import SourceAccount
 from primus.errors import NotFoundError
 from primus.settings import PlannerSettings
 from primus.spec import TrainingJob, load_job_text
@@ -26,7 +27,7 @@ from services.planner.journal import (
     replay,
     restore_plan,
 )
-from services.planner.ledger import Progress, SourceAccount, TaskLedger
+from services.planner.ledger import Progress, TaskLedger
 from services.planner.plan import PartitionResolver, Plan, Resolve, build_plan, extend_plan
 from services.planner.shares import SourceShare
 

@@ -1,0 +1,31 @@
+"""The per-source counters are declared once (primus.counters): the proto that carries them agrees field by field."""
+
+from __future__ import annotations
+
+from google.protobuf.descriptor import FieldDescriptor
+
+from primus.counters import CARRIED, COUNTERS, DERIVED, NAMES, WASTE, SourceAccount
+from primus.v1 import common_pb2
+
+NOT_COUNTERS = ("source", "pending_rows")  # SourceStats' own: whose counters, and the source's lag (not a cost)
+
+
+def test_source_stats_carries_every_counter_in_order_with_its_type() -> None:
+    carried = [f for f in common_pb2.SourceStats.DESCRIPTOR.fields if f.name not in NOT_COUNTERS]
+    assert [f.name for f in carried] == list(NAMES)
+    for proto_field, declared in zip(carried, COUNTERS, strict=True):
+        expected = FieldDescriptor.TYPE_DOUBLE if declared.real else FieldDescriptor.TYPE_INT64
+        assert proto_field.type == expected, f"SourceStats.{proto_field.name}: the proto's type disagrees with primus.counters"
+
+
+def test_every_counter_says_what_it_is_and_waste_is_named_so() -> None:
+    assert all(c.description.endswith(".") and len(c.description) > 20 for c in COUNTERS)
+    assert set(WASTE) == {n for n in NAMES if n.startswith("wasted_")}
+    assert set(CARRIED) | set(DERIVED) == set(NAMES) and not set(CARRIED) & set(DERIVED)
+    assert set(DERIVED) == {"samples", "tasks_done", "tasks_quarantined"}, "what a restarted ledger learns again from its tasks"
+
+
+def test_an_account_goes_into_the_proto_whole() -> None:
+    account = SourceAccount(**{c.name: (1.5 if c.real else i + 1) for i, c in enumerate(COUNTERS)})
+    stats = common_pb2.SourceStats(source="clicks", **vars(account))
+    assert {n: getattr(stats, n) for n in NAMES} == vars(account)
