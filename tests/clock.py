@@ -17,3 +17,13 @@ def stamped(name: str, hour: datetime, suffix: str = ".parquet") -> str:
 
 def hours(count: int) -> list[datetime]:
     return [OWN_HOUR + timedelta(hours=i) for i in range(count)]
+
+
+class ManualClock:
+    """A monotonic clock a test moves by hand: pass it where code takes `clock=time.monotonic`, set `now` to move it."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from services.resource_controller.backends.contract import EventKind, ExecutorEvent, ExitReason
 from services.resource_controller.backends.hosts import EVERY_JOB, HostHealth, HostPolicy
 from services.resource_controller.backends.lifecycle import Lifecycle, Tracked, exit_of_code
+from tests.clock import ManualClock
 
 
 @dataclass
@@ -174,16 +175,8 @@ def test_threads_start_in_start_and_stop_at_close() -> None:
     assert not any(t.is_alive() for t in backend._threads)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_failing_host_is_avoided_by_its_job_then_readmitted() -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     hosts = HostHealth(HostPolicy(failures_per_job=2, failures_across_jobs=4, window_seconds=60, avoid_seconds=120), clock)
     hosts.record_exit("node-a", "job-1", ExitReason.ERROR, 1, "exited with code 1")
     assert hosts.avoided("job-1") == {}
@@ -201,7 +194,7 @@ def test_a_failing_host_is_avoided_by_its_job_then_readmitted() -> None:
 
 
 def test_failures_across_jobs_avoid_the_host_for_every_job() -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     hosts = HostHealth(HostPolicy(failures_per_job=3, failures_across_jobs=3, window_seconds=60, avoid_seconds=30), clock)
     for job in ("job-1", "job-2", "job-3"):
         hosts.record_exit("node-b", job, ExitReason.HEARTBEAT_LOST, None, "no heartbeat")
@@ -209,7 +202,7 @@ def test_failures_across_jobs_avoid_the_host_for_every_job() -> None:
 
 
 def test_only_ends_that_may_be_the_hosts_fault_count() -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     hosts = HostHealth(HostPolicy(failures_per_job=1, failures_across_jobs=9), clock)
     hosts.record_exit("node-c", "job-1", ExitReason.OOM_KILLED, -9, "its own size")
     hosts.record_exit("node-c", "job-1", ExitReason.RELEASED, 0, "released")

@@ -7,18 +7,11 @@ import pyarrow as pa
 import pytest
 
 from primus.data.mixer import MAX_HELD_BATCHES, Mixer, SourcePolicy, allocate
+from tests.clock import ManualClock
 
 
 def _batch(start: int, rows: int) -> pa.RecordBatch:
     return pa.record_batch({"row": pa.array(np.arange(start, start + rows, dtype=np.int64))})
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_allocate_gives_each_source_its_weighted_share_with_the_rounding_carried() -> None:
@@ -97,7 +90,7 @@ def test_an_end_of_task_without_rows_is_committed_in_its_turn() -> None:
 
 
 def test_short_time_and_state_survive_a_checkpoint() -> None:
-    clock = Clock()
+    clock = ManualClock()
     mixer = Mixer([SourcePolicy("stream", priority=1), SourcePolicy("history")], batch_size=10, clock=clock)
     mixer.add("history", _batch(0, 100), "h", 1, False)
     mixer.take()  # the stream is short from here
