@@ -39,6 +39,15 @@ def scratch_root() -> Path:
     return Path(os.environ.get(SCRATCH_ENV) or tempfile.gettempdir()) / "primus-scratch"
 
 
+def uri_with_region(uri: str) -> str:
+    """An s3:// URI with the environment's region (AWS_REGION, AWS_DEFAULT_REGION) when it names none: pyarrow would
+    otherwise ask the store for the bucket's region, one more network call on every open that can fail on its own."""
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if not uri.startswith("s3://") or not region or "region=" in uri:
+        return uri
+    return f"{uri}{'&' if '?' in uri else '?'}region={region}"
+
+
 @dataclass(frozen=True)
 class RunStore:
     """A run folder: `uri` as given (a path or an object store URI) and the local folder this process works in."""
@@ -66,7 +75,7 @@ class RunStore:
                 "AWS_SECRET_ACCESS_KEY) or a mounted secret"
             )
         try:
-            fs, root = pafs.FileSystem.from_uri(text)
+            fs, root = pafs.FileSystem.from_uri(uri_with_region(text))
         except (ValueError, OSError) as exc:
             raise UnavailableError(f"runs folder {text}: cannot reach the object store: {exc}") from None
         local = scratch or scratch_root() / f"{os.getpid()}-{os.urandom(3).hex()}" / text.rstrip("/").rsplit("/", 1)[-1]
