@@ -78,6 +78,7 @@ def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoHosts]:
         env = {**os.environ, "RAY_DISABLE_USAGE_STATS": "1"}
         plan = FaultPlan(root / "faults", (Pause("trainer", KILL_AT),))
         node_env = {**env, **s3.env, **plan.env(), "PRIMUS_SCRATCH_DIR": str(host_b / "scratch")}
+        head_env = {**env, **s3.env}  # an executor Ray places on this host reads the bucket too
         head = [str(RAY), "start", "--head", "--num-cpus", "2", "--port", address.rsplit(":", 1)[1], "--include-dashboard=false", "--disable-usage-stats"]
         hide = f'mount -t tmpfs tmpfs "{host_a}" && mount -t tmpfs tmpfs "{host_b}" && exec "$@"'
         node = [
@@ -87,7 +88,7 @@ def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoHosts]:
         try:
             head_ip = address.rsplit(":", 1)[0]
             temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # short: Ray's socket paths live under it (107 bytes at most)
-            subprocess.run([*head, "--node-ip-address", head_ip, "--temp-dir", str(temp)], check=True, capture_output=True, env=env, timeout=120)
+            subprocess.run([*head, "--node-ip-address", head_ip, "--temp-dir", str(temp)], check=True, capture_output=True, env=head_env, timeout=120)
             started = subprocess.run(node, capture_output=True, env=node_env, timeout=120, text=True, check=False)
             assert started.returncode == 0, f"the Ray node on the second host did not start:\n{started.stdout[-3000:]}\n{started.stderr[-3000:]}"
             s3.make_bucket(BUCKET)
