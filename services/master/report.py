@@ -15,8 +15,6 @@ from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master.status import RANKS_LOST, RESTARTS
 from services.master.store import JobRecord
 
-COST_FIELDS = CARRIED  # after a planner restart the old ledger's are added to the new one's (primus.counters)
-
 
 def _plain(message: Any) -> dict[str, Any]:
     """A flat message as plain JSON values: numbers stay numbers, enums become their names."""
@@ -32,17 +30,18 @@ def _plain(message: Any) -> dict[str, Any]:
 
 
 def carry_costs(earlier: dict[str, dict[str, float]], plan: planner_pb2.GetPlanResponse | None) -> dict[str, dict[str, float]]:
-    """Add a lost ledger's cost counters (as last seen) to those of the ledgers lost before it, per source."""
+    """Add a lost ledger's cost counters (as last seen) to those of the ledgers lost before it, per source: the counters
+    primus.counters carries over a planner restart."""
     out = {name: dict(fields) for name, fields in earlier.items()}
     for source in plan.sources if plan is not None else ():
-        row = out.setdefault(source.source, dict.fromkeys(COST_FIELDS, 0))
-        for name in COST_FIELDS:
+        row = out.setdefault(source.source, dict.fromkeys(CARRIED, 0))
+        for name in CARRIED:
             row[name] = row.get(name, 0) + getattr(source, name)
     return out
 
 
 def _with_earlier(row: dict[str, Any], earlier: dict[str, float]) -> dict[str, Any]:
-    return {k: round(v + earlier.get(k, 0), 6) if k in COST_FIELDS else v for k, v in row.items()}
+    return {k: round(v + earlier.get(k, 0), 6) if k in CARRIED else v for k, v in row.items()}
 
 
 def build_report(
