@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from primus.errors import DataError, NotFoundError
+from primus.job_report import JobReport
 from primus.v1 import common_pb2
 
 READ_SPAN = "data_task.read"
@@ -107,30 +108,26 @@ def _report_path(run: Path) -> Path:
     return run if run.name == "report.json" else run / "report.json"
 
 
-def load_report(run: Path) -> dict[str, Any]:
-    """The run's report.json; a missing or unreadable one is an error naming its path."""
+def load_report(run: Path) -> JobReport:
+    """The run's report.json; a missing or unreadable one, or one that is not a job report, is an error naming its path."""
     path = _report_path(run)
     if not path.is_file():
         raise NotFoundError(f"no report at {path}: the run has not finished, or {run} is not a run folder")
     try:
-        report = json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise DataError(f"cannot read report {path}: {exc}") from None
-    if not isinstance(report, dict):
+    if not isinstance(data, dict):
         raise DataError(f"report {path} is not a JSON object")
-    return report
-
-
-def _ledger(row: dict[str, Any]) -> common_pb2.SourceStats:
-    """One report row as the ledger's SourceStats: unknown keys ignored, missing ones zero (older reports have fewer)."""
     try:
-        return json_format.ParseDict({k: v for k, v in row.items() if v is not None}, common_pb2.SourceStats(), ignore_unknown_fields=True)
-    except json_format.ParseError as exc:
-        raise DataError(f"report row for source {row.get('source')!r}: {exc}") from None
+        return JobReport.from_json(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise DataError(f"report {path} is not a job report Primus wrote: {exc.__class__.__name__}: {exc}") from None
 
 
-def ledger_by_source(report: dict[str, Any]) -> dict[str, common_pb2.SourceStats]:
-    return {str(row["source"]): _ledger(row) for row in report.get("sources") or [] if "source" in row}
+def ledger_by_source(report: JobReport) -> dict[str, common_pb2.SourceStats]:
+    """Per source, the planner's ledger as the report carries it."""
+    return {name: row.to_proto() for name, row in report.ledger_by_source().items()}
 
 
 # --- traces --------------------------------------------------------------------------------------
@@ -270,8 +267,8 @@ def load_cost(run_dir: Path) -> CostSummary:
     for name in names:
         ledger, trace = ledgers.get(name, common_pb2.SourceStats()), traced.get(name, TraceCost())
         sources.append(SourceCost(name, ledger, trace, is_consistent(ledger, trace)))
-    restarts = int((report.get("restarts") or {}).get("planner", 0))
-    return CostSummary(folder, str(report.get("job_id", folder.name)), sources, by_service(spans), files, unreadable, restarts)
+    restarts = report.restarts.get("planner", 0)
+    return CostSummary(folder, report.job_id or folder.name, sources, by_service(spans), files, unreadable, restarts)
 
 
 # --- rendering -----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from primus import rpc
 from primus.cluster import ClusterState, start_cluster, stop_services
 from primus.demo import demo_job
 from primus.demo_data import generate_dataset
+from primus.job_report import JobReport
 from primus.run_store import read_bytes_at
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from tests.s3_server import S3Server, start_s3
@@ -162,8 +163,10 @@ def finished_job(master: master_pb2_grpc.MasterServiceStub, job_id: str, timeout
 
 
 def finish_job(master: master_pb2_grpc.MasterServiceStub, job_id: str, timeout: float = 240.0) -> dict[str, Any]:
-    """Wait for the job to end and return its report (a file, or an object of a runs folder on an object store)."""
+    """Wait for the job to end and return its report (a file, or an object of a runs folder on an object store), as
+    JSON; it reads back through JobReport unchanged (the type says every key the master writes)."""
     report: dict[str, Any] = json.loads(read_bytes_at(finished_job(master, job_id, timeout).report_path))
+    assert JobReport.from_json(report).to_json() == report, "report.json is JobReport's form, key for key"
     return report
 
 

@@ -19,6 +19,7 @@ from primus.console import rank_rows
 from primus.demo import demo_job
 from primus.errors import SpecError
 from primus.spec import parse_job
+from primus.training_result import RankResult
 from services.resource_controller.gang import Gang
 from services.trainer.data_parallel import (
     GangLostError,
@@ -103,12 +104,12 @@ def test_the_gang_environment_names_each_rank() -> None:
 def test_a_slow_rank_shows_in_the_rank_rows() -> None:
     rows = rank_rows(
         [
-            {"rank": 0, "samples": 1000, "steps": 10, "wait_seconds": 4.0, "step_seconds": 1.0},
-            {"rank": 1, "samples": 1000, "steps": 10, "wait_seconds": 0.1, "step_seconds": 4.0},
+            RankResult(rank=0, samples=1000, steps=10, wait_seconds=4.0, step_seconds=1.0),
+            RankResult(rank=1, samples=1000, steps=10, wait_seconds=0.1, step_seconds=4.0),
         ]
     )
     assert rows[0][-1] == "1.00" and rows[1][-1] == "0.25"
-    left = rank_rows([{"rank": 2, "samples": 10, "steps": 1, "wait_seconds": 0.0, "step_seconds": 1.0, "left": True}])
+    left = rank_rows([RankResult(rank=2, samples=10, steps=1, wait_seconds=0.0, step_seconds=1.0, left=True)])
     assert left[0][0] == "2 (left)", "a rank that left an elastic gang says so"
 
 

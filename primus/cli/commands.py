@@ -12,7 +12,6 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import grpc
 import yaml
@@ -37,7 +36,7 @@ from primus.errors import DataError, InvalidRequestError, PrimusError, SpecError
 from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
 from primus.job_output import describe_job, follow, print_data, print_jobs, print_queues
 from primus.job_state import JobState
-from primus.scaling_log import decision_row, scaling_table
+from primus.scaling_log import ScalingRow, scaling_table
 from primus.spec import TrainingJob, load_job_file, load_job_text
 from primus.v1 import planner_pb2, planner_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
@@ -90,7 +89,7 @@ def _config() -> contexts.Config:
 def _follow_and_report(client: PrimusClient, job_id: str) -> int:
     job = follow(client.watch(job_id))
     if job is not None and job.report_path and Path(job.report_path).exists():
-        print_report(json.loads(Path(job.report_path).read_text()))
+        print_report(load_report(Path(job.report_path)))
         console.print(f"report: {job.report_path}")
     return 0 if job is not None and job.state is JobState.SUCCEEDED else 1
 
@@ -434,13 +433,12 @@ def _report_path(args: argparse.Namespace) -> Path:
 def cmd_report(args: argparse.Namespace) -> int:
     path = _report_path(args)
     report = load_report(path)
+    if not report.job_id:  # a JSON object, but not a job report
+        raise DataError(f"report {path} is not a job report Primus wrote: it names no job_id")
     if args.output != "table":
-        print_data(report, args.output)
+        print_data(report.to_json(), args.output)
         return 0
-    try:
-        print_report(report)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # a JSON object, but not a job report
-        raise DataError(f"report {path} is not a job report Primus wrote: {exc.__class__.__name__}: {exc}") from None
+    print_report(report)
     return 0
 
 
@@ -498,7 +496,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
 _SCALING_LOG_AWAY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
 
 
-def _scaling_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+def _scaling_rows(args: argparse.Namespace) -> list[ScalingRow]:
     """From the running resource controller, or else from the job's saved report."""
     state = running_cluster(args.state_dir)
     if state is not None:
@@ -510,15 +508,14 @@ def _scaling_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
                 raise
         else:
             if decisions:
-                return [decision_row(d) for d in decisions]
-    rows: list[dict[str, Any]] = json.loads(_report_path(args).read_text()).get("scaling", [])
-    return rows
+                return [ScalingRow.of_proto(d) for d in decisions]
+    return list(load_report(_report_path(args)).scaling)
 
 
 def cmd_scaling(args: argparse.Namespace) -> int:
     rows = _scaling_rows(args)
     if args.output == "json":
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([row.to_json() for row in rows], indent=2))
     elif not rows:
         console.print(f"no scaling decisions for {args.run}: its roles have no autoscale block, or nothing called for a change")
     else:

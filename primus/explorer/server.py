@@ -249,13 +249,13 @@ class Api:
 
 
 def _identity(brief: RunBrief) -> dict[str, Any]:
-    report, db = brief.report or {}, brief.db
+    report, db = brief.report, brief.db
     return {
-        "name": str(report.get("name") or (db.name if db else "")),
+        "name": (report.name if report else "") or (db.name if db else ""),
         "state": brief.state,
         "live": brief.live,
-        "message": str(report.get("message") or (db.message if db else "")),
-        "created_unix": report.get("created_unix") or (db.created if db else None),
+        "message": (report.message if report else "") or (db.message if db else ""),
+        "created_unix": (report.created_unix if report else None) or (db.created if db else None),
     }
 
 

@@ -18,6 +18,8 @@ from primus.cost import load_report
 from primus.errors import NotFoundError, PrimusError
 from primus.explorer.aggregate import RunIndex, SourceSpec, build_index
 from primus.explorer.traces import Span, TraceFolder, paused_gc
+from primus.job_report import JobReport
+from primus.job_state import JobState
 
 log = logging.getLogger("primus.explorer")
 
@@ -98,7 +100,7 @@ def spec_sources(spec_yaml: str) -> tuple[SourceSpec, ...]:
 @dataclass
 class _Report:
     key: tuple[int, int] | None = None
-    report: dict[str, Any] | None = None
+    report: JobReport | None = None
     problem: str = ""
     read: bool = False
 
@@ -110,7 +112,7 @@ class RunBrief:
 
     job_id: str
     folder: Path | None
-    report: dict[str, Any] | None
+    report: JobReport | None
     report_problem: str
     db: DbJob | None
     trace_files: int
@@ -119,8 +121,8 @@ class RunBrief:
 
     @property
     def state(self) -> str:
-        if self.report is not None and self.report.get("state"):
-            return str(self.report["state"])
+        if self.report is not None and self.report.state is not JobState.UNKNOWN:
+            return self.report.state.value
         if self.db is not None:
             return self.db.state
         return "RUNNING" if self.live else "UNKNOWN"
@@ -128,7 +130,7 @@ class RunBrief:
     @property
     def live(self) -> bool:
         """Still changing: the page polls while this holds."""
-        if self.report is not None and self.report.get("state") and str(self.report["state"]) not in ACTIVE_STATES:
+        if self.report is not None and self.report.state is not JobState.UNKNOWN and self.report.state.value not in ACTIVE_STATES:
             return False
         if self.db is not None:
             return self.db.state in ACTIVE_STATES
@@ -149,7 +151,7 @@ class RunSnapshot:
         return self.brief.job_id
 
     @property
-    def report(self) -> dict[str, Any] | None:
+    def report(self) -> JobReport | None:
         return self.brief.report
 
 

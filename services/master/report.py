@@ -1,32 +1,19 @@
-"""The job report: services, plan, per-source cost and trainer results, as report.json."""
+"""The job report: services, plan, per-source cost and trainer results, built as a JobReport and kept as report.json."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from google.protobuf.descriptor import FieldDescriptor
-
-from primus.counters import CARRIED
+from primus.counters import CARRIED, COUNTERS, SourceAccount
+from primus.job_report import ExecutorRow, JobReport, PlannedSource, PlanRow, QuarantinedRow, ServiceRow, SourceLedger
+from primus.job_state import JobState
 from primus.run_store import RunStore, local_folder
-from primus.scaling_log import ROLE_NAMES, decision_row
+from primus.scaling_log import ROLE_NAMES, ScalingRow
+from primus.training_result import TrainingResult
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master.status import RANKS_LOST, RESTARTS
 from services.master.store import JobRecord
-
-
-def _plain(message: Any) -> dict[str, Any]:
-    """A flat message as plain JSON values: numbers stay numbers, enums become their names."""
-    out: dict[str, Any] = {}
-    for field in message.DESCRIPTOR.fields:
-        value = getattr(message, field.name)
-        if field.type == FieldDescriptor.TYPE_ENUM:
-            value = field.enum_type.values_by_number[value].name
-        elif field.is_repeated:
-            value = list(value)
-        out[field.name] = round(value, 6) if isinstance(value, float) else value
-    return out
 
 
 def carry_costs(earlier: dict[str, dict[str, float]], plan: planner_pb2.GetPlanResponse | None) -> dict[str, dict[str, float]]:
@@ -40,8 +27,39 @@ def carry_costs(earlier: dict[str, dict[str, float]], plan: planner_pb2.GetPlanR
     return out
 
 
-def _with_earlier(row: dict[str, Any], earlier: dict[str, float]) -> dict[str, Any]:
-    return {k: round(v + earlier.get(k, 0), 6) if k in CARRIED else v for k, v in row.items()}
+def source_ledger(stats: common_pb2.SourceStats, earlier: dict[str, float]) -> SourceLedger:
+    """A source's row of the ledger, floats to 6 places, with what the ledgers lost before it counted of the carried counters."""
+    counts = {c.name: round(getattr(stats, c.name), 6) if c.real else getattr(stats, c.name) for c in COUNTERS}
+    carried = {name: round(counts[name] + earlier.get(name, 0), 6) for name in CARRIED}
+    return SourceLedger(stats.source, SourceAccount(**(counts | carried)), stats.pending_rows)
+
+
+def _executor_row(e: rc_pb2.Executor) -> ExecutorRow:
+    return ExecutorRow(
+        name=e.executor_id,
+        pid=e.pid,
+        address=e.address,
+        role=ROLE_NAMES.get(e.role, "unknown"),
+        data_address=e.data_address,
+        host_id=e.host_id,
+        exit_code=e.exit_code,
+        exit_reason=rc_pb2.ExitReason.Name(e.exit_reason).removeprefix("EXIT_REASON_"),
+        message=e.message,
+        slot=e.slot,
+        cpu=e.resources.cpu,
+        memory_mib=e.resources.memory_mib,
+        limits=rc_pb2.LimitMechanism.Name(e.limits).removeprefix("LIMIT_MECHANISM_"),
+        backend=e.backend,
+        log=e.log_path,
+    )
+
+
+def _plan_row(summary: planner_pb2.PlanSummary) -> PlanRow:
+    sources = tuple(
+        PlannedSource(s.source, s.partitions, s.partitions_waiting, s.tasks, s.bytes, s.rows, tuple(s.schema_versions), common_pb2.TaskPurpose.Name(s.purpose))
+        for s in summary.sources
+    )
+    return PlanRow(summary.fingerprint, summary.plan_version, summary.task_count, round(summary.planning_seconds, 4), sources)
 
 
 def build_report(
@@ -50,64 +68,31 @@ def build_report(
     executors: list[rc_pb2.Executor],
     plan: planner_pb2.GetPlanResponse | None,
     decisions: list[rc_pb2.ScalingDecision] | None = None,
-) -> dict[str, Any]:
+) -> JobReport:
     """Everything a user needs to judge a run, in one document."""
-    service_rows = [{"name": s.name, "pid": s.pid, "address": s.address, "role": s.name, "metrics_address": s.metrics_address} for s in services]
-    service_rows += [
-        {
-            "name": e.executor_id,
-            "pid": e.pid,
-            "address": e.address,
-            "role": ROLE_NAMES.get(e.role, "unknown"),
-            "data_address": e.data_address,
-            "host_id": e.host_id,
-            "exit_code": e.exit_code,
-            "exit_reason": rc_pb2.ExitReason.Name(e.exit_reason).removeprefix("EXIT_REASON_"),
-            "message": e.message,
-            "slot": e.slot,
-            "cpu": e.resources.cpu,
-            "memory_mib": e.resources.memory_mib,
-            "limits": rc_pb2.LimitMechanism.Name(e.limits).removeprefix("LIMIT_MECHANISM_"),
-            "backend": e.backend,
-            "log": e.log_path,
-        }
-        for e in executors
-    ]
-    scaling = [decision_row(d) for d in decisions or []]
-    report: dict[str, Any] = {
-        "job_id": job.job_id,
-        "name": job.name,
-        "state": job.state,
-        "message": job.message,
-        "created_unix": job.created,
-        "finished_unix": job.updated,
-        "duration_seconds": round(job.updated - job.created, 3),
-        "services": service_rows,
-        "plan": None,
-        "sources": [],
-        "quarantined": [],
-        "trainer": job.result,
-        "restarts": job.progress.get(RESTARTS, {}),
-        "ranks_lost": int(job.progress.get(RANKS_LOST, 0)),  # elastic trainer ranks that died and were not replaced
-        "scaling": scaling,
-        "resizes": [d for d in scaling if d["action"] == "RESIZE"],
-        "traces_dir": str(local_folder(job.run_dir) / "traces"),  # on an object store: each host keeps its own
-    }
-    if plan is not None:
-        summary = plan.summary
-        report["plan"] = {
-            "fingerprint": summary.fingerprint,
-            "plan_version": summary.plan_version,
-            "task_count": summary.task_count,
-            "planning_seconds": round(summary.planning_seconds, 4),
-            "sources": [_plain(s) for s in summary.sources],
-        }
-        earlier = job.progress.get("earlier_ledgers", {})
-        report["sources"] = [_with_earlier(_plain(s), earlier.get(s.source, {})) for s in plan.sources]
-        report["quarantined"] = [_plain(q) for q in plan.quarantined]
-    return report
+    rows: list[ServiceRow | ExecutorRow] = [ServiceRow(s.name, s.pid, s.address, s.name, s.metrics_address) for s in services]
+    rows += [_executor_row(e) for e in executors]
+    earlier = job.progress.get("earlier_ledgers", {})
+    return JobReport(
+        job_id=job.job_id,
+        name=job.name,
+        state=JobState(job.state),
+        message=job.message,
+        created_unix=job.created,
+        finished_unix=job.updated,
+        duration_seconds=round(job.updated - job.created, 3),
+        services=tuple(rows),
+        plan=_plan_row(plan.summary) if plan is not None else None,
+        sources=tuple(source_ledger(s, earlier.get(s.source, {})) for s in plan.sources) if plan is not None else (),
+        quarantined=tuple(QuarantinedRow(q.task_id, q.source, q.partition, q.reason, q.attempts) for q in plan.quarantined) if plan is not None else (),
+        trainer=TrainingResult.from_json(job.result),
+        restarts={k: int(v) for k, v in job.progress.get(RESTARTS, {}).items()},
+        ranks_lost=int(job.progress.get(RANKS_LOST, 0)),
+        scaling=tuple(ScalingRow.of_proto(d) for d in decisions or []),
+        traces_dir=str(local_folder(job.run_dir) / "traces"),
+    )
 
 
-def write_report(report: dict[str, Any], run_dir: str) -> str:
+def write_report(report: JobReport, run_dir: str) -> str:
     """report.json in the run folder (a whole file, or one object on a store); where it is."""
-    return RunStore.open(run_dir).put_bytes("report.json", (json.dumps(report, indent=2, sort_keys=False) + "\n").encode())
+    return RunStore.open(run_dir).put_bytes("report.json", (json.dumps(report.to_json(), indent=2, sort_keys=False) + "\n").encode())

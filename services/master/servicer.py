@@ -25,6 +25,7 @@ from primus.row_identity import RowDigest
 from primus.run_store import RunStore, read_bytes_at
 from primus.settings import MasterSettings
 from primus.spec import WarmStart, load_job_text, resolve_paths
+from primus.training_result import TrainingResult
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from services.master import savepoints
 from services.master.access import AccessRecords, Gate, PolicyFile, audited
@@ -331,43 +332,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         return True
 
     def ReportTrainingResult(self, request: master_pb2.ReportTrainingResultRequest, context: grpc.ServicerContext) -> master_pb2.ReportTrainingResultResponse:
-        result = {
-            "trainer_id": request.trainer_id,
-            "steps": request.steps,
-            "train_samples": request.train_samples,
-            "eval_samples": request.eval_samples,
-            "auc": round(request.auc, 6) if request.eval_samples else None,  # no held-out slice: no AUC, not 0
-            "logloss": round(request.logloss, 6) if request.eval_samples else None,
-            "final_loss": round(request.final_loss, 6),
-            "train_seconds": round(request.train_seconds, 3),
-            "checkpoint": request.checkpoint_path,
-            "eval": _metrics(request.eval) if request.HasField("eval") else None,
-            "eval_recent": _metrics(request.eval_recent) if request.HasField("eval_recent") else None,
-            "progressive": _metrics(request.progressive) if request.HasField("progressive") else None,
-            "sources": [_source_result(s) for s in request.sources],
-            "joined_label_fraction": round(request.joined_label_fraction, 6),
-            "snapshot": request.snapshot_path,
-            "minibatches": request.minibatches,
-            "mixed_minibatches": request.mixed_minibatches,
-            "metrics": dict(sorted(request.metrics.items())),  # a user's own loop (training.script): what it reported
-            "digests": _digests(request.row_digests),
-            "ranks": [
-                {
-                    "rank": r.rank,
-                    "samples": r.samples,
-                    "steps": r.steps,
-                    "wait_seconds": round(r.wait_seconds, 3),
-                    "step_seconds": round(r.step_seconds, 3),
-                    **({"left": True} if r.left else {}),
-                }
-                for r in request.ranks
-            ],
-            "resizes": [
-                {"generation": r.generation, "from": r.world_from, "to": r.world_to, "reason": r.reason, "gap_seconds": round(r.gap_seconds, 3)} for r in request.resizes
-            ],
-        }
-        if request.error:
-            result = {"trainer_id": request.trainer_id, "error": request.error}
+        result = TrainingResult.of_proto(request, _digests(request.row_digests)).to_json()
         self._store.update(request.job_id, result=result)
         return master_pb2.ReportTrainingResultResponse()
 
@@ -378,28 +343,3 @@ def _digests(digests: Iterable[master_pb2.RowDigest]) -> dict[str, dict[str, str
     for d in digests:
         out.setdefault(d.source, {})[d.purpose] = str(RowDigest(d.rows, d.sum, d.xor))
     return dict(sorted(out.items()))
-
-
-def _metrics(metrics: master_pb2.EvalMetrics) -> dict[str, float | int]:
-    return {
-        "rows": metrics.rows,
-        "positives": metrics.positives,
-        "auc": round(metrics.auc, 6),
-        "logloss": round(metrics.logloss, 6),
-        "normalized_entropy": round(metrics.normalized_entropy, 6),
-        "calibration": round(metrics.calibration, 6),
-    }
-
-
-def _source_result(source: master_pb2.SourceTrainingResult) -> dict[str, object]:
-    return {
-        "source": source.source,
-        "rows_trained": source.rows_trained,
-        "target_share": round(source.target_share, 6),
-        "short_seconds": round(source.short_seconds, 3),
-        "catch_up_minibatches": source.catch_up_minibatches,
-        "mean_loss": round(source.mean_loss, 6),
-        "progressive": _metrics(source.progressive) if source.HasField("progressive") else None,
-        "eval": _metrics(source.eval) if source.HasField("eval") else None,
-        "mixed_share": round(source.mixed_share, 6) if source.mixed_share == source.mixed_share else None,
-    }

@@ -123,7 +123,7 @@ def cost_view(index: RunIndex, filters: Filters) -> CostView:
 
 def _cost_view(index: RunIndex, filters: Filters) -> CostView:
     everything = index.cached(("traced-all",), lambda: traced_by_source(index.reads))
-    ledgers = ledger_by_source(index.report) if index.report else {}
+    ledgers = ledger_by_source(index.report) if index.report is not None else {}
     chosen = [name for name in index.sources if not filters.sources or name in filters.sources]
     if ledgers and filters.by_source_only:
         figures = {name: {f: getattr(ledgers[name], f) for f in _FIGURES[:-1]} | {"tasks": ledgers[name].tasks_done} for name in ledgers}

@@ -9,8 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from primus.cost import READ_SPAN, STATUS_ERROR, WASTE_EVENTS, SpanRecord, TraceCost, ledger_by_source, traced_by
+from primus.cost import READ_SPAN, STATUS_ERROR, WASTE_EVENTS, SpanRecord, TraceCost, traced_by
 from primus.explorer.traces import Span
+from primus.job_report import JobReport
 
 MEMO_SIZE = 64  # views kept per run version: filtered span lists and waterfall walks hold a reference per span
 T = TypeVar("T")
@@ -80,7 +81,7 @@ class RunIndex:
 
     job_id: str
     spans: list[Span]
-    report: dict[str, Any] | None
+    report: JobReport | None
     spec_sources: tuple[SourceSpec, ...]
     t0_ns: int
     t1_ns: int
@@ -112,14 +113,9 @@ class RunIndex:
         return (ns - self.t0_ns) / 1e9
 
 
-def _executor_names(report: dict[str, Any] | None, job_id: str) -> dict[int, str]:
+def _executor_names(report: JobReport | None, job_id: str) -> dict[int, str]:
     """Process ids to the names the report gives them (the job's prefix cut off): data-executor-0, trainer-0."""
-    names: dict[int, str] = {}
-    for service in (report or {}).get("services") or []:
-        if isinstance(service, dict) and isinstance(service.get("pid"), int) and service.get("name"):
-            name = str(service["name"])
-            names[service["pid"]] = name.removeprefix(job_id + "-")
-    return names
+    return {service.pid: service.name.removeprefix(job_id + "-") for service in report.services if service.name} if report is not None else {}
 
 
 def process_name(span: Span, executors: Mapping[int, str]) -> str:
@@ -215,7 +211,7 @@ def build_tasks(reads: Sequence[Span], t0_ns: int, executors: Mapping[int, str])
     return tasks
 
 
-def build_index(job_id: str, spans: list[Span], report: dict[str, Any] | None, spec_sources: Sequence[SourceSpec] = ()) -> RunIndex:
+def build_index(job_id: str, spans: list[Span], report: JobReport | None, spec_sources: Sequence[SourceSpec] = ()) -> RunIndex:
     """One pass over the spans (by trace, by id, the reads), then the tasks from the reads."""
     reads: list[Span] = []
     sources: dict[str, None] = {}
@@ -234,8 +230,8 @@ def build_index(job_id: str, spans: list[Span], report: dict[str, Any] | None, s
             reads.append(span)
             sources[str(span.attributes.get("primus.source", ""))] = None
     if report is not None and not spans:
-        t0 = t1 = int(float(report.get("created_unix") or 0) * 1e9)
-    ledger_names = list(ledger_by_source(report)) if report else []
+        t0 = t1 = int(report.created_unix * 1e9)
+    ledger_names = list(report.ledger_by_source()) if report is not None else []
     names = ledger_names + sorted(set(sources) - set(ledger_names) - {""})
     executors = _executor_names(report, job_id)
     services = sorted({s.service for s in spans})

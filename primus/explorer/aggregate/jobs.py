@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from primus.job_report import JobReport
+
 # --- the jobs list -------------------------------------------------------------------------------
 
 
-def report_figures(report: dict[str, Any] | None) -> dict[str, Any]:
+def report_figures(report: JobReport | None) -> dict[str, Any]:
     """The jobs list's figures from a report: duration, samples trained, AUC, and bytes and CPU seconds of every source."""
-    if not report:
+    if report is None:
         return {}
-    trainer = report.get("trainer") or {}
-    sources = [s for s in report.get("sources") or [] if isinstance(s, dict)]
-    samples = trainer.get("train_samples") if isinstance(trainer, dict) else None
+    trainer = report.trainer if report.trainer is not None and not report.trainer.error else None
+    counts = [s.counts for s in report.sources]
     return {
-        "duration_s": report.get("duration_seconds"),
-        "samples": samples if samples is not None else sum(int(s.get("samples") or 0) for s in sources),
-        "auc": trainer.get("auc") if isinstance(trainer, dict) else None,
-        "bytes_read": sum(int(s.get("bytes_read") or 0) for s in sources),
-        "cpu_seconds": sum(float(s.get("cpu_seconds") or 0.0) for s in sources),
+        "duration_s": report.duration_seconds,
+        "samples": trainer.train_samples if trainer is not None else sum(c.samples for c in counts),
+        "auc": trainer.auc if trainer is not None else None,
+        "bytes_read": sum(c.bytes_read for c in counts),
+        "cpu_seconds": sum(float(c.cpu_seconds) for c in counts),
     }
