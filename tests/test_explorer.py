@@ -29,6 +29,7 @@ from primus.explorer import aggregate as agg
 from primus.explorer.server import ExplorerServer, make_server, serve_in_thread
 from primus.explorer.store import RunStore
 from primus.explorer.traces import TAIL_GRACE_SECONDS, TraceFile, parse_request
+from primus.job_state import JobState
 from primus.telemetry import JOB_KEY, OtlpJsonFileExporter, span_json
 from primus.v1 import master_pb2, master_pb2_grpc
 from tests.conftest import finish_job, job_document
@@ -328,7 +329,7 @@ def test_a_running_job_is_live_and_its_spec_orders_the_graph(tmp_path: Path) -> 
     jobs = JobStore(run_dir.parent / "primus.db")  # the master's own job store, as `primus up` keeps it
     spec = {"spec": {"data": {"sources": [{"name": "a", "kind": "stream"}, {"name": "b", "after": ["a"]}]}}}
     now = time.time()
-    jobs.insert(JobRecord(JOB, "explore", "RUNNING", yaml.safe_dump(spec), str(run_dir), now, now))
+    jobs.insert(JobRecord(JOB, "explore", JobState.RUNNING, yaml.safe_dump(spec), str(run_dir), now, now))
     store = RunStore(run_dir.parent)
     snapshot, index = store.index(JOB)
     assert snapshot.brief.state == "RUNNING" and snapshot.brief.live
@@ -336,7 +337,7 @@ def test_a_running_job_is_live_and_its_spec_orders_the_graph(tmp_path: Path) -> 
     assert index.spec_sources == (agg.SourceSpec("a", "stream"), agg.SourceSpec("b", "batch_files", ("a",)))
     graph = agg.task_graph(index, agg.Filters())
     assert graph.dependencies == "spec" and graph.edges == [("t1", "t2")], "stream a in time order; b's slot has no task of a"
-    jobs.update(JOB, state="SUCCEEDED")
+    jobs.update(JOB, state=JobState.SUCCEEDED)
     done = store.snapshot(JOB)
     assert done.brief.state == "SUCCEEDED" and not done.brief.live and done.version > snapshot.version
 

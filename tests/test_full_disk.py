@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from benchmarks.recovery_support import hosts
 from primus.errors import StorageFullError, UnavailableError
+from primus.job_state import JobState
 from primus.telemetry import JOB_KEY, OtlpJsonFileExporter
 from services.master.store import JobRecord, JobStore
 from services.planner.journal import CheckpointCommitted, Journal, PlanCreated, read_journal
@@ -41,7 +42,7 @@ def disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def _record(job_id: str) -> JobRecord:
-    return JobRecord(job_id=job_id, name="j", state="PENDING", spec_yaml="x" * 4096, run_dir="/tmp/x", created=1.0, updated=1.0)
+    return JobRecord(job_id=job_id, name="j", state=JobState.PENDING, spec_yaml="x" * 4096, run_dir="/tmp/x", created=1.0, updated=1.0)
 
 
 def test_the_job_store_says_full_and_takes_writes_again_once_there_is_room(disk: Path) -> None:
@@ -54,7 +55,7 @@ def test_the_job_store_says_full_and_takes_writes_again_once_there_is_room(disk:
     assert store.get("before").state == "PENDING"
     hosts.free(disk)
     store.insert(_record("after"))
-    store.update("before", state="RUNNING")
+    store.update("before", state=JobState.RUNNING)
     assert store.get("after").name == "j" and store.get("before").state == "RUNNING"
 
 

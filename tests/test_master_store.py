@@ -19,9 +19,12 @@ import yaml
 
 from primus.client import PrimusClient
 from primus.cluster import ClusterState, stop_services
+from primus.job_state import JobState
 from primus.masters import grpc_target
 from primus.spec import load_job_file
+from primus.training_result import TrainingResult
 from services.master.leader import Leadership
+from services.master.status import Restarts, TrainingProgress
 from services.master.store import JobRecord, JobStore, StaleVersionError
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 from tests.faults_helpers import assert_dataset_rows_exact
@@ -43,18 +46,18 @@ def pg_url() -> Iterator[str]:
 
 
 def _record(job_id: str) -> JobRecord:
-    return JobRecord(job_id=job_id, name="j", state="PENDING", spec_yaml="{}", run_dir="/tmp/x", created=1.0, updated=1.0)
+    return JobRecord(job_id=job_id, name="j", state=JobState.PENDING, spec_yaml="{}", run_dir="/tmp/x", created=1.0, updated=1.0)
 
 
 def _versions(first: JobStore, second: JobStore) -> None:
     first.insert(_record("a"))
     read = second.get("a")
     assert read.version == 1
-    written = first.update("a", state="RUNNING", progress_update={"restarts": {"trainer": 1}})
+    written = first.update("a", state=JobState.RUNNING, progress_update={"restarts": {"trainer": 1}})
     assert written.version == 2 and second.get("a").version == 2, "every write is one more version, seen by every reader"
     with pytest.raises(StaleVersionError, match="job a is at resource version 2, not 1"):
-        second.update("a", state="CANCELLED", expected_version=read.version)
-    assert second.update("a", state="SUSPENDED", expected_version=2).version == 3
+        second.update("a", state=JobState.CANCELLED, expected_version=read.version)
+    assert second.update("a", state=JobState.SUSPENDED, expected_version=2).version == 3
     assert first.get("a").state == "SUSPENDED" and first.get("a").progress == {"restarts": {"trainer": 1}}
 
 
@@ -187,3 +190,68 @@ def test_a_store_written_before_namespaces_gets_them_on_open(tmp_path: Path) -> 
         conn.execute("INSERT INTO jobs (job_id, name, state, spec_yaml, run_dir, created, updated) VALUES ('old', 'j', 'RUNNING', '{}', '/tmp/x', 1, 1)")
     record = JobStore(path).get("old")
     assert (record.namespace, record.owner, record.version, record.state) == ("default", "", 1, "RUNNING")
+
+
+OLD_RESULT = {  # a result row as the master wrote it before TrainingResult (its keys then, each one)
+    "trainer_id": "old-trainer-0",
+    "steps": 40,
+    "train_samples": 2560,
+    "eval_samples": 0,
+    "auc": None,
+    "logloss": None,
+    "final_loss": 0.5,
+    "train_seconds": 3.25,
+    "checkpoint": "/tmp/x/checkpoints/step-40",
+    "eval": None,
+    "eval_recent": None,
+    "progressive": None,
+    "sources": [],
+    "joined_label_fraction": 1.0,
+    "snapshot": "",
+    "minibatches": 40,
+    "mixed_minibatches": 0,
+    "metrics": {},
+    "digests": {"clicks": {"train": "2560:1:2"}},
+    "ranks": [],
+    "resizes": [],
+}
+
+
+def _old_rows(store: JobStore) -> None:
+    """Rows as an older master wrote them: state as text, progress and result as JSON text (an error result, none)."""
+    insert = "INSERT INTO jobs (job_id, name, state, spec_yaml, run_dir, progress, result, created, updated) VALUES (?, 'j', ?, '{}', '/tmp/x', ?, ?, 1, 2)"
+    progress = {"phase": "training", "step": 40, "samples": 2560, "loss": 0.5, "tasks_total": 8, "tasks_done": 8, "restarts": {"trainer": 1, "planner": 2}}
+    store.execute(insert, ("done", "SUCCEEDED", json.dumps(progress), json.dumps(OLD_RESULT)))
+    store.execute(insert, ("failed", "FAILED", "{}", json.dumps({"trainer_id": "t", "error": "boom"})))
+    store.execute(insert, ("running", "RUNNING", "{}", "{}"))
+
+
+def _reads_old_rows(store: JobStore) -> None:
+    _old_rows(store)
+    done = store.get("done")
+    assert done.state is JobState.SUCCEEDED and done.final and done.result is not None
+    assert done.result.to_json() == OLD_RESULT and done.result.digests == {"clicks": {"train": "2560:1:2"}}
+    assert Restarts.from_json(done.progress["restarts"]).add("planner").of("planner") == 3
+    assert TrainingProgress.from_json(done.progress) == TrainingProgress("training", 40, 2560, 0.5, 0, 8, 8)
+    failed, running = store.get("failed"), store.get("running")
+    assert failed.result == TrainingResult("t", error="boom") and failed.state is JobState.FAILED
+    assert running.result is None and not running.final and [r.job_id for r in store.list(unfinished=True)] == ["running"]
+    store.update("done", message="read and written again")
+    assert store.get("done").result == done.result, "what is written back reads the same"
+    assert sorted(store.states_and_restarts(), key=lambda sr: sr[0]) == [
+        (JobState.FAILED, Restarts()),
+        (JobState.RUNNING, Restarts()),
+        (JobState.SUCCEEDED, Restarts({"trainer": 1, "planner": 2})),
+    ]
+
+
+def test_sqlite_rows_written_by_an_older_master_load(tmp_path: Path) -> None:
+    _reads_old_rows(JobStore(tmp_path / "jobs.db"))
+
+
+def test_postgres_rows_written_by_an_older_master_load(pg_url: str) -> None:
+    store = JobStore(pg_url)
+    try:
+        _reads_old_rows(store)
+    finally:
+        store.close()

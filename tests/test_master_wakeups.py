@@ -5,12 +5,13 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from primus.job_state import JobState
 from services.master.store import JobRecord, JobStore
 from services.master.timings import Durations
 
 
 def _job(job_id: str) -> JobRecord:
-    return JobRecord(job_id, job_id, "RUNNING", "spec", "run", 0.0, 0.0)
+    return JobRecord(job_id, job_id, JobState.RUNNING, "spec", "run", 0.0, 0.0)
 
 
 def test_a_drivers_wait_ends_on_its_own_jobs_write_not_on_another_jobs_or_a_quiet_one(tmp_path: Path) -> None:
@@ -39,7 +40,7 @@ def test_unfinished_lists_only_jobs_not_ended(tmp_path: Path) -> None:
     store = JobStore(tmp_path / "jobs.db")
     for job_id, state in (("a", "RUNNING"), ("b", "SUCCEEDED"), ("c", "PENDING"), ("d", "CANCELLED")):
         store.insert(_job(job_id))
-        store.update(job_id, state=state)
+        store.update(job_id, state=JobState(state))
     assert [r.job_id for r in store.list(unfinished=True)] == ["a", "c"]
     assert len(store.list()) == 4
 

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from primus import metrics_http, rpc
 from primus.cluster import ClusterState
 from primus.data.feed import StallClock
+from primus.job_state import JobState
 from primus.v1 import common_pb2, common_pb2_grpc, data_executor_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
@@ -222,7 +223,7 @@ def test_controller_metrics_count_executors_and_decisions(tmp_path: Path) -> Non
 def test_master_metrics_count_jobs_and_restarts(tmp_path: Path) -> None:
     store = JobStore(tmp_path / "jobs.db")
     for i, state in enumerate(["RUNNING", "SUCCEEDED", "SUCCEEDED"]):
-        store.insert(JobRecord(f"job-{i}", "demo", state, "", str(tmp_path), created=time.time(), updated=time.time()))
+        store.insert(JobRecord(f"job-{i}", "demo", JobState(state), "", str(tmp_path), created=time.time(), updated=time.time()))
     store.update("job-0", progress_update={"restarts": {"data_executor": 2, "trainer": 1}})
     store.update("job-1", progress_update={"restarts": {"data_executor": 1}})
     samples = _collect(master_metrics(store))

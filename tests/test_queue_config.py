@@ -11,6 +11,7 @@ import yaml
 
 from primus.demo import demo_job
 from primus.errors import InvalidRequestError
+from primus.job_state import JobState
 from primus.spec import parse_job
 from services.master.admission import Queue, Resources, Workload
 from services.master.queueing import AdmissionState, Standing, queue_usage, standing
@@ -108,7 +109,7 @@ def test_without_a_queues_file_every_queue_is_unlimited() -> None:
 
 def _record(state: str, admission: AdmissionState | None = None, cancel: bool = False, **progress: Any) -> JobRecord:
     stored = {ADMISSION: admission.to_json()} if admission is not None else {}
-    return JobRecord("j", "j", state, "", "", 0.0, 0.0, progress={**stored, **progress}, cancel_requested=cancel)
+    return JobRecord("j", "j", JobState(state), "", "", 0.0, 0.0, progress={**stored, **progress}, cancel_requested=cancel)
 
 
 def test_how_a_stored_job_stands() -> None:

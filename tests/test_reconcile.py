@@ -9,6 +9,7 @@ import pytest
 from primus.job_state import JobState
 from primus.roles import GANG_LOST_EXIT_CODE, ROLES, Role, of_proto, parse_role
 from primus.settings import MasterSettings
+from primus.training_result import TrainingResult
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master.reconcile import (
     CountPlannerRecoveries,
@@ -29,7 +30,7 @@ from services.master.reconcile import (
     Wait,
     reconcile,
 )
-from services.master.status import JobStatus
+from services.master.status import JobStatus, Restarts
 
 RUNNING = JobStatus(
     job_id="j",
@@ -95,7 +96,7 @@ def test_handled_crash_is_not_relaunched_again() -> None:
 
 
 def test_spent_budget_fails_naming_the_executor() -> None:
-    status = replace(RUNNING, restarts={"trainer": 1})
+    status = replace(RUNNING, restarts=Restarts({"trainer": 1}))
     observed = Observed(plan=PLAN, executors=(_crashed("t-0", Role.TRAINER), ExecutorView("t-1", Role.TRAINER, Phase.LIVE)))
     actions = reconcile(status, observed, SETTINGS)
     assert actions == [Finish(JobState.FAILED, "t-0 exited with code -9 and the trainer restart budget is spent; see logs/t-0.log"), DropPlan()]
@@ -113,7 +114,7 @@ def test_a_crashed_rank_restarts_the_whole_gang_once() -> None:
     ranks = (_crashed("t-0", Role.TRAINER), _crashed("t-1", Role.TRAINER))
     observed = Observed(plan=PLAN, executors=(*EXECUTORS[:2], *ranks))
     assert reconcile(gang, observed, SETTINGS) == [RestartGang("t-0", "exited with code -9", ("t-0", "t-1"))]
-    spent = replace(gang, restarts={"trainer": 1})
+    spent = replace(gang, restarts=Restarts({"trainer": 1}))
     assert reconcile(spent, observed, SETTINGS)[0] == Finish(JobState.FAILED, "t-0 exited with code -9 and the trainer restart budget is spent; see logs/t-0.log")
     assert reconcile(replace(gang, crashes_handled=frozenset({"t-0", "t-1"})), Observed(plan=PLAN, executors=(*EXECUTORS[:2], *ranks, TRAINER)), SETTINGS) == [
         Wait("running")
@@ -127,7 +128,7 @@ def test_an_elastic_gang_shrinks_when_a_rank_dies_and_restarts_when_it_breaks() 
     live = (ExecutorView("t-0", Role.TRAINER, Phase.LIVE), ExecutorView("t-2", Role.TRAINER, Phase.LIVE))
     observed = Observed(plan=PLAN, executors=(*EXECUTORS[:2], _crashed("t-1", Role.TRAINER), *live))
     assert reconcile(gang, observed, SETTINGS) == [ShrinkGang("t-1", "exited with code -9", 2)]
-    assert reconcile(replace(gang, restarts={"trainer": 1}), observed, SETTINGS) == [ShrinkGang("t-1", "exited with code -9", 2)], "no budget needed"
+    assert reconcile(replace(gang, restarts=Restarts({"trainer": 1})), observed, SETTINGS) == [ShrinkGang("t-1", "exited with code -9", 2)], "no budget needed"
     broke = replace(_crashed("t-0", Role.TRAINER), exit_code=GANG_LOST_EXIT_CODE)
     observed = Observed(plan=PLAN, executors=(*EXECUTORS[:2], broke, _crashed("t-1", Role.TRAINER)))
     assert reconcile(replace(gang, crashes_handled=frozenset({"t-1"})), observed, SETTINGS) == [
@@ -142,16 +143,16 @@ def test_an_elastic_gang_shrinks_when_a_rank_dies_and_restarts_when_it_breaks() 
 
 
 def test_trainer_result_succeeds_and_drops_the_plan() -> None:
-    assert reconcile(RUNNING, Observed(result={"steps": 40}), SETTINGS) == [Finish(JobState.SUCCEEDED, "trained 40 steps"), DropPlan()]
+    assert reconcile(RUNNING, Observed(result=TrainingResult("t", steps=40)), SETTINGS) == [Finish(JobState.SUCCEEDED, "trained 40 steps"), DropPlan()]
 
 
 def test_trainer_error_fails() -> None:
-    assert reconcile(RUNNING, Observed(result={"error": "boom"}), SETTINGS) == [Finish(JobState.FAILED, "trainer failed: boom"), DropPlan()]
+    assert reconcile(RUNNING, Observed(result=TrainingResult("t", error="boom")), SETTINGS) == [Finish(JobState.FAILED, "trainer failed: boom"), DropPlan()]
 
 
 def test_cancel_wins_over_everything() -> None:
     status = replace(RUNNING, cancel_requested=True, suspend_requested=True)
-    assert reconcile(status, Observed(result={"steps": 1}), SETTINGS) == [Finish(JobState.CANCELLED, "cancelled by request"), DropPlan()]
+    assert reconcile(status, Observed(result=TrainingResult("t", steps=1)), SETTINGS) == [Finish(JobState.CANCELLED, "cancelled by request"), DropPlan()]
     assert reconcile(replace(status, state=JobState.SUSPENDED), Observed(), SETTINGS)[0] == Finish(JobState.CANCELLED, "cancelled by request")
 
 
@@ -225,18 +226,18 @@ def test_finished_job_drops_a_plan_the_planner_still_holds() -> None:
 
 
 def test_restarts_left() -> None:
-    assert replace(RUNNING, restarts={"data executor": 1}).restarts_left(Role.DATA_EXECUTOR) == 1
+    assert replace(RUNNING, restarts=Restarts({"data executor": 1})).restarts_left(Role.DATA_EXECUTOR) == 1
 
 
 def test_a_run_that_trained_nothing_because_every_task_was_quarantined_fails() -> None:
     """What the first run on S3 showed: executors could not open any file, every task was quarantined, and the job
     'succeeded' having trained 0 steps."""
     quarantined = PlanView(tasks_done=0, quarantined=72, first_quarantined="clicks clicks/2026-11-01T00: cannot read ...")
-    assert reconcile(RUNNING, Observed(result={"steps": 0, "train_samples": 0}, plan=quarantined), SETTINGS) == [
+    assert reconcile(RUNNING, Observed(result=TrainingResult("t", steps=0, train_samples=0), plan=quarantined), SETTINGS) == [
         Finish(JobState.FAILED, "no row was trained: 72 task(s) were quarantined (the first: clicks clicks/2026-11-01T00: cannot read ...)"),
         DropPlan(),
     ]
-    some = Observed(result={"steps": 9, "train_samples": 576}, plan=quarantined)
+    some = Observed(result=TrainingResult("t", steps=9, train_samples=576), plan=quarantined)
     assert reconcile(RUNNING, some, SETTINGS)[0] == Finish(JobState.SUCCEEDED, "trained 9 steps"), "rows trained: onQuarantine decides, not this rule"
-    nothing = Observed(result={"steps": 0, "train_samples": 0}, plan=PlanView())
+    nothing = Observed(result=TrainingResult("t", steps=0, train_samples=0), plan=PlanView())
     assert reconcile(RUNNING, nothing, SETTINGS)[0] == Finish(JobState.SUCCEEDED, "trained 0 steps"), "no data yet, none refused: not a failure"

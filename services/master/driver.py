@@ -29,18 +29,19 @@ from services.master.status import (
     EARLIER_LEDGERS,
     LAUNCH_PENDING,
     PLAN_RECOVERIES,
+    PLANNER_RESTARTS,
     RANKS_LOST,
     RESTARTS,
     SCALED,
     SUSPEND_REQUESTED,
     JobStatus,
+    Restarts,
 )
 from services.master.store import JobRecord, JobStore
 from services.master.timings import Durations
 
 log = logging.getLogger(__name__)
 MAX_TRAINER_RANKS = 64  # as spec.resources.trainer.replicas
-SUSPENDED = JobState.SUSPENDED.value
 RESUMING = {"phase": "resuming", "step": 0, "samples": 0}  # until the new trainer reports: the old one's count is not its
 AUTOSCALE_FREE = (1, 64)  # a role's replica bounds without autoscaling
 LOOKS_PER_SECOND = 200  # the most looks all of a master's idle job drivers make together (see _poll_seconds)
@@ -129,7 +130,7 @@ class JobDriver:
         """After a master restart (or a standby's takeover): drive every unfinished job on from its stored status, and
         make the planner drop the plans of ended jobs it still holds. Planner, controller and executors kept running."""
         for job in self._store.list():
-            if job.state == SUSPENDED and not job.cancel_requested:
+            if job.state is JobState.SUSPENDED and not job.cancel_requested:
                 log.info("job %s: suspended; `primus resume` goes on with it", job.job_id)
             elif not job.final:
                 log.info("job %s: resuming after a master restart (was %s)", job.job_id, job.state)
@@ -141,7 +142,7 @@ class JobDriver:
         """`primus suspend`: the job's driver releases its executors and leaves the job SUSPENDED, its plan and its
         last committed checkpoint kept; work since that checkpoint is done again after `resume`."""
         job = self._store.get(job_id)
-        if job.final or job.state == SUSPENDED:
+        if job.final or job.state is JobState.SUSPENDED:
             raise ConflictError(f"job {job_id} is {job.state}: only a running job can be suspended")
         if job.cancel_requested or job.progress.get(SUSPEND_REQUESTED):
             raise ConflictError(f"job {job_id} is being cancelled or suspended already")
@@ -151,12 +152,12 @@ class JobDriver:
         """A suspended job its queue admitted (again): executors again, the trainer from the last committed checkpoint
         (a job suspended before it was planned plans first). `primus resume` goes through the queue (queueing.py)."""
         job = self._store.get(job_id)
-        if job.state != SUSPENDED:
+        if job.state is not JobState.SUSPENDED:
             raise ConflictError(f"job {job_id} is {job.state}: only a suspended job can be resumed")
         planned = "fingerprint" in job.progress
         resumed = self._store.update(
             job_id,
-            state=JobState.RUNNING.value if planned else JobState.PENDING.value,
+            state=JobState.RUNNING if planned else JobState.PENDING,
             progress_update={SUSPEND_REQUESTED: False, LAUNCH_PENDING: planned, **(RESUMING if planned else {})},
             message=message,
             expected_version=job.version,
@@ -217,7 +218,7 @@ class JobDriver:
             raise InvalidRequestError("trainer ranks do not autoscale: --min and --max are for dataExecutor")
         if not 1 <= replicas <= MAX_TRAINER_RANKS:
             raise InvalidRequestError(f"trainer replicas {replicas}: need 1 <= replicas <= {MAX_TRAINER_RANKS}")
-        if job.state != JobState.RUNNING.value or job.progress.get(LAUNCH_PENDING):
+        if job.state is not JobState.RUNNING or job.progress.get(LAUNCH_PENDING):
             raise ConflictError(f"job {job.job_id} is {job.state}: its gang can change size once it runs")
         current = JobStatus.from_record(job, spec).replicas[Role.TRAINER]
         scaled = self._store.update(
@@ -306,8 +307,8 @@ class JobDriver:
 
     def _observe(self, record: JobRecord, status: JobStatus, spec: JobSpec, looks: _Looks) -> rc.Observed:
         """One look at the job's world: its plan at the planner, its executors at the controller, the trainer's result."""
-        result = record.result or None
-        if result is not None and not status.state.final and not result.get("error") and not result.get("train_samples"):
+        result = record.result
+        if result is not None and not status.state.final and not result.error and not result.train_samples:
             return rc.Observed(result=result, plan=self._last_plan_view(record.job_id, looks))  # nothing trained: were the tasks quarantined?
         if status.cancel_requested or status.suspend_requested or result is not None or status.state is JobState.SUSPENDED:
             return rc.Observed(result=result)  # decided without looking further
@@ -323,7 +324,7 @@ class JobDriver:
             looks.planner_away_since = looks.planner_away_since or time.monotonic()
             return rc.Observed(planner_away_for=_since(looks.planner_away_since))
         looks.last_plan = self._plans_seen[record.job_id] = plan
-        if record.progress.get("tasks_done") != plan.tasks_done and record.state == JobState.RUNNING:
+        if record.progress.get("tasks_done") != plan.tasks_done and record.state is JobState.RUNNING:
             self._store.update(record.job_id, progress_update={"tasks_done": plan.tasks_done})
         view = _plan_view(plan)
         fail_on_quarantine = spec.data.on_quarantine == "fail"
@@ -357,7 +358,7 @@ class JobDriver:
             case rc.Wait():
                 pass
             case rc.Plan():
-                self._store.update(job_id, state=JobState.PLANNING.value, message="expanding sources into a task graph")
+                self._store.update(job_id, state=JobState.PLANNING, message="expanding sources into a task graph")
                 summary = self._create_plan(record)
                 progress = {"phase": "planned", **_planned(summary), LAUNCH_PENDING: True}  # the launch intent, before the launch
                 self._store.update(job_id, progress_update=progress, message=f"planned {summary.task_count} tasks, fingerprint {summary.fingerprint}")
@@ -365,14 +366,14 @@ class JobDriver:
                 self._relaunch(record, role, count)
             case rc.Launched():
                 faults.exit_point(AFTER_LAUNCH)
-                message = "executors launched" if record.state != JobState.RUNNING else record.message
-                self._store.update(job_id, state=JobState.RUNNING.value, progress_update={LAUNCH_PENDING: False}, message=message)
+                message = "executors launched" if record.state is not JobState.RUNNING else record.message
+                self._store.update(job_id, state=JobState.RUNNING, progress_update={LAUNCH_PENDING: False}, message=message)
             case rc.Relaunch(role, replaces, why):
                 stored = self._store.get(job_id).progress
                 name = ROLES[role].restart_key
-                restarts = {**stored.get(RESTARTS, {}), name: int(stored.get(RESTARTS, {}).get(name, 0)) + 1}
+                restarts = Restarts.from_json(stored.get(RESTARTS)).add(name)
                 handled = sorted({*stored.get(CRASHES_HANDLED, []), replaces})
-                self._store.update(job_id, progress_update={RESTARTS: restarts, CRASHES_HANDLED: handled}, message=f"{replaces}: {why}; relaunched a {name}")
+                self._store.update(job_id, progress_update={RESTARTS: restarts.to_json(), CRASHES_HANDLED: handled}, message=f"{replaces}: {why}; relaunched a {name}")
                 log.warning("job %s: %s: %s; relaunching", job_id, replaces, why)
                 self._relaunch(record, role, 1, replaces=replaces)
                 faults.exit_point(AFTER_RELAUNCH)
@@ -435,11 +436,11 @@ class JobDriver:
         released = self._peers.rc.ReleaseExecutors(at_once, timeout=60).executors  # the survivors: nothing kept past the checkpoint
         stored = self._store.get(job.job_id).progress
         name = ROLES[Role.TRAINER].restart_key
-        restarts = {**stored.get(RESTARTS, {}), name: int(stored.get(RESTARTS, {}).get(name, 0)) + 1}
+        restarts = Restarts.from_json(stored.get(RESTARTS)).add(name)
         handled = sorted({*stored.get(CRASHES_HANDLED, []), replaces, *ranks, *(e.executor_id for e in released)})
         replicas = JobStatus.from_record(self._store.get(job.job_id), load_job_text(job.spec_yaml, f"job {job.job_id}").spec).replicas[Role.TRAINER]
         message = f"{replaces}: {why}; restarted all {replicas} trainer ranks from the last checkpoint"
-        self._store.update(job.job_id, progress_update={RESTARTS: restarts, CRASHES_HANDLED: handled}, message=message)
+        self._store.update(job.job_id, progress_update={RESTARTS: restarts.to_json(), CRASHES_HANDLED: handled}, message=message)
         log.warning("job %s: %s", job.job_id, message)
         self._relaunch(job, Role.TRAINER, replicas)
 
@@ -461,7 +462,7 @@ class JobDriver:
             message = f"preempted: {len(released)} executors released; it resumes from its last committed checkpoint once its queue admits it again"
         else:
             message = f"suspended: {len(released)} executors released; `primus resume` goes on from the last committed checkpoint"
-        self._store.update(job.job_id, state=SUSPENDED, message=message, progress_update={CRASHES_HANDLED: handled})
+        self._store.update(job.job_id, state=JobState.SUSPENDED, message=message, progress_update={CRASHES_HANDLED: handled})
         self.on_job_change()
         log.info("job %s: %s", job.job_id, message)
 
@@ -477,11 +478,10 @@ class JobDriver:
         released = self._peers.rc.ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id), timeout=60).executors
         progress = self._store.get(job.job_id).progress
         handled = sorted(set(progress.get(CRASHES_HANDLED, [])) | {e.executor_id for e in released})
-        restarts = dict(progress.get(RESTARTS, {}))
-        restarts["planner"] = restarts.get("planner", 0) + 1
+        restarts = Restarts.from_json(progress.get(RESTARTS)).add(PLANNER_RESTARTS)
         earlier = carry_costs(progress.get(EARLIER_LEDGERS, {}), last_plan)
         summary = self._create_plan(job)
-        update = {RESTARTS: restarts, CRASHES_HANDLED: handled, EARLIER_LEDGERS: earlier, PLAN_RECOVERIES: 0, LAUNCH_PENDING: True, **_planned(summary)}
+        update = {RESTARTS: restarts.to_json(), CRASHES_HANDLED: handled, EARLIER_LEDGERS: earlier, PLAN_RECOVERIES: 0, LAUNCH_PENDING: True, **_planned(summary)}
         message = "the planner lost this job's plan (it restarted): planned again; the trainer resumes from its last checkpoint"
         self._store.update(job.job_id, progress_update=update, message=message)
 
@@ -491,12 +491,11 @@ class JobDriver:
         recovered = recoveries - int(progress.get(PLAN_RECOVERIES, 0))
         if recovered <= 0:
             return
-        restarts = dict(progress.get(RESTARTS, {}))
-        restarts["planner"] = restarts.get("planner", 0) + recovered
+        restarts = Restarts.from_json(progress.get(RESTARTS)).add(PLANNER_RESTARTS, recovered)
         log.warning("job %s: the planner restarted and recovered the plan from its journal; the executors keep running", job_id)
         self._store.update(
             job_id,
-            progress_update={RESTARTS: restarts, PLAN_RECOVERIES: recoveries},
+            progress_update={RESTARTS: restarts.to_json(), PLAN_RECOVERIES: recoveries},
             message="the planner restarted and took this job's plan over from its journal; the executors kept running",
         )
 
@@ -517,17 +516,17 @@ class JobDriver:
             except grpc.RpcError as exc:
                 log.warning("job %s: could not describe peers: %s", job_id, exc.details())
             decisions = self.scaling_log(job_id)
-            final = replace(self._store.get(job_id), state=state.value, message=message, updated=time.time())
+            final = replace(self._store.get(job_id), state=state, message=message, updated=time.time())
             path = write_report(build_report(final, services, executors, plan, decisions), final.run_dir)
         except Exception as exc:
             if disk_full(exc):
                 raise StorageFullError(f"the report of job {job_id} cannot be written: {exc}") from exc
             log.exception("job %s: could not write the report", job_id)
             error = f"report not written: {type(exc).__name__}: {exc}"
-            self._store.update(job_id, state=state.value, message=f"{message}; {error}", error=error)
+            self._store.update(job_id, state=state, message=f"{message}; {error}", error=error)
             self.on_job_change()
             return
-        self._store.update(job_id, state=state.value, message=message, report_path=path)
+        self._store.update(job_id, state=state, message=message, report_path=path)
         self.on_job_change()
         self._plans_seen.pop(job_id, None)  # the report holds the counts from now on
         log.info("job %s %s: %s (report %s)", job_id, state.value, message, path)

@@ -21,10 +21,10 @@ def master_metrics(store: JobStore, admission: Snapshot | None = None, loops: di
     quota, usage, borrowed and lent per resource and its pending and admitted jobs (as the last admission pass saw them)."""
     states: dict[str, int] = dict.fromkeys(STATES, 0)
     restarts: dict[str, int] = {}
-    for state, by_role in store.states_and_restarts():
-        states[state] = states.get(state, 0) + 1
-        for role, count in by_role.items():
-            restarts[role] = restarts.get(role, 0) + int(count)
+    for job_state, by_role in store.states_and_restarts():
+        states[job_state.value] = states.get(job_state.value, 0) + 1
+        for role, count in by_role.counts.items():
+            restarts[role] = restarts.get(role, 0) + count
     jobs = GaugeMetricFamily("primus_jobs", "Jobs in the master's store, by state", labels=["state"])
     for state, count in states.items():
         jobs.add_metric([state], count)

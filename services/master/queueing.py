@@ -53,7 +53,7 @@ class AdmissionState:
     def of(record: JobRecord) -> AdmissionState:
         stored = record.progress.get(ADMISSION)
         if not isinstance(stored, dict):  # a job from before queues: running if it got past PENDING
-            return AdmissionState(admitted=record.state not in (JobState.PENDING.value, JobState.SUSPENDED.value))
+            return AdmissionState(admitted=record.state not in (JobState.PENDING, JobState.SUSPENDED))
         return AdmissionState(
             admitted=bool(stored.get("admitted")),
             queued=bool(stored.get("queued")),
@@ -67,7 +67,7 @@ def standing(record: JobRecord, state: AdmissionState) -> Standing:
     """A pure reading of a stored job: what admission makes of it."""
     if record.final:
         return Standing.OUTSIDE
-    if record.state == JobState.SUSPENDED.value:
+    if record.state is JobState.SUSPENDED:
         return Standing.WAITING if state.queued and not record.cancel_requested else Standing.OUTSIDE
     if not state.admitted:
         return Standing.EVICTING if record.cancel_requested else Standing.WAITING
@@ -188,7 +188,7 @@ class Admitter:
         with self._lock:
             record = self._store.get(job_id)
             state = AdmissionState.of(record)
-            if record.state != JobState.SUSPENDED.value:
+            if record.state is not JobState.SUSPENDED:
                 raise ConflictError(f"job {job_id} is {record.state}: only a suspended job can be resumed")
             if state.queued:
                 raise ConflictError(f"job {job_id} waits in queue {self.admission_of(record).queue!r} already: it resumes once admitted")
@@ -205,7 +205,7 @@ class Admitter:
                 lent = f", borrowing {borrowed} from its cohort" if borrowed != NOTHING else ""
                 message = f"admitted to queue {queue!r}{lent}"
                 self._said.pop(job_id, None)
-                if record.state == JobState.SUSPENDED.value:
+                if record.state is JobState.SUSPENDED:
                     self._store.update(job_id, progress_update={ADMISSION: admitted.to_json()}, message=message)
                     self._driver.resume(job_id, message=f"{message}: resuming from the last committed checkpoint")
                 else:
@@ -220,7 +220,7 @@ class Admitter:
                 log.warning("job %s: %s", job_id, message)
             case Wait(job_id, reason, _, said):
                 line = f"waiting: {reason.value}: {said}"
-                if self._said.get(job_id) != line and record.message != line and record.state != JobState.SUSPENDED.value:
+                if self._said.get(job_id) != line and record.message != line and record.state is not JobState.SUSPENDED:
                     self._store.update(job_id, message=line)  # an event per new reason; the position is read live
                 self._said[job_id] = line
 

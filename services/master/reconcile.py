@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from primus.job_state import JobState
 from primus.roles import GANG_LOST_EXIT_CODE, ROLES, Role
 from primus.settings import MasterSettings
+from primus.training_result import TrainingResult
 from services.master.status import JobStatus
 
 
@@ -45,7 +45,7 @@ class Observed:
     executors: tuple[ExecutorView, ...] = ()
     controller_away_for: float | None = None
     trainers_gone_for: float = 0.0  # seconds since the job's trainers were all gone (0: one is live, or none launched)
-    result: dict[str, Any] | None = None  # the trainer's report, or {"error": ...}
+    result: TrainingResult | None = None  # the trainer's report (error set where training failed)
     fail_on_quarantine: bool = False
 
 
@@ -144,12 +144,12 @@ def reconcile(status: JobStatus, observed: Observed, settings: MasterSettings) -
     if status.state is JobState.PENDING and not status.admitted:
         return [Wait("waiting for admission: its queue has no room for its gang yet")]
     if observed.result is not None:
-        if observed.result.get("error"):
-            return _end(JobState.FAILED, f"trainer failed: {observed.result['error']}")
-        if not observed.result.get("train_samples") and observed.plan is not None and observed.plan.quarantined:
+        if observed.result.error:
+            return _end(JobState.FAILED, f"trainer failed: {observed.result.error}")
+        if not observed.result.train_samples and observed.plan is not None and observed.plan.quarantined:
             plan = observed.plan  # nothing trained, and the data was there: the job did not do what it was for
             return _end(JobState.FAILED, f"no row was trained: {plan.quarantined} task(s) were quarantined (the first: {plan.first_quarantined})")
-        return _end(JobState.SUCCEEDED, f"trained {observed.result.get('steps', 0)} steps")
+        return _end(JobState.SUCCEEDED, f"trained {observed.result.steps} steps")
     if observed.planner_away_for is not None:
         if observed.planner_away_for > settings.planner_grace_seconds:
             return _end(JobState.FAILED, f"the planner has been unreachable for {settings.planner_grace_seconds:.0f}s")

@@ -6,13 +6,11 @@ import json
 
 from primus.counters import CARRIED, COUNTERS, SourceAccount
 from primus.job_report import ExecutorRow, JobReport, PlannedSource, PlanRow, QuarantinedRow, ServiceRow, SourceLedger
-from primus.job_state import JobState
 from primus.run_store import RunStore, local_folder
 from primus.scaling_log import ROLE_NAMES, ScalingRow
-from primus.training_result import TrainingResult
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
-from services.master.status import RANKS_LOST, RESTARTS
+from services.master.status import RANKS_LOST, RESTARTS, Restarts
 from services.master.store import JobRecord
 
 
@@ -76,7 +74,7 @@ def build_report(
     return JobReport(
         job_id=job.job_id,
         name=job.name,
-        state=JobState(job.state),
+        state=job.state,
         message=job.message,
         created_unix=job.created,
         finished_unix=job.updated,
@@ -85,8 +83,8 @@ def build_report(
         plan=_plan_row(plan.summary) if plan is not None else None,
         sources=tuple(source_ledger(s, earlier.get(s.source, {})) for s in plan.sources) if plan is not None else (),
         quarantined=tuple(QuarantinedRow(q.task_id, q.source, q.partition, q.reason, q.attempts) for q in plan.quarantined) if plan is not None else (),
-        trainer=TrainingResult.from_json(job.result),
-        restarts={k: int(v) for k, v in job.progress.get(RESTARTS, {}).items()},
+        trainer=job.result,
+        restarts=Restarts.from_json(job.progress.get(RESTARTS)).to_json(),
         ranks_lost=int(job.progress.get(RANKS_LOST, 0)),
         scaling=tuple(ScalingRow.of_proto(d) for d in decisions or []),
         traces_dir=str(local_folder(job.run_dir) / "traces"),

@@ -19,6 +19,7 @@ from primus import run_store
 from primus.errors import ConflictError, InvalidRequestError, NotFoundError
 from primus.guards import caller
 from primus.identity import Kind
+from primus.job_state import JobState
 from primus.rbac import Verb
 from primus.roles import Role
 from primus.row_identity import RowDigest
@@ -30,39 +31,46 @@ from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from services.master import savepoints
 from services.master.access import AccessRecords, Gate, PolicyFile, audited
 from services.master.admission import Resources
-from services.master.driver import SUSPENDED, JobDriver
+from services.master.driver import JobDriver
 from services.master.logs import LogCursor
 from services.master.queueing import AdmissionState, AdmissionView, Admitter
-from services.master.status import ADMISSION, RESTARTS, SCALED, STOP_REQUESTED  # progress key: `primus stop` (or training.stopAt) asked training to finish where it is
+from services.master.status import (  # progress key: `primus stop` (or training.stopAt) asked training to finish where it is
+    ADMISSION,
+    RESTARTS,
+    SCALED,
+    STOP_REQUESTED,
+    Restarts,
+    TrainingProgress,
+)
 from services.master.store import JobRecord, JobStore
 
 STOP_MESSAGE = "training finishes where it is, then evaluation and the report"
 
 
 def job_proto(record: JobRecord, sources: Iterable[common_pb2.SourceStats] = (), admission: AdmissionView | None = None) -> master_pb2.Job:
-    progress = record.progress
+    progress = TrainingProgress.from_json(record.progress)
     return master_pb2.Job(
         job_id=record.job_id,
         name=record.name,
-        state=common_pb2.JobState.Value(f"JOB_STATE_{record.state}"),  # type: ignore[arg-type]
+        state=common_pb2.JobState.Value(f"JOB_STATE_{record.state.value}"),  # type: ignore[arg-type]
         message=record.message,
         created_unix=record.created,
         updated_unix=record.updated,
         progress=master_pb2.JobProgress(
-            phase=str(progress.get("phase", "")),
-            step=int(progress.get("step", 0)),
-            samples_trained=int(progress.get("samples", 0)),
-            loss=float(progress.get("loss", 0.0)),
-            tasks_total=int(progress.get("tasks_total", 0)),
-            tasks_done=int(progress.get("tasks_done", 0)),
-            trainer_ranks=int(progress.get("ranks", 0)),
+            phase=progress.phase,
+            step=progress.step,
+            samples_trained=progress.samples,
+            loss=progress.loss,
+            tasks_total=progress.tasks_total,
+            tasks_done=progress.tasks_done,
+            trainer_ranks=progress.ranks,
         ),
         spec_yaml=record.spec_yaml,
         report_path=record.report_path,
         run_dir=record.run_dir,
         namespace=record.namespace,
         owner=record.owner,
-        restarts={str(k): int(v) for k, v in progress.get(RESTARTS, {}).items()},
+        restarts=Restarts.from_json(record.progress.get(RESTARTS)).to_json(),
         sources=sources,
         **(_admission_fields(admission) if admission is not None else {}),
     )
@@ -169,7 +177,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         record = JobRecord(
             job_id=job_id,
             name=job.metadata.name,
-            state="PENDING",
+            state=JobState.PENDING,
             spec_yaml=job.to_yaml(),
             run_dir=self._runs.uri_of(job_id),
             created=now,
@@ -223,7 +231,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         if record.final:
             raise ConflictError(f"job {request.job_id} already ended as {record.state}")
         cancelled = self._store.update(request.job_id, cancel_requested=True)
-        if record.state == SUSPENDED:  # no driver follows it: one ends it (its executors are already released)
+        if record.state is JobState.SUSPENDED:  # no driver follows it: one ends it (its executors are already released)
             self._driver.start(request.job_id, resume=True)
         return master_pb2.CancelJobResponse(job=self._proto(cancelled))
 
@@ -303,9 +311,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             self._store.wait_for_change(self._settings.log_poll_seconds)
 
     def ReportTrainingProgress(self, request: master_pb2.ReportTrainingProgressRequest, context: grpc.ServicerContext) -> master_pb2.ReportTrainingProgressResponse:
-        progress = {"phase": request.phase, "step": request.step, "samples": request.samples, "loss": request.loss}
-        if request.ranks:
-            progress["ranks"] = request.ranks
+        progress = TrainingProgress(request.phase, request.step, request.samples, request.loss, request.ranks).trainer_report()
         record = self._store.update(request.job_id, progress_update=progress, quiet=True)
         stop = record.cancel_requested or record.final or self._stop_asked(record)
         return master_pb2.ReportTrainingProgressResponse(stop=stop, trainer_replicas=self._trainer_replicas(record))
@@ -332,8 +338,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         return True
 
     def ReportTrainingResult(self, request: master_pb2.ReportTrainingResultRequest, context: grpc.ServicerContext) -> master_pb2.ReportTrainingResultResponse:
-        result = TrainingResult.of_proto(request, _digests(request.row_digests)).to_json()
-        self._store.update(request.job_id, result=result)
+        self._store.update(request.job_id, result=TrainingResult.of_proto(request, _digests(request.row_digests)))
         return master_pb2.ReportTrainingResultResponse()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,62 @@ ADMISSION = "admission"  # what admission decided: services.master.queueing.Admi
 RANKS_LOST = "ranks_lost"  # trainer ranks of an elastic gang that died and were not replaced (the gang shrank)
 
 
+PLANNER_RESTARTS = "planner"  # the restart key of the planner (the roles' are primus.roles.ROLES[role].restart_key)
+
+
+@dataclass(frozen=True)
+class Restarts:
+    """A job's restarts by restart key (trainer, data executor, planner), as its progress keeps them under RESTARTS."""
+
+    counts: Mapping[str, int] = field(default_factory=dict)
+
+    def of(self, key: str) -> int:
+        return self.counts.get(key, 0)
+
+    def add(self, key: str, count: int = 1) -> Restarts:
+        """The one place a restart is counted: these restarts with `count` more of `key`."""
+        return Restarts({**self.counts, key: self.of(key) + count})
+
+    def to_json(self) -> dict[str, int]:
+        return dict(self.counts)
+
+    @staticmethod
+    def from_json(data: object) -> Restarts:
+        """The stored form (an object of counts by key); none where there is none."""
+        return Restarts({str(k): int(v) for k, v in data.items()}) if isinstance(data, Mapping) else Restarts()
+
+
+@dataclass(frozen=True)
+class TrainingProgress:
+    """How far a job's training is: the trainer's last report (phase, step, samples, loss, ranks) and the plan's tasks."""
+
+    phase: str = ""
+    step: int = 0
+    samples: int = 0
+    loss: float = 0.0
+    ranks: int = 0  # data parallel: the ranks training now (0: one trainer)
+    tasks_total: int = 0
+    tasks_done: int = 0
+
+    def trainer_report(self) -> dict[str, Any]:
+        """What a trainer's progress report sets in the job's progress (ranks only where there are several)."""
+        report: dict[str, Any] = {"phase": self.phase, "step": self.step, "samples": self.samples, "loss": self.loss}
+        return {**report, "ranks": self.ranks} if self.ranks else report
+
+    @staticmethod
+    def from_json(progress: Mapping[str, Any]) -> TrainingProgress:
+        """Read from a job's stored progress (keys it does not have yet are zero)."""
+        return TrainingProgress(
+            phase=str(progress.get("phase", "")),
+            step=int(progress.get("step", 0)),
+            samples=int(progress.get("samples", 0)),
+            loss=float(progress.get("loss", 0.0)),
+            ranks=int(progress.get("ranks", 0)),
+            tasks_total=int(progress.get("tasks_total", 0)),
+            tasks_done=int(progress.get("tasks_done", 0)),
+        )
+
+
 @dataclass(frozen=True)
 class JobStatus:
     """What the master knows of a job, typed; read from its stored record by `from_record`."""
@@ -30,7 +87,7 @@ class JobStatus:
     state: JobState
     replicas: dict[Role, int]  # how many executors each role should have (the spec's, or what `primus scale` set)
     max_restarts: dict[Role, int]
-    restarts: dict[str, int] = field(default_factory=dict)  # by restart key (trainer, data executor, planner)
+    restarts: Restarts = Restarts()
     crashes_handled: frozenset[str] = frozenset()
     earlier_ledgers: dict[str, Any] = field(default_factory=dict)  # costs of ledgers lost with a planner, carried over
     plan_recoveries: int = 0
@@ -44,7 +101,7 @@ class JobStatus:
     admitted: bool = True  # its queue admitted its gang (a job from before queues counts as admitted)
 
     def restarts_left(self, role: Role) -> int:
-        return self.max_restarts[role] - self.restarts.get(ROLES[role].restart_key, 0)
+        return self.max_restarts[role] - self.restarts.of(ROLES[role].restart_key)
 
     @staticmethod
     def from_record(record: Any, spec: Any) -> JobStatus:
@@ -54,10 +111,10 @@ class JobStatus:
         scaled = progress.get(SCALED, {})
         return JobStatus(
             job_id=record.job_id,
-            state=JobState(record.state),
+            state=record.state,
             replicas={role: int(scaled.get(role.value, r.replicas)) for role, r in resources.items()},
             max_restarts={role: r.max_restarts for role, r in resources.items()},
-            restarts={k: int(v) for k, v in progress.get(RESTARTS, {}).items()},
+            restarts=Restarts.from_json(progress.get(RESTARTS)),
             crashes_handled=frozenset(progress.get(CRASHES_HANDLED, [])),
             earlier_ledgers=dict(progress.get(EARLIER_LEDGERS, {})),
             plan_recoveries=int(progress.get(PLAN_RECOVERIES, 0)),

@@ -14,8 +14,10 @@ from typing import Any
 import psycopg
 
 from primus.errors import ConflictError, NotFoundError, StorageFullError, disk_full
+from primus.job_state import JobState
+from primus.training_result import TrainingResult
+from services.master.status import RESTARTS, Restarts
 
-FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY,
@@ -50,17 +52,19 @@ class StaleVersionError(ConflictError):
 
 @dataclass(frozen=True)
 class JobRecord:
+    """A job as the store keeps it: one row of the jobs table (state as its name, progress and result as JSON text)."""
+
     job_id: str
     name: str
-    state: str
+    state: JobState
     spec_yaml: str
     run_dir: str
     created: float
     updated: float
     message: str = ""
     report_path: str = ""
-    progress: dict[str, Any] = field(default_factory=dict)
-    result: dict[str, Any] = field(default_factory=dict)
+    progress: dict[str, Any] = field(default_factory=dict)  # the status keys of services.master.status, and TrainingProgress's
+    result: TrainingResult | None = None  # None: the trainer has not reported its end
     cancel_requested: bool = False
     error: str = ""  # why the report could not be written
     version: int = 1  # the resource version: one more on every write
@@ -69,7 +73,7 @@ class JobRecord:
 
     @property
     def final(self) -> bool:
-        return self.state in FINAL_STATES
+        return self.state.final
 
 
 def is_url(store: str) -> bool:
@@ -125,7 +129,7 @@ class JobStore:
                 (
                     record.job_id,
                     record.name,
-                    record.state,
+                    record.state.value,
                     record.message,
                     record.spec_yaml,
                     record.run_dir,
@@ -149,15 +153,15 @@ class JobStore:
         with self._lock:
             return self._get(job_id)
 
-    def states_and_restarts(self) -> list[tuple[str, dict[str, int]]]:
+    def states_and_restarts(self) -> list[tuple[JobState, Restarts]]:
         """Each job's state and its restarts by role (what the master's metrics read: no specs, no results)."""
         with self._lock:
             rows = self._rows("SELECT state, progress FROM jobs")
-        return [(state, dict(json.loads(progress).get("restarts", {}))) for state, progress in rows]
+        return [(_state(state), Restarts.from_json(json.loads(progress).get(RESTARTS))) for state, progress in rows]
 
     def list(self, unfinished: bool = False) -> list[JobRecord]:
         """Every job, oldest first; unfinished: only those not in a final state (what admission weighs)."""
-        where = f" WHERE state NOT IN ({', '.join(repr(s) for s in sorted(FINAL_STATES))})" if unfinished else ""
+        where = f" WHERE state NOT IN ({', '.join(repr(s.value) for s in JobState if s.final)})" if unfinished else ""
         with self._lock:
             rows = self._rows(f"SELECT {_COLUMNS} FROM jobs{where} ORDER BY created")
         return [_record(r) for r in rows]
@@ -175,15 +179,17 @@ class JobStore:
                 raise StaleVersionError(f"job {job_id} is at resource version {current.version}, not {expected_version}: read it again")
             if progress_update:
                 changes["progress"] = {**current.progress, **progress_update}
+            if "state" in changes:
+                changes["state"] = JobState(changes["state"])  # a caller's text (a test's) as the enum
             updated = replace(current, **changes, updated=time.time(), version=current.version + 1)
             written = self._execute(
                 "UPDATE jobs SET state=?, message=?, report_path=?, progress=?, result=?, cancel_requested=?, updated=?, error=?, version=? WHERE job_id=? AND version=?",
                 (
-                    updated.state,
+                    updated.state.value,
                     updated.message,
                     updated.report_path,
                     json.dumps(updated.progress),
-                    json.dumps(updated.result),
+                    json.dumps(updated.result.to_json() if updated.result is not None else {}),
                     int(updated.cancel_requested),
                     updated.updated,
                     updated.error,
@@ -244,12 +250,18 @@ class JobStore:
 _COLUMNS = "job_id, name, state, message, spec_yaml, run_dir, report_path, progress, result, cancel_requested, created, updated, error, version, namespace, owner"
 
 
+def _state(text: str) -> JobState:
+    """A row's state: its name (a state a newer master wrote that this one does not know is UNKNOWN)."""
+    return JobState(text) if text in JobState.__members__ else JobState.UNKNOWN
+
+
 def _record(row: tuple[Any, ...]) -> JobRecord:
+    """A row as any version wrote it: state as text, progress and result as JSON text ({} where there is none)."""
     job_id, name, state, message, spec_yaml, run_dir, report_path, progress, result, cancel, created, updated, error, version, namespace, owner = row
     return JobRecord(
         job_id=job_id,
         name=name,
-        state=state,
+        state=_state(state),
         spec_yaml=spec_yaml,
         run_dir=run_dir,
         created=created,
@@ -257,7 +269,7 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
         message=message,
         report_path=report_path,
         progress=json.loads(progress),
-        result=json.loads(result),
+        result=TrainingResult.from_json(json.loads(result)),
         cancel_requested=bool(cancel),
         error=error,
         version=version,
