@@ -1,4 +1,4 @@
-"""The Kubernetes double's TrainingJob custom resource and Events (tests/kube_custom_double.py): through the official
+"""The Kubernetes double's TrainingJob custom resource and Events (tests/kube_double/custom_resources.py): through the official
 Python client (create, read, list, patches, the status subresource, watches, finalizers, schema errors, events by
 field selector) and through the real kubectl (apply, get, describe, delete), as against a real API server."""
 
@@ -19,8 +19,9 @@ from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from primus.demo import demo_job
-from tests.kube_api_double import KubeApiDouble
-from tests.kube_custom_double import CRD_PATH, human_duration, load_crd
+from tests.kube_double.go_format import human_duration
+from tests.kube_double.resources import CRD_PATH, load_crd
+from tests.kube_double.server import KubeApiDouble
 from tests.kubectl import kubectl_binary
 
 NS = "primus"

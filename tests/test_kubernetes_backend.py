@@ -1,4 +1,4 @@
-"""The Kubernetes backend against a wire-level double of the API server (tests/kube_api_double.py), through the official
+"""The Kubernetes backend against a wire-level double of the API server (tests/kube_double/), through the official
 client: pod shape, the exits it reports, a watch that expires mid-stream, pending and resize timeouts, retried creates,
 start-up errors, and whole Primus jobs whose executors are pods: one deleted mid-job, a role scaled out and in."""
 
@@ -33,7 +33,7 @@ from services.resource_controller.backends.kubernetes_api import KubernetesTunin
 from services.resource_controller.backends.kubernetes_pods import MANAGED_BY
 from tests.conftest import DAYS, ROWS_PER_HOUR, assert_every_call_was_checked, finish_job, job_document
 from tests.faults_helpers import assert_dataset_rows_exact
-from tests.kube_api_double import REPO_ROOT, KubeApiDouble
+from tests.kube_double.server import REPO_ROOT, KubeApiDouble
 
 NS = "primus"
 RUN = "import sys; exec(sys.argv[1])"  # the test role's command: python -c RUN CODE, CODE being the launch's one argument

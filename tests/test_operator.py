@@ -23,7 +23,7 @@ from primus.spec import load_job_text
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
-from tests.kube_api_double import KubeApiDouble
+from tests.kube_double.server import KubeApiDouble
 from tests.kubectl import kubectl_binary
 from tests.test_cli_remote import _open_ended_document
 
