@@ -9,7 +9,7 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from primus.counters import CARRIED
 from primus.run_store import RunStore, local_folder
-from primus.scaling_log import ROLE_NAMES, decision_row
+from primus.scaling_log import decision_row, role_name
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master.status import RANKS_LOST, RESTARTS
@@ -58,7 +58,7 @@ def build_report(
             "name": e.executor_id,
             "pid": e.pid,
             "address": e.address,
-            "role": ROLE_NAMES.get(e.role, "unknown"),
+            "role": role_name(e.role),
             "data_address": e.data_address,
             "host_id": e.host_id,
             "exit_code": e.exit_code,
