@@ -31,6 +31,7 @@ from primus import rpc
 from primus.cluster import ClusterState, start_cluster, stop_services
 from primus.demo import demo_job
 from primus.demo_data import generate_dataset
+from primus.roles import Role
 from primus.spec import load_job_file, load_job_text
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
@@ -266,7 +267,7 @@ def controller_tick(jobs: int = 200, per_job: int = 50, ticks: int = 30) -> dict
     for j in range(jobs):
         job_records = []
         for i in range(per_job):
-            record = ExecutorRecord(f"job{j}-data-executor-{i}", f"job{j}", "data_executor", i, ExecutorState.READY, 1.0, 2048, "")
+            record = ExecutorRecord(f"job{j}-data-executor-{i}", f"job{j}", Role.DATA_EXECUTOR, i, ExecutorState.READY, 1.0, 2048, "")
             for k in range(6):
                 record.beats.append(Beat(float(k), 0.5 * k, 1.0, 900 << 20, 2048 << 20, 1, 0, 1, False, 0.0, 0, 0, 0))
                 ingest = time.perf_counter()
@@ -285,7 +286,7 @@ def controller_tick(jobs: int = 200, per_job: int = 50, ticks: int = 30) -> dict
         holdings = {job: held(job_records) for job, job_records in records.items()}  # as Autoscaler.tick sums them
         queue = (sum(c for c, _ in holdings.values()), sum(m for _, m in holdings.values()))
         for job, job_records in records.items():
-            signals = role_signals(job_records, "data_executor", now=5.0 + tick * 1e-6, free_cores=max(0.0, 20000 - queue[0]))
+            signals = role_signals(job_records, Role.DATA_EXECUTOR, now=5.0 + tick * 1e-6, free_cores=max(0.0, 20000 - queue[0]))
             decide(config, signals, quota_view(job_spec, holdings[job], queue, (None, None)), states[job])
         durations.append((time.perf_counter() - started) * 1000)
     durations.sort()

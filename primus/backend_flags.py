@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-KINDS = ("local", "kubernetes", "yarn", "ray", "slurm")
+from primus.backend_kinds import BackendKind
+
+KINDS = tuple(kind.value for kind in BackendKind)
 # flag -> help; each is passed through to the resource controller as given
 FLAGS = {
     "--kubernetes-api": "the Kubernetes API server's URL (default: the kubeconfig's context, or in-cluster)",
@@ -39,7 +41,7 @@ def controller_argv(args: argparse.Namespace) -> list[str]:
     kinds = args.backend if isinstance(args.backend, list) else [args.backend] if args.backend else []
     argv: list[str] = []
     for kind in dict.fromkeys(kinds):
-        if kind != "local":
+        if kind != BackendKind.LOCAL:
             argv += ["--backend", kind]
     for flag in FLAGS:
         value = getattr(args, flag.removeprefix("--").replace("-", "_"), "")

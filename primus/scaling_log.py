@@ -9,9 +9,16 @@ from typing import Any
 
 from rich.table import Table
 
+from primus.roles import role_of_proto
 from primus.v1 import resource_controller_pb2 as rc_pb2
 
-ROLE_NAMES = {rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR: "data_executor", rc_pb2.EXECUTOR_ROLE_TRAINER: "trainer"}
+
+def role_name(value: int, unknown: str = "unknown") -> str:
+    """An rc_pb2.ExecutorRole as the scaling log and the report name it (its snake name: data_executor); `unknown` otherwise."""
+    try:
+        return role_of_proto(value).snake
+    except ValueError:
+        return unknown
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,7 @@ class ScalingRow:
     def of_proto(decision: rc_pb2.ScalingDecision) -> ScalingRow:
         return ScalingRow(
             unix_time=round(decision.unix_time, 3),
-            role=ROLE_NAMES.get(decision.role, "unknown"),
+            role=role_name(decision.role),
             action=rc_pb2.ScalingAction.Name(decision.action).removeprefix("SCALING_ACTION_"),
             reason=decision.reason,
             automatic=decision.automatic,

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from primus.backend_kinds import BackendKind
 from primus.demo import demo_job
+from primus.roles import Role
 from primus.spec import parse_job
 from services.resource_controller.autoscaler import Autoscaler
 from services.resource_controller.backends.contract import Capabilities, LimitMechanism
@@ -16,7 +18,7 @@ from services.resource_controller.pool import ExecutorPool
 class _Scheduler:
     """A cluster backend as the autoscaler sees it: its capabilities and what it says it has free."""
 
-    name = "slurm"
+    name = BackendKind.SLURM
     capabilities = Capabilities(resize_in_place=False, resize_by_migration=True, limits=LimitMechanism.SCHEDULER)
 
     def __init__(self, free: float | None) -> None:
@@ -37,15 +39,15 @@ def _job(backend: str) -> Any:
 def test_a_cluster_backend_says_how_much_room_there_is_not_the_controllers_host() -> None:
     scheduler = _Scheduler(free=6.0)
     autoscaler = Autoscaler(ExecutorPool({"slurm": scheduler}), JobSpecs(), cores=2.0)  # type: ignore[dict-item]
-    assert autoscaler._free_cores(_job("slurm"), "data_executor", host_free=0.0) == 6.0
-    assert scheduler.asked[-1][1] == "data_executor" and scheduler.asked[-1][0]["partition"] == "batch"
+    assert autoscaler._free_cores(_job("slurm"), Role.DATA_EXECUTOR, host_free=0.0) == 6.0
+    assert scheduler.asked[-1][1] == Role.DATA_EXECUTOR and scheduler.asked[-1][0]["partition"] == "batch"
     scheduler.free = None
-    assert autoscaler._free_cores(_job("slurm"), "data_executor", host_free=0.0) is None, "unknown: no guard, the scheduler queues"
+    assert autoscaler._free_cores(_job("slurm"), Role.DATA_EXECUTOR, host_free=0.0) is None, "unknown: no guard, the scheduler queues"
 
 
 def test_local_executors_are_bounded_by_this_hosts_cores() -> None:
     local = _Scheduler(free=6.0)
     local.capabilities = Capabilities(resize_in_place=True, resize_by_migration=False, limits=LimitMechanism.CGROUP_V2, host_cores=True)
     autoscaler = Autoscaler(ExecutorPool({"local": local}), JobSpecs(), cores=2.0)  # type: ignore[dict-item]
-    assert autoscaler._free_cores(_job("local"), "data_executor", host_free=1.5) == 1.5
+    assert autoscaler._free_cores(_job("local"), Role.DATA_EXECUTOR, host_free=1.5) == 1.5
     assert not local.asked, "executors on this host: the host's cores less what they hold, not the backend's word"

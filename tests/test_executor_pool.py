@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from primus.roles import Role
 from services.resource_controller.backends import local_limits as limits
 from services.resource_controller.backends.contract import ExitReason, LimitMechanism
 from services.resource_controller.backends.lifecycle import Tracked
@@ -30,11 +31,11 @@ SLEEP = "import time; time.sleep(60)"
 
 def _backend(code: str) -> LocalProcessBackend:
     """A data executor whose process is a one-line Python program (the pool's arguments follow it, unused)."""
-    return LocalProcessBackend(LimitMechanism.AFFINITY_WATCHDOG, watchdog_seconds=0.1, commands={"data_executor": (sys.executable, "-c", code)}).start()
+    return LocalProcessBackend(LimitMechanism.AFFINITY_WATCHDOG, watchdog_seconds=0.1, commands={Role.DATA_EXECUTOR: (sys.executable, "-c", code)}).start()
 
 
 def _request(tmp_path: Path, replaces: str = "") -> LaunchRequest:
-    return LaunchRequest("job", "data_executor", 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2", replaces=replaces)
+    return LaunchRequest("job", Role.DATA_EXECUTOR, 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2", replaces=replaces)
 
 
 def _until(pool: ExecutorPool, executor_id: str, states: tuple[ExecutorState, ...], seconds: float = 10.0) -> ExecutorRecord:
@@ -96,7 +97,7 @@ def test_kills_from_outside_of_a_serving_executor_relaunch_at_once(tmp_path: Pat
 def test_a_restarted_pool_takes_back_what_runs_and_marks_what_exited(tmp_path: Path) -> None:
     state = tmp_path / "state.json"
     first = ExecutorPool(_backend(SLEEP), own_address="127.0.0.1:3", state_path=state)
-    kept, gone = first.launch(LaunchRequest("job", "data_executor", 2, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
+    kept, gone = first.launch(LaunchRequest("job", Role.DATA_EXECUTOR, 2, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
     first.register(kept.executor_id, "127.0.0.1:4", "127.0.0.1:5", kept.pid)
     first.close()  # as after kill -9: no release; the processes run on
     try:
@@ -110,7 +111,7 @@ def test_a_restarted_pool_takes_back_what_runs_and_marks_what_exited(tmp_path: P
             adopted, lost = second.record(kept.executor_id), second.record(gone.executor_id)
             assert adopted.state is ExecutorState.READY and adopted.pid == kept.pid and adopted.address == "127.0.0.1:4"
             assert lost.state is ExecutorState.LOST and lost.exit_reason is ExitReason.VANISHED
-            (after,) = second.launch(LaunchRequest("job", "data_executor", 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
+            (after,) = second.launch(LaunchRequest("job", Role.DATA_EXECUTOR, 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
             assert after.executor_id.endswith("-2"), "executor ids are never reused across a restart"
             released = {r.executor_id: r for r in second.release("job", grace_seconds=1)}
             assert released[kept.executor_id].state is ExecutorState.RELEASED
@@ -126,9 +127,9 @@ def test_registrations_reach_a_restarted_pool_from_the_log_and_from_the_state_fi
     state = tmp_path / "state.json"
     first = ExecutorPool(_backend(SLEEP), own_address="127.0.0.1:3", state_path=state)
     try:
-        (one,) = first.launch(LaunchRequest("job", "data_executor", 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
+        (one,) = first.launch(LaunchRequest("job", Role.DATA_EXECUTOR, 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
         first.register(one.executor_id, "127.0.0.1:41", "127.0.0.1:51", one.pid)  # logged, not yet in the state file
-        (two,) = first.launch(LaunchRequest("job", "data_executor", 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
+        (two,) = first.launch(LaunchRequest("job", Role.DATA_EXECUTOR, 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
         assert "127.0.0.1:41" in state.read_text(), "the launch's write took the logged registration in"
         first.register(two.executor_id, "127.0.0.1:42", "127.0.0.1:52", two.pid)
         first.close()  # as after kill -9
@@ -148,7 +149,7 @@ def test_registrations_reach_a_restarted_pool_from_the_log_and_from_the_state_fi
 def test_a_job_ending_while_an_executor_drains_keeps_the_drains_reason(tmp_path: Path) -> None:
     pool = ExecutorPool(_backend(SLEEP), own_address="127.0.0.1:3")
     try:
-        migrating, staying = pool.launch(LaunchRequest("job", "data_executor", 2, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
+        migrating, staying = pool.launch(LaunchRequest("job", Role.DATA_EXECUTOR, 2, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
         for record, port in ((migrating, 4), (staying, 6)):
             pool.register(record.executor_id, f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}", record.pid)
         pool.drain(migrating.executor_id, ExitReason.MIGRATED)  # its streams have not ended yet when the job does
@@ -176,7 +177,7 @@ def test_an_executor_its_scheduler_queues_waits_without_the_registration_timeout
     """Queued (PENDING from its scheduler) it waits as long as the scheduler says, with the reason in its message; the
     registration timeout starts once it runs."""
     now = [1000.0]
-    backend = _QueuedBackend(LimitMechanism.AFFINITY_WATCHDOG, watchdog_seconds=0.1, commands={"data_executor": (sys.executable, "-c", SLEEP)}).start()
+    backend = _QueuedBackend(LimitMechanism.AFFINITY_WATCHDOG, watchdog_seconds=0.1, commands={Role.DATA_EXECUTOR: (sys.executable, "-c", SLEEP)}).start()
     pool = ExecutorPool(backend, own_address="127.0.0.1:3", clock=lambda: now[0])
     try:
         (record,) = pool.launch(_request(tmp_path))

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from benchmarks.recovery_support import hosts
 from primus.errors import StorageFullError, UnavailableError
 from primus.job_state import JobState
+from primus.roles import Role
 from primus.telemetry import JOB_KEY, OtlpJsonFileExporter
 from services.master.store import JobRecord, JobStore
 from services.planner.journal import CheckpointCommitted, Journal, PlanCreated, read_journal
@@ -61,11 +62,11 @@ def test_the_job_store_says_full_and_takes_writes_again_once_there_is_room(disk:
 
 def test_the_controller_keeps_its_state_in_memory_until_there_is_room(disk: Path, tmp_path: Path) -> None:
     state = disk / "controller.json"
-    backend = LocalProcessBackend(LimitMechanism.AFFINITY_WATCHDOG, commands={"data_executor": (sys.executable, "-c", "import time; time.sleep(60)")}).start()
+    backend = LocalProcessBackend(LimitMechanism.AFFINITY_WATCHDOG, commands={Role.DATA_EXECUTOR: (sys.executable, "-c", "import time; time.sleep(60)")}).start()
     pool = ExecutorPool(backend, own_address="127.0.0.1:3", state_path=state)
     try:
         hosts.fill(disk)
-        (record,) = pool.launch(LaunchRequest("job", "data_executor", 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
+        (record,) = pool.launch(LaunchRequest("job", Role.DATA_EXECUTOR, 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
         assert not state.exists() and not state.with_suffix(".tmp").exists(), "nothing written, nothing torn"
         hosts.free(disk)
         pool.watch_once()  # the watcher writes it once there is room

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from primus.roles import Role
 from services.resource_controller.backends.contract import RoleSize
 from services.resource_controller.backends.gpus import too_many_gpus, visible_gpus
 
@@ -28,8 +29,8 @@ def test_the_gpus_a_machine_shows_are_its_nvidia_devices_narrowed_by_cuda_visibl
 
 
 def test_a_role_asking_for_more_gpus_than_there_are_is_refused_naming_its_field() -> None:
-    sizes = [RoleSize("data_executor", 1.0, 1024, 2, gpus=0), RoleSize("trainer", 2.0, 4096, 1, gpus=2)]
+    sizes = [RoleSize(Role.DATA_EXECUTOR, 1.0, 1024, 2, gpus=0), RoleSize(Role.TRAINER, 2.0, 4096, 1, gpus=2)]
     assert too_many_gpus(sizes, 2, "this machine") == ""
     assert too_many_gpus(sizes, 1, "this machine") == "spec.resources.trainer.gpus: 2, but this machine has 1 GPU: lower it, or run the job on a backend with GPUs"
-    executors = [RoleSize("data_executor", 1.0, 1024, 2, gpus=1)]
+    executors = [RoleSize(Role.DATA_EXECUTOR, 1.0, 1024, 2, gpus=1)]
     assert too_many_gpus(executors, 0, "the yarn backend").startswith("spec.resources.dataExecutor.gpus: 1, but the yarn backend has 0 GPUs")

@@ -20,8 +20,10 @@ import yaml
 from kubernetes import client as k8s
 
 from primus import rpc
+from primus.backend_kinds import BackendKind
 from primus.client import PrimusClient
 from primus.cluster import ClusterState, local_security, start_cluster, stop_services
+from primus.roles import Role
 from primus.spec import load_job_file
 from primus.telemetry import TRACE_ENV
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
@@ -36,6 +38,7 @@ from tests.faults_helpers import assert_dataset_rows_exact
 from tests.kube_double.server import REPO_ROOT, KubeApiDouble
 
 NS = "primus"
+KINDS = (BackendKind.LOCAL, BackendKind.KUBERNETES)
 RUN = "import sys; exec(sys.argv[1])"  # the test role's command: python -c RUN CODE, CODE being the launch's one argument
 SLEEP = "import time; print('up', flush=True); time.sleep(60)"
 EXIT_3_ON_SIGTERM = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(3))\nprint('up', flush=True)\ntime.sleep(60)"
@@ -65,10 +68,10 @@ def connect(double: KubeApiDouble) -> Iterator[Callable[..., KubernetesBackend]]
     made: list[KubernetesBackend] = []
 
     def make(owner: str = "", template_flag: str = "", **options: Any) -> KubernetesBackend:
-        options.setdefault("commands", {"data_executor": ("python", "-c", RUN)})
+        options.setdefault("commands", {Role.DATA_EXECUTOR: ("python", "-c", RUN)})
         options.setdefault("tuning", KubernetesTuning(backoff_seconds=0.05, create_attempts=options.pop("create_attempts", 4)))
         config = BackendConfig(
-            kinds=("local", "kubernetes"), kubernetes_api=double.url, kubernetes_namespace=NS, kubernetes_owner_pod=owner, kubernetes_image="primus:test",
+            kinds=KINDS, kubernetes_api=double.url, kubernetes_namespace=NS, kubernetes_owner_pod=owner, kubernetes_image="primus:test",
             kubernetes_pod_template=template_flag,
         )  # fmt: skip
         backend = KubernetesBackend.connect(config, **options).start()
@@ -81,7 +84,7 @@ def connect(double: KubeApiDouble) -> Iterator[Callable[..., KubernetesBackend]]
 
 
 def _spec(tmp_path: Path, code: str, name: str = "job-1-data-executor-0", memory_mib: int = 256, cpu: float = 0.5, **placement: Any) -> LaunchSpec:
-    return LaunchSpec(name, "job-1", "data_executor", (code,), cpu, memory_mib, tmp_path / "logs" / f"{name}.log", env={"EXTRA": "yes"}, placement=placement)
+    return LaunchSpec(name, "job-1", Role.DATA_EXECUTOR, (code,), cpu, memory_mib, tmp_path / "logs" / f"{name}.log", env={"EXTRA": "yes"}, placement=placement)
 
 
 def _events(backend: KubernetesBackend, until: Callable[[list[ExecutorEvent]], bool], timeout: float = 20.0) -> list[ExecutorEvent]:
@@ -155,7 +158,7 @@ def test_pod_shape(double: KubeApiDouble, connect: Callable[..., KubernetesBacke
 
     default = connect(commands={})  # no override: the role's module, in the controller's image
     double.unschedulable = "held"
-    other = default.launch(LaunchSpec("job-1-trainer-0", "job-1", "trainer", ("--job-id", "job-1"), 1.0, 2048, tmp_path / "t.log"))
+    other = default.launch(LaunchSpec("job-1-trainer-0", "job-1", Role.TRAINER, ("--job-id", "job-1"), 1.0, 2048, tmp_path / "t.log"))
     trainer = double.pod(NS, other.executor_id)
     assert trainer is not None
     assert trainer["spec"]["containers"][0]["command"] == ["python", "-m", "services.trainer", "--job-id", "job-1"]
@@ -235,7 +238,7 @@ def test_pods_start_from_the_roles_pod_template_and_primus_sets_the_rest(double:
 
 
 def test_a_pod_template_that_cannot_be_read_is_one_line_at_start_up(double: KubeApiDouble) -> None:
-    config = BackendConfig(kinds=("local", "kubernetes"), kubernetes_api=double.url, kubernetes_namespace=NS, kubernetes_pod_template="trainer=nowhere")
+    config = BackendConfig(kinds=KINDS, kubernetes_api=double.url, kubernetes_namespace=NS, kubernetes_pod_template="trainer=nowhere")
     with pytest.raises(BackendUnavailableError, match=r'cannot read the PodTemplate "nowhere" in namespace .* check --kubernetes-pod-template'):
         KubernetesBackend.connect(config)
     with pytest.raises(BackendUnavailableError, match="'planner=x' is not NAME or ROLE=NAME"):
@@ -611,7 +614,7 @@ def test_a_pod_takes_its_token_from_the_jobs_secret_and_mounts_the_tls_files(tmp
     from services.resource_controller.backends.kubernetes_pods import CREDENTIALS_PATH, PodCredentials, credentials_secret, pod_manifest
 
     spec = LaunchSpec(
-        "job-1-data-executor-0", "job-1", "data_executor", (), 1.0, 512, tmp_path / "x.log", env={"PRIMUS_TOKEN": "j1.job-1.sig", "PRIMUS_TOKEN_SECRET_FILE": ""}
+        "job-1-data-executor-0", "job-1", Role.DATA_EXECUTOR, (), 1.0, 512, tmp_path / "x.log", env={"PRIMUS_TOKEN": "j1.job-1.sig", "PRIMUS_TOKEN_SECRET_FILE": ""}
     )
     manifest = pod_manifest(spec, NS, "img", ["python"], None, {}, PodCredentials("primus-credentials-job-1", True, True, True))
     given = {e["name"]: e for e in manifest["spec"]["containers"][0]["env"]}

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from primus.roles import Role
 from services.resource_controller.backends import local_limits as limits
 from services.resource_controller.backends.contract import EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism
 from services.resource_controller.backends.local import LocalHandle, LocalProcessBackend
 from tests.tiers import Tier, uses
 
-PYTHON = "py"  # a role whose command is `python -c CODE ARGS...`
+PYTHON = Role.DATA_EXECUTOR  # a role whose command here is `python -c CODE ARGS...`
 BURN_ONE_CORE = "while True: pass"
 BURN_TWO_CORES = """
 import hashlib, threading

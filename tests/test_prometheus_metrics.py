@@ -25,6 +25,7 @@ from primus import metrics_http, rpc
 from primus.cluster import ClusterState
 from primus.data.feed import StallClock
 from primus.job_state import JobState
+from primus.roles import Role
 from primus.v1 import common_pb2, common_pb2_grpc, data_executor_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
@@ -205,11 +206,16 @@ def test_planner_metrics_read_the_ledgers_and_time_the_handlers() -> None:
 
 def test_controller_metrics_count_executors_and_decisions(tmp_path: Path) -> None:
     pool = ExecutorPool(LocalProcessBackend().start())
-    states = [("data_executor", ExecutorState.READY), ("data_executor", ExecutorState.READY), ("data_executor", ExecutorState.FAILED), ("trainer", ExecutorState.READY)]
+    states = [
+        (Role.DATA_EXECUTOR, ExecutorState.READY),
+        (Role.DATA_EXECUTOR, ExecutorState.READY),
+        (Role.DATA_EXECUTOR, ExecutorState.FAILED),
+        (Role.TRAINER, ExecutorState.READY),
+    ]
     for i, (role, state) in enumerate(states):
         pool._records[f"e{i}"] = ExecutorRecord(f"e{i}", "job-1", role, i, state, cpu=1.0, memory_mib=512, log_path="")
-    pool.decisions.add(LoggedDecision(time.time(), "job-1", "data_executor", LoggedAction.SCALE_OUT, "stalling"))
-    pool.decisions.add(LoggedDecision(time.time(), "job-1", "data_executor", LoggedAction.SCALE_IN, "operator", automatic=False))
+    pool.decisions.add(LoggedDecision(time.time(), "job-1", Role.DATA_EXECUTOR, LoggedAction.SCALE_OUT, "stalling"))
+    pool.decisions.add(LoggedDecision(time.time(), "job-1", Role.DATA_EXECUTOR, LoggedAction.SCALE_IN, "operator", automatic=False))
     samples = _collect(controller_metrics(pool))
     assert _value(samples, "primus_executors", role="data_executor", state="READY", backend="local") == 2
     assert _value(samples, "primus_executors", role="data_executor", state="FAILED", backend="local") == 1

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from primus.roles import Role
 from primus.spec import Autoscale, ScaleBehavior, VerticalScaling
 from services.resource_controller.policy import Action, Decision, ExecutorSignals, PolicyState, QuotaView, RoleSignals, decide
 
@@ -36,7 +37,9 @@ def executors(n: int, **kw: Any) -> tuple[ExecutorSignals, ...]:
     return tuple(executor(i, **kw) for i in range(n))
 
 
-def role(execs: tuple[ExecutorSignals, ...], now: float = 0.0, stall: float = 0.0, sps: float = 1000.0, free: float = 100.0, name: str = "data_executor") -> RoleSignals:
+def role(
+    execs: tuple[ExecutorSignals, ...], now: float = 0.0, stall: float = 0.0, sps: float = 1000.0, free: float = 100.0, name: Role = Role.DATA_EXECUTOR
+) -> RoleSignals:
     return RoleSignals(now, name, execs, stall, sps, free)
 
 
@@ -260,11 +263,11 @@ def test_thread_bound_needs_free_cores() -> None:
 
 def test_trainer_grows_only_vertically_when_cpu_bound() -> None:
     trainer = (executor(0, cpu=2.0, used=1.9),)
-    d = must(run(config(max_replicas=1, vertical=vertical()), role(trainer, stall=0.02, name="trainer")))
+    d = must(run(config(max_replicas=1, vertical=vertical()), role(trainer, stall=0.02, name=Role.TRAINER)))
     assert d.action is Action.RESIZE and (d.cpu_before, d.cpu_after) == (2.0, 3.0) and "trainer" in d.reason
-    assert run(config(max_replicas=1, vertical=vertical()), role(trainer, stall=0.3, name="trainer")) is None  # waits for data
-    assert run(config(max_replicas=1, vertical=vertical()), role((executor(0, used=0.1),), name="trainer")) is None
-    assert run(config(max_replicas=1), role(trainer, stall=0.02, name="trainer")) is None  # no vertical block
+    assert run(config(max_replicas=1, vertical=vertical()), role(trainer, stall=0.3, name=Role.TRAINER)) is None  # waits for data
+    assert run(config(max_replicas=1, vertical=vertical()), role((executor(0, used=0.1),), name=Role.TRAINER)) is None
+    assert run(config(max_replicas=1), role(trainer, stall=0.02, name=Role.TRAINER)) is None  # no vertical block
 
 
 # --- guards ----------------------------------------------------------------------------------------------------------

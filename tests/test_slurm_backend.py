@@ -13,8 +13,10 @@ import pytest
 import yaml
 
 from primus import rpc
+from primus.backend_kinds import BackendKind
 from primus.cluster import ClusterState, restart_service, start_cluster, stop_services
 from primus.demo_data import generate_dataset
+from primus.roles import Role
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
@@ -254,12 +256,12 @@ def test_a_node_whose_executors_kept_failing_is_avoided_then_readmitted(slurm: S
     hosts = HostHealth(HostPolicy(failures_per_job=2, window_seconds=600, avoid_seconds=300), clock)
     fail = (sys.executable, "-c", "raise SystemExit(3)")
     sleep = (sys.executable, "-c", "import time; time.sleep(60)")
-    backend = SlurmBackend.connect(BackendConfig(kinds=("slurm",), slurm_conf=str(slurm.conf_path)), hosts=hosts, poll_seconds=0.1).start()
+    backend = SlurmBackend.connect(BackendConfig(kinds=(BackendKind.SLURM,), slurm_conf=str(slurm.conf_path)), hosts=hosts, poll_seconds=0.1).start()
     events: list[ExecutorEvent] = []
 
     def launch(name: str, command: tuple[str, ...]) -> SlurmHandle:
-        backend._commands["data_executor"] = command
-        return backend.launch(LaunchSpec(name, "job-1", "data_executor", (), 1.0, 128, tmp_path / f"{name}.log"))
+        backend._commands[Role.DATA_EXECUTOR] = command
+        return backend.launch(LaunchSpec(name, "job-1", Role.DATA_EXECUTOR, (), 1.0, 128, tmp_path / f"{name}.log"))
 
     def seen(name: str, kind: EventKind) -> ExecutorEvent | None:
         events.extend(backend.poll())
@@ -290,11 +292,11 @@ def test_the_autoscaler_sees_the_partitions_free_cpus_not_the_controllers(slurm:
     held every scale-out on a cluster backend back: "0 free" on a 2-core controller host)."""
     backend = SlurmBackend.connect(BackendConfig(slurm_conf=str(slurm.conf_path)))
     cli = SlurmCli(slurm.env)
-    assert backend.free_cores({}, "data_executor") == NODE_CPUS
+    assert backend.free_cores({}, Role.DATA_EXECUTOR) == NODE_CPUS
     job = cli.submit(["sleep", "30"], name="busy", output=tmp_path / "busy.out", cpus_per_task=3)
     _wait(lambda: cli.jobs([job])[job].state is SlurmState.RUNNING, "the busy job to run", timeout=20)
-    _wait(lambda: backend.free_cores({"partition": "low"}, "data_executor") == NODE_CPUS - 3, "both partitions to count the busy job", timeout=20)
-    _wait(lambda: backend.free_cores({}, "trainer") == NODE_CPUS - 3, "the default partition to count it too (read at most once a poll)", timeout=20)
+    _wait(lambda: backend.free_cores({"partition": "low"}, Role.DATA_EXECUTOR) == NODE_CPUS - 3, "both partitions to count the busy job", timeout=20)
+    _wait(lambda: backend.free_cores({}, Role.TRAINER) == NODE_CPUS - 3, "the default partition to count it too (read at most once a poll)", timeout=20)
     slurm.cancel_all()
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from primus import cores
 from primus.cores import CoreSplit
+from primus.roles import Role
 from services.resource_controller.backends.contract import EventKind, LaunchSpec, LimitMechanism
 from services.resource_controller.backends.local import LocalHandle, LocalProcessBackend
 
@@ -101,13 +102,13 @@ class Launcher:
         self.launched: list[tuple[LocalProcessBackend, LocalHandle]] = []
 
     def backend(self, mechanism: LimitMechanism | None = None, keep: bool = True) -> LocalProcessBackend:
-        commands = {"trainer": (sys.executable, "-c", TRAINER), "data_executor": (sys.executable, "-c", SLEEPER)}
+        commands = {Role.TRAINER: (sys.executable, "-c", TRAINER), Role.DATA_EXECUTOR: (sys.executable, "-c", SLEEPER)}
         backend = LocalProcessBackend(mechanism, watchdog_seconds=0.1, commands=commands, keep_trainer_cores=keep).start()
         self.backends.append(backend)
         return backend
 
-    def launch(self, backend: LocalProcessBackend, role: str, *args: str) -> LocalHandle:
-        executor_id = f"cores-{role[:4]}-{uuid.uuid4().hex[:8]}"
+    def launch(self, backend: LocalProcessBackend, role: Role, *args: str) -> LocalHandle:
+        executor_id = f"cores-{role.snake[:4]}-{uuid.uuid4().hex[:8]}"
         spec = LaunchSpec(executor_id, "job-cores", role, args, 1.0, 512, self.tmp_path / f"{executor_id}.log", env={"PYTHONPATH": os.getcwd()})
         handle = backend.launch(spec)
         self.launched.append((backend, handle))
@@ -146,9 +147,9 @@ MECHANISMS = [None, LimitMechanism.AFFINITY_WATCHDOG]  # None: what this machine
 def test_the_training_thread_gets_a_core_the_executors_leave(launcher: Launcher, mechanism: LimitMechanism | None) -> None:
     machine = sorted(os.sched_getaffinity(0))
     backend = launcher.backend(mechanism)
-    executor = launcher.launch(backend, "data_executor")
+    executor = launcher.launch(backend, Role.DATA_EXECUTOR)
     assert machine[-1] in os.sched_getaffinity(executor.pid) or backend.mechanism is LimitMechanism.AFFINITY_WATCHDOG
-    trainer = launcher.launch(backend, "trainer", "60")
+    trainer = launcher.launch(backend, Role.TRAINER, "60")
     said = launcher.said(trainer)
     step, shared = [machine[-1]], machine[:-1]
     assert said["env"] == [str(machine[-1]), ",".join(map(str, shared))]
@@ -156,7 +157,7 @@ def test_the_training_thread_gets_a_core_the_executors_leave(launcher: Launcher,
     assert said["early"] == shared and said["reader"] == shared, "its other threads run on the shared cores"
     assert trainer.step_cores == (machine[-1],)
     assert machine[-1] not in os.sched_getaffinity(executor.pid), "a running executor moves off the kept core"
-    later = launcher.launch(backend, "data_executor")
+    later = launcher.launch(backend, Role.DATA_EXECUTOR)
     assert machine[-1] not in os.sched_getaffinity(later.pid), "a later executor starts off it"
     assert LocalHandle.from_state(trainer.to_state()).step_cores == trainer.step_cores, "the kept cores survive a controller restart"
 
@@ -167,8 +168,8 @@ def test_the_kept_core_returns_to_the_executors_when_the_trainer_ends(launcher: 
     backend = launcher.backend()
     if backend.mechanism is LimitMechanism.AFFINITY_WATCHDOG:
         pytest.skip("under affinity+watchdog an executor keeps the cores it was pinned to; with a cgroup it may use every free one")
-    executor = launcher.launch(backend, "data_executor")
-    trainer = launcher.launch(backend, "trainer", "0.5")
+    executor = launcher.launch(backend, Role.DATA_EXECUTOR)
+    trainer = launcher.launch(backend, Role.TRAINER, "0.5")
     launcher.said(trainer)
     assert machine[-1] not in os.sched_getaffinity(executor.pid)
     deadline = time.monotonic() + 30
@@ -181,8 +182,8 @@ def test_the_kept_core_returns_to_the_executors_when_the_trainer_ends(launcher: 
 @needs_two_cores
 def test_a_second_trainer_on_two_cores_shares(launcher: Launcher) -> None:
     backend = launcher.backend(LimitMechanism.AFFINITY_WATCHDOG)
-    first = launcher.launch(backend, "trainer", "60")
-    second = launcher.launch(backend, "trainer", "60")
+    first = launcher.launch(backend, Role.TRAINER, "60")
+    second = launcher.launch(backend, Role.TRAINER, "60")
     assert launcher.said(first)["env"] != ["", ""]
     assert launcher.said(second)["env"] == ["", ""], "no two free cores left: no split"
     assert second.step_cores == ()
@@ -192,8 +193,8 @@ def test_a_second_trainer_on_two_cores_shares(launcher: Launcher) -> None:
 def test_shared_cores_turns_the_split_off(launcher: Launcher) -> None:
     machine = sorted(os.sched_getaffinity(0))
     backend = launcher.backend(keep=False)
-    trainer = launcher.launch(backend, "trainer", "60")
-    executor = launcher.launch(backend, "data_executor")
+    trainer = launcher.launch(backend, Role.TRAINER, "60")
+    executor = launcher.launch(backend, Role.DATA_EXECUTOR)
     said = launcher.said(trainer)
     assert said["env"] == ["", ""] and trainer.step_cores == ()
     if backend.mechanism is not LimitMechanism.AFFINITY_WATCHDOG:

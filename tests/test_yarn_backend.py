@@ -22,16 +22,17 @@ import skein
 import yaml
 
 from primus import rpc
+from primus.backend_kinds import BackendKind
 from primus.client import PrimusClient
 from primus.cluster import ClusterState, local_security, start_cluster, stop_services
 from primus.demo import demo_job
 from primus.demo_data import generate_dataset
+from primus.roles import ROLES, Role, role_of_snake
 from primus.spec import load_job_file, load_job_text
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from services.resource_controller.backends.contract import (
-    ROLE_MODULES,
     BackendConfig,
     BackendUnavailableError,
     EventKind,
@@ -120,12 +121,14 @@ class Harness:
         return double
 
     def backend(self, double: SkeinAppMasterDouble) -> YarnBackend:
-        backend = YarnBackend.connect(BackendConfig(kinds=("local", "yarn"), yarn_address=double.address), security=double.security, poll_seconds=0.1).start()
+        backend = YarnBackend.connect(
+            BackendConfig(kinds=(BackendKind.LOCAL, BackendKind.YARN), yarn_address=double.address), security=double.security, poll_seconds=0.1
+        ).start()
         self.backends.append(backend)
         return backend
 
-    def spec(self, code: str, *args: str, cpu: float = 1, memory: int = 512, role: str = "data_executor", **placement: Any) -> LaunchSpec:
-        executor_id = f"job-a-{role.replace('_', '-')}-{self.launches}"
+    def spec(self, code: str, *args: str, cpu: float = 1, memory: int = 512, role: Role = Role.DATA_EXECUTOR, **placement: Any) -> LaunchSpec:
+        executor_id = f"job-a-{role.snake.replace('_', '-')}-{self.launches}"
         self.launches += 1
         log_path = self.tmp_path / "logs" / f"{executor_id}.log"
         return LaunchSpec(executor_id, "job-a", role, (code, *args), cpu, memory, log_path, {"EXTRA": "1"}, {"queue": "research", **placement})
@@ -197,14 +200,14 @@ def test_one_service_per_size_and_containers_carry_their_executor(harness: Harne
         container = double.container(handle.container_id)
         assert container.state == "RUNNING" and container.service == service
         env = container.env
-        assert env[ID_ENV] == executor_id and env[MODULE_ENV] == ROLE_MODULES["data_executor"] and env["EXTRA"] == "1"
+        assert env[ID_ENV] == executor_id and env[MODULE_ENV] == ROLES[Role.DATA_EXECUTOR].module and env["EXTRA"] == "1"
         assert json.loads(env[ARGS_ENV]) == [SLEEP, "--flag", "two words"], "per-executor args reach the container intact"
         assert env[LOG_ENV] == handle.log_path and "PRIMUS_TRACE_CONTEXT" in env
         assert (env["PRIMUS_CPU_LIMIT"], env["PRIMUS_MEMORY_MIB"]) == (str(handle.cpu), str(handle.memory_mib)), "the executor's budget is what it asked for"
         assert json.loads(json.dumps(handle.to_state())) == handle.to_state()
         assert handle.yarn_container_id.startswith("container_"), "learnt from skein once running"
     assert len({h.container_id for h, _ in launched.values()}) == 4
-    again = LaunchSpec(next(iter(launched)), "job-a", "data_executor", (SLEEP,), 1, 512, harness.tmp_path / "again.log", placement={"queue": "research"})
+    again = LaunchSpec(next(iter(launched)), "job-a", Role.DATA_EXECUTOR, (SLEEP,), 1, 512, harness.tmp_path / "again.log", placement={"queue": "research"})
     with pytest.raises(ValueError, match="already running"):
         backend.launch(again)
 
@@ -222,8 +225,8 @@ def test_a_launch_the_application_cannot_host_is_refused_in_one_line(harness: Ha
     assert "holds 4 cores and 4096 MiB" in str(too_big.value) and "add a service executor-4c-4096m" in str(too_big.value)
     with pytest.raises(ValueError, match='with node label "fpga"'):
         backend.launch(harness.spec(SLEEP, nodeLabel="fpga"))
-    with pytest.raises(ValueError, match="no module for role"):
-        backend.launch(harness.spec(SLEEP, role="notebook"))
+    with pytest.raises(ValueError, match="'notebook' is not one of data_executor, trainer"):
+        role_of_snake("notebook")  # a role with no worker module cannot reach a launch: it is not a Role
     assert "\n" not in str(too_big.value) + str(wrong_queue.value)
 
 
@@ -397,7 +400,7 @@ def test_the_deploy_spec_loads_and_its_executor_services_pass_the_backend() -> N
     resources = demo_job("/data/date={date}/hour={hour}", 2)["spec"]["resources"]  # type: ignore[index]
     for role in (resources["dataExecutor"], resources["trainer"]):
         assert choose_service(services, role["cpu"], role["memoryMiB"]) is not None, "the demo job's sizes are declared"
-    assert set(MODULES) == set(ROLE_MODULES.values())
+    assert set(MODULES) == {facts.module for facts in ROLES.values()}
 
 
 def _write_job(document: dict[str, Any], path: Path) -> Path:
@@ -422,7 +425,7 @@ def test_the_launcher_runs_the_executor_from_the_container_env(harness: Harness)
 
     double = harness.double(_deploy_executors())  # the deploy spec's own script: activate the environment, exec the launcher
     backend = harness.backend(double)
-    spec = LaunchSpec("job-b-data-executor-0", "job-b", "data_executor", ("--help",), 1, 1024, harness.tmp_path / "runs" / "job-b" / "logs" / "e.log")
+    spec = LaunchSpec("job-b-data-executor-0", "job-b", Role.DATA_EXECUTOR, ("--help",), 1, 1024, harness.tmp_path / "runs" / "job-b" / "logs" / "e.log")
     handle = backend.launch(spec)
     assert handle.service == "executor-1c-1024m"
     assert _exited(backend, handle.executor_id).reason is ExitReason.COMPLETED

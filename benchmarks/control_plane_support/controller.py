@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from primus.backend_kinds import BackendKind
 from services.resource_controller import __main__ as controller_main
 from services.resource_controller.backends import registry
 from services.resource_controller.backends.contract import BackendConfig, Capabilities, ExitReason, LaunchSpec, LimitMechanism, RoleSize, SchedulerBackend
@@ -36,7 +37,7 @@ class SimulatedHandle:
 class SimulatedBackend(Lifecycle[SimulatedHandle, None]):
     """Launch: one JSON line (executor, job, role) appended to the launches file; nothing runs here."""
 
-    name = "local"
+    name = BackendKind.LOCAL
     capabilities = Capabilities(resize_in_place=False, resize_by_migration=False, limits=LimitMechanism.SCHEDULER)
 
     def __init__(self, launches: Path) -> None:
@@ -47,7 +48,7 @@ class SimulatedBackend(Lifecycle[SimulatedHandle, None]):
     def launch(self, spec: LaunchSpec) -> SimulatedHandle:
         handle = SimulatedHandle(spec.executor_id)
         self.track(handle, None, running=True)
-        line = json.dumps({"executor_id": spec.executor_id, "job_id": spec.job_id, "role": spec.role})
+        line = json.dumps({"executor_id": spec.executor_id, "job_id": spec.job_id, "role": spec.role.snake})
         with self._write:
             self._file.write(line + "\n")
             self._file.flush()

@@ -11,8 +11,9 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 
+from primus.roles import Role
 from primus.spec import Autoscale, ScaleBehavior, VerticalScaling
-from services.resource_controller.policy import DATA_EXECUTOR, Action, Decision, ExecutorSignals, PolicyState, QuotaView, RoleSignals, decide
+from services.resource_controller.policy import Action, Decision, ExecutorSignals, PolicyState, QuotaView, RoleSignals, decide
 
 CLUSTER_CORES = 10_000
 QUEUE_MEMORY_MIB = CLUSTER_CORES * 4096  # 4 GiB per core, the usual shape of a CPU node
@@ -512,7 +513,7 @@ def _run_arm(
                 spec = job.spec
                 if fresh_signals:  # as if every executor's heartbeat had just arrived: the tick pays for building them all
                     job.build_signals(now)
-                signals = RoleSignals(now, DATA_EXECUTOR, job.signals, job.stall, job.throughput, CLUSTER_CORES - cores)
+                signals = RoleSignals(now, Role.DATA_EXECUTOR, job.signals, job.stall, job.throughput, CLUSTER_CORES - cores)
                 quota = QuotaView(job.alloc_cores, job.alloc_memory, spec.quota_cores, spec.quota_memory_mib, cores, memory, CLUSTER_CORES, QUEUE_MEMORY_MIB)
                 if time_decide:
                     t0 = time.perf_counter()

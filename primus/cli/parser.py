@@ -43,6 +43,7 @@ from primus.cluster import (
 )
 from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
 from primus.job_output import OUTPUTS
+from primus.roles import Role
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("--purge", action="store_true", help="delete its run folder too: report, checkpoints, logs, traces")
     scale = add("scale", cmd_scale, "set how many data executors (or an elastic job's trainer ranks) a running job has: new ones join, removed ones drain or leave")
     scale.add_argument("job_id")
-    scale.add_argument("--role", default="dataExecutor", choices=("dataExecutor", "trainer"), help="the role, as the spec names it (default dataExecutor)")
+    scale.add_argument("--role", default=Role.DATA_EXECUTOR.value, choices=[r.value for r in Role], help="the role, as the spec names it (default dataExecutor)")
     scale.add_argument("--replicas", type=int, default=None)
     scale.add_argument("--min", type=int, default=None, help="the autoscale bounds' minimum (with --max; needs the role's autoscaling on)")
     scale.add_argument("--max", type=int, default=None, help="the autoscale bounds' maximum")

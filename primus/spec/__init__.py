@@ -1,6 +1,7 @@
 """The TrainingJob spec (apiVersion primus/v1 and primus/v2), one module per part of it (resources, data, training, the
 job document) and its loading; every name a caller uses is gathered here."""
 
+from primus.backend_kinds import BackendKind
 from primus.spec.base import API_VERSION, MAX_MEMORY_MIB, NAME_PATTERN, NAMESPACE_PATTERN, PLACEHOLDERS, SpecModel
 from primus.spec.data import (
     OBJECT_STORE_SCHEMES,
@@ -24,7 +25,6 @@ from primus.spec.job import JobSpec, Metadata, TrainingJob
 from primus.spec.load import MAX_SPEC_BYTES, YAML_LOADER, error_message, field_path, load_job_file, load_job_text, parse_job, resolve_paths
 from primus.spec.resources import (
     Autoscale,
-    BackendKind,
     JobQuota,
     KubernetesPlacement,
     RayPlacement,

@@ -8,9 +8,10 @@ import yaml
 from pydantic import Field, model_validator
 
 from primus import spec_versions
+from primus.backend_kinds import BackendKind
 from primus.spec.base import API_VERSION, NAME_PATTERN, NAMESPACE_PATTERN, SpecModel
 from primus.spec.data import Data
-from primus.spec.resources import BackendKind, Resources
+from primus.spec.resources import Resources
 from primus.spec.training import SourceTraining, Training
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from primus.backend_kinds import BackendKind
 from primus.spec.base import MAX_MEMORY_MIB, NAME_PATTERN, SpecModel
 
 
@@ -100,16 +100,6 @@ class JobQuota(SpecModel):
 
     cores: float | None = Field(None, gt=0)
     memory_mib: int | None = Field(None, ge=64, alias="memoryMiB")
-
-
-class BackendKind(StrEnum):
-    """The scheduler that runs a job's executors; the resource controller must have been started with it."""
-
-    LOCAL = "local"
-    KUBERNETES = "kubernetes"
-    YARN = "yarn"
-    RAY = "ray"
-    SLURM = "slurm"
 
 
 class KubernetesPlacement(SpecModel):

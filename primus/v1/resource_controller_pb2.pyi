@@ -13,6 +13,15 @@ class ExecutorRole(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXECUTOR_ROLE_DATA_EXECUTOR: _ClassVar[ExecutorRole]
     EXECUTOR_ROLE_TRAINER: _ClassVar[ExecutorRole]
 
+class BackendKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BACKEND_KIND_UNSPECIFIED: _ClassVar[BackendKind]
+    BACKEND_KIND_LOCAL: _ClassVar[BackendKind]
+    BACKEND_KIND_KUBERNETES: _ClassVar[BackendKind]
+    BACKEND_KIND_YARN: _ClassVar[BackendKind]
+    BACKEND_KIND_RAY: _ClassVar[BackendKind]
+    BACKEND_KIND_SLURM: _ClassVar[BackendKind]
+
 class ExecutorState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     EXECUTOR_STATE_UNSPECIFIED: _ClassVar[ExecutorState]
@@ -56,6 +65,12 @@ class ScalingAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 EXECUTOR_ROLE_UNSPECIFIED: ExecutorRole
 EXECUTOR_ROLE_DATA_EXECUTOR: ExecutorRole
 EXECUTOR_ROLE_TRAINER: ExecutorRole
+BACKEND_KIND_UNSPECIFIED: BackendKind
+BACKEND_KIND_LOCAL: BackendKind
+BACKEND_KIND_KUBERNETES: BackendKind
+BACKEND_KIND_YARN: BackendKind
+BACKEND_KIND_RAY: BackendKind
+BACKEND_KIND_SLURM: BackendKind
 EXECUTOR_STATE_UNSPECIFIED: ExecutorState
 EXECUTOR_STATE_STARTING: ExecutorState
 EXECUTOR_STATE_READY: ExecutorState

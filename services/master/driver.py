@@ -414,7 +414,7 @@ class JobDriver:
         self._peers.rc.LaunchExecutors(
             rc_pb2.LaunchExecutorsRequest(
                 job_id=job.job_id,
-                role=ROLES[role].proto,  # type: ignore[arg-type]
+                role=ROLES[role].proto,
                 count=replicas,
                 resources=rc_pb2.ExecutorResources(cpu=resources.cpu, memory_mib=resources.memory_mib, gpus=resources.gpus),
                 run_dir=job.run_dir,
@@ -432,7 +432,7 @@ class JobDriver:
     def _restart_gang(self, job: JobRecord, replaces: str, why: str, ranks: tuple[str, ...]) -> None:
         """Release every trainer rank and launch the gang again; it resumes from the last committed checkpoint (the model
         and the merged per-task offsets together), so the counts stay exact."""
-        at_once = rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id, role=ROLES[Role.TRAINER].proto, at_once=True)  # type: ignore[arg-type]
+        at_once = rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id, role=ROLES[Role.TRAINER].proto, at_once=True)
         released = self._peers.rc.ReleaseExecutors(at_once, timeout=60).executors  # the survivors: nothing kept past the checkpoint
         stored = self._store.get(job.job_id).progress
         name = ROLES[Role.TRAINER].restart_key

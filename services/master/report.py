@@ -7,7 +7,7 @@ import json
 from primus.counters import CARRIED, COUNTERS, SourceAccount
 from primus.job_report import ExecutorRow, JobReport, PlannedSource, PlanRow, QuarantinedRow, ServiceRow, SourceLedger
 from primus.run_store import RunStore, local_folder
-from primus.scaling_log import ROLE_NAMES, ScalingRow
+from primus.scaling_log import ScalingRow, role_name
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master.status import RANKS_LOST, RESTARTS, Restarts
@@ -37,7 +37,7 @@ def _executor_row(e: rc_pb2.Executor) -> ExecutorRow:
         name=e.executor_id,
         pid=e.pid,
         address=e.address,
-        role=ROLE_NAMES.get(e.role, "unknown"),
+        role=role_name(e.role),
         data_address=e.data_address,
         host_id=e.host_id,
         exit_code=e.exit_code,

@@ -10,7 +10,7 @@ from typing import Any
 
 from primus.client import JobView
 from primus.job_state import JobState
-from primus.scaling_log import ROLE_NAMES
+from primus.scaling_log import role_name
 from primus.v1 import resource_controller_pb2 as rc_pb2
 
 SCALING_SHOWN_SECONDS = 60.0  # the Scaling condition stays True this long after a scaling decision
@@ -104,7 +104,7 @@ def eta_seconds(job: JobView, now: float) -> float | None:
 
 
 def scaling_message(decision: rc_pb2.ScalingDecision) -> str:
-    role = ROLE_NAMES.get(decision.role, "executor")
+    role = role_name(decision.role, unknown="executor")
     action = rc_pb2.ScalingAction.Name(decision.action).removeprefix("SCALING_ACTION_").replace("_", " ").lower()
     how = "automatic" if decision.automatic else "asked for"
     if decision.action == rc_pb2.SCALING_ACTION_RESIZE:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from primus.errors import ConflictError, InvalidRequestError, NotFoundError
+from primus.roles import Role
 from primus.spec import Autoscale, TrainingJob
 from services.resource_controller.decisions import LoggedAction, LoggedDecision
 from services.resource_controller.jobs import JobSpecs
@@ -24,7 +25,6 @@ from services.resource_controller.records import ExecutorRecord, ExecutorState
 from services.resource_controller.signals import QueueQuota, held, quota_view, role_signals, throughput
 
 log = logging.getLogger(__name__)
-ROLES = ("data_executor", "trainer")
 
 
 def machine_cores() -> float:
@@ -50,8 +50,8 @@ class Autoscaler:
         self._queue_quotas = queue_quotas or {}
         self._cores = machine_cores() if cores is None else cores
         self._clock = clock
-        self._states: dict[tuple[str, str], PolicyState] = {}
-        self._bounds: dict[tuple[str, str], tuple[int, int]] = {}  # autoscale bounds set by `primus scale --min --max`
+        self._states: dict[tuple[str, Role], PolicyState] = {}
+        self._bounds: dict[tuple[str, Role], tuple[int, int]] = {}  # autoscale bounds set by `primus scale --min --max`
         self._lock = threading.Lock()  # one decision at a time: ticks and manual changes
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="autoscaler", daemon=True)
@@ -94,11 +94,11 @@ class Autoscaler:
                 continue
             if spec.spec.resources.heartbeat_timeout_seconds is not None:  # the job's own wins over the controller's default
                 self._pool.set_heartbeat_timeout(job_id, spec.spec.resources.heartbeat_timeout_seconds)
-            samples, _ = throughput([r for r in records if r.role == "trainer"], now)
+            samples, _ = throughput([r for r in records if r.role is Role.TRAINER], now)
             self._pool.decisions.measure(job_id, now, samples)
             queue = spec.spec.resources.queue
             quota = quota_view(spec, holdings[job_id], queues[queue], self._queue_quotas.get(queue, (None, None)))
-            for role in ROLES:
+            for role in Role:
                 config = self._config(spec, role)
                 if config is None or not config.enabled:
                     continue
@@ -112,22 +112,22 @@ class Autoscaler:
                     if decision is not None:
                         self._apply(job_id, role, decision, records, signals.samples_per_second, automatic=True, now=now)
 
-    def _free_cores(self, spec: TrainingJob, role: str, host_free: float) -> float | None:
+    def _free_cores(self, spec: TrainingJob, role: Role, host_free: float) -> float | None:
         """Room to grow: this host's cores less what executors hold, where they run here (local); elsewhere what the
         job's scheduler says it has free (Slurm: the partition's idle CPUs), or None (it queues what does not fit)."""
         resources = spec.spec.resources
-        backend = self._pool.backends.get(resources.backend.value)
+        backend = self._pool.backends.get(resources.backend)
         if backend is None or backend.capabilities.host_cores:
             return host_free
         return backend.free_cores(resources.placement(), role)
 
     @staticmethod
-    def _config(spec: TrainingJob, role: str) -> Autoscale | None:
+    def _config(spec: TrainingJob, role: Role) -> Autoscale | None:
         resources = spec.spec.resources
-        return (resources.data_executor if role == "data_executor" else resources.trainer).autoscale
+        return (resources.data_executor if role is Role.DATA_EXECUTOR else resources.trainer).autoscale
 
     def _apply(
-        self, job_id: str, role: str, decision: Decision, records: list[ExecutorRecord], samples_per_second: float, automatic: bool, now: float
+        self, job_id: str, role: Role, decision: Decision, records: list[ExecutorRecord], samples_per_second: float, automatic: bool, now: float
     ) -> tuple[ExecutorRecord, bool] | None:
         """Carry the decision out and log it; for a resize, the executor that now has the size and whether that was in
         place. A decision that cannot be carried out is logged as such; a manual one then also raises."""
@@ -162,36 +162,36 @@ class Autoscaler:
             at=now,
         )
         if self._pool.decisions.add(entry):
-            log.info("job %s %s: %s: %s", job_id, role, entry.action.value, entry.reason)
+            log.info("job %s %s: %s: %s", job_id, role.snake, entry.action.value, entry.reason)
         if refused is not None and not automatic:
             raise refused
         return resized
 
-    def _scale_out(self, job_id: str, role: str, count: int, records: list[ExecutorRecord]) -> None:
+    def _scale_out(self, job_id: str, role: Role, count: int, records: list[ExecutorRecord]) -> None:
         if count <= 0:
             return
         job = self._pool.job(job_id)
-        live = sorted((r for r in records if r.role == role and r.state.live), key=_index)
+        live = sorted((r for r in records if r.role is role and r.state.live), key=_index)
         if job is None or not live:
-            raise ConflictError(f"job {job_id} has no live {role} to take the size from")
+            raise ConflictError(f"job {job_id} has no live {role.snake} to take the size from")
         size = live[-1]  # the newest: it carries the latest resize
         self._pool.launch(LaunchRequest(job_id, role, count, size.cpu, size.memory_mib, job.run_dir, job.planner_address, job.master_address, gpus=size.gpus))
 
-    def _scale_in(self, role: str, count: int, records: list[ExecutorRecord]) -> None:
+    def _scale_in(self, role: Role, count: int, records: list[ExecutorRecord]) -> None:
         """Drain the newest ready executors first: the oldest hold the warmest state and the lowest slots."""
-        ready = sorted((r for r in records if r.role == role and r.state is ExecutorState.READY), key=_index, reverse=True)
+        ready = sorted((r for r in records if r.role is role and r.state is ExecutorState.READY), key=_index, reverse=True)
         for record in ready[:count]:
             self._pool.drain(record.executor_id)
 
     # --- manual changes and replacements ----------------------------------------------------------
 
-    def scale_role(self, job_id: str, role: str, replicas: int, reason: str) -> None:
+    def scale_role(self, job_id: str, role: Role, replicas: int, reason: str) -> None:
         """An operator sets the count: the same path as the autoscaler's decisions, logged as manual."""
         if replicas < 1:
             raise InvalidRequestError(f"replicas must be at least 1, not {replicas}")
         with self._lock:
             records = self._pool.records(job_id)
-            current = sum(1 for r in records if r.role == role and r.state in (ExecutorState.STARTING, ExecutorState.READY, ExecutorState.PENDING))
+            current = sum(1 for r in records if r.role is role and r.state in (ExecutorState.STARTING, ExecutorState.READY, ExecutorState.PENDING))
             if not any(r.state.live for r in records):
                 raise NotFoundError(f"job {job_id} has no live executors")
             if replicas == current:
@@ -199,17 +199,17 @@ class Autoscaler:
             action = Action.SCALE_OUT if replicas > current else Action.SCALE_IN
             decision = Decision(action, f"set to {replicas} by request: {reason or 'no reason given'}", current, replicas)
             now = self._clock()
-            samples, _ = throughput([r for r in records if r.role == "trainer"], now)
+            samples, _ = throughput([r for r in records if r.role is Role.TRAINER], now)
             self._apply(job_id, role, decision, records, samples, automatic=False, now=now)
 
-    def set_bounds(self, job_id: str, role: str, low: int, high: int) -> None:
+    def set_bounds(self, job_id: str, role: Role, low: int, high: int) -> None:
         """An operator sets a role's autoscale bounds (`primus scale --min --max`); the autoscaler keeps within them."""
         spec = self.spec(job_id)
         if spec is None:
             raise NotFoundError(f"job {job_id} has no executors here")
         config = self._config(spec, role)
         if config is None or not config.enabled:
-            raise InvalidRequestError(f"{role} of job {job_id} has no autoscaling (spec.resources.<role>.autoscale.enabled): --min/--max have nothing to bound")
+            raise InvalidRequestError(f"{role.snake} of job {job_id} has no autoscaling (spec.resources.<role>.autoscale.enabled): --min/--max have nothing to bound")
         if not 1 <= low <= high <= 64:
             raise InvalidRequestError(f"autoscale bounds --min {low} --max {high}: need 1 <= min <= max <= 64")
         with self._lock:
@@ -225,7 +225,7 @@ class Autoscaler:
             if record.job_id != job_id:
                 raise NotFoundError(f"executor {executor_id} is not one of job {job_id}'s")
             records = self._pool.records(job_id)
-            replicas = sum(1 for r in records if r.role == record.role and r.state is ExecutorState.READY)
+            replicas = sum(1 for r in records if r.role is record.role and r.state is ExecutorState.READY)
             decision = Decision(
                 Action.RESIZE,
                 f"resized by request: {reason or 'no reason given'}",
@@ -238,7 +238,7 @@ class Autoscaler:
                 memory_mib_after=memory_mib,
             )
             now = self._clock()
-            samples, _ = throughput([r for r in records if r.role == "trainer"], now)
+            samples, _ = throughput([r for r in records if r.role is Role.TRAINER], now)
             resized = self._apply(job_id, record.role, decision, records, samples, automatic=False, now=now)
         assert resized is not None  # a resize that was not carried out raised
         return resized

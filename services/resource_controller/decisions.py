@@ -7,10 +7,9 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from primus.roles import Role, role_of_snake, role_to_proto
 from primus.settings import ControllerSettings
 from primus.v1 import resource_controller_pb2 as rc_pb2
-
-ROLE_ENUMS = {"data_executor": rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR, "trainer": rc_pb2.EXECUTOR_ROLE_TRAINER}
 
 
 class LoggedAction(Enum):
@@ -25,7 +24,7 @@ class LoggedAction(Enum):
 class LoggedDecision:
     unix_time: float
     job_id: str
-    role: str
+    role: Role
     action: LoggedAction
     reason: str
     signals: dict[str, float] = field(default_factory=dict)
@@ -47,7 +46,7 @@ class LoggedDecision:
         return rc_pb2.ScalingDecision(
             unix_time=self.unix_time,
             job_id=self.job_id,
-            role=ROLE_ENUMS.get(self.role, rc_pb2.EXECUTOR_ROLE_UNSPECIFIED),
+            role=role_to_proto(self.role),
             action=rc_pb2.ScalingAction.Value(f"SCALING_ACTION_{self.action.value}"),  # type: ignore[arg-type]
             reason=self.reason,
             signals={k: float(v) for k, v in self.signals.items()},
@@ -65,12 +64,13 @@ class LoggedDecision:
     def to_state(self) -> dict[str, Any]:
         data = asdict(self)
         data["action"] = self.action.value
+        data["role"] = self.role.snake  # the state file keeps the snake name (data_executor) it always had
         data.pop("at")
         return data
 
     @staticmethod
     def from_state(data: dict[str, Any]) -> LoggedDecision:
-        return LoggedDecision(**{**data, "action": LoggedAction(data["action"])})
+        return LoggedDecision(**{**data, "role": role_of_snake(data["role"]), "action": LoggedAction(data["action"])})
 
 
 class DecisionLog:
@@ -107,7 +107,7 @@ class DecisionLog:
             out: dict[tuple[str, str, bool], int] = {}
             for entries in self._entries.values():
                 for d in entries:
-                    key = (d.role, d.action.value, d.automatic)
+                    key = (d.role.snake, d.action.value, d.automatic)
                     out[key] = out.get(key, 0) + 1
             return out
 

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from primus.roles import Role
 from primus.spec import Autoscale, VerticalScaling
 
-DATA_EXECUTOR = "data_executor"
 _EPS = 1e-9
 _MAX_STALL = 0.99  # a trainer that waits 100% of the time would ask for infinitely many executors; maxStep caps it anyway
 _LABELS = {"job_quota": "the job's quota", "queue_quota": "the queue's quota", "free_cores": "the cores free right now"}
@@ -45,7 +45,7 @@ class RoleSignals:
     """One (job, role) at one instant: its executors and what its trainers see."""
 
     now: float
-    role: str
+    role: Role
     executors: tuple[ExecutorSignals, ...]
     stall_fraction: float
     samples_per_second: float
@@ -213,7 +213,7 @@ def _recommend(r: _Reading, cap: float) -> int:
     """The replica count the signals ask for right now, before any guard: above the count to grow, below it to shrink."""
     c, s, n = r.config, r.signals, len(r.live)
     stall = s.stall_fraction
-    if s.role != DATA_EXECUTOR:  # the trainer grows only vertically: when it is CPU-bound, not waiting for data
+    if s.role is not Role.DATA_EXECUTOR:  # the trainer grows only vertically: when it is CPU-bound, not waiting for data
         return n + 1 if c.vertical is not None and r.util >= c.busy_cpu_utilization and stall <= c.target_stall_fraction else n
     growth = (1 - c.target_stall_fraction) / (1 - min(stall, _MAX_STALL)) - 1  # the throughput growth that brings the stall to target
     if stall > c.target_stall_fraction and r.util >= c.busy_cpu_utilization:
@@ -282,18 +282,18 @@ def _scale_up(r: _Reading, rec: int) -> Decision:
     """Guards in order: stabilisation window, scale-up cool-down, marginal gain, bigger-or-more, maxReplicas, quotas, free cores."""
     c, s, state = r.config, r.signals, r.state
     n, now = len(r.live), s.now
-    if s.role == DATA_EXECUTOR and r.util < c.busy_cpu_utilization:
+    if s.role is Role.DATA_EXECUTOR and r.util < c.busy_cpu_utilization:
         rule = (
             f"trainers stalled {s.stall_fraction:.0%} of the time (target {c.target_stall_fraction:.0%}) "
             f"with nothing read ahead anywhere: the executors are the limit (at {r.util:.0%} of their CPU, so waiting on reads or throttled)"
         )
-    elif s.role == DATA_EXECUTOR:
+    elif s.role is Role.DATA_EXECUTOR:
         rule = (
             f"trainers stalled {s.stall_fraction:.0%} of the time (target {c.target_stall_fraction:.0%}) "
             f"and executors used {r.util:.0%} of their CPU (busy at {c.busy_cpu_utilization:.0%})"
         )
     else:
-        rule = f"the {s.role} used {r.util:.0%} of its CPU (busy at {c.busy_cpu_utilization:.0%}) and waited for data only {s.stall_fraction:.0%} of the time"
+        rule = f"the {s.role.snake} used {r.util:.0%} of its CPU (busy at {c.busy_cpu_utilization:.0%}) and waited for data only {s.stall_fraction:.0%} of the time"
     window = c.scale_up.stabilization_window_seconds
     stable = _stabilized(state, now, window, up=True)
     if stable is None or stable <= n:
@@ -311,11 +311,11 @@ def _scale_up(r: _Reading, rec: int) -> Decision:
         )
     at_max = n >= c.max_replicas
     vertical = c.vertical
-    if vertical is not None and (s.role != DATA_EXECUTOR or at_max or r.extra_cores <= vertical.cpu_step + _EPS):
+    if vertical is not None and (s.role is not Role.DATA_EXECUTOR or at_max or r.extra_cores <= vertical.cpu_step + _EPS):
         resized, guard, why = _grow_cpu(r, vertical, rule)
         if resized is not None:
             return resized
-        if s.role != DATA_EXECUTOR:
+        if s.role is not Role.DATA_EXECUTOR:
             return r.hold(guard, f"{rule}, but {why}: holding")
         if at_max:
             return r.hold("max_replicas", f"{rule}, but the role is at maxReplicas {c.max_replicas} and {why}: holding")

@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from primus import run_store
+from primus.backend_kinds import BackendKind, parse_backend
 from primus.dataplane import remove_shared_memory
 from primus.errors import ConflictError, InvalidRequestError, NotFoundError, disk_full
+from primus.roles import Role
 from primus.run_store import RunStore
 from primus.security import JobCredentials
 from primus.settings import ControllerSettings
@@ -35,14 +37,13 @@ from services.resource_controller.slots import SlotHealth, blames_slot
 log = logging.getLogger(__name__)
 QUEUED_PREFIX = "queued by the scheduler: "  # the message of an executor its scheduler holds pending
 SHUTDOWN_GRACE_SECONDS = 5.0  # release_all (the controller stopping): each executor's time to exit, shorter than a release's
-ROLE_MODULES = ("data_executor", "trainer")
 OomMemory = Callable[[ExecutorRecord], int | None]  # the memory a replacement of an OOM-killed executor gets, or None
 
 
 @dataclass(frozen=True)
 class LaunchRequest:
     job_id: str
-    role: str
+    role: Role
     count: int
     cpu: float
     memory_mib: int
@@ -50,7 +51,7 @@ class LaunchRequest:
     planner_address: str
     master_address: str
     replaces: str = ""  # a replacement takes the slot (and the current size) of the executor it replaces
-    backend: str = "local"  # resources.backend of the job
+    backend: BackendKind = BackendKind.LOCAL  # resources.backend of the job
     placement: Mapping[str, Any] | None = None  # the job's block for that backend
     gpus: int = 0  # per executor
     elastic: bool = False  # trainer ranks of an elastic job: a gang even at one rank
@@ -65,7 +66,7 @@ class ExecutorPool:
 
     def __init__(
         self,
-        backend: SchedulerBackend | Mapping[str, SchedulerBackend],
+        backend: SchedulerBackend | Mapping[BackendKind, SchedulerBackend],
         own_address: str = "",
         state_path: Path | None = None,
         control: ExecutorControl | None = None,
@@ -76,7 +77,7 @@ class ExecutorPool:
         """settings: the timings (heartbeat timeout, register and drain timeouts, release grace, the watcher's poll, the
         slot blacklist's unless slots is given, when a decision's effect is measured)."""
         self.settings = settings = settings or ControllerSettings()
-        self.backends: dict[str, SchedulerBackend] = dict(backend) if isinstance(backend, Mapping) else {backend.name: backend}
+        self.backends: dict[BackendKind, SchedulerBackend] = dict(backend) if isinstance(backend, Mapping) else {backend.name: backend}
         self.own_address = own_address
         self.decisions = DecisionLog(settings.measure_after_seconds)
         self.oom_memory: OomMemory = lambda record: None
@@ -133,7 +134,7 @@ class ExecutorPool:
             self._jobs.setdefault(request.job_id, context)
             if request.join_gang and request.job_id not in self._gangs:
                 raise InvalidRequestError(f"job {request.job_id}: no gang of trainer ranks runs here for a rank to join")
-            if request.role == "trainer" and not request.replaces and not request.join_gang:  # a gang launch: a new rendezvous for its ranks
+            if request.role is Role.TRAINER and not request.replaces and not request.join_gang:  # a gang launch: a new rendezvous for its ranks
                 if request.count > 1 or request.elastic:
                     self._gangs[request.job_id] = Gang.launch(request.count)
                 else:
@@ -147,19 +148,19 @@ class ExecutorPool:
         self._save()
         return [r.view() for r in records]
 
-    def check_placement(self, job_id: str, backend: str, placement: Mapping[str, Any], sizes: list[RoleSize]) -> str:
+    def check_placement(self, job_id: str, backend: BackendKind, placement: Mapping[str, Any], sizes: list[RoleSize]) -> str:
         """At submit: '' when the job's executors can run on its backend, else one line saying why not."""
         chosen = self.backends.get(backend)
         return chosen.check_placement(job_id, placement, sizes) if chosen is not None else self._not_running(backend)
 
-    def _not_running(self, backend: str) -> str:
-        return f"spec.resources.backend: {backend!r}, but this resource controller runs only {', '.join(sorted(self.backends))}: start it with --backend {backend}"
+    def _not_running(self, backend: BackendKind) -> str:
+        return f"spec.resources.backend: {backend.value!r}, but this resource controller runs only {', '.join(sorted(self.backends))}: start it with --backend {backend}"
 
     def _new_record(self, request: LaunchRequest) -> ExecutorRecord:
-        key = f"{request.job_id}/{request.role}"
+        key = f"{request.job_id}/{request.role.snake}"
         index = self._next_index.get(key, 0)
         self._next_index[key] = index + 1
-        executor_id = f"{request.job_id}-{request.role.replace('_', '-')}-{index}"
+        executor_id = f"{request.job_id}-{request.role.snake.replace('_', '-')}-{index}"
         cpu, memory, gpus, slot = request.cpu, request.memory_mib, request.gpus, self._free_slot(request.job_id, request.role)
         replaced = self._records.get(request.replaces)
         if replaced is not None:
@@ -185,7 +186,7 @@ class ExecutorPool:
     def _of_job(self, job_id: str) -> Iterable[ExecutorRecord]:
         return self._by_job.get(job_id, {}).values()
 
-    def _free_slot(self, job_id: str, role: str) -> int:
+    def _free_slot(self, job_id: str, role: Role) -> int:
         taken = {r.slot for r in self._of_job(job_id) if r.role == role and (r.state.live or r.state is ExecutorState.PENDING)}
         return next(i for i in range(len(taken) + 1) if i not in taken)
 
@@ -200,7 +201,7 @@ class ExecutorPool:
             "--runs-dir", run_store.parent_of(job.run_dir),
         )  # fmt: skip
         backend = self._backend(record)
-        gang = self._gangs.get(record.job_id) if record.role == "trainer" else None
+        gang = self._gangs.get(record.job_id) if record.role is Role.TRAINER else None
         env = {**_rank_env(gang, record), **self._credentials.env(record.job_id)}
         log_uri = f"{job.run_dir}/logs/{Path(record.log_path).name}" if job.remote else ""
         spec = LaunchSpec(
@@ -272,16 +273,16 @@ class ExecutorPool:
             record.heartbeat_at, record.heartbeat_unix = now, time.time()
             record.telemetry = telemetry
             record.beats.append(Beat.from_proto(now, telemetry))
-            if record.role == "data_executor":
+            if record.role is Role.DATA_EXECUTOR:
                 record.signals = executor_signals(record)
             return True
 
     # --- reading --------------------------------------------------------------------------------
 
-    def records(self, job_id: str = "", role: str = "") -> list[ExecutorRecord]:
+    def records(self, job_id: str = "", role: Role | None = None) -> list[ExecutorRecord]:
         with self._lock:
             records = self._of_job(job_id) if job_id else self._records.values()
-            return [r.view() for r in records if not role or r.role == role]
+            return [r.view() for r in records if role is None or r.role is role]
 
     def live_jobs_records(self) -> list[ExecutorRecord]:
         """Every executor of the jobs that have one live (what the autoscaler weighs; ended jobs' are left out)."""
@@ -305,7 +306,7 @@ class ExecutorPool:
                 raise ConflictError(f"{executor_id} is {record.state.value}: only a READY executor can be drained")
             record.state, record.drain_started, record.exit_reason = ExecutorState.DRAINING, self._clock(), reason
             address, role = record.address, record.role
-        if role == "data_executor":
+        if role is Role.DATA_EXECUTOR:
             self._control.drain(record.job_id, address)
         else:  # a trainer has no streams to end: release it now
             threading.Thread(target=self._release_one, args=(executor_id, reason), daemon=True).start()
@@ -327,7 +328,7 @@ class ExecutorPool:
             return self._migrate(executor_id, cpu, memory_mib), False
         if growing and not backend.resize(handle, cpu, memory_mib):
             return self._migrate(executor_id, cpu, memory_mib), False
-        if role == "data_executor":
+        if role is Role.DATA_EXECUTOR:
             self._control.set_resources(record.job_id, address, cpu, memory_mib)
         if not growing and not backend.resize(handle, cpu, memory_mib):
             log.warning("%s: the backend could not lower its limits in place; its own budget is lowered", executor_id)
@@ -345,11 +346,11 @@ class ExecutorPool:
         self.drain(executor_id, ExitReason.MIGRATED)
         return self.record(launched[0].executor_id)
 
-    def release(self, job_id: str, grace_seconds: float | None = None, role: str = "") -> list[ExecutorRecord]:
+    def release(self, job_id: str, grace_seconds: float | None = None, role: Role | None = None) -> list[ExecutorRecord]:
         """Stop every executor of a job (or of one role of it: a gang restart), gently first (grace_seconds, by default
         settings.release_grace_seconds); pending launches are dropped."""
         with self._lock:
-            records = [r for r in self._of_job(job_id) if not role or r.role == role]
+            records = [r for r in self._of_job(job_id) if role is None or r.role is role]
             for record in records:
                 if record.state is ExecutorState.PENDING:
                     record.state, record.exit_reason = ExecutorState.RELEASED, ExitReason.RELEASED
@@ -357,7 +358,7 @@ class ExecutorPool:
             with ThreadPoolExecutor(max_workers=len(records), thread_name_prefix=f"release-{job_id}") as releasing:
                 for done in [releasing.submit(self._release_one, r.executor_id, ExitReason.RELEASED, grace_seconds, save=False) for r in records]:
                     done.result()
-        if not role:
+        if role is None:
             self._slots.forget_job(job_id)
         self._save()
         return [r.view() for r in records]
@@ -515,7 +516,7 @@ class ExecutorPool:
 
     def _log_blacklist(self, record: ExecutorRecord, until: float) -> None:
         seconds = until - self._clock()
-        log.warning("job %s: %s slot %d failed repeatedly; blacklisted for %.0fs", record.job_id, record.role, record.slot, seconds)
+        log.warning("job %s: %s slot %d failed repeatedly; blacklisted for %.0fs", record.job_id, record.role.snake, record.slot, seconds)
         self.decisions.add(
             LoggedDecision(
                 time.time(),
@@ -584,7 +585,7 @@ class ExecutorPool:
             taken = self._changes
             data: dict[str, Any] = {
                 "jobs": {
-                    j.job_id: {"run_dir": str(j.run_dir), "planner": j.planner_address, "master": j.master_address, "backend": j.backend, "placement": j.placement}
+                    j.job_id: {"run_dir": str(j.run_dir), "planner": j.planner_address, "master": j.master_address, "backend": j.backend.value, "placement": j.placement}
                     for j in self._jobs.values()
                 },
                 "next_index": dict(self._next_index),
@@ -619,7 +620,7 @@ class ExecutorPool:
         data = json.loads(self._state_path.read_text())
         now = self._clock()
         self._jobs = {
-            job_id: JobContext(job_id, str(j["run_dir"]), j["planner"], j["master"], j.get("backend", "local"), j.get("placement", {}))
+            job_id: JobContext(job_id, str(j["run_dir"]), j["planner"], j["master"], parse_backend(j.get("backend", BackendKind.LOCAL)), j.get("placement", {}))
             for job_id, j in data["jobs"].items()
         }
         self._next_index = {k: int(v) for k, v in data["next_index"].items()}

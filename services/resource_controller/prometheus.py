@@ -19,10 +19,10 @@ def controller_metrics(pool: ExecutorPool) -> Iterator[Metric]:
     counted: dict[tuple[str, str, str], int] = {}
     held: dict[tuple[str, str], list[float]] = {}
     for record in records:
-        key = (record.role, record.state.value, record.backend)
+        key = (record.role.snake, record.state.value, record.backend.value)
         counted[key] = counted.get(key, 0) + 1
         if record.state.live:
-            size = held.setdefault((record.role, record.backend), [0.0, 0.0])
+            size = held.setdefault((record.role.snake, record.backend.value), [0.0, 0.0])
             size[0] += record.cpu
             size[1] += record.memory_mib * MIB
     executors = GaugeMetricFamily("primus_executors", "Executors the controller knows, by role, state and backend", labels=["role", "state", "backend"])

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from primus import run_store
+from primus.backend_kinds import BackendKind, parse_backend
+from primus.roles import Role, role_of_snake
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.resource_controller.backends.contract import ExecutorHandle, ExitReason, LimitMechanism
 from services.resource_controller.policy import ExecutorSignals
@@ -90,7 +92,7 @@ class JobContext:
     run_dir: str  # a path, or an object store URI (primus.run_store)
     planner_address: str
     master_address: str
-    backend: str = "local"  # the backend that runs its executors
+    backend: BackendKind = BackendKind.LOCAL  # the backend that runs its executors
     placement: dict[str, Any] = field(default_factory=dict)  # the spec's block for that backend (pod template overrides, queue, Ray resources)
 
     @property
@@ -108,7 +110,7 @@ class JobContext:
 class ExecutorRecord:
     executor_id: str
     job_id: str
-    role: str
+    role: Role
     slot: int
     state: ExecutorState
     cpu: float
@@ -119,7 +121,7 @@ class ExecutorRecord:
     address: str = ""
     data_address: str = ""
     host_id: str = ""
-    backend: str = "local"
+    backend: BackendKind = BackendKind.LOCAL
     exit_code: int = 0
     gpus: int = 0
     exit_reason: ExitReason | None = None
@@ -178,7 +180,7 @@ class ExecutorRecord:
         return {
             "executor_id": self.executor_id,
             "job_id": self.job_id,
-            "role": self.role,
+            "role": self.role.snake,  # the state file keeps the snake name (data_executor) it always had
             "slot": self.slot,
             "state": self.state.value,
             "cpu": self.cpu,
@@ -189,7 +191,7 @@ class ExecutorRecord:
             "address": self.address,
             "data_address": self.data_address,
             "host_id": self.host_id,
-            "backend": self.backend,
+            "backend": self.backend.value,
             "exit_code": self.exit_code,
             "exit_reason": self.exit_reason.value if self.exit_reason else None,
             "message": self.message,
@@ -202,7 +204,7 @@ class ExecutorRecord:
         return ExecutorRecord(
             executor_id=data["executor_id"],
             job_id=data["job_id"],
-            role=data["role"],
+            role=role_of_snake(data["role"]),
             slot=int(data["slot"]),
             state=ExecutorState(data["state"]),
             cpu=float(data["cpu"]),
@@ -213,7 +215,7 @@ class ExecutorRecord:
             address=data["address"],
             data_address=data["data_address"],
             host_id=data.get("host_id", ""),
-            backend=data.get("backend", "local"),
+            backend=parse_backend(data.get("backend", BackendKind.LOCAL)),
             exit_code=int(data["exit_code"]),
             exit_reason=ExitReason(data["exit_reason"]) if data.get("exit_reason") else None,
             message=data.get("message", ""),

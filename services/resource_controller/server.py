@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from primus import metrics_http, rpc
+from primus.backend_kinds import BackendKind
 from primus.settings import ControllerSettings
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
@@ -51,7 +53,7 @@ class ResourceController:
 
 def create_server(
     bind: str = "127.0.0.1:0",
-    backend: SchedulerBackend | dict[str, SchedulerBackend] | None = None,
+    backend: SchedulerBackend | Mapping[BackendKind, SchedulerBackend] | None = None,
     state_dir: Path | None = None,
     queue_quotas: dict[str, QueueQuota] | None = None,
     cores: float | None = None,

@@ -7,7 +7,9 @@ from typing import Any
 
 import grpc
 
+from primus.backend_kinds import BackendKind, parse_backend
 from primus.errors import InvalidRequestError
+from primus.roles import Role, role_of_proto, role_to_proto
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from services.resource_controller.autoscaler import Autoscaler
@@ -15,8 +17,6 @@ from services.resource_controller.backends.contract import ExitReason, LimitMech
 from services.resource_controller.pool import ExecutorPool, LaunchRequest
 from services.resource_controller.records import ExecutorRecord
 
-ROLES: dict[int, str] = {rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR: "data_executor", rc_pb2.EXECUTOR_ROLE_TRAINER: "trainer"}
-ROLE_ENUMS: dict[str, Any] = {name: value for value, name in ROLES.items()}
 EXIT_REASONS: dict[ExitReason, Any] = {reason: rc_pb2.ExitReason.Value(f"EXIT_REASON_{reason.name}") for reason in ExitReason}
 LIMITS: dict[LimitMechanism, Any] = {mechanism: rc_pb2.LimitMechanism.Value(f"LIMIT_MECHANISM_{mechanism.name}") for mechanism in LimitMechanism}
 
@@ -25,14 +25,14 @@ def executor_proto(record: ExecutorRecord) -> rc_pb2.Executor:
     return rc_pb2.Executor(
         executor_id=record.executor_id,
         job_id=record.job_id,
-        role=ROLE_ENUMS[record.role],
+        role=role_to_proto(record.role),
         state=rc_pb2.ExecutorState.Value(f"EXECUTOR_STATE_{record.state.value}"),  # type: ignore[arg-type]
         pid=record.pid,
         address=record.address,
         data_address=record.data_address,
         exit_code=record.exit_code,
         resources=rc_pb2.ExecutorResources(cpu=record.cpu, memory_mib=record.memory_mib, gpus=record.gpus),
-        backend=record.backend,
+        backend=record.backend.value,
         host_id=record.host_id,
         log_path=record.log_path,
         exit_reason=EXIT_REASONS[record.exit_reason] if record.exit_reason else rc_pb2.EXIT_REASON_UNSPECIFIED,
@@ -56,11 +56,18 @@ def _placement(text: str) -> dict[str, Any]:
     return value
 
 
-def _role(value: int) -> str:
-    role = ROLES.get(value)
-    if role is None:
-        raise InvalidRequestError(f"role must be EXECUTOR_ROLE_DATA_EXECUTOR or EXECUTOR_ROLE_TRAINER, not {value}")
-    return role
+def _role(value: int) -> Role:
+    try:
+        return role_of_proto(value)
+    except ValueError:
+        raise InvalidRequestError(f"role must be EXECUTOR_ROLE_DATA_EXECUTOR or EXECUTOR_ROLE_TRAINER, not {value}") from None
+
+
+def _backend(name: str) -> BackendKind:
+    try:
+        return parse_backend(name or BackendKind.LOCAL)
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc)) from None
 
 
 class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
@@ -86,7 +93,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
             planner_address=request.planner_address,
             master_address=request.master_address,
             replaces=request.replaces_executor_id,
-            backend=request.backend or "local",
+            backend=_backend(request.backend),
             placement=_placement(request.placement_json),
             elastic=request.elastic,
             join_gang=request.join_gang,
@@ -97,7 +104,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
         return rc_pb2.ListBackendsResponse(
             backends=[
                 rc_pb2.Backend(
-                    name=name,
+                    name=name.value,
                     resize_in_place=b.capabilities.resize_in_place,
                     resize_by_migration=b.capabilities.resize_by_migration,
                     limits=LIMITS[b.capabilities.limits],
@@ -108,7 +115,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
 
     def CheckPlacement(self, request: rc_pb2.CheckPlacementRequest, context: grpc.ServicerContext) -> rc_pb2.CheckPlacementResponse:
         sizes = [RoleSize(_role(s.role), s.resources.cpu, s.resources.memory_mib, max(1, s.count), s.resources.gpus) for s in request.sizes]
-        problem = self._pool.check_placement(request.job_id, request.backend or "local", _placement(request.placement_json), sizes)
+        problem = self._pool.check_placement(request.job_id, _backend(request.backend), _placement(request.placement_json), sizes)
         return rc_pb2.CheckPlacementResponse(problem=problem)
 
     def RegisterExecutor(self, request: rc_pb2.RegisterExecutorRequest, context: grpc.ServicerContext) -> rc_pb2.RegisterExecutorResponse:
@@ -116,11 +123,11 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
         return rc_pb2.RegisterExecutorResponse()
 
     def ListExecutors(self, request: rc_pb2.ListExecutorsRequest, context: grpc.ServicerContext) -> rc_pb2.ListExecutorsResponse:
-        records = self._pool.records(request.job_id, ROLES.get(request.role, ""))
+        records = self._pool.records(request.job_id, _role(request.role) if request.role else None)
         return rc_pb2.ListExecutorsResponse(executors=self._protos(records))
 
     def ReleaseExecutors(self, request: rc_pb2.ReleaseExecutorsRequest, context: grpc.ServicerContext) -> rc_pb2.ReleaseExecutorsResponse:
-        role = _role(request.role) if request.role else ""
+        role = _role(request.role) if request.role else None
         grace = 0.0 if request.at_once else None
         return rc_pb2.ReleaseExecutorsResponse(executors=self._protos(self._pool.release(request.job_id, grace_seconds=grace, role=role)))
 

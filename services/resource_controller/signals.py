@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from primus.roles import Role
 from primus.spec import TrainingJob
 from services.resource_controller.backends.contract import ExitReason
 from services.resource_controller.policy import ExecutorSignals, QuotaView, RoleSignals
@@ -63,19 +64,19 @@ def executor_signals(record: ExecutorRecord, window: float = WINDOW_SECONDS) -> 
     )
 
 
-def role_signals(records: Sequence[ExecutorRecord], role: str, now: float, free_cores: float | None, window: float = WINDOW_SECONDS) -> RoleSignals:
+def role_signals(records: Sequence[ExecutorRecord], role: Role, now: float, free_cores: float | None, window: float = WINDOW_SECONDS) -> RoleSignals:
     """One job's signals for a role: each executor's cached ones (fresh, true to its size and state now, else
     recomputed), with the OOM flag, which depends on other records (set while it has no more memory than the one
     OOM-killed in its slot). An executor too new to have two heartbeats in the window counts as capacity at the
     others' mean use, so a fresh scale-out neither looks idle nor asks for another step. This runs every tick for
     every executor: it is written for speed."""
-    samples, stall = throughput([r for r in records if r.role == "trainer"], now, window)
+    samples, stall = throughput([r for r in records if r.role is Role.TRAINER], now, window)
     oom_slots: dict[int, int] = {}  # slot -> the most memory an executor of it was OOM-killed at
     measured: list[ExecutorSignals] = []
     fresh: list[ExecutorRecord] = []
     used, counted = 0.0, 0
     for record in records:
-        if record.role != role:
+        if record.role is not role:
             continue
         state = record.state
         if state not in _COUNTED:

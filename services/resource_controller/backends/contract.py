@@ -9,13 +9,11 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from primus.backend_kinds import BackendKind
 from primus.errors import PrimusError
+from primus.roles import Role
 
 T = TypeVar("T")
-
-ROLE_MODULES = {"data_executor": "services.data_executor", "trainer": "services.trainer"}
-TRAINER_ROLE = "trainer"
-SPEC_NAMES = {"data_executor": "dataExecutor", "trainer": "trainer"}  # a role as the spec names it (spec.resources.<name>)
 
 KILL_WAIT_SECONDS = 2.0
 # A worker's own exits that say something else is wrong: 75 (EX_TEMPFAIL: the planner lost the plan, a full disk;
@@ -59,7 +57,7 @@ class LaunchSpec:
 
     executor_id: str
     job_id: str
-    role: str
+    role: Role
     args: tuple[str, ...]
     cpu: float
     memory_mib: int
@@ -73,7 +71,7 @@ class LaunchSpec:
 
 @dataclass(frozen=True)
 class RoleSize:
-    role: str
+    role: Role
     cpu: float
     memory_mib: int
     count: int = 1  # executors of the role at submit
@@ -97,7 +95,7 @@ class ExecutorHandle(Protocol):
 
 
 class SchedulerBackend(Protocol):
-    name: str
+    name: BackendKind
     capabilities: Capabilities
 
     def start(self) -> SchedulerBackend:
@@ -110,7 +108,7 @@ class SchedulerBackend(Protocol):
         """'' when executors of these sizes, placed so, can run here; else one line saying what to change."""
         ...
 
-    def free_cores(self, placement: Mapping[str, Any], role: str) -> float | None:
+    def free_cores(self, placement: Mapping[str, Any], role: Role) -> float | None:
         """The cores the scheduler has free now where this job's executors of `role` would run (the autoscaler's room
         to grow); None where it does not say, and queues what does not fit."""
         ...
@@ -157,7 +155,7 @@ class BackendUnavailableError(PrimusError):
 class BackendConfig:
     """The deployment's side of each backend; a job's own side (pod template, queue, Ray resources) is in its spec."""
 
-    kinds: tuple[str, ...] = ("local",)
+    kinds: tuple[BackendKind, ...] = (BackendKind.LOCAL,)
     kubernetes_api: str = ""  # the API server's URL; empty: the kubeconfig's current context, or the in-cluster config
     kubernetes_config: str = ""  # a kubeconfig file
     kubernetes_namespace: str = "default"

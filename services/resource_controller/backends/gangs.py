@@ -6,14 +6,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from services.resource_controller.backends.contract import TRAINER_ROLE, LaunchSpec
+from primus.roles import Role
+from services.resource_controller.backends.contract import LaunchSpec
 
 H = TypeVar("H")
 
 
 def world_size(spec: LaunchSpec) -> int:
     """How many ranks the launch's gang has: 1 for anything but a data-parallel trainer."""
-    return int(spec.env.get("WORLD_SIZE", "1") or 1) if spec.role == TRAINER_ROLE else 1
+    return int(spec.env.get("WORLD_SIZE", "1") or 1) if spec.role is Role.TRAINER else 1
 
 
 def rank_of(env: Mapping[str, str]) -> int:

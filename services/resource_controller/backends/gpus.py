@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from services.resource_controller.backends.contract import SPEC_NAMES
+from primus.roles import Role
 
 DEVICE = re.compile(r"nvidia\d+")
 
@@ -17,7 +17,7 @@ class RoleAsk(Protocol):
     """A role's size as far as GPUs go (backend.RoleSize)."""
 
     @property
-    def role(self) -> str: ...
+    def role(self) -> Role: ...
 
     @property
     def gpus(self) -> int: ...
@@ -35,8 +35,8 @@ def visible_gpus(devices: Path = Path("/dev")) -> int:
     return min(count, len([d for d in allowed.split(",") if d.strip() and d.strip() != "-1"]))
 
 
-def gpus_field(role: str) -> str:
-    return f"spec.resources.{SPEC_NAMES.get(role, role)}.gpus"
+def gpus_field(role: Role) -> str:
+    return f"spec.resources.{role.value}.gpus"
 
 
 def too_many_gpus(sizes: Sequence[RoleAsk], have: int, where: str) -> str:

@@ -16,8 +16,9 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from primus import security, telemetry
+from primus.backend_kinds import BackendKind
+from primus.roles import ROLES, Role, role_of_snake
 from services.resource_controller.backends.contract import (
-    ROLE_MODULES,
     BackendConfig,
     Capabilities,
     ExecutorHandle,
@@ -90,7 +91,7 @@ class KubernetesHandle:
     pod: str
     uid: str
     job_id: str
-    role: str
+    role: Role
     container: str
     cpu: float  # what the pod runs with now (after any in-place resize the kubelet applied)
     memory_mib: int
@@ -101,19 +102,19 @@ class KubernetesHandle:
 
     def to_state(self) -> dict[str, object]:
         return {
-            "backend": "kubernetes", "executor_id": self.executor_id, "namespace": self.namespace, "pod": self.pod, "uid": self.uid,
-            "job_id": self.job_id, "role": self.role, "container": self.container, "cpu": self.cpu, "memory_mib": self.memory_mib,
+            "backend": BackendKind.KUBERNETES.value, "executor_id": self.executor_id, "namespace": self.namespace, "pod": self.pod, "uid": self.uid,
+            "job_id": self.job_id, "role": self.role.snake, "container": self.container, "cpu": self.cpu, "memory_mib": self.memory_mib,
             "log_path": self.log_path, "pending_timeout_seconds": self.pending_timeout_seconds, "resize_timeout_seconds": self.resize_timeout_seconds,
         }  # fmt: skip
 
     @classmethod
     def from_state(cls, state: Mapping[str, object]) -> KubernetesHandle:
         """Raises KeyError, TypeError or ValueError for a state that is not a Kubernetes handle's."""
-        if state.get("backend") != "kubernetes":
+        if state.get("backend") != BackendKind.KUBERNETES.value:
             raise ValueError(f"the state is a {state.get('backend', 'local')} backend's")
         return cls(
             state_field(state, "executor_id", str), state_field(state, "namespace", str), state_field(state, "pod", str), state_field(state, "uid", str),
-            state_field(state, "job_id", str), state_field(state, "role", str), state_field(state, "container", str), state_field(state, "cpu", float),
+            state_field(state, "job_id", str), role_of_snake(state_field(state, "role", str)), state_field(state, "container", str), state_field(state, "cpu", float),
             state_field(state, "memory_mib", int), state_field(state, "log_path", str), state_field(state, "pending_timeout_seconds", float),
             state_field(state, "resize_timeout_seconds", float),
         )  # fmt: skip
@@ -147,7 +148,7 @@ class KubernetesBackend(Lifecycle[KubernetesHandle, _Pod]):
     """Executors as pods in one namespace. A watch thread (kubernetes_watch) turns pod states into events; a supervisor
     thread ends pods pending too long and in-place resizes that stall, and saves the log of pods that ended on their own."""
 
-    name = "kubernetes"
+    name = BackendKind.KUBERNETES
     capabilities = Capabilities(resize_in_place=True, resize_by_migration=True, limits=LimitMechanism.SCHEDULER)
     release_margin_seconds = RELEASE_MARGIN_SECONDS
 
@@ -158,12 +159,12 @@ class KubernetesBackend(Lifecycle[KubernetesHandle, _Pod]):
         address: str,
         image: str = "primus:latest",
         owner: Mapping[str, str] | None = None,
-        commands: Mapping[str, Sequence[str]] | None = None,
+        commands: Mapping[Role, Sequence[str]] | None = None,
         tuning: KubernetesTuning | None = None,
         clock: Callable[[], float] = time.monotonic,
         credentials: security.Settings | None = None,
         env_secret: str = "",
-        templates: Mapping[str, JsonDict] | None = None,
+        templates: Mapping[Role, JsonDict] | None = None,
         hosts: HostHealth | None = None,
     ) -> None:
         """commands: the container command per role (the spec's args follow), over the default `python -m <module>`.
@@ -180,7 +181,7 @@ class KubernetesBackend(Lifecycle[KubernetesHandle, _Pod]):
         self.address = address
         self._image = image
         self._owner = dict(owner) if owner else None
-        self._commands: dict[str, tuple[str, ...]] = {role: ("python", "-m", module) for role, module in ROLE_MODULES.items()}
+        self._commands: dict[Role, tuple[str, ...]] = {role: ("python", "-m", facts.module) for role, facts in ROLES.items()}
         self._commands.update({role: tuple(prefix) for role, prefix in (commands or {}).items()})
         self.tuning = tuning or KubernetesTuning()
         self._clock = clock
@@ -230,8 +231,6 @@ class KubernetesBackend(Lifecycle[KubernetesHandle, _Pod]):
         return ""
 
     def launch(self, spec: LaunchSpec) -> KubernetesHandle:
-        if spec.role not in self._commands:
-            raise ValueError(f"no command for role {spec.role!r} (known: {', '.join(sorted(self._commands))})")
         placement = dict(spec.placement or {})
         known = self.tracked(spec.executor_id)
         if known is not None and not known.native.gone:

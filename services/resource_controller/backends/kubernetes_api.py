@@ -15,7 +15,8 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from primus import kube_connect
-from services.resource_controller.backends.contract import ROLE_MODULES, BackendConfig, BackendUnavailableError
+from primus.roles import Role, role_of_snake
+from services.resource_controller.backends.contract import BackendConfig, BackendUnavailableError
 from services.resource_controller.backends.kubernetes_pods import MANAGED_BY, JsonDict
 
 log = logging.getLogger(__name__)
@@ -183,20 +184,22 @@ def owner_reference(api: k8s.CoreV1Api, namespace: str, pod: str, address: str) 
     return owner
 
 
-def pod_templates(api: k8s.CoreV1Api, namespace: str, flag: str, address: str) -> dict[str, JsonDict]:
+def pod_templates(api: k8s.CoreV1Api, namespace: str, flag: str, address: str) -> dict[Role, JsonDict]:
     """--kubernetes-pod-template read once at start-up: NAME for every role, or ROLE=NAME,...; per role, the
     PodTemplate's `template` (metadata and spec). One line naming the template when it cannot be read."""
     if not flag:
         return {}
-    named: dict[str, str] = {}
+    named: dict[Role, str] = {}
     for part in (p.strip() for p in flag.split(",") if p.strip()):
         role, _, name = part.rpartition("=")
-        roles = [role] if role else list(ROLE_MODULES)
-        unknown = [r for r in roles if r not in ROLE_MODULES]
-        if unknown or not name:
-            raise BackendUnavailableError(f"--kubernetes-pod-template {flag}: {part!r} is not NAME or ROLE=NAME (roles: {', '.join(ROLE_MODULES)})")
+        try:
+            roles = [role_of_snake(role)] if role else list(Role)
+        except ValueError:
+            roles = []
+        if not roles or not name:
+            raise BackendUnavailableError(f"--kubernetes-pod-template {flag}: {part!r} is not NAME or ROLE=NAME (roles: {', '.join(r.snake for r in Role)})")
         named.update(dict.fromkeys(roles, name))
-    templates: dict[str, JsonDict] = {}
+    templates: dict[Role, JsonDict] = {}
     for role, name in named.items():
         try:
             found = read_json(api.read_namespaced_pod_template(name, namespace, _request_timeout=PROBE_TIMEOUT_SECONDS, _preload_content=False))
@@ -206,5 +209,5 @@ def pod_templates(api: k8s.CoreV1Api, namespace: str, flag: str, address: str) -
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise BackendUnavailableError(f"kubernetes: cannot reach the API server at {address} ({unreachable_reason(exc)}): check --kubernetes-api") from None
         templates[role] = dict(found.get("template") or {})
-    log.info("kubernetes backend: pods start from %s", ", ".join(f"PodTemplate {name} ({role})" for role, name in sorted(named.items())))
+    log.info("kubernetes backend: pods start from %s", ", ".join(f"PodTemplate {name} ({role})" for role, name in sorted((r.snake, n) for r, n in named.items())))
     return templates

@@ -13,6 +13,7 @@ from typing import Any
 from kubernetes.utils.quantity import parse_quantity
 
 from primus import security
+from primus.roles import Role
 from services.resource_controller.backends.contract import ExitReason, LaunchSpec
 
 _parse_quantity: Callable[[str], Decimal] = parse_quantity  # the client's helper, typed here
@@ -90,8 +91,8 @@ def container_resources(cpu: float, memory_mib: int, gpus: int = 0) -> JsonDict:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
-def container_name(role: str) -> str:
-    return role.replace("_", "-")
+def container_name(role: Role) -> str:
+    return role.snake.replace("_", "-")
 
 
 def pod_manifest(
@@ -150,7 +151,7 @@ def pod_manifest(
     metadata: JsonDict = {
         "name": spec.executor_id,
         "namespace": namespace,
-        "labels": {MANAGED_BY: "primus", JOB_LABEL: label_value(spec.job_id), ROLE_LABEL: spec.role, EXECUTOR_LABEL: label_value(spec.executor_id)},
+        "labels": {MANAGED_BY: "primus", JOB_LABEL: label_value(spec.job_id), ROLE_LABEL: spec.role.snake, EXECUTOR_LABEL: label_value(spec.executor_id)},
         "annotations": {LOG_ANNOTATION: str(spec.log_path)},
     }
     if owner is not None:

@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Self, TypeVar
 
+from primus.backend_kinds import BackendKind
+from primus.roles import Role
 from services.resource_controller.backends.contract import KILL_WAIT_SECONDS, EventKind, ExecutorEvent, ExecutorHandle, ExitReason
 from services.resource_controller.backends.hosts import HostHealth
 
@@ -55,7 +57,7 @@ class Lifecycle(ABC, Generic[H, N]):
     stop it now (_force), how to read a saved handle (_parse) and find its executor again (_attach), and, where no thread of
     its own watches the scheduler, how to look at one executor now (_refresh). Threads start in start(), never in __init__."""
 
-    name = "backend"
+    name: BackendKind  # each backend its own
     release_margin_seconds = 0.0  # beyond the grace, how long a release waits for the scheduler to confirm the stop
     kill_wait_seconds = KILL_WAIT_SECONDS
 
@@ -133,7 +135,7 @@ class Lifecycle(ABC, Generic[H, N]):
             log.warning("%s is not an executor of this backend", handle.executor_id)
         return tracked
 
-    def free_cores(self, placement: Mapping[str, Any], role: str) -> float | None:
+    def free_cores(self, placement: Mapping[str, Any], role: Role) -> float | None:
         """Unknown by default: the scheduler queues what does not fit (a backend that can say overrides this)."""
         return None
 

@@ -16,10 +16,10 @@ from typing import Any
 
 from primus import cores as core_split
 from primus import telemetry
+from primus.backend_kinds import BackendKind
+from primus.roles import ROLES, Role, role_of_snake
 from services.resource_controller.backends import local_limits as limits
 from services.resource_controller.backends.contract import (
-    ROLE_MODULES,
-    TRAINER_ROLE,
     Capabilities,
     ExecutorHandle,
     ExitReason,
@@ -50,7 +50,7 @@ class LocalHandle:
     pid: int
     start_time: int  # clock ticks since boot, /proc/<pid>/stat field 22
     job_id: str
-    role: str
+    role: Role
     cpu: float
     memory_mib: int
     log_path: str
@@ -61,7 +61,7 @@ class LocalHandle:
 
     def to_state(self) -> dict[str, object]:
         return {
-            "executor_id": self.executor_id, "pid": self.pid, "start_time": self.start_time, "job_id": self.job_id, "role": self.role,
+            "executor_id": self.executor_id, "pid": self.pid, "start_time": self.start_time, "job_id": self.job_id, "role": self.role.snake,
             "cpu": self.cpu, "memory_mib": self.memory_mib, "log_path": self.log_path, "mechanism": self.mechanism.value,
             "cgroups": list(self.cgroups), "cores": list(self.cores), "step_cores": list(self.step_cores),
         }  # fmt: skip
@@ -71,7 +71,7 @@ class LocalHandle:
         """Raises KeyError, TypeError or ValueError for a state that is not a local handle's."""
         return cls(
             executor_id=state_field(state, "executor_id", str), pid=state_field(state, "pid", int), start_time=state_field(state, "start_time", int),
-            job_id=state_field(state, "job_id", str), role=state_field(state, "role", str), cpu=state_field(state, "cpu", float),
+            job_id=state_field(state, "job_id", str), role=role_of_snake(state_field(state, "role", str)), cpu=state_field(state, "cpu", float),
             memory_mib=state_field(state, "memory_mib", int), log_path=state_field(state, "log_path", str),
             mechanism=LimitMechanism(state_field(state, "mechanism", str)),
             cgroups=tuple(str(p) for p in state_field(state, "cgroups", list)), cores=tuple(int(c) for c in state_field(state, "cores", list)),
@@ -94,14 +94,14 @@ class LocalProcessBackend(Lifecycle[LocalHandle, _Process]):
     executors run on the others (primus.cores); the limits say how much CPU each may use, the cores where.
     """
 
-    name = "local"
+    name = BackendKind.LOCAL
 
     def __init__(
         self,
         mechanism: LimitMechanism | None = None,
         cgroup_root: Path | None = None,
         watchdog_seconds: float = 0.25,
-        commands: Mapping[str, Sequence[str]] | None = None,
+        commands: Mapping[Role, Sequence[str]] | None = None,
         keep_trainer_cores: bool = True,
         hosts: HostHealth | None = None,
     ) -> None:
@@ -114,7 +114,7 @@ class LocalProcessBackend(Lifecycle[LocalHandle, _Process]):
         self._parents = limits.detect(cgroup_root or limits.DEFAULT_CGROUP_ROOT, mechanism)
         self.mechanism = self._parents.mechanism if self._parents else LimitMechanism.AFFINITY_WATCHDOG
         self.capabilities = Capabilities(resize_in_place=True, resize_by_migration=False, limits=self.mechanism, host_cores=True)
-        self._commands: dict[str, tuple[str, ...]] = {role: (sys.executable, "-m", module) for role, module in ROLE_MODULES.items()}
+        self._commands: dict[Role, tuple[str, ...]] = {role: (sys.executable, "-m", facts.module) for role, facts in ROLES.items()}
         self._commands.update({role: tuple(prefix) for role, prefix in (commands or {}).items()})
         self._cores = tuple(sorted(os.sched_getaffinity(0)))  # the cores the controller itself may use
         self._keep_trainer_cores = keep_trainer_cores
@@ -128,8 +128,6 @@ class LocalProcessBackend(Lifecycle[LocalHandle, _Process]):
         return too_many_gpus(sizes, visible_gpus(), "this machine (the local backend)")
 
     def launch(self, spec: LaunchSpec) -> LocalHandle:
-        if spec.role not in self._commands:
-            raise ValueError(f"no command for role {spec.role!r} (known: {', '.join(sorted(self._commands))})")
         with self.lock:
             known = self.tracked(spec.executor_id)
             if known is not None and not known.finished:
@@ -160,7 +158,7 @@ class LocalProcessBackend(Lifecycle[LocalHandle, _Process]):
 
     def _split_for(self, spec: LaunchSpec) -> core_split.CoreSplit | None:
         """A trainer's kept cores, when this backend keeps them and two or more cores are free."""
-        if spec.role != TRAINER_ROLE or not self._keep_trainer_cores:
+        if spec.role is not Role.TRAINER or not self._keep_trainer_cores:
             return None
         return core_split.split_for_trainer(self._cores, spec.cpu, self._held_cores())
 
@@ -177,7 +175,7 @@ class LocalProcessBackend(Lifecycle[LocalHandle, _Process]):
         held, allowed = self._held_cores(), self._executor_cores()
         for tracked in self.live():
             mine = tracked.handle
-            if tracked.finished or mine.role == TRAINER_ROLE or not self._running(tracked):
+            if tracked.finished or mine.role is Role.TRAINER or not self._running(tracked):
                 continue
             try:
                 if tracked.native.cgroup is not None:
@@ -227,12 +225,12 @@ class LocalProcessBackend(Lifecycle[LocalHandle, _Process]):
         core_split.pin_process(pid, cores)
         return cores
 
-    def _allowed_cores(self, role: str, split: core_split.CoreSplit | None) -> tuple[int, ...]:
+    def _allowed_cores(self, role: Role, split: core_split.CoreSplit | None) -> tuple[int, ...]:
         """A trainer with kept cores: those and the shared ones (its training thread pins itself to the kept ones, its
         other threads to the shared); another trainer: every core; a data executor: the cores no trainer keeps."""
         if split is not None:
             return tuple(sorted(split.step + split.shared))
-        return self._cores if role == TRAINER_ROLE else self._executor_cores()
+        return self._cores if role is Role.TRAINER else self._executor_cores()
 
     def _cores_in_use(self, excluding: str = "") -> list[int]:
         return [core for t in self.live() if not t.finished and t.handle.executor_id != excluding for core in t.handle.cores]

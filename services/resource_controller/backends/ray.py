@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from primus import security, telemetry
+from primus.backend_kinds import BackendKind
+from primus.roles import ROLES, Role
 from primus.run_store import RunStore
 from services.resource_controller.backends.contract import (
-    ROLE_MODULES,
-    SPEC_NAMES,
     BackendConfig,
     BackendUnavailableError,
     Capabilities,
@@ -160,11 +160,11 @@ def _probe(address: str) -> None:
 class RayBackend(Lifecycle[RayHandle, _Actor]):
     """Executors as detached, named Ray actors in the "primus" namespace: a restarted controller finds them by name."""
 
-    name = "ray"
+    name = BackendKind.RAY
     capabilities = Capabilities(resize_in_place=False, resize_by_migration=True, limits=LimitMechanism.SCHEDULER)
 
     def __init__(
-        self, address: str, commands: Mapping[str, list[str]] | None = None, placement_timeout: float = PLACEMENT_TIMEOUT_SECONDS, hosts: HostHealth | None = None
+        self, address: str, commands: Mapping[Role, list[str]] | None = None, placement_timeout: float = PLACEMENT_TIMEOUT_SECONDS, hosts: HostHealth | None = None
     ) -> None:
         import ray
 
@@ -172,7 +172,7 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
         self._ray = ray
         self.address = address
         self._actor_class = ray.remote(max_concurrency=4)(ExecutorActor)  # type: ignore[call-overload]
-        self._commands = {role: [sys.executable, "-m", module] for role, module in ROLE_MODULES.items()}
+        self._commands = {role: [sys.executable, "-m", facts.module] for role, facts in ROLES.items()}
         self._commands.update({role: list(prefix) for role, prefix in (commands or {}).items()})
         self._placement_timeout = placement_timeout
         self._gathering: RankGathering[RayHandle] = RankGathering()  # ranks launched, not yet placed
@@ -207,8 +207,8 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
             if not any(all(node.get(name, 0.0) >= amount for name, amount in wanted.items()) for node in nodes):
                 asked = ", ".join(f"{name} {amount / MIB:.0f} MiB" if name == "memory" else f"{name} {amount:g}" for name, amount in wanted.items())
                 return (
-                    f"ray: no node of the Ray cluster at {self.address} has room for a {size.role} actor ({asked}; {len(nodes)} live node(s)): "
-                    f"lower resources.{SPEC_NAMES[size.role]}, check resources.ray.resources, or add nodes"
+                    f"ray: no node of the Ray cluster at {self.address} has room for a {size.role.snake} actor ({asked}; {len(nodes)} live node(s)): "
+                    f"lower resources.{size.role.value}, check resources.ray.resources, or add nodes"
                 )
         cpus, memory = sum(s.cpu * s.count for s in sizes), sum(s.memory_mib * s.count for s in sizes)
         have_cpus, have_memory = sum(n.get("CPU", 0.0) for n in nodes), sum(n.get("memory", 0.0) for n in nodes) / MIB
@@ -220,8 +220,6 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
         return ""
 
     def launch(self, spec: LaunchSpec) -> RayHandle:
-        if spec.role not in self._commands:
-            raise ValueError(f"no command for role {spec.role!r} (known: {', '.join(sorted(self._commands))})")
         handle = RayHandle(spec.executor_id, 0, f"executor:{spec.executor_id}", "", "", spec.cpu, spec.memory_mib)
         if world_size(spec) > 1:
             return self._launch_rank(spec, handle)
@@ -406,10 +404,10 @@ class RayBackend(Lifecycle[RayHandle, _Actor]):
             self._ray.shutdown()
 
 
-def _extra_resources(placement: Mapping[str, Any], role: str) -> dict[str, float]:
+def _extra_resources(placement: Mapping[str, Any], role: Role) -> dict[str, float]:
     """The Ray resources an actor of this role asks for beyond CPU and memory: the job's, then its role's."""
     extra = {str(k): float(v) for k, v in dict(placement.get("resources") or {}).items()}
-    extra.update({str(k): float(v) for k, v in dict((placement.get("roleResources") or {}).get(SPEC_NAMES[role]) or {}).items()})
+    extra.update({str(k): float(v) for k, v in dict((placement.get("roleResources") or {}).get(role.value) or {}).items()})
     return extra
 
 

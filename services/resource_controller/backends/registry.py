@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from primus.backend_flags import add_backend_arguments
+from primus.backend_kinds import BackendKind, parse_backend
 from services.resource_controller.backends.contract import BackendConfig, SchedulerBackend
 from services.resource_controller.backends.hosts import HostHealth
 from services.resource_controller.backends.local import LocalProcessBackend
@@ -15,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from(args: argparse.Namespace) -> BackendConfig:
-    kinds = tuple(dict.fromkeys(["local", *args.backend]))
+    kinds = tuple(dict.fromkeys([BackendKind.LOCAL, *map(parse_backend, args.backend)]))
     return BackendConfig(
         kinds=kinds, kubernetes_api=args.kubernetes_api, kubernetes_config=args.kubernetes_config, kubernetes_namespace=args.kubernetes_namespace or "default",
         kubernetes_image=args.kubernetes_image or "primus:latest", kubernetes_owner_pod=args.kubernetes_owner_pod, kubernetes_env_secret=args.kubernetes_env_secret,
@@ -24,22 +25,22 @@ def config_from(args: argparse.Namespace) -> BackendConfig:
     )  # fmt: skip
 
 
-def _connect(kind: str, config: BackendConfig, hosts: HostHealth) -> SchedulerBackend:
+def _connect(kind: BackendKind, config: BackendConfig, hosts: HostHealth) -> SchedulerBackend:
     """Connect one remote backend; each is imported only when a controller runs it (their clients are heavy)."""
     backend: SchedulerBackend
-    if kind == "kubernetes":
+    if kind is BackendKind.KUBERNETES:
         from services.resource_controller.backends.kubernetes import KubernetesBackend
 
         backend = KubernetesBackend.connect(config, hosts=hosts)
-    elif kind == "yarn":
+    elif kind is BackendKind.YARN:
         from services.resource_controller.backends.yarn import YarnBackend
 
         backend = YarnBackend.connect(config, hosts=hosts)
-    elif kind == "ray":
+    elif kind is BackendKind.RAY:
         from services.resource_controller.backends.ray import RayBackend
 
         backend = RayBackend.connect(config, hosts=hosts)
-    elif kind == "slurm":
+    elif kind is BackendKind.SLURM:
         from services.resource_controller.backends.slurm import SlurmBackend
 
         backend = SlurmBackend.connect(config, hosts=hosts)
@@ -48,16 +49,16 @@ def _connect(kind: str, config: BackendConfig, hosts: HostHealth) -> SchedulerBa
     return backend
 
 
-def build_backends(config: BackendConfig, local: SchedulerBackend | None = None, hosts: HostHealth | None = None) -> dict[str, SchedulerBackend]:
+def build_backends(config: BackendConfig, local: SchedulerBackend | None = None, hosts: HostHealth | None = None) -> dict[BackendKind, SchedulerBackend]:
     """Every configured backend, connected and started, sharing one record of failing hosts (a host avoided for a job is
     avoided on every backend); raises BackendUnavailableError (closing what was built) if one cannot be used."""
     hosts = hosts or HostHealth()
-    built: dict[str, SchedulerBackend] = {}
+    built: dict[BackendKind, SchedulerBackend] = {}
     try:
         for kind in config.kinds:  # the remote ones first: one that cannot be reached is the only thing said
-            if kind != "local":
+            if kind is not BackendKind.LOCAL:
                 built[kind] = _connect(kind, config, hosts)
-        built["local"] = local or LocalProcessBackend(keep_trainer_cores=config.keep_trainer_cores, hosts=hosts)
+        built[BackendKind.LOCAL] = local or LocalProcessBackend(keep_trainer_cores=config.keep_trainer_cores, hosts=hosts)
         for backend in built.values():
             backend.start()
     except BaseException:

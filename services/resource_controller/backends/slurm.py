@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from primus import telemetry
+from primus.backend_kinds import BackendKind
+from primus.roles import ROLES, Role, role_of_snake
 from services.resource_controller.backends.contract import (
-    ROLE_MODULES,
-    SPEC_NAMES,
-    TRAINER_ROLE,
     BackendConfig,
     BackendUnavailableError,
     Capabilities,
@@ -60,7 +59,7 @@ class SlurmHandle:
     executor_id: str
     slurm_job: str  # '' while its gang waits for its other ranks
     job_id: str
-    role: str
+    role: Role
     cpu: float
     memory_mib: int
     log_path: str
@@ -70,19 +69,19 @@ class SlurmHandle:
 
     def to_state(self) -> dict[str, object]:
         return {
-            "backend": "slurm", "executor_id": self.executor_id, "slurm_job": self.slurm_job, "job_id": self.job_id, "role": self.role,
+            "backend": BackendKind.SLURM.value, "executor_id": self.executor_id, "slurm_job": self.slurm_job, "job_id": self.job_id, "role": self.role.snake,
             "cpu": self.cpu, "memory_mib": self.memory_mib, "log_path": self.log_path, "task": self.task, "node": self.node,
         }  # fmt: skip
 
     @classmethod
     def from_state(cls, state: Mapping[str, object]) -> SlurmHandle:
         """Raises KeyError, TypeError or ValueError for a state that is not a Slurm handle's."""
-        if state.get("backend") != "slurm":
+        if state.get("backend") != BackendKind.SLURM.value:
             raise ValueError(f"the state is a {state.get('backend', 'local')} backend's")
         return cls(
-            state_field(state, "executor_id", str), state_field(state, "slurm_job", str), state_field(state, "job_id", str), state_field(state, "role", str),
-            state_field(state, "cpu", float), state_field(state, "memory_mib", int), state_field(state, "log_path", str), state_field(state, "task", int),
-            state_field(state, "node", str),
+            state_field(state, "executor_id", str), state_field(state, "slurm_job", str), state_field(state, "job_id", str),
+            role_of_snake(state_field(state, "role", str)), state_field(state, "cpu", float), state_field(state, "memory_mib", int),
+            state_field(state, "log_path", str), state_field(state, "task", int), state_field(state, "node", str),
         )  # fmt: skip
 
 
@@ -110,7 +109,7 @@ class Partition:
 class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
     """Executors as Slurm batch jobs (Slurm enforces their CPUs and memory); a thread reads their states with squeue."""
 
-    name = "slurm"
+    name = BackendKind.SLURM
     capabilities = Capabilities(resize_in_place=False, resize_by_migration=True, limits=LimitMechanism.SCHEDULER)
 
     def __init__(
@@ -118,7 +117,7 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
         cli: SlurmCli,
         partitions: Mapping[str, Partition],
         partition: str = "",
-        commands: Mapping[str, Sequence[str]] | None = None,
+        commands: Mapping[Role, Sequence[str]] | None = None,
         poll_seconds: float = POLL_SECONDS,
         hosts: HostHealth | None = None,
     ) -> None:
@@ -127,7 +126,7 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
         self.cli = cli
         self.partitions = dict(partitions)
         self.partition = partition or next((p.name for p in partitions.values() if p.default), "")
-        self._commands: dict[str, tuple[str, ...]] = {role: (sys.executable, "-m", module) for role, module in ROLE_MODULES.items()}
+        self._commands: dict[Role, tuple[str, ...]] = {role: (sys.executable, "-m", facts.module) for role, facts in ROLES.items()}
         self._commands.update({role: tuple(prefix) for role, prefix in (commands or {}).items()})
         self._poll_seconds = poll_seconds
         self._gathering: RankGathering[SlurmHandle] = RankGathering()  # ranks launched, their allocation not yet asked for
@@ -161,19 +160,19 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
 
     # --- launch -----------------------------------------------------------------------------------
 
-    def _partition_of(self, placement: Mapping[str, Any], role: str) -> str:
+    def _partition_of(self, placement: Mapping[str, Any], role: Role) -> str:
         roles = dict(placement.get("rolePartitions") or {})
-        return str(roles.get(SPEC_NAMES[role]) or placement.get("partition") or self.partition)
+        return str(roles.get(role.value) or placement.get("partition") or self.partition)
 
     @staticmethod
-    def _qos_of(placement: Mapping[str, Any], role: str) -> str:
+    def _qos_of(placement: Mapping[str, Any], role: Role) -> str:
         """The role's QOS ('': the association's default)."""
         roles = dict(placement.get("roleQos") or {})
-        return str(roles.get(SPEC_NAMES[role]) or placement.get("qos") or "")
+        return str(roles.get(role.value) or placement.get("qos") or "")
 
-    def _check_qos(self, name: str, role: str) -> str:
+    def _check_qos(self, name: str, role: Role) -> str:
         """'' when the QOS is one the cluster enforces (read again when unknown: an administrator may have added it)."""
-        where = f"spec.resources.slurm: {role} under QOS {name!r}"
+        where = f"spec.resources.slurm: {role.snake} under QOS {name!r}"
         known = read_qos(self.cli)
         if known is None:
             return f"{where}, but this cluster keeps no accounting (AccountingStorageType is not slurmdbd): Slurm would accept the QOS and ignore it"
@@ -181,7 +180,7 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
             return f"{where}, but the cluster has {', '.join(sorted(known)) or 'no QOS'}"
         return ""
 
-    def free_cores(self, placement: Mapping[str, Any], role: str) -> float | None:
+    def free_cores(self, placement: Mapping[str, Any], role: Role) -> float | None:
         """The idle CPUs of the role's partition, as sinfo counts them (None when it does not answer); read at most
         once per poll interval per partition, however many jobs and roles the autoscaler asks for each tick."""
         partition = self._partition_of(placement, role)
@@ -205,7 +204,7 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
         for size in sizes:
             name = self._partition_of(placement, size.role)
             partition = self.partitions.get(name)
-            where = f"spec.resources.slurm: {size.role} on partition {name!r}"
+            where = f"spec.resources.slurm: {size.role.snake} on partition {name!r}"
             if partition is None:
                 return f"{where}, but the cluster has {', '.join(sorted(self.partitions)) or 'no partition'}"
             if not partition.up:
@@ -213,7 +212,7 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
             cpus = math.ceil(size.cpu - 1e-9)
             if cpus > partition.cpus or size.memory_mib > partition.memory_mib:
                 return f"{where}: {size.cpu:g} cores and {size.memory_mib} MiB, but its largest node has {partition.cpus} CPUs and {partition.memory_mib} MiB"
-            if size.role == TRAINER_ROLE and size.count > 1 and cpus * size.count > partition.total_cpus:
+            if size.role is Role.TRAINER and size.count > 1 and cpus * size.count > partition.total_cpus:
                 return f"{where}: {size.count} ranks of {cpus} CPUs start all at once or not at all, but the partition has {partition.total_cpus} CPUs"
             qos = self._qos_of(placement, size.role)
             refused = self._check_qos(qos, size.role) if qos else ""
@@ -222,8 +221,6 @@ class SlurmBackend(Lifecycle[SlurmHandle, _Job]):
         return ""
 
     def launch(self, spec: LaunchSpec) -> SlurmHandle:
-        if spec.role not in self._commands:
-            raise ValueError(f"no command for role {spec.role!r} (known: {', '.join(sorted(self._commands))})")
         known = self.tracked(spec.executor_id)
         if known is not None and not known.finished:
             raise ValueError(f"executor {spec.executor_id} already runs as Slurm job {known.handle.slurm_job or '(its gang is not submitted yet)'}")

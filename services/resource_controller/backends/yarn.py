@@ -21,8 +21,9 @@ from skein.exceptions import ConnectionError as SkeinConnectionError
 from skein.exceptions import TimeoutError as SkeinTimeoutError
 
 from primus import security, telemetry
+from primus.backend_kinds import BackendKind
+from primus.roles import Role, role_of_snake
 from services.resource_controller.backends.contract import (
-    ROLE_MODULES,
     BackendConfig,
     BackendUnavailableError,
     Capabilities,
@@ -110,7 +111,7 @@ class YarnHandle:
     pid: int  # 0: the process runs on a NodeManager
     container_id: str
     job_id: str
-    role: str
+    role: Role
     cpu: float
     memory_mib: int
     log_path: str
@@ -122,7 +123,7 @@ class YarnHandle:
 
     def to_state(self) -> dict[str, object]:
         return {
-            "executor_id": self.executor_id, "pid": self.pid, "container_id": self.container_id, "job_id": self.job_id, "role": self.role,
+            "executor_id": self.executor_id, "pid": self.pid, "container_id": self.container_id, "job_id": self.job_id, "role": self.role.snake,
             "cpu": self.cpu, "memory_mib": self.memory_mib, "log_path": self.log_path, "yarn_container_id": self.yarn_container_id,
         }  # fmt: skip
 
@@ -135,7 +136,7 @@ class YarnHandle:
             raise ValueError(f"container_id {container_id!r} is not <service>_<instance>")
         return cls(
             executor_id=state_field(state, "executor_id", str), pid=state_field(state, "pid", int), container_id=container_id, job_id=state_field(state, "job_id", str),
-            role=state_field(state, "role", str), cpu=state_field(state, "cpu", float), memory_mib=state_field(state, "memory_mib", int),
+            role=role_of_snake(state_field(state, "role", str)), cpu=state_field(state, "cpu", float), memory_mib=state_field(state, "memory_mib", int),
             log_path=state_field(state, "log_path", str), yarn_container_id=state_field(state, "yarn_container_id", str),
         )  # fmt: skip
 
@@ -185,7 +186,7 @@ def _security(address: str) -> Any:
 class YarnBackend(Lifecycle[YarnHandle, _Container]):
     """Executors as containers of one skein application; a poll thread follows their states through its application master."""
 
-    name = "yarn"
+    name = BackendKind.YARN
     capabilities = Capabilities(resize_in_place=False, resize_by_migration=True, limits=LimitMechanism.SCHEDULER)
 
     def __init__(self, client: Any, spec: Any, address: str, poll_seconds: float = POLL_SECONDS, hosts: HostHealth | None = None) -> None:
@@ -232,8 +233,6 @@ class YarnBackend(Lifecycle[YarnHandle, _Container]):
     # --- launch -----------------------------------------------------------------------------------
 
     def launch(self, spec: LaunchSpec) -> YarnHandle:
-        if spec.role not in ROLE_MODULES:
-            raise ValueError(f"no module for role {spec.role!r} (known: {', '.join(sorted(ROLE_MODULES))})")
         with self.lock:
             known = self.tracked(spec.executor_id)
             if known is not None and not known.finished:
@@ -242,7 +241,7 @@ class YarnBackend(Lifecycle[YarnHandle, _Container]):
         env = {
             "PRIMUS_CPU_LIMIT": str(spec.cpu), "PRIMUS_MEMORY_MIB": str(spec.memory_mib), "PYTHONUNBUFFERED": "1", **telemetry.context_env(), **self._tls_env,
             **spec.env,
-            MODULE_ENV: ROLE_MODULES[spec.role], ARGS_ENV: json.dumps(list(spec.args)), ID_ENV: spec.executor_id, LOG_ENV: str(spec.log_path),
+            MODULE_ENV: spec.role.facts.module, ARGS_ENV: json.dumps(list(spec.args)), ID_ENV: spec.executor_id, LOG_ENV: str(spec.log_path),
         }  # fmt: skip
         container = self._call(lambda: self._client.add_container(service.name, env=env), f"add a container to service {service.name}")
         handle = YarnHandle(spec.executor_id, 0, container.id, spec.job_id, spec.role, spec.cpu, spec.memory_mib, str(spec.log_path), container.yarn_container_id)

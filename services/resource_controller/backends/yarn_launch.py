@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from primus.hosts import ADVERTISE_ENV, BIND_ENV
+from primus.roles import ROLES
 
 # Set by the YARN backend on each container it adds (skein's add_container env), read here. The executor service's
 # script in the skein application spec is just `exec python -m services.resource_controller.backends.yarn_launch`.
@@ -18,7 +19,7 @@ ARGS_ENV = "PRIMUS_EXECUTOR_ARGS"  # the executor's arguments, a JSON list of st
 ID_ENV = "PRIMUS_EXECUTOR_ID"
 LOG_ENV = "PRIMUS_EXECUTOR_LOG"  # its log in the job's run folder (shared storage); empty: the container's own stdout
 NODE_HOST_ENV = "NM_HOST"  # YARN sets it in every container: the NodeManager's host, which peers on other nodes can dial
-MODULES = ("services.data_executor", "services.trainer")
+MODULES = tuple(facts.module for facts in ROLES.values())
 PREFIX = "primus-yarn-launch"
 
 
