@@ -9,7 +9,8 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from enum import StrEnum
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -42,8 +43,19 @@ class DataEndpoint:
         return self.host_id == host_id if self.host_id else self.address.startswith(LOCAL_HOSTS)
 
 
+class StreamState(StrEnum):
+    """Where one executor's stream stands in a feed."""
+
+    RUNNING = "running"
+    FINISHED = "finished"  # it ended with the data: nothing more to serve until a loss requeues tasks
+    DRAINED = "drained"  # its executor left before the data ended: the others read on, new ones may join
+    LOST = "lost"  # it broke: its tasks are served again after a reopen()
+
+
 @dataclass(frozen=True)
 class Served:
+    """A batch an executor served, with its origin (task, attempt, rows)."""
+
     batch: pa.RecordBatch
     origin: data_executor_pb2.BatchOrigin
     executor_id: str
@@ -51,8 +63,21 @@ class Served:
 
 @dataclass(frozen=True)
 class Lost:
+    """An executor's stream broke before its end."""
+
     executor_id: str
     error: str
+
+
+@dataclass(frozen=True)
+class Done:
+    """An executor's stream ended: every batch it served has arrived (drained: its executor left before the data ended)."""
+
+    executor_id: str
+    drained: bool = False
+
+
+FeedMessage = Served | Lost | Done  # what a stream's thread hands the training thread through the feed's queue
 
 
 class Feed(Protocol):
@@ -157,11 +182,11 @@ class BatchFeed:
         self._discover = discover
         self._host_id = hosts.host_id()
         self._ticket = data_executor_pb2.DataTicket(job_id=job_id, consumer_id=consumer_id, purpose=purpose)  # type: ignore[arg-type]
-        self._queue = Handoff(prefetch)
+        self._queue: Handoff[FeedMessage] = Handoff(prefetch)
         self._stop = threading.Event()
         self._poll = poll_seconds
         self._replacement_timeout = replacement_timeout
-        self._states: dict[str, str] = {}
+        self._states: dict[str, StreamState] = {}
         self._started_epoch: dict[str, int] = {}
         self._loss_epoch = 0
         self._next_discovery = 0.0  # monotonic time of the next discover(): now, the first time
@@ -195,7 +220,7 @@ class BatchFeed:
         return not self._queue.empty()
 
     @property
-    def states(self) -> dict[str, str]:
+    def states(self) -> dict[str, StreamState]:
         """Each executor's stream: running, finished (it ended with the data), drained (its executor left) or lost."""
         return dict(self._states)
 
@@ -219,7 +244,7 @@ class BatchFeed:
             while True:
                 self._refresh()
                 running = self._running()
-                if not running and any(s == "finished" for s in self._states.values()):
+                if not running and StreamState.FINISHED in self._states.values():
                     self._refresh(force=True)  # before ending: an executor that joined since the last look still serves
                     if not (running := self._running()):
                         return
@@ -229,27 +254,20 @@ class BatchFeed:
                         raise UnavailableError(f"no live data executor to read from for {self._replacement_timeout:.0f}s")
                 else:
                     waiting_since = None
-                item = self._next(running)
-                if item is None:
-                    yield None
+                message = self._next(running)
+                if isinstance(message, Done):  # drained: it left, the data did not end; read on, and wait for new ones
+                    self._states[message.executor_id] = StreamState.DRAINED if message.drained else StreamState.FINISHED
                     continue
-                kind, executor_id, payload = item
-                if kind == "batch":
-                    yield Served(payload[0], payload[1], executor_id)
-                elif kind == "done":
-                    self._states[executor_id] = "finished"
-                elif kind == "drained":  # it left; the data did not end: read on from the others, and wait for new ones
-                    self._states[executor_id] = "drained"
-                else:
-                    self._states[executor_id] = "lost"
-                    yield Lost(executor_id, payload)
+                if isinstance(message, Lost):
+                    self._states[message.executor_id] = StreamState.LOST
+                yield message  # a batch, a loss, or None: a poll found nothing queued
         finally:
             self.close()
 
     def _running(self) -> bool:
-        return any(s == "running" for s in self._states.values())
+        return StreamState.RUNNING in self._states.values()
 
-    def _next(self, running: bool) -> Any:
+    def _next(self, running: bool) -> FeedMessage | None:
         """The next queue item, or None after a poll's wait; a wait while streams run counts as a stall."""
         try:
             return self._queue.get_nowait()  # the common case: a batch is waiting, and nothing is timed
@@ -276,9 +294,9 @@ class BatchFeed:
         live = self._discover()
         for executor_id, endpoint in live.items():
             state = self._states.get(executor_id)
-            stale = state == "finished" and self._started_epoch.get(executor_id, 0) < self._loss_epoch
+            stale = state is StreamState.FINISHED and self._started_epoch.get(executor_id, 0) < self._loss_epoch
             if state is None or stale:
-                self._states[executor_id] = "running"
+                self._states[executor_id] = StreamState.RUNNING
                 self._started_epoch[executor_id] = self._loss_epoch
                 threading.Thread(target=self._pull, args=(executor_id, endpoint), name=f"feed-{executor_id}", daemon=True).start()
 
@@ -319,7 +337,7 @@ class BatchFeed:
                     ended = True
                     with self._readers_lock:  # ended: it closes by itself, after giving back its holds; close() leaves it be
                         self._readers.pop(executor_id, None)
-                    self._put(("done" if meta == END_OF_STREAM else "drained", executor_id, None))
+                    self._put(Done(executor_id, drained=meta == EXECUTOR_DRAINED))
                     if maps.holds_out:  # arena batches still out: they come back before our side closes
                         self._give_back_holds(writer, maps)
                     writer.done_writing()  # the server then ends the call
@@ -330,13 +348,13 @@ class BatchFeed:
                 if chunk.data is not None:
                     origin = data_executor_pb2.BatchOrigin()
                     origin.ParseFromString(meta)
-                    self._put(("batch", executor_id, (chunk.data, origin)))
+                    self._put(Served(chunk.data, origin, executor_id))
                     owed += 1
                 else:
                     group = data_executor_pb2.BatchGroup()
                     group.ParseFromString(meta)
                     for origin in group.batches:
-                        self._put(("batch", executor_id, (_mapped(maps, origin, reader.schema), origin)))
+                        self._put(Served(_mapped(maps, origin, reader.schema), origin, executor_id))
                     owed += len(group.batches)
                 chunk = None  # this frame must not keep the last batch (and its hold) alive
                 if owed >= grant:
@@ -345,10 +363,10 @@ class BatchFeed:
             writer.close()
             client.close()
             if not ended:
-                self._put(("done", executor_id, None))
+                self._put(Done(executor_id))
         except Exception as exc:  # noqa: BLE001 - any broken stream means the executor is lost to this consumer
             if not ended:  # after the end of the stream every batch has arrived: nothing is lost
-                self._put(("lost", executor_id, f"data executor {executor_id} at {address}: {exc}"))
+                self._put(Lost(executor_id, f"data executor {executor_id} at {address}: {exc}"))
         finally:
             with self._readers_lock:
                 self._readers.pop(executor_id, None)
@@ -366,7 +384,7 @@ class BatchFeed:
                 return
             time.sleep(0.005)
 
-    def _put(self, item: object) -> None:
+    def _put(self, item: FeedMessage) -> None:
         while not self._stop.is_set():
             try:
                 self._queue.put(item, timeout=0.2)
