@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from primus import rpc
-from primus.data.feed import BatchFeed, DataEndpoint, Lost, Served, StreamState, fixed
+from primus.data.feed import BatchFeed, DataEndpoint, FeedOptions, Lost, Served, StreamState, fixed
 from primus.errors import UnavailableError
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2, data_executor_pb2, data_executor_pb2_grpc, planner_pb2, planner_pb2_grpc
@@ -105,7 +105,7 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
 
 def _slow_feed(addresses: dict[str, str], job_id: str, consumer_id: str, replacement_timeout: float = 10) -> BatchFeed:
     """A feed that pulls little ahead (2 batches in flight, 2 queued), so the executor's pace follows the consumer's."""
-    return BatchFeed(fixed(addresses), job_id, consumer_id, TRAIN, prefetch=2, window=2, replacement_timeout=replacement_timeout)
+    return BatchFeed(fixed(addresses), job_id, consumer_id, TRAIN, FeedOptions(prefetch=2, window=2, replacement_timeout=replacement_timeout))
 
 
 class Rows:
@@ -235,7 +235,7 @@ def test_a_feed_picks_up_an_executor_that_appears_after_its_streams_started(plan
     rows = Rows()
     joined_at: float | None = None
     try:
-        feed = BatchFeed(discover, "job-join", "t", TRAIN, prefetch=2, window=2, replacement_timeout=10)
+        feed = BatchFeed(discover, "job-join", "t", TRAIN, FeedOptions(prefetch=2, window=2, replacement_timeout=10))
         started = time.monotonic()
         for count, event in enumerate(feed, start=1):
             assert not isinstance(event, Lost), event.error
