@@ -535,7 +535,7 @@ def test_primus_run_prints_the_explorer_link(monkeypatch: pytest.MonkeyPatch, ca
     monkeypatch.setattr(cli, "_interrupt_on_sigterm", lambda: None)  # leave pytest's SIGTERM handler alone
     state = SimpleNamespace(address=lambda name: "127.0.0.1:1", client_security=security.Settings())
     monkeypatch.setattr(commands, "_cluster_for_run", lambda args: nullcontext(state))
-    monkeypatch.setattr(commands, "PrimusClient", lambda address, credentials=None: nullcontext(SimpleNamespace(submit=lambda job: "ctr-demo-1")))
+    monkeypatch.setattr(commands, "PrimusClient", lambda address, credentials=None: nullcontext(SimpleNamespace(submit=lambda job, **options: "ctr-demo-1")))
     monkeypatch.setattr(commands, "_follow_and_report", lambda client, job_id: 0)
     assert cli.main(["--runs-dir", "somewhere/runs", "run", str(job)]) == 0
     out = capsys.readouterr().out
