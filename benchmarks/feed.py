@@ -47,7 +47,7 @@ from rich.table import Table
 
 from primus import cores, rpc
 from primus.console import console
-from primus.data.feed import BatchFeed, Feed, Lost, ReplayFeed, Served, fixed
+from primus.data.feed import BatchFeed, Feed, FeedOptions, Lost, ReplayFeed, Served, fixed
 from primus.demo import DEMO_START, demo_job, write_demo
 from primus.demo_data import generate_dataset
 from primus.spec import TrainingJob, load_job_file
@@ -211,7 +211,7 @@ def trainer_host(conn: Connection, job_file: Path, torch_threads: int, work_dir:
         def open_feed(purpose: int, held: int) -> Feed:
             inner: Feed
             if mode != "memory":
-                inner = BatchFeed(fixed(addresses), job_id, "bench-trainer", purpose, held=held, replacement_timeout=30)
+                inner = BatchFeed(fixed(addresses), job_id, "bench-trainer", purpose, FeedOptions(held=held, replacement_timeout=30))
                 feeds.append(inner)
             else:
                 inner = ReplayFeed(captured)

@@ -51,7 +51,7 @@ from benchmarks.s3_support import S3UnavailableError, seaweedfs
 from benchmarks.serving_support.summary import MIB, MODES, PAIRED, S3_MODES, Measure, goals_met, print_table, summarize
 from primus import arena, rpc, telemetry
 from primus.cost import load_cost
-from primus.data.feed import BatchFeed, Lost, fixed
+from primus.data.feed import BatchFeed, FeedOptions, Lost, fixed
 from primus.demo import DEMO_START, demo_job
 from primus.demo_data import generate_dataset
 from primus.samples import training_schema
@@ -327,9 +327,9 @@ class Drain:
 def drain_feed(address: str, job_id: str, prefetch: int, window: int | None) -> dict[str, float]:
     """(b) consumer: a trainer's BatchFeed from one executor."""
     drain = Drain()
-    extra: dict[str, Any] = {} if window is None else {"window": window}
+    options = FeedOptions(prefetch=prefetch, replacement_timeout=10) if window is None else FeedOptions(prefetch=prefetch, replacement_timeout=10, window=window)
     with telemetry.job_context(job_id):
-        for event in BatchFeed(fixed({"bench-e0": address}), job_id, "bench-trainer", TRAIN, prefetch=prefetch, replacement_timeout=10, **extra):
+        for event in BatchFeed(fixed({"bench-e0": address}), job_id, "bench-trainer", TRAIN, options):
             if isinstance(event, Lost):
                 raise RuntimeError(event.error)
             drain.add(event.batch)

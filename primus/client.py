@@ -145,13 +145,15 @@ class PrimusClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def submit(self, job: TrainingJob, from_savepoint: str = "") -> str:
+    def submit(self, job: TrainingJob, from_savepoint: str = "", *, model_checked: bool = False) -> str:
         """Hand a validated job to the master; its job id. from_savepoint: a savepoint's name, the model it starts from.
         The job's model entry point is imported and built first (on the meta device): one that does not import or does
-        not return a torch.nn.Module raises SpecError naming it."""
-        from primus.models.entrypoint import check_entrypoint  # torch loads only when a job is submitted
+        not return a torch.nn.Module raises SpecError naming it. model_checked: the caller did that already (the CLI
+        checks a job file as it loads it), so it is not done twice."""
+        if not model_checked:
+            from primus.models.entrypoint import check_entrypoint  # torch loads only when a job is submitted
 
-        check_entrypoint(job.spec.training)
+            check_entrypoint(job.spec.training)
         reply = self._call(self._stub.SubmitJob, master_pb2.SubmitJobRequest(spec_yaml=job.to_yaml(), from_savepoint=from_savepoint))
         return str(reply.job_id)
 

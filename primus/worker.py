@@ -19,7 +19,7 @@ import grpc
 from primus import hosts, masters, rpc
 from primus.run_store import RunStore
 from primus.settings import WorkerSettings, add_arguments, from_args_or_exit
-from primus.spec import TrainingJob, load_job_text
+from primus.spec import TrainingJob, job_spec
 from primus.v1 import master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
@@ -104,7 +104,7 @@ def fetch_job_spec(master_address: str, job_id: str, settings: WorkerSettings | 
     """The job's validated spec, as the master holds it; waits for a master that is restarting (settings.start_grace_seconds)."""
     stub = master_pb2_grpc.MasterServiceStub(masters.connect(master_address))
     reply = while_away(lambda: stub.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10), f"the job's spec from the master at {master_address}", settings)
-    return load_job_text(reply.job.spec_yaml, f"job {job_id}")
+    return job_spec(job_id, reply.job.spec_yaml)
 
 
 def register(args: WorkerArgs, address: str, data_address: str = "") -> None:

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from primus import arena, dataplane, rpc, transform
-from primus.data.feed import BatchFeed, Lost, Served, fixed
+from primus.data.feed import BatchFeed, FeedOptions, Lost, Served, fixed
 from primus.dataplane import SharedMemoryMaps
 from primus.samples import training_schema
 from primus.spec import SchemaVersion, TrainingJob, load_job_file
@@ -329,7 +329,7 @@ def test_an_executor_process_serves_arena_batches_that_match_the_files(dataset: 
         address = parent.recv()
         rows, sums = 0, 0
         origins = []
-        for event in BatchFeed(fixed({"arena-e0": address}), "job-arena", "t", common_pb2.TASK_PURPOSE_TRAIN, replacement_timeout=10):
+        for event in BatchFeed(fixed({"arena-e0": address}), "job-arena", "t", common_pb2.TASK_PURPOSE_TRAIN, FeedOptions(replacement_timeout=10)):
             assert not isinstance(event, Lost), event.error
             assert isinstance(event, Served)
             rows += event.batch.num_rows

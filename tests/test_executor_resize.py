@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from primus import rpc
-from primus.data.feed import BatchFeed, DataEndpoint, Lost, Served, fixed
+from primus.data.feed import BatchFeed, DataEndpoint, FeedOptions, Lost, Served, StreamState, fixed
 from primus.errors import UnavailableError
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2, data_executor_pb2, data_executor_pb2_grpc, planner_pb2, planner_pb2_grpc
@@ -105,7 +105,7 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
 
 def _slow_feed(addresses: dict[str, str], job_id: str, consumer_id: str, replacement_timeout: float = 10) -> BatchFeed:
     """A feed that pulls little ahead (2 batches in flight, 2 queued), so the executor's pace follows the consumer's."""
-    return BatchFeed(fixed(addresses), job_id, consumer_id, TRAIN, prefetch=2, window=2, replacement_timeout=replacement_timeout)
+    return BatchFeed(fixed(addresses), job_id, consumer_id, TRAIN, FeedOptions(prefetch=2, window=2, replacement_timeout=replacement_timeout))
 
 
 class Rows:
@@ -196,7 +196,7 @@ def test_readers_change_mid_stream_and_every_row_is_served_once(planner: rpc.Run
                 seen_readers.append(_readers_alive("resize"))
             if count > 12 and target in depths:
                 depths[target] = max(depths[target], _status(executor).queue_depth)
-        assert feed.states == {"e0": "finished"}
+        assert feed.states == {"e0": StreamState.FINISHED}
         assert replies == [
             data_executor_pb2.SetExecutorResourcesResponse(reader_threads=1, memory_budget_bytes=128 * MIB, prefetch_tasks=1),
             data_executor_pb2.SetExecutorResourcesResponse(reader_threads=4, memory_budget_bytes=896 * MIB, prefetch_tasks=2),
@@ -235,7 +235,7 @@ def test_a_feed_picks_up_an_executor_that_appears_after_its_streams_started(plan
     rows = Rows()
     joined_at: float | None = None
     try:
-        feed = BatchFeed(discover, "job-join", "t", TRAIN, prefetch=2, window=2, replacement_timeout=10)
+        feed = BatchFeed(discover, "job-join", "t", TRAIN, FeedOptions(prefetch=2, window=2, replacement_timeout=10))
         started = time.monotonic()
         for count, event in enumerate(feed, start=1):
             assert not isinstance(event, Lost), event.error
@@ -277,7 +277,7 @@ def test_a_drained_executor_ends_its_stream_cleanly_and_another_serves_the_rest(
                 if count == 8:
                     reply = _control(drained).DrainExecutor(data_executor_pb2.DrainExecutorRequest(), timeout=10)
                     assert reply.streams_active == 1, "the stream is still open: it serves what it has read"
-        assert feed.states == {"e0": "drained"}, "the feed saw EXECUTOR_DRAINED: drained, neither lost nor the data's end"
+        assert feed.states == {"e0": StreamState.DRAINED}, "the feed saw EXECUTOR_DRAINED: drained, neither lost nor the data's end"
         served = set(rows.per_task)
         assert 8 <= len(served) < total_tasks / 2, f"the drain stopped the leasing: {len(served)} of {total_tasks} tasks served"
         assert set(rows.per_task.values()) == {ROWS_PER_HOUR}, "each task it began was served to the end"
@@ -300,7 +300,7 @@ def test_a_drained_executor_ends_its_stream_cleanly_and_another_serves_the_rest(
             assert not isinstance(event, Lost), event.error
             assert event.executor_id == "e1", "a stream opened on a draining executor ends at once"
             rows.add(event)
-        assert rest.states == {"e0": "drained", "e1": "finished"}
+        assert rest.states == {"e0": StreamState.DRAINED, "e1": StreamState.FINISHED}
         assert dict(rows.per_source) == {source: TASKS_PER_SOURCE * ROWS_PER_HOUR for source in SOURCES}, "the two together: every row once"
         assert len(rows.per_task) == total_tasks and set(rows.per_task.values()) == {ROWS_PER_HOUR}
         assert _status(drained).rows_served == rows.by_executor["e0"]

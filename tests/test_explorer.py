@@ -322,14 +322,36 @@ def test_appended_spans_and_garbage_lines(tmp_path: Path) -> None:
     assert trace_file.follow() and not trace_file.follow(), "a second follow without a change reads nothing"
 
 
+def stream_then_batch_job(tmp_path: Path) -> str:
+    """A valid job on a stream source a and a batch source b after it (the files need not exist: the spec is only read)."""
+    document = job_document(tmp_path / "data")
+    spec: dict[str, Any] = document["spec"]  # type: ignore[assignment]
+    first = spec["data"]["sources"][0]
+    stream = {"name": "a", "kind": "stream", "adapter": "landing", "uri": f"file://{tmp_path}/landing", "timeRange": first["timeRange"]}
+    spec["data"]["sources"] = [stream, {**first, "name": "b", "after": ["a"]}]
+    spec["data"]["eval"]["source"] = "b"
+    return yaml.safe_dump(document)
+
+
+def test_a_stored_spec_that_does_not_validate_orders_nothing(tmp_path: Path) -> None:
+    from services.master.store import JobRecord, JobStore
+
+    run_dir = write_run(tmp_path / "runs", report=False)
+    jobs = JobStore(run_dir.parent / "primus.db")
+    now = time.time()
+    jobs.insert(JobRecord(JOB, "explore", JobState.RUNNING, "spec: {data: {sources: [{name: a, kind: stream}]}}", str(run_dir), now, now))
+    _, index = RunStore(run_dir.parent).index(JOB)
+    assert index.spec_sources == ()
+    assert agg.task_graph(index, agg.Filters()).dependencies == "none"
+
+
 def test_a_running_job_is_live_and_its_spec_orders_the_graph(tmp_path: Path) -> None:
     from services.master.store import JobRecord, JobStore
 
     run_dir = write_run(tmp_path / "runs", report=False)
     jobs = JobStore(run_dir.parent / "primus.db")  # the master's own job store, as `primus up` keeps it
-    spec = {"spec": {"data": {"sources": [{"name": "a", "kind": "stream"}, {"name": "b", "after": ["a"]}]}}}
     now = time.time()
-    jobs.insert(JobRecord(JOB, "explore", JobState.RUNNING, yaml.safe_dump(spec), str(run_dir), now, now))
+    jobs.insert(JobRecord(JOB, "explore", JobState.RUNNING, stream_then_batch_job(tmp_path), str(run_dir), now, now))
     store = RunStore(run_dir.parent)
     snapshot, index = store.index(JOB)
     assert snapshot.brief.state == "RUNNING" and snapshot.brief.live
@@ -536,7 +558,7 @@ def test_primus_run_prints_the_explorer_link(monkeypatch: pytest.MonkeyPatch, ca
     monkeypatch.setattr(cli, "_interrupt_on_sigterm", lambda: None)  # leave pytest's SIGTERM handler alone
     state = SimpleNamespace(address=lambda name: "127.0.0.1:1", client_security=security.Settings())
     monkeypatch.setattr(commands, "_cluster_for_run", lambda args: nullcontext(state))
-    monkeypatch.setattr(commands, "PrimusClient", lambda address, credentials=None: nullcontext(SimpleNamespace(submit=lambda job: "ctr-demo-1")))
+    monkeypatch.setattr(commands, "PrimusClient", lambda address, credentials=None: nullcontext(SimpleNamespace(submit=lambda job, **options: "ctr-demo-1")))
     monkeypatch.setattr(commands, "_follow_and_report", lambda client, job_id: 0)
     assert cli.main(["--runs-dir", "somewhere/runs", "run", str(job)]) == 0
     out = capsys.readouterr().out

@@ -26,7 +26,7 @@ from opentelemetry import baggage, context
 
 from primus import hosts, rpc, telemetry
 from primus.data.consumed import ConsumedTasks
-from primus.data.feed import BatchFeed, DataEndpoint, Lost, Served, fixed
+from primus.data.feed import BatchFeed, DataEndpoint, FeedOptions, Lost, Served, fixed
 from primus.dataplane import shared_memory_folder
 from primus.errors import DataError, UnavailableError
 from primus.samples import training_schema
@@ -90,7 +90,7 @@ def _exchange(
 
 def _feed(executors: list[DataExecutor], job_id: str, purpose: int) -> Iterator[tuple[object, data_executor_pb2.BatchOrigin]]:
     """Batches from a BatchFeed; a lost executor fails the test."""
-    for event in BatchFeed(fixed({f"e{i}": e.data_address for i, e in enumerate(executors)}), job_id, "trainer-0", purpose, replacement_timeout=5):
+    for event in BatchFeed(fixed({f"e{i}": e.data_address for i, e in enumerate(executors)}), job_id, "trainer-0", purpose, FeedOptions(replacement_timeout=5)):
         assert not isinstance(event, Lost), event.error
         assert isinstance(event, Served)
         yield event.batch, event.origin
@@ -153,7 +153,7 @@ def test_unknown_job_gets_clear_status(planner: rpc.RunningServer, dataset: Path
 
     job = _job(dataset, tmp_path)
     with _executor("job-c", planner, job) as executor:
-        events = iter(BatchFeed(fixed({"e0": executor.data_address}), "other", "t", TRAIN, replacement_timeout=1, poll_seconds=0.2))
+        events = iter(BatchFeed(fixed({"e0": executor.data_address}), "other", "t", TRAIN, FeedOptions(replacement_timeout=1, poll_seconds=0.2)))
         first = next(events)
         assert isinstance(first, Lost) and "serves job 'job-c', not 'other'" in first.error
         with pytest.raises(UnavailableError, match="no live data executor"):
@@ -262,7 +262,7 @@ def test_a_colocated_consumer_maps_batches_from_shared_memory(planner: rpc.Runni
         finally:
             second.stop()
         assert 0 not in slots and len(set(slots)) < len(slots) / 2, f"a consumer that lets go of its batches gets the same few slots again: {slots}"
-        wire = [e for e in BatchFeed(fixed({"e0": executor.data_address}), "job-shm", "t", common_pb2.TASK_PURPOSE_EVAL, shared_memory=False)]
+        wire = [e for e in BatchFeed(fixed({"e0": executor.data_address}), "job-shm", "t", common_pb2.TASK_PURPOSE_EVAL, FeedOptions(shared_memory=False))]
         assert wire and not any(e.origin.shared_memory_path for e in wire if isinstance(e, Served))
     # this process's own folder: another test process may run an executor of the same name meanwhile
     assert not shared_memory_folder("e0", os.getpid()).exists(), "the executor removes its shared-memory folder"
@@ -303,7 +303,7 @@ def test_an_executor_nobody_listens_at_is_lost_at_once() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # closed again: nothing listens there
     started = time.monotonic()
-    first = next(iter(BatchFeed(fixed({"e0": f"127.0.0.1:{port}"}), "job-x", "t", TRAIN, replacement_timeout=30)))
+    first = next(iter(BatchFeed(fixed({"e0": f"127.0.0.1:{port}"}), "job-x", "t", TRAIN, FeedOptions(replacement_timeout=30))))
     assert isinstance(first, Lost) and f"127.0.0.1:{port}" in first.error
     assert time.monotonic() - started < 10, "a failed connect is a loss, not a wait for the replacement timeout"
 
@@ -586,7 +586,7 @@ def test_an_executor_stops_at_once_while_a_stream_waits_for_data(planner: rpc.Ru
     stub = _plan(planner, "job-stop", job)
     _lease_everything(stub, "job-stop")
     (executor,) = _executors(1, "job-stop", planner, job)
-    feed = BatchFeed(fixed({"e0": executor.data_address}), "job-stop", "t", TRAIN, replacement_timeout=1)
+    feed = BatchFeed(fixed({"e0": executor.data_address}), "job-stop", "t", TRAIN, FeedOptions(replacement_timeout=1))
     events: list[Served | Lost] = []
 
     def consume() -> None:

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from primus import rpc
-from primus.data.feed import BatchFeed, Feed, Lost, ReplayFeed, Served, fixed
+from primus.data.feed import BatchFeed, Feed, FeedOptions, Lost, ReplayFeed, Served, fixed
 from primus.data.mixer import MAX_HELD_BATCHES
 from primus.digest_cli import mismatches
 from primus.row_identity import Purpose, RowDigests
@@ -76,7 +76,7 @@ def test_the_session_trains_what_its_feed_serves_once_and_commits_every_task(pla
 
     def through_the_mesh(purpose: int, held: int) -> Feed:
         opened.append((purpose, held))
-        recorded[purpose] = Recorded(BatchFeed(fixed({"e0": executor.data_address}), "job-fed", "t", purpose, held=held, replacement_timeout=10))
+        recorded[purpose] = Recorded(BatchFeed(fixed({"e0": executor.data_address}), "job-fed", "t", purpose, FeedOptions(held=held, replacement_timeout=10)))
         return recorded[purpose]
 
     try:
@@ -117,7 +117,7 @@ def test_a_planted_duplicate_and_loss_pass_the_counts_and_fail_the_digest(planne
     _plan(stub, "job-source", job)
     executor = create_executor("e0", "job-source", planner.address, job)
     try:
-        recorded = Recorded(BatchFeed(fixed({"e0": executor.data_address}), "job-source", "t", TRAIN, held=MAX_HELD_BATCHES, replacement_timeout=10))
+        recorded = Recorded(BatchFeed(fixed({"e0": executor.data_address}), "job-source", "t", TRAIN, FeedOptions(held=MAX_HELD_BATCHES, replacement_timeout=10)))
         served = list(recorded)
     finally:
         executor.stop()

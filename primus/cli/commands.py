@@ -126,7 +126,8 @@ def _start_cluster(args: argparse.Namespace) -> ClusterState:
 
 
 def _load_job(path: Path) -> TrainingJob:
-    """The job file, validated, with its model entry point imported and built (on the meta device: no memory)."""
+    """The job file, validated, with its model entry point imported and built (on the meta device: no memory): the
+    one check of the model on submit (client.submit(..., model_checked=True) does not repeat it)."""
     job = load_job_file(path)
     from primus.models.entrypoint import check_entrypoint  # torch loads only for a spec that is valid so far: an error is said at once
 
@@ -251,7 +252,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     job = _load_job(args.job)  # a spec error is the user's to fix whether or not a master answers
     with master_client(args) as client:
-        job_id = client.submit(job, from_savepoint=args.from_savepoint)
+        job_id = client.submit(job, from_savepoint=args.from_savepoint, model_checked=True)
         console.print(job_id)
         return _follow_and_report(client, job_id) if args.watch else 0
 
@@ -382,7 +383,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     job = _load_job(args.job)
     with _cluster_for_run(args) as state, PrimusClient(state.address("master"), credentials=_credentials(args, state.client_security)) as client:
-        job_id = client.submit(job.with_backend(args.backend) if args.backend else job)
+        job_id = client.submit(job.with_backend(args.backend) if args.backend else job, model_checked=True)  # _load_job checked it
         err_console.print(f"submitted {job_id}")
         code = _follow_and_report(client, job_id)
     console.print(f"explore: {explore_hint(args.runs_dir, job_id)}", highlight=False, soft_wrap=True)

@@ -17,7 +17,7 @@ from primus.data.consumed import ConsumedTasks
 from primus.data.context import HOOKS, DataContext, ProgressFn
 from primus.data.databatch import DataBatch
 from primus.data.discovery import executor_discovery
-from primus.data.feed import BatchFeed, Discover, Lost, Served
+from primus.data.feed import BatchFeed, Discover, FeedOptions, Lost, Served
 from primus.data.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
 from primus.row_identity import Purpose, RowDigests
 from primus.settings import WorkerSettings, from_env
@@ -184,7 +184,7 @@ class DataClient:
     def batches(self) -> Generator[DataBatch, None, None]:
         """Training batches of batchSize rows, mixed across sources, until every source is served or a stop."""
         self._resume()
-        feed = BatchFeed(self._discover, self.job_id, self.consumer_id, common_pb2.TASK_PURPOSE_TRAIN, held=MAX_HELD_BATCHES, idle=self._idle)
+        feed = BatchFeed(self._discover, self.job_id, self.consumer_id, common_pb2.TASK_PURPOSE_TRAIN, FeedOptions(held=MAX_HELD_BATCHES), idle=self._idle)
         self._feed = feed
         try:
             for event in self._served(feed):

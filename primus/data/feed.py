@@ -9,7 +9,8 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from enum import StrEnum
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -42,8 +43,19 @@ class DataEndpoint:
         return self.host_id == host_id if self.host_id else self.address.startswith(LOCAL_HOSTS)
 
 
+class StreamState(StrEnum):
+    """Where one executor's stream stands in a feed."""
+
+    RUNNING = "running"
+    FINISHED = "finished"  # it ended with the data: nothing more to serve until a loss requeues tasks
+    DRAINED = "drained"  # its executor left before the data ended: the others read on, new ones may join
+    LOST = "lost"  # it broke: its tasks are served again after a reopen()
+
+
 @dataclass(frozen=True)
 class Served:
+    """A batch an executor served, with its origin (task, attempt, rows)."""
+
     batch: pa.RecordBatch
     origin: data_executor_pb2.BatchOrigin
     executor_id: str
@@ -51,8 +63,21 @@ class Served:
 
 @dataclass(frozen=True)
 class Lost:
+    """An executor's stream broke before its end."""
+
     executor_id: str
     error: str
+
+
+@dataclass(frozen=True)
+class Done:
+    """An executor's stream ended: every batch it served has arrived (drained: its executor left before the data ended)."""
+
+    executor_id: str
+    drained: bool = False
+
+
+FeedMessage = Served | Lost | Done  # what a stream's thread hands the training thread through the feed's queue
 
 
 class Feed(Protocol):
@@ -125,6 +150,21 @@ class StallClock:
 STALLS = StallClock()
 
 
+@dataclass(frozen=True)
+class FeedOptions:
+    """How a BatchFeed reads: its queue, its polls, how long it waits for executors, its credits and shared memory."""
+
+    prefetch: int = 16  # batches (and events) the queue holds between the streams' threads and the consumer
+    poll_seconds: float = 1.0  # the longest a poll waits for the queue before the consumer gets control back
+    replacement_timeout: float = 120.0  # how long the feed waits with no live executor before it gives up
+    window: int = CREDIT_WINDOW  # batches in flight per stream
+    shared_memory: bool = True  # map batches from an executor on this host (False: always over the network)
+    held: int = 0  # served batches the consumer may keep past the next one (a mixer holds some per source)
+
+
+Idle = Callable[[], bool]
+
+
 class BatchFeed:
     """Yields Served batches and Lost events until every stream has ended.
 
@@ -133,35 +173,19 @@ class BatchFeed:
     """
 
     def __init__(
-        self,
-        discover: Discover,
-        job_id: str,
-        consumer_id: str,
-        purpose: int,
-        prefetch: int = 16,
-        poll_seconds: float = 1.0,
-        replacement_timeout: float = 120.0,
-        window: int = CREDIT_WINDOW,
-        shared_memory: bool = True,
-        stalls: StallClock = STALLS,
-        held: int = 0,
-        idle: Callable[[], bool] | None = None,
+        self, discover: Discover, job_id: str, consumer_id: str, purpose: int, options: FeedOptions = FeedOptions(), stalls: StallClock = STALLS, idle: Idle | None = None
     ) -> None:
-        """held: how many served batches the consumer may keep past the next one (a mixer holds some per source);
-        each stream's shared memory gets room for them. idle: asked whenever a poll finds nothing queued (streams
-        running, none serving: an open-ended source waiting for data); True ends the feed there, as if exhausted."""
+        """stalls: where the consumer's waits for data add up (the process's, by default). idle: asked whenever a poll
+        finds nothing queued (streams running, none serving: an open-ended source waiting for data); True ends the
+        feed there, as if exhausted."""
+        self._options = options
         self._idle = idle
-        self._window = window
-        self._held = held
-        self._shared_memory = shared_memory
         self._discover = discover
         self._host_id = hosts.host_id()
         self._ticket = data_executor_pb2.DataTicket(job_id=job_id, consumer_id=consumer_id, purpose=purpose)  # type: ignore[arg-type]
-        self._queue = Handoff(prefetch)
+        self._queue: Handoff[FeedMessage] = Handoff(options.prefetch)
         self._stop = threading.Event()
-        self._poll = poll_seconds
-        self._replacement_timeout = replacement_timeout
-        self._states: dict[str, str] = {}
+        self._states: dict[str, StreamState] = {}
         self._started_epoch: dict[str, int] = {}
         self._loss_epoch = 0
         self._next_discovery = 0.0  # monotonic time of the next discover(): now, the first time
@@ -195,7 +219,7 @@ class BatchFeed:
         return not self._queue.empty()
 
     @property
-    def states(self) -> dict[str, str]:
+    def states(self) -> dict[str, StreamState]:
         """Each executor's stream: running, finished (it ended with the data), drained (its executor left) or lost."""
         return dict(self._states)
 
@@ -219,37 +243,30 @@ class BatchFeed:
             while True:
                 self._refresh()
                 running = self._running()
-                if not running and any(s == "finished" for s in self._states.values()):
+                if not running and StreamState.FINISHED in self._states.values():
                     self._refresh(force=True)  # before ending: an executor that joined since the last look still serves
                     if not (running := self._running()):
                         return
                 if not running:
                     waiting_since = waiting_since or time.monotonic()
-                    if time.monotonic() - waiting_since > self._replacement_timeout:
-                        raise UnavailableError(f"no live data executor to read from for {self._replacement_timeout:.0f}s")
+                    if time.monotonic() - waiting_since > self._options.replacement_timeout:
+                        raise UnavailableError(f"no live data executor to read from for {self._options.replacement_timeout:.0f}s")
                 else:
                     waiting_since = None
-                item = self._next(running)
-                if item is None:
-                    yield None
+                message = self._next(running)
+                if isinstance(message, Done):  # drained: it left, the data did not end; read on, and wait for new ones
+                    self._states[message.executor_id] = StreamState.DRAINED if message.drained else StreamState.FINISHED
                     continue
-                kind, executor_id, payload = item
-                if kind == "batch":
-                    yield Served(payload[0], payload[1], executor_id)
-                elif kind == "done":
-                    self._states[executor_id] = "finished"
-                elif kind == "drained":  # it left; the data did not end: read on from the others, and wait for new ones
-                    self._states[executor_id] = "drained"
-                else:
-                    self._states[executor_id] = "lost"
-                    yield Lost(executor_id, payload)
+                if isinstance(message, Lost):
+                    self._states[message.executor_id] = StreamState.LOST
+                yield message  # a batch, a loss, or None: a poll found nothing queued
         finally:
             self.close()
 
     def _running(self) -> bool:
-        return any(s == "running" for s in self._states.values())
+        return StreamState.RUNNING in self._states.values()
 
-    def _next(self, running: bool) -> Any:
+    def _next(self, running: bool) -> FeedMessage | None:
         """The next queue item, or None after a poll's wait; a wait while streams run counts as a stall."""
         try:
             return self._queue.get_nowait()  # the common case: a batch is waiting, and nothing is timed
@@ -257,7 +274,7 @@ class BatchFeed:
             pass
         started = time.perf_counter()
         try:
-            return self._queue.get(timeout=min(self._poll, DISCOVER_EVERY_SECONDS))  # then a look for new executors
+            return self._queue.get(timeout=min(self._options.poll_seconds, DISCOVER_EVERY_SECONDS))  # then a look for new executors
         except queue.Empty:
             return None
         finally:
@@ -276,83 +293,101 @@ class BatchFeed:
         live = self._discover()
         for executor_id, endpoint in live.items():
             state = self._states.get(executor_id)
-            stale = state == "finished" and self._started_epoch.get(executor_id, 0) < self._loss_epoch
+            stale = state is StreamState.FINISHED and self._started_epoch.get(executor_id, 0) < self._loss_epoch
             if state is None or stale:
-                self._states[executor_id] = "running"
+                self._states[executor_id] = StreamState.RUNNING
                 self._started_epoch[executor_id] = self._loss_epoch
                 threading.Thread(target=self._pull, args=(executor_id, endpoint), name=f"feed-{executor_id}", daemon=True).start()
 
     def _pull(self, executor_id: str, endpoint: DataEndpoint) -> None:
-        """DoExchange with credits: a window up front, then one credit for every batch handed to the queue.
+        """A stream's thread: open the exchange, pump its batches into the queue, close it. The feed hears Done once
+        every batch has arrived, or Lost if the stream broke before that (any error: the executor is lost to us)."""
+        cores.off_step_cores()  # started from the training thread: leave its kept cores to it
+        maps = SharedMemoryMaps()
+        exchange: _Exchange | None = None
+        try:
+            exchange = self._open(executor_id, endpoint, maps)
+            self._pump(exchange)
+            self._close(exchange)
+        except Exception as exc:  # noqa: BLE001 - any broken stream means the executor is lost to this consumer
+            if exchange is None or not exchange.ended:  # after the end of the stream every batch has arrived: nothing is lost
+                self._put(Lost(executor_id, f"data executor {executor_id} at {endpoint.address}: {exc}"))
+        finally:
+            with self._readers_lock:
+                self._readers.pop(executor_id, None)
+            maps.close()
+
+    def _open(self, executor_id: str, endpoint: DataEndpoint, maps: SharedMemoryMaps) -> _Exchange:
+        """DoExchange with the executor, through shared memory when it is on this host, and the first window of credits."""
+        ticket = data_executor_pb2.DataTicket()
+        ticket.CopyFrom(self._ticket)
+        ticket.shared_memory = self._options.shared_memory and endpoint.shares_memory_with(self._host_id)
+        log.info(
+            "%s at %s: batches %s", executor_id, endpoint.address, "through shared memory (same host)" if ticket.shared_memory else "over the network (Arrow Flight)"
+        )
+        if ticket.shared_memory:  # room for the batches in flight, queued, and in the trainer's hands
+            ticket.shared_memory_slots = self._options.window + self._queue.maxsize + self._options.held + 4
+        client = security.flight_connect(endpoint.address)
+        writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(ticket.SerializeToString()))
+        exchange = _Exchange(executor_id, client, writer, reader, maps)
+        with self._readers_lock:
+            self._readers[executor_id] = reader
+        if self._stop.is_set():
+            reader.cancel()
+        _signal(writer, self._options.window, [])
+        return exchange
+
+    def _pump(self, exchange: _Exchange) -> None:
+        """Batches into the queue, one credit back for each (in halves of the window).
 
         Over shared memory, each credit message also gives back the ring slots and arena holds whose batches were
         released since. At the end of a stream the feed is told first, so the trainer goes on without waiting for the
         call to close; with arena batches still out, the stream stays open until the trainer has let go of them (or
         HOLD_WAIT_SECONDS pass).
         """
-        cores.off_step_cores()  # started from the training thread: leave its kept cores to it
-        ticket = data_executor_pb2.DataTicket()
-        ticket.CopyFrom(self._ticket)
-        address = endpoint.address
-        ticket.shared_memory = self._shared_memory and endpoint.shares_memory_with(self._host_id)
-        log.info("%s at %s: batches %s", executor_id, address, "through shared memory (same host)" if ticket.shared_memory else "over the network (Arrow Flight)")
-        maps = SharedMemoryMaps()
-        if ticket.shared_memory:  # room for the batches in flight, queued, and in the trainer's hands
-            ticket.shared_memory_slots = self._window + self._queue.maxsize + self._held + 4
-        ended = False  # the executor sent END_OF_STREAM: every batch has arrived
-        try:
-            client = security.flight_connect(address)
-            writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(ticket.SerializeToString()))
-            with self._readers_lock:
-                self._readers[executor_id] = reader
-            if self._stop.is_set():
-                reader.cancel()
-            _signal(writer, self._window, [])
-            owed, grant = 0, max(1, self._window // 2)
-            while not self._stop.is_set() or ended:
-                try:
-                    chunk = reader.read_chunk()
-                except StopIteration:
-                    break
-                meta = chunk.app_metadata.to_pybytes() if chunk.app_metadata is not None else b""
-                if chunk.data is None and meta in (END_OF_STREAM, EXECUTOR_DRAINED):  # every batch is here: the trainer goes on while the call closes
-                    ended = True
-                    with self._readers_lock:  # ended: it closes by itself, after giving back its holds; close() leaves it be
-                        self._readers.pop(executor_id, None)
-                    self._put(("done" if meta == END_OF_STREAM else "drained", executor_id, None))
-                    if maps.holds_out:  # arena batches still out: they come back before our side closes
-                        self._give_back_holds(writer, maps)
-                    writer.done_writing()  # the server then ends the call
-                    continue
-                if chunk.data is None and meta == EXECUTOR_STOPPING:  # released or shutting down before its data ended
-                    writer.done_writing()  # the server's call ends at once; what the executor had leased goes back
-                    raise UnavailableError("it stopped before its stream ended")
-                if chunk.data is not None:
-                    origin = data_executor_pb2.BatchOrigin()
-                    origin.ParseFromString(meta)
-                    self._put(("batch", executor_id, (chunk.data, origin)))
-                    owed += 1
-                else:
-                    group = data_executor_pb2.BatchGroup()
-                    group.ParseFromString(meta)
-                    for origin in group.batches:
-                        self._put(("batch", executor_id, (_mapped(maps, origin, reader.schema), origin)))
-                    owed += len(group.batches)
-                chunk = None  # this frame must not keep the last batch (and its hold) alive
-                if owed >= grant:
-                    _signal(writer, owed, maps.released(), maps.released_holds())
-                    owed = 0
-            writer.close()
-            client.close()
-            if not ended:
-                self._put(("done", executor_id, None))
-        except Exception as exc:  # noqa: BLE001 - any broken stream means the executor is lost to this consumer
-            if not ended:  # after the end of the stream every batch has arrived: nothing is lost
-                self._put(("lost", executor_id, f"data executor {executor_id} at {address}: {exc}"))
-        finally:
-            with self._readers_lock:
-                self._readers.pop(executor_id, None)
-            maps.close()
+        executor_id, writer, reader, maps = exchange.executor_id, exchange.writer, exchange.reader, exchange.maps
+        owed, grant = 0, max(1, self._options.window // 2)
+        while not self._stop.is_set() or exchange.ended:
+            try:
+                chunk = reader.read_chunk()
+            except StopIteration:
+                return
+            meta = chunk.app_metadata.to_pybytes() if chunk.app_metadata is not None else b""
+            if chunk.data is None and meta in (END_OF_STREAM, EXECUTOR_DRAINED):  # every batch is here: the trainer goes on while the call closes
+                exchange.ended = True
+                with self._readers_lock:  # ended: it closes by itself, after giving back its holds; close() leaves it be
+                    self._readers.pop(executor_id, None)
+                self._put(Done(executor_id, drained=meta == EXECUTOR_DRAINED))
+                if maps.holds_out:  # arena batches still out: they come back before our side closes
+                    self._give_back_holds(writer, maps)
+                writer.done_writing()  # the server then ends the call
+                continue
+            if chunk.data is None and meta == EXECUTOR_STOPPING:  # released or shutting down before its data ended
+                writer.done_writing()  # the server's call ends at once; what the executor had leased goes back
+                raise UnavailableError("it stopped before its stream ended")
+            if chunk.data is not None:
+                origin = data_executor_pb2.BatchOrigin()
+                origin.ParseFromString(meta)
+                self._put(Served(chunk.data, origin, executor_id))
+                owed += 1
+            else:
+                group = data_executor_pb2.BatchGroup()
+                group.ParseFromString(meta)
+                for origin in group.batches:
+                    self._put(Served(_mapped(maps, origin, reader.schema), origin, executor_id))
+                owed += len(group.batches)
+            chunk = None  # this frame must not keep the last batch (and its hold) alive
+            if owed >= grant:
+                _signal(writer, owed, maps.released(), maps.released_holds())
+                owed = 0
+
+    def _close(self, exchange: _Exchange) -> None:
+        """Our side of the call closes; a stream that ended without END_OF_STREAM (the server closed the call, or
+        close() stopped the feed) is done as well."""
+        exchange.writer.close()
+        exchange.client.close()
+        if not exchange.ended:
+            self._put(Done(exchange.executor_id))
 
     def _give_back_holds(self, writer: flight.FlightStreamWriter, maps: SharedMemoryMaps) -> None:
         """Before closing: wait (a while) for the trainer to let go of its arena batches and return their holds, so
@@ -366,13 +401,25 @@ class BatchFeed:
                 return
             time.sleep(0.005)
 
-    def _put(self, item: object) -> None:
+    def _put(self, item: FeedMessage) -> None:
         while not self._stop.is_set():
             try:
                 self._queue.put(item, timeout=0.2)
                 return
             except queue.Full:
                 continue
+
+
+@dataclass
+class _Exchange:
+    """One open DoExchange with an executor, as a stream's thread pumps it."""
+
+    executor_id: str
+    client: flight.FlightClient
+    writer: flight.FlightStreamWriter
+    reader: flight.FlightStreamReader
+    maps: SharedMemoryMaps
+    ended: bool = False  # the executor sent END_OF_STREAM (or EXECUTOR_DRAINED): every batch has arrived
 
 
 def _mapped(maps: SharedMemoryMaps, origin: data_executor_pb2.BatchOrigin, schema: pa.Schema) -> pa.RecordBatch:

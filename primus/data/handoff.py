@@ -15,14 +15,16 @@ from __future__ import annotations
 import queue
 import threading
 from collections import deque
-from typing import Any
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
 
 
-class Handoff:
+class Handoff(Generic[T]):
     def __init__(self, maxsize: int) -> None:
         self.maxsize = max(1, maxsize)
         self._low = self.maxsize // 2  # a waiting producer is woken once the consumer has taken it down to this
-        self._items: deque[Any] = deque()
+        self._items: deque[T] = deque()
         self._room = threading.Condition(threading.Lock())  # producers wait here while it is full
         self._ready = threading.Condition(threading.Lock())  # the consumer waits here while it is empty
         self._producers_waiting = 0
@@ -34,7 +36,7 @@ class Handoff:
     def qsize(self) -> int:
         return len(self._items)
 
-    def put(self, item: Any, timeout: float) -> None:
+    def put(self, item: T, timeout: float) -> None:
         """Append item; when full, wait (up to timeout, then queue.Full) until the consumer has drained it to half."""
         if len(self._items) >= self.maxsize:
             with self._room:
@@ -49,7 +51,7 @@ class Handoff:
             with self._ready:
                 self._ready.notify()
 
-    def get_nowait(self) -> Any:
+    def get_nowait(self) -> T:
         try:
             item = self._items.popleft()
         except IndexError:
@@ -59,7 +61,7 @@ class Handoff:
                 self._room.notify_all()
         return item
 
-    def get(self, timeout: float) -> Any:
+    def get(self, timeout: float) -> T:
         """The first item, waiting up to timeout for one (then queue.Empty)."""
         if not self._items:
             with self._ready:

@@ -10,16 +10,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from primus.cost import load_report
-from primus.errors import NotFoundError, PrimusError
+from primus.errors import NotFoundError, PrimusError, SpecError
 from primus.explorer.aggregate import RunIndex, SourceSpec, build_index
 from primus.explorer.traces import Span, TraceFolder, paused_gc
 from primus.job_report import JobReport
 from primus.job_state import JobState
+from primus.spec import job_spec
 
 log = logging.getLogger("primus.explorer")
 
@@ -86,15 +84,17 @@ class JobDatabase:
         return {str(r[0]): DbJob(str(r[0]), str(r[1]), str(r[2]), str(r[3] or ""), str(r[4] or ""), float(r[5] or 0), float(r[6] or 0)) for r in rows}
 
 
-def spec_sources(spec_yaml: str) -> tuple[SourceSpec, ...]:
-    """The sources of a job spec, read leniently: only what orders tasks (kind, after)."""
-    try:
-        document: Any = yaml.safe_load(spec_yaml) if spec_yaml else {}
-        sources = document["spec"]["data"]["sources"]
-        picked = [s for s in sources if isinstance(s, dict) and "name" in s]
-        return tuple(SourceSpec(str(s["name"]), str(s.get("kind") or "batch_files"), tuple(str(a) for a in s.get("after") or ())) for s in picked)
-    except (yaml.YAMLError, KeyError, TypeError, AttributeError):
+def spec_sources(job_id: str, spec_yaml: str) -> tuple[SourceSpec, ...]:
+    """The sources of the job's spec (primus.spec, parsed once per job) that order its tasks; none when the master's
+    record has no spec, or one that does not validate."""
+    if not spec_yaml:
         return ()
+    try:
+        job = job_spec(job_id, spec_yaml)
+    except SpecError as exc:
+        log.info("job %s: its spec in the job store does not validate (%s): its task graph has no dependencies", job_id, exc)
+        return ()
+    return tuple(SourceSpec.of(source) for source in job.spec.data.sources)
 
 
 @dataclass
@@ -267,7 +267,7 @@ class RunStore:
                 started = time.perf_counter()
                 db = snapshot.brief.db
                 with paused_gc():
-                    run.index = build_index(job_id, snapshot.spans, snapshot.report, spec_sources(db.spec_yaml) if db else ())
+                    run.index = build_index(job_id, snapshot.spans, snapshot.report, spec_sources(job_id, db.spec_yaml) if db else ())
                 # The run's spans live as long as the explorer: out of the collector's sight, later collections do not
                 # walk them again (they hold no cycles; reference counting still frees them when a run is re-read).
                 gc.freeze()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -96,17 +95,9 @@ YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's safe lo
 
 
 def load_job_text(text: str, origin: str = "spec") -> TrainingJob:
-    """Parse and validate YAML text; anything that is not a YAML mapping is one line naming the origin. The same text
-    is parsed once (a master reads each job's spec on every look): the model is frozen, so the copy is shared."""
-    try:
-        return _parsed(text)
-    except SpecError:
-        return _parse_text(text, origin)  # not cached: parsed again to name the origin in its errors
-
-
-@functools.lru_cache(maxsize=1024)
-def _parsed(text: str) -> TrainingJob:
-    return _parse_text(text, "spec")
+    """Parse and validate YAML text; anything that is not a YAML mapping is one line naming the origin. Each call
+    parses: a job's stored text is read through primus.spec.cache, once per process."""
+    return _parse_text(text, origin)
 
 
 def _parse_text(text: str, origin: str) -> TrainingJob:

@@ -28,7 +28,7 @@ from primus import faults, security
 from primus.arena import Arena
 from primus.dataplane import END_OF_STREAM, EXECUTOR_DRAINED, EXECUTOR_STOPPING
 from primus.v1 import data_executor_pb2
-from services.data_executor.serving import OpenStream, Served, TaskStreamer
+from services.data_executor.serving import OpenStream, TaskBatches, TaskStreamer
 from services.data_executor.shared_memory import DEFAULT_SLOTS, SharedMemoryDrop, SharedMemoryRing
 
 
@@ -142,7 +142,7 @@ class StreamSharedMemory:
 
 def _send(
     writer: flight.MetadataRecordBatchWriter,
-    batches: Served,
+    batches: TaskBatches,
     arena: Arena | None,
     shared: StreamSharedMemory | None,
 ) -> None:

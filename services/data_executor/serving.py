@@ -97,7 +97,7 @@ class ExecutorCounters:
             return {name: SourceCounts(**vars(c)) for name, c in self.by_source.items()}
 
 
-Served = list[tuple[pa.RecordBatch, data_executor_pb2.BatchOrigin]]  # a read task's batches, in order
+TaskBatches = list[tuple[pa.RecordBatch, data_executor_pb2.BatchOrigin]]  # a read task's batches, in order
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class _ReadTask:
     report: planner_pb2.CompleteTaskRequest  # what reading it did: sent once it is served, or as waste
     nbytes: int
     claim: Future[planner_pb2.ClaimTaskResponse]  # the planner's answer to ClaimTask: only a granted task's batches are served
-    batches: Served
+    batches: TaskBatches
 
 
 _END = object()  # nothing more can come: a reader heard every task of the purpose is finished, or the stream drained
@@ -196,7 +196,7 @@ class OpenStream:
     """A stream whose readers are running: iterate `served`, then call close() (once), served to the end or not;
     abandon() (any thread, any number of times) ends `served` early."""
 
-    served: Generator[Served, None, None]
+    served: Generator[TaskBatches, None, None]
     close: Callable[[], None]
     abandon: Callable[[], None]
     abandoned: threading.Event  # set by abandon(): `served` ended early, so its end says nothing about the data
@@ -303,7 +303,7 @@ class TaskStreamer:
         for stream in streams:
             stream.abandon()
 
-    def stream(self, ticket: data_executor_pb2.DataTicket) -> Generator[Served, None, None]:
+    def stream(self, ticket: data_executor_pb2.DataTicket) -> Generator[TaskBatches, None, None]:
         """Each read task's batches, a task at a time, once its claim is granted; leasing starts at the first next()."""
         opened = self.open(ticket)
         try:
@@ -346,7 +346,7 @@ class TaskStreamer:
         name = f"reader-{stream.consumer_id}-{next(self._reader_names)}"
         threading.Thread(target=self._produce, args=(stream,), name=name, daemon=True).start()
 
-    def _consume(self, stream: _Stream) -> Generator[Served, None, None]:
+    def _consume(self, stream: _Stream) -> Generator[TaskBatches, None, None]:
         items, parent, leases = stream.items, stream.parent, stream.leases
         token = context.attach(parent)  # the reports this thread sends carry the job id and the trace
         try:
@@ -551,7 +551,7 @@ class TaskStreamer:
         queue stays full for PUT_POLL_SECONDS (the served reports waiting go out: no claim of this reader's comes)."""
         offset = task.start_offset
         batches = read.batches or [pa.RecordBatch.from_pylist([], schema=self._schema)]
-        served: Served = []
+        served: TaskBatches = []
         for index, batch in enumerate(batches):
             origin = data_executor_pb2.BatchOrigin(
                 task_id=task.task_id,

@@ -16,7 +16,7 @@ from primus.errors import ConflictError, InvalidRequestError, StorageFullError, 
 from primus.job_state import JobState
 from primus.roles import ROLES, Role, of_proto
 from primus.settings import MasterSettings
-from primus.spec import JobSpec, TrainingJob, load_job_text
+from primus.spec import JobSpec, TrainingJob, job_spec
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master import reconcile as rc
@@ -176,7 +176,7 @@ class JobDriver:
             return self._scale_ranks(job, replicas, bounds)
         if role != Role.DATA_EXECUTOR.value:
             raise InvalidRequestError(f"role {role!r} cannot be scaled: only dataExecutor and (elastic jobs) trainer can")
-        resources = load_job_text(job.spec_yaml, f"job {job_id}").spec.resources.data_executor
+        resources = job_spec(job_id, job.spec_yaml).spec.resources.data_executor
         autoscaling = bool(resources.autoscale and resources.autoscale.enabled)
         low, high = (resources.autoscale.min_replicas, resources.autoscale.max_replicas) if resources.autoscale and autoscaling else AUTOSCALE_FREE
         low, high = job.progress.get(AUTOSCALE_BOUNDS, [low, high])
@@ -209,7 +209,7 @@ class JobDriver:
     def _scale_ranks(self, job: JobRecord, replicas: int, bounds: tuple[int, int] | None) -> tuple[JobRecord, int, int]:
         """An elastic job's trainer ranks: a grow launches joiners (rank 0 seats them at a step boundary); a shrink is
         carried out by rank 0, which hears the new size with its next progress report (the highest ranks leave)."""
-        spec = load_job_text(job.spec_yaml, f"job {job.job_id}").spec
+        spec = job_spec(job.job_id, job.spec_yaml).spec
         if not spec.resources.trainer.elastic:
             raise InvalidRequestError(
                 f"job {job.job_id}: its trainer ranks are not elastic (spec.resources.trainer.elastic is false), so their number is fixed at submit"
@@ -235,7 +235,7 @@ class JobDriver:
         with telemetry.job_context(job_id), telemetry.tracer("primus.master").start_as_current_span("job") as span:
             record = self._store.get(job_id)
             span.set_attributes({"primus.job_name": record.name})
-            spec = load_job_text(record.spec_yaml, f"job {job_id}").spec
+            spec = job_spec(job_id, record.spec_yaml).spec
             looks = _Looks()
             try:
                 while True:
@@ -409,7 +409,7 @@ class JobDriver:
         """Launch `replicas` executors of `role` for the job (replaces: the crashed executor they stand in for; join_gang:
         trainer ranks joining the running elastic gang). The one way the driver launches; a caller that restarts a whole
         role releases its executors first."""
-        spec = load_job_text(job.spec_yaml, f"job {job.job_id}").spec
+        spec = job_spec(job.job_id, job.spec_yaml).spec
         resources = spec.resources.trainer if role is Role.TRAINER else spec.resources.data_executor
         self._peers.rc.LaunchExecutors(
             rc_pb2.LaunchExecutorsRequest(
@@ -438,7 +438,7 @@ class JobDriver:
         name = ROLES[Role.TRAINER].restart_key
         restarts = Restarts.from_json(stored.get(RESTARTS)).add(name)
         handled = sorted({*stored.get(CRASHES_HANDLED, []), replaces, *ranks, *(e.executor_id for e in released)})
-        replicas = JobStatus.from_record(self._store.get(job.job_id), load_job_text(job.spec_yaml, f"job {job.job_id}").spec).replicas[Role.TRAINER]
+        replicas = JobStatus.from_record(self._store.get(job.job_id), job_spec(job.job_id, job.spec_yaml).spec).replicas[Role.TRAINER]
         message = f"{replaces}: {why}; restarted all {replicas} trainer ranks from the last checkpoint"
         self._store.update(job.job_id, progress_update={RESTARTS: restarts.to_json(), CRASHES_HANDLED: handled}, message=message)
         log.warning("job %s: %s", job.job_id, message)

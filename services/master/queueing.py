@@ -14,7 +14,7 @@ from typing import Any
 from primus.errors import ConflictError
 from primus.identity import Kind, Principal
 from primus.job_state import JobState
-from primus.spec import load_job_text
+from primus.spec import job_spec
 from services.master.access import AccessRecords, Subject
 from services.master.admission import NOTHING, Admit, Decision, Preempt, Queue, Resources, Wait, Workload, admit
 from services.master.driver import JobDriver
@@ -145,7 +145,7 @@ class Admitter:
             self._woken.wait(self._poll)
 
     def admission_of(self, record: JobRecord) -> JobAdmission:
-        return self.book.of(load_job_text(record.spec_yaml, f"job {record.job_id}"))  # parsed once per text (cached)
+        return self.book.of(job_spec(record.job_id, record.spec_yaml))  # parsed once per job (primus.spec.cache)
 
     def view(self, record: JobRecord) -> AdmissionView:
         state = AdmissionState.of(record)

@@ -25,7 +25,7 @@ from primus.roles import Role
 from primus.row_identity import RowDigest
 from primus.run_store import RunStore, read_bytes_at
 from primus.settings import MasterSettings
-from primus.spec import WarmStart, load_job_text, resolve_paths
+from primus.spec import WarmStart, job_spec, load_job_text, resolve_paths
 from primus.training_result import TrainingResult
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from services.master import savepoints
@@ -141,8 +141,6 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         self._driver = driver
         self._runs = RunStore.open(runs_dir)  # a folder, or an object store (primus.run_store)
         self._runs_dir = self._runs.local
-        self._stop_at: dict[str, datetime | None] = {}  # each job's training.stopAt, parsed once
-        self._spec_ranks: dict[str, int] = {}  # each job's spec.resources.trainer.replicas, parsed once
         self._gate = gate or Gate(PolicyFile(""))
         self.access = access or AccessRecords(store)
         self._admitter = admitter
@@ -321,17 +319,13 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         scaled = record.progress.get(SCALED, {}).get(Role.TRAINER.value)
         if scaled is not None:
             return int(scaled)
-        if record.job_id not in self._spec_ranks:
-            self._spec_ranks[record.job_id] = load_job_text(record.spec_yaml, f"job {record.job_id}").spec.resources.trainer.replicas
-        return self._spec_ranks[record.job_id]
+        return job_spec(record.job_id, record.spec_yaml).spec.resources.trainer.replicas
 
     def _stop_asked(self, record: JobRecord) -> bool:
         """`primus stop` asked it, or the spec's training.stopAt has come (the first time noted in the job's message)."""
         if record.progress.get(STOP_REQUESTED):
             return True
-        if record.job_id not in self._stop_at:
-            self._stop_at[record.job_id] = load_job_text(record.spec_yaml, f"job {record.job_id}").spec.training.stop_at
-        stop_at = self._stop_at[record.job_id]
+        stop_at = job_spec(record.job_id, record.spec_yaml).spec.training.stop_at
         if stop_at is None or datetime.now(UTC) < stop_at:
             return False
         self._store.update(record.job_id, progress_update={STOP_REQUESTED: True}, message=f"training.stopAt {stop_at:%Y-%m-%dT%H:%M:%S}Z reached: {STOP_MESSAGE}")

@@ -12,7 +12,7 @@ from typing import Any
 from primus.counters import SourceAccount
 from primus.errors import NotFoundError
 from primus.settings import PlannerSettings
-from primus.spec import TrainingJob, load_job_text
+from primus.spec import TrainingJob, job_spec
 from services.planner.journal import (
     JOURNALLED_EVENTS,
     CheckpointCommitted,
@@ -79,7 +79,7 @@ class PlanRegistry:
             existing = self._plans.get(job_id)
         if existing is not None:
             return existing
-        job = load_job_text(spec_yaml, f"job {job_id}")
+        job = job_spec(job_id, spec_yaml)
         plan = build_plan(job_id, job, self.resolve)
         created = JobPlan(job, plan, self._ledger(job, plan))
         with self._lock:
@@ -172,7 +172,7 @@ class PlanRegistry:
         return len(contents.jobs)
 
     def _restore(self, journalled: JournalledJob) -> JobPlan:
-        job = load_job_text(journalled.created.spec_yaml, f"job {journalled.job_id}")
+        job = job_spec(journalled.job_id, journalled.created.spec_yaml)
         plan = restore_plan(journalled)
         ledger = self._ledger(job, plan)
         replay(ledger, journalled)

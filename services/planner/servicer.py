@@ -13,7 +13,7 @@ import grpc
 from primus.errors import InvalidRequestError, PrimusError
 from primus.settings import PlannerSettings
 from primus.sources.wire import piece_to_split
-from primus.spec import load_job_text
+from primus.spec import load_job_text, spec_of_text
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.planner.distributed import DistributedResolver
 from services.planner.ledger import Progress, TaskLedger, TaskStatus, WorkDone
@@ -163,7 +163,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         return planner_pb2.PreviewPlanResponse(summary=summary_proto(plan), partitions=[decision_to_proto(d) for d in plan.decisions], tasks=tasks)
 
     def ResolvePartitions(self, request: planner_pb2.ResolvePartitionsRequest, context: grpc.ServicerContext) -> planner_pb2.ResolvePartitionsResponse:
-        job = load_job_text(request.spec_yaml, "spec to resolve")
+        job = spec_of_text(request.spec_yaml, "spec to resolve")  # each shard of a plan comes with the same text
         source = next((s for s in job.spec.data.sources if s.name == request.source), None)
         if source is None:
             raise InvalidRequestError(f"the spec has no source {request.source!r}")

@@ -12,7 +12,7 @@ from typing import Any
 from primus import faults, telemetry
 from primus.batch import dense_matrix, sparse_matrix
 from primus.data.consumed import ConsumedTasks
-from primus.data.feed import BatchFeed, Discover, Feed, Lost
+from primus.data.feed import BatchFeed, Discover, Feed, FeedOptions, Lost
 from primus.data.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
 from primus.data.planner_calls import to_planner
 from primus.errors import DataError
@@ -79,7 +79,7 @@ class TrainingSession:
 
     def _batch_feed(self, purpose: int, held: int) -> Feed:
         idle = self._stop_asked if purpose == common_pb2.TASK_PURPOSE_TRAIN else None
-        return BatchFeed(self.discover, self.job_id, self.trainer_id, purpose, held=held, idle=idle)
+        return BatchFeed(self.discover, self.job_id, self.trainer_id, purpose, FeedOptions(held=held), idle=idle)
 
     def _stop_asked(self) -> bool:
         """While the feed waits for data (an open-ended source between batches), whether the master asks training to

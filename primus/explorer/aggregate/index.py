@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from primus.cost import READ_SPAN, STATUS_ERROR, WASTE_EVENTS, SpanRecord, TraceCost, traced_by
 from primus.explorer.traces import Span
 from primus.job_report import JobReport
+from primus.spec import Source, SourceKind
 
 MEMO_SIZE = 64  # views kept per run version: filtered span lists and waterfall walks hold a reference per span
 T = TypeVar("T")
@@ -23,11 +24,15 @@ span_start: Callable[[Span], int] = operator.attrgetter("start_ns")
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """What the job's spec says about a source that shapes its task graph."""
+    """What the job's spec (primus.spec.Source) says about a source that shapes its task graph."""
 
     name: str
-    kind: str = "batch_files"
+    kind: SourceKind = "batch_files"
     after: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, source: Source) -> SourceSpec:
+        return cls(source.name, source.kind, tuple(source.after))
 
 
 @dataclass(slots=True)

@@ -1,0 +1,60 @@
+"""The per-process spec cache: a job's text is parsed once, a changed text again, an invalid one never kept."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from primus.demo import demo_job
+from primus.errors import SpecError
+from primus.spec import SpecCache
+
+URI = "file:///data/date={date}/hour={hour}"
+
+
+def _text(batch_size: int = 512) -> str:
+    document = demo_job(URI, 3)
+    spec = document["spec"]
+    assert isinstance(spec, dict)
+    spec["training"]["batchSize"] = batch_size
+    return yaml.safe_dump(document)
+
+
+def test_a_second_read_of_the_same_job_and_text_is_the_same_object() -> None:
+    cache = SpecCache()
+    first = cache.job("job-a", _text())
+    assert cache.job("job-a", _text()) is first
+    assert len(cache) == 1
+
+
+def test_a_changed_text_is_parsed_again() -> None:
+    cache = SpecCache()
+    first = cache.job("job-a", _text(512))
+    changed = cache.job("job-a", _text(256))
+    assert changed is not first and changed.spec.training.batch_size == 256 and first.spec.training.batch_size == 512
+
+
+def test_another_job_with_the_same_text_is_its_own_entry() -> None:
+    cache = SpecCache()
+    assert cache.job("job-a", _text()) is not cache.job("job-b", _text())
+    assert len(cache) == 2
+
+
+def test_past_its_capacity_the_least_recently_read_job_goes_first() -> None:
+    cache = SpecCache(capacity=2)
+    a = cache.job("job-a", _text())
+    b = cache.job("job-b", _text())
+    assert cache.job("job-a", _text()) is a  # read again: now the most recent
+    cache.job("job-c", _text())
+    assert len(cache) == 2
+    assert cache.job("job-a", _text()) is a
+    assert cache.job("job-b", _text()) is not b, "job-b was the least recently read: it was let go and is parsed again"
+
+
+def test_an_invalid_text_names_its_job_and_is_not_kept() -> None:
+    cache = SpecCache()
+    with pytest.raises(SpecError, match="job job-bad"):
+        cache.job("job-bad", "spec: [")
+    with pytest.raises(SpecError, match="spec to resolve"):
+        cache.job("", "spec: [", "spec to resolve")
+    assert len(cache) == 0
