@@ -13,6 +13,7 @@ from primus.training_result import TrainingResult
 from primus.v1 import common_pb2, master_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master.report import build_report
+from services.master.status import JobStatus, Restarts
 from services.master.store import JobRecord
 
 METRICS = {"rows": 400, "positives": 80, "auc": 0.71, "logloss": 0.45, "normalized_entropy": 0.9, "calibration": 1.02}
@@ -148,7 +149,7 @@ def test_the_master_builds_that_report_from_its_peers_answers() -> None:
         created=1700000000.0,
         updated=1700000100.25,
         message="trained 120 steps",
-        progress={"restarts": {"trainer": 1, "planner": 2}, "ranks_lost": 1, "earlier_ledgers": {"clicks": dict.fromkeys(CARRIED, 0)}},
+        status=JobStatus(restarts=Restarts({"trainer": 1, "planner": 2}), ranks_lost=1, earlier_ledgers={"clicks": dict.fromkeys(CARRIED, 0)}),
         result=TrainingResult.from_json(TRAINER),
     )
     services = [common_pb2.ServiceInfo(name="master", pid=11, address="127.0.0.1:50051", metrics_address="127.0.0.1:9100")]
@@ -203,7 +204,7 @@ def test_the_master_builds_that_report_from_its_peers_answers() -> None:
 
 def test_a_lost_ledgers_carried_counters_are_added_to_the_report() -> None:
     earlier = dict.fromkeys(CARRIED, 10)
-    job = JobRecord("j1", "ctr", JobState.FAILED, "", "/runs/j1", 1.0, 2.0, progress={"earlier_ledgers": {"clicks": earlier}})
+    job = JobRecord("j1", "ctr", JobState.FAILED, "", "/runs/j1", 1.0, 2.0, status=JobStatus(earlier_ledgers={"clicks": earlier}))
     plan = planner_pb2.GetPlanResponse(sources=[common_pb2.SourceStats(**{k: v for k, v in LEDGER.items()})])
     row = build_report(job, [], [], plan).to_json()["sources"][0]
     assert all(row[name] == LEDGER[name] + 10 for name in CARRIED) and all(row[n] == LEDGER[n] for n in NAMES if n not in CARRIED)

@@ -21,10 +21,11 @@ from primus.client import PrimusClient
 from primus.cluster import ClusterState, stop_services
 from primus.job_state import JobState
 from primus.masters import grpc_target
+from primus.roles import Role
 from primus.spec import load_job_file
 from primus.training_result import TrainingResult
 from services.master.leader import Leadership
-from services.master.status import Restarts, TrainingProgress
+from services.master.status import AdmissionState, JobStatus, Restarts, TrainingProgress
 from services.master.store import JobRecord, JobStore, StaleVersionError
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 from tests.faults_helpers import assert_dataset_rows_exact
@@ -53,12 +54,12 @@ def _versions(first: JobStore, second: JobStore) -> None:
     first.insert(_record("a"))
     read = second.get("a")
     assert read.version == 1
-    written = first.update("a", state=JobState.RUNNING, progress_update={"restarts": {"trainer": 1}})
+    written = first.update("a", lambda status: status.restarted("trainer", []), state=JobState.RUNNING)
     assert written.version == 2 and second.get("a").version == 2, "every write is one more version, seen by every reader"
     with pytest.raises(StaleVersionError, match="job a is at resource version 2, not 1"):
         second.update("a", state=JobState.CANCELLED, expected_version=read.version)
     assert second.update("a", state=JobState.SUSPENDED, expected_version=2).version == 3
-    assert first.get("a").state == "SUSPENDED" and first.get("a").progress == {"restarts": {"trainer": 1}}
+    assert first.get("a").state == "SUSPENDED" and first.get("a").status == JobStatus(restarts=Restarts({"trainer": 1}))
 
 
 def test_sqlite_versions(tmp_path: Path) -> None:
@@ -231,8 +232,8 @@ def _reads_old_rows(store: JobStore) -> None:
     done = store.get("done")
     assert done.state is JobState.SUCCEEDED and done.final and done.result is not None
     assert done.result.to_json() == OLD_RESULT and done.result.digests == {"clicks": {"train": "2560:1:2"}}
-    assert Restarts.from_json(done.progress["restarts"]).add("planner").of("planner") == 3
-    assert TrainingProgress.from_json(done.progress) == TrainingProgress("training", 40, 2560, 0.5, 0, 8, 8)
+    assert done.status.restarts.add("planner").of("planner") == 3
+    assert done.status.training == TrainingProgress("training", 40, 2560, 0.5, 0, 8, 8)
     failed, running = store.get("failed"), store.get("running")
     assert failed.result == TrainingResult("t", error="boom") and failed.state is JobState.FAILED
     assert running.result is None and not running.final and [r.job_id for r in store.list(unfinished=True)] == ["running"]
@@ -243,6 +244,45 @@ def _reads_old_rows(store: JobStore) -> None:
         (JobState.RUNNING, Restarts()),
         (JobState.SUCCEEDED, Restarts({"trainer": 1, "planner": 2})),
     ]
+    _reads_an_old_status(store)
+
+
+OLD_STATUS = {  # a progress document as an older master wrote it (dicts merged by key), every key it knew set (keys at their defaults are left out on writing)
+    "phase": "train",
+    "step": 30,
+    "samples": 1920,
+    "loss": 0.25,
+    "ranks": 2,
+    "tasks_total": 8,
+    "tasks_done": 3,
+    "fingerprint": "abc123",
+    "restarts": {"trainer": 1, "planner": 2, "data executor": 1},
+    "crashes_handled": ["j-data-executor-0", "j-trainer-0"],
+    "earlier_ledgers": {"clicks": {"bytes_read": 4096, "read_seconds": 1.5}},
+    "plan_recoveries": 1,
+    "launch_pending": True,
+    "scaled_replicas": {"dataExecutor": 3, "trainer": 2},
+    "autoscale_bounds": [1, 4],
+    "suspend_requested": True,
+    "stop_requested": True,
+    "admission": {"admitted": False, "queued": True, "admitted_unix": 0.0, "preemptions": 1, "borrowed": [1.0, 0.0, 0.0]},
+    "ranks_lost": 1,
+}
+
+
+def _reads_an_old_status(store: JobStore) -> None:
+    """Every key of an older master's progress document reads into JobStatus, and is written back as it was."""
+    insert = "INSERT INTO jobs (job_id, name, state, spec_yaml, run_dir, progress, created, updated) VALUES ('old-status', 'j', 'SUSPENDED', '{}', '/tmp/x', ?, 1, 2)"
+    store.execute(insert, (json.dumps(OLD_STATUS),))
+    status = store.get("old-status").status
+    assert status.training == TrainingProgress("train", 30, 1920, 0.25, 2, 8, 3) and status.fingerprint == "abc123"
+    assert status.restarts.of("planner") == 2 and status.crashes_handled == {"j-data-executor-0", "j-trainer-0"}
+    assert status.earlier_ledgers == {"clicks": {"bytes_read": 4096, "read_seconds": 1.5}} and status.plan_recoveries == 1
+    assert status.scaled == {Role.DATA_EXECUTOR: 3, Role.TRAINER: 2} and status.autoscale_bounds == (1, 4) and status.ranks_lost == 1
+    assert status.launch_pending and status.suspend_requested and status.stop_requested
+    assert status.admission == AdmissionState(admitted=False, queued=True, preemptions=1, borrowed=(1.0, 0.0, 0.0))
+    store.update("old-status", message="read and written again")
+    assert json.loads(store.query("SELECT progress FROM jobs WHERE job_id = 'old-status'")[0][0]) == OLD_STATUS, "the column keeps its keys and values"
 
 
 def test_sqlite_rows_written_by_an_older_master_load(tmp_path: Path) -> None:

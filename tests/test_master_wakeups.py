@@ -28,12 +28,12 @@ def test_a_drivers_wait_ends_on_its_own_jobs_write_not_on_another_jobs_or_a_quie
     thread = threading.Thread(target=driver)
     thread.start()
     store.update("b", message="another job")
-    store.update("a", progress_update={"step": 5}, quiet=True)  # a trainer's progress report
+    store.update("a", lambda status: status.trained("train", 5, 0, 0.0, 0), quiet=True)  # a trainer's progress report
     assert not woke.wait(0.3), "neither another job's write nor a quiet one wakes it"
     store.update("a", message="cancel requested")
     assert woke.wait(10.0)
     thread.join()
-    assert store.get("a").progress == {"step": 5}
+    assert store.get("a").status.training.step == 5
 
 
 def test_unfinished_lists_only_jobs_not_ended(tmp_path: Path) -> None:

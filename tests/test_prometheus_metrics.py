@@ -10,6 +10,7 @@ import json
 import time
 import urllib.request
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -32,6 +33,7 @@ from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from services.data_executor.prometheus import executor_metrics
 from services.data_executor.serving import ExecutorCounters
 from services.master.prometheus import master_metrics
+from services.master.status import Restarts
 from services.master.store import JobRecord, JobStore
 from services.planner.ledger import TaskLedger, WorkDone
 from services.planner.prometheus import latency_histograms, planner_metrics
@@ -230,8 +232,8 @@ def test_master_metrics_count_jobs_and_restarts(tmp_path: Path) -> None:
     store = JobStore(tmp_path / "jobs.db")
     for i, state in enumerate(["RUNNING", "SUCCEEDED", "SUCCEEDED"]):
         store.insert(JobRecord(f"job-{i}", "demo", JobState(state), "", str(tmp_path), created=time.time(), updated=time.time()))
-    store.update("job-0", progress_update={"restarts": {"data_executor": 2, "trainer": 1}})
-    store.update("job-1", progress_update={"restarts": {"data_executor": 1}})
+    store.update("job-0", lambda status: replace(status, restarts=Restarts({"data_executor": 2, "trainer": 1})))
+    store.update("job-1", lambda status: replace(status, restarts=Restarts({"data_executor": 1})))
     samples = _collect(master_metrics(store))
     assert _value(samples, "primus_jobs", state="RUNNING") == 1
     assert _value(samples, "primus_jobs", state="SUCCEEDED") == 2

@@ -14,9 +14,9 @@ from primus.errors import InvalidRequestError
 from primus.job_state import JobState
 from primus.spec import parse_job
 from services.master.admission import Queue, Resources, Workload
-from services.master.queueing import AdmissionState, Standing, queue_usage, standing
+from services.master.queueing import Standing, queue_usage, standing
 from services.master.queues import QueueBook, QueueConfigError, gang_demand, load_queues
-from services.master.status import ADMISSION, SUSPEND_REQUESTED
+from services.master.status import AdmissionState, JobStatus
 from services.master.store import JobRecord
 
 GOOD = {
@@ -107,9 +107,9 @@ def test_without_a_queues_file_every_queue_is_unlimited() -> None:
     assert book.queues(["anything"])["anything"].quota == Resources(math.inf, math.inf, math.inf)
 
 
-def _record(state: str, admission: AdmissionState | None = None, cancel: bool = False, **progress: Any) -> JobRecord:
-    stored = {ADMISSION: admission.to_json()} if admission is not None else {}
-    return JobRecord("j", "j", JobState(state), "", "", 0.0, 0.0, progress={**stored, **progress}, cancel_requested=cancel)
+def _record(state: str, admission: AdmissionState | None = None, cancel: bool = False, suspend_requested: bool = False) -> JobRecord:
+    stored = JobStatus.from_json(JobStatus(admission=admission, suspend_requested=suspend_requested).to_json())  # as the store reads it back
+    return JobRecord("j", "j", JobState(state), "", "", 0.0, 0.0, status=stored, cancel_requested=cancel)
 
 
 def test_how_a_stored_job_stands() -> None:
@@ -118,7 +118,7 @@ def test_how_a_stored_job_stands() -> None:
 
     assert of(_record("PENDING", AdmissionState())) is Standing.WAITING
     assert of(_record("RUNNING", AdmissionState(admitted=True))) is Standing.ADMITTED
-    assert of(_record("RUNNING", AdmissionState(admitted=True), **{SUSPEND_REQUESTED: True})) is Standing.EVICTING
+    assert of(_record("RUNNING", AdmissionState(admitted=True), suspend_requested=True)) is Standing.EVICTING
     assert of(_record("RUNNING", AdmissionState(admitted=True), cancel=True)) is Standing.EVICTING
     assert of(_record("SUSPENDED", AdmissionState(queued=True, preemptions=1))) is Standing.WAITING  # preempted: queued again
     assert of(_record("SUSPENDED", AdmissionState(admitted=False))) is Standing.OUTSIDE  # suspended by its owner

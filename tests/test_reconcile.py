@@ -16,6 +16,7 @@ from services.master.reconcile import (
     DropPlan,
     ExecutorView,
     Finish,
+    JobView,
     Launch,
     Launched,
     Observed,
@@ -30,9 +31,9 @@ from services.master.reconcile import (
     Wait,
     reconcile,
 )
-from services.master.status import JobStatus, Restarts
+from services.master.status import Restarts
 
-RUNNING = JobStatus(
+RUNNING = JobView(
     job_id="j",
     state=JobState.RUNNING,
     replicas={Role.DATA_EXECUTOR: 2, Role.TRAINER: 1},

@@ -22,27 +22,12 @@ from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master import reconcile as rc
 from services.master.peers import Peers
 from services.master.report import build_report, carry_costs, write_report
-from services.master.status import (
-    ADMISSION,
-    AUTOSCALE_BOUNDS,
-    CRASHES_HANDLED,
-    EARLIER_LEDGERS,
-    LAUNCH_PENDING,
-    PLAN_RECOVERIES,
-    PLANNER_RESTARTS,
-    RANKS_LOST,
-    RESTARTS,
-    SCALED,
-    SUSPEND_REQUESTED,
-    JobStatus,
-    Restarts,
-)
+from services.master.status import JobStatus
 from services.master.store import JobRecord, JobStore
 from services.master.timings import Durations
 
 log = logging.getLogger(__name__)
 MAX_TRAINER_RANKS = 64  # as spec.resources.trainer.replicas
-RESUMING = {"phase": "resuming", "step": 0, "samples": 0}  # until the new trainer reports: the old one's count is not its
 AUTOSCALE_FREE = (1, 64)  # a role's replica bounds without autoscaling
 LOOKS_PER_SECOND = 200  # the most looks all of a master's idle job drivers make together (see _poll_seconds)
 AFTER_LAUNCH = "master.after_launch"  # fault points (primus.faults, tests only): right after launching a job's executors
@@ -144,9 +129,9 @@ class JobDriver:
         job = self._store.get(job_id)
         if job.final or job.state is JobState.SUSPENDED:
             raise ConflictError(f"job {job_id} is {job.state}: only a running job can be suspended")
-        if job.cancel_requested or job.progress.get(SUSPEND_REQUESTED):
+        if job.cancel_requested or job.status.suspend_requested:
             raise ConflictError(f"job {job_id} is being cancelled or suspended already")
-        return self._store.update(job_id, progress_update={SUSPEND_REQUESTED: True}, message="suspend requested: releasing the executors", expected_version=job.version)
+        return self._store.update(job_id, JobStatus.suspending, message="suspend requested: releasing the executors", expected_version=job.version)
 
     def resume(self, job_id: str, message: str = "resuming from the last checkpoint") -> JobRecord:
         """A suspended job its queue admitted (again): executors again, the trainer from the last committed checkpoint
@@ -154,11 +139,11 @@ class JobDriver:
         job = self._store.get(job_id)
         if job.state is not JobState.SUSPENDED:
             raise ConflictError(f"job {job_id} is {job.state}: only a suspended job can be resumed")
-        planned = "fingerprint" in job.progress
+        planned = job.status.fingerprint is not None
         resumed = self._store.update(
             job_id,
+            JobStatus.resumed,
             state=JobState.RUNNING if planned else JobState.PENDING,
-            progress_update={SUSPEND_REQUESTED: False, LAUNCH_PENDING: planned, **(RESUMING if planned else {})},
             message=message,
             expected_version=job.version,
         )
@@ -179,14 +164,14 @@ class JobDriver:
         resources = job_spec(job_id, job.spec_yaml).spec.resources.data_executor
         autoscaling = bool(resources.autoscale and resources.autoscale.enabled)
         low, high = (resources.autoscale.min_replicas, resources.autoscale.max_replicas) if resources.autoscale and autoscaling else AUTOSCALE_FREE
-        low, high = job.progress.get(AUTOSCALE_BOUNDS, [low, high])
+        low, high = job.status.autoscale_bounds or (low, high)
         if bounds is not None:
             if not autoscaling:
                 raise InvalidRequestError(f"spec.resources.dataExecutor.autoscale is not enabled: --min {bounds[0]} --max {bounds[1]} has nothing to bound")
             if not 1 <= bounds[0] <= bounds[1] <= AUTOSCALE_FREE[1]:
                 raise InvalidRequestError(f"autoscale bounds --min {bounds[0]} --max {bounds[1]}: need 1 <= min <= max <= {AUTOSCALE_FREE[1]}")
             low, high = bounds
-            current = int(job.progress.get(SCALED, {}).get(Role.DATA_EXECUTOR.value, resources.replicas))
+            current = job.status.scaled.get(Role.DATA_EXECUTOR, resources.replicas)
             replicas = replicas or (min(max(current, low), high) if not low <= current <= high else 0)
         if (replicas or bounds is None) and not low <= replicas <= high:
             where = "its autoscale bounds (spec.resources.dataExecutor.autoscale)" if autoscaling else "the bounds"
@@ -195,15 +180,14 @@ class JobDriver:
         if bounds is not None:
             request.min_replicas, request.max_replicas = bounds
         reply = self._peers.rc.ScaleRole(request, timeout=60)
-        update: dict[str, object] = {}
-        said = []
-        if replicas:
-            update[SCALED] = {**job.progress.get(SCALED, {}), Role.DATA_EXECUTOR.value: replicas}
-            said.append(f"scaled to {replicas}")
-        if bounds is not None:
-            update[AUTOSCALE_BOUNDS] = list(bounds)
-            said.append(f"autoscale bounds [{low}, {high}]")
-        scaled = self._store.update(job_id, progress_update=update, message=f"dataExecutor {' and '.join(said)}")
+        said = [f"scaled to {replicas}"] if replicas else []
+        said += [f"autoscale bounds [{low}, {high}]"] if bounds is not None else []
+
+        def change(status: JobStatus) -> JobStatus:
+            scaled = status.scaled_to(Role.DATA_EXECUTOR, replicas) if replicas else status
+            return scaled.bounded(*bounds) if bounds is not None else scaled
+
+        scaled = self._store.update(job_id, change, message=f"dataExecutor {' and '.join(said)}")
         return scaled, len(reply.launched), len(reply.draining)
 
     def _scale_ranks(self, job: JobRecord, replicas: int, bounds: tuple[int, int] | None) -> tuple[JobRecord, int, int]:
@@ -218,12 +202,10 @@ class JobDriver:
             raise InvalidRequestError("trainer ranks do not autoscale: --min and --max are for dataExecutor")
         if not 1 <= replicas <= MAX_TRAINER_RANKS:
             raise InvalidRequestError(f"trainer replicas {replicas}: need 1 <= replicas <= {MAX_TRAINER_RANKS}")
-        if job.state is not JobState.RUNNING or job.progress.get(LAUNCH_PENDING):
+        if job.state is not JobState.RUNNING or job.status.launch_pending:
             raise ConflictError(f"job {job.job_id} is {job.state}: its gang can change size once it runs")
-        current = JobStatus.from_record(job, spec).replicas[Role.TRAINER]
-        scaled = self._store.update(
-            job.job_id, progress_update={SCALED: {**job.progress.get(SCALED, {}), Role.TRAINER.value: replicas}}, message=f"trainer ranks: {current} -> {replicas}"
-        )
+        current = rc.JobView.of(job, spec).replicas[Role.TRAINER]
+        scaled = self._store.update(job.job_id, lambda status: status.scaled_to(Role.TRAINER, replicas), message=f"trainer ranks: {current} -> {replicas}")
         if replicas > current:
             self._relaunch(scaled, Role.TRAINER, replicas - current, join_gang=True)
         log.info("job %s: trainer ranks %d -> %d", job.job_id, current, replicas)
@@ -242,7 +224,7 @@ class JobDriver:
                     try:
                         started = time.perf_counter()
                         record = self._store.get(job_id)
-                        status = JobStatus.from_record(record, spec)
+                        status = rc.JobView.of(record, spec)
                         actions = rc.reconcile(status, self._observe(record, status, spec, looks), self._settings)
                         self.looks.record(time.perf_counter() - started)  # the tick: read, observe, decide (not the actions' own work)
                         for action in actions:
@@ -305,7 +287,7 @@ class JobDriver:
             looks.full_since = time.monotonic()
         time.sleep(self._settings.master_poll_seconds)
 
-    def _observe(self, record: JobRecord, status: JobStatus, spec: JobSpec, looks: _Looks) -> rc.Observed:
+    def _observe(self, record: JobRecord, status: rc.JobView, spec: JobSpec, looks: _Looks) -> rc.Observed:
         """One look at the job's world: its plan at the planner, its executors at the controller, the trainer's result."""
         result = record.result
         if result is not None and not status.state.final and not result.error and not result.train_samples:
@@ -324,8 +306,8 @@ class JobDriver:
             looks.planner_away_since = looks.planner_away_since or time.monotonic()
             return rc.Observed(planner_away_for=_since(looks.planner_away_since))
         looks.last_plan = self._plans_seen[record.job_id] = plan
-        if record.progress.get("tasks_done") != plan.tasks_done and record.state is JobState.RUNNING:
-            self._store.update(record.job_id, progress_update={"tasks_done": plan.tasks_done})
+        if record.status.training.tasks_done != plan.tasks_done and record.state is JobState.RUNNING:
+            self._store.update(record.job_id, lambda status: status.with_tasks_done(plan.tasks_done))
         view = _plan_view(plan)
         fail_on_quarantine = spec.data.on_quarantine == "fail"
         try:
@@ -360,20 +342,17 @@ class JobDriver:
             case rc.Plan():
                 self._store.update(job_id, state=JobState.PLANNING, message="expanding sources into a task graph")
                 summary = self._create_plan(record)
-                progress = {"phase": "planned", **_planned(summary), LAUNCH_PENDING: True}  # the launch intent, before the launch
-                self._store.update(job_id, progress_update=progress, message=f"planned {summary.task_count} tasks, fingerprint {summary.fingerprint}")
+                planned = summary.fingerprint, summary.task_count  # the launch intent is recorded with the plan, before the launch
+                self._store.update(job_id, lambda status: status.planned(*planned), message=f"planned {summary.task_count} tasks, fingerprint {summary.fingerprint}")
             case rc.Launch(role, count):
                 self._relaunch(record, role, count)
             case rc.Launched():
                 faults.exit_point(AFTER_LAUNCH)
                 message = "executors launched" if record.state is not JobState.RUNNING else record.message
-                self._store.update(job_id, state=JobState.RUNNING, progress_update={LAUNCH_PENDING: False}, message=message)
+                self._store.update(job_id, JobStatus.launched, state=JobState.RUNNING, message=message)
             case rc.Relaunch(role, replaces, why):
-                stored = self._store.get(job_id).progress
                 name = ROLES[role].restart_key
-                restarts = Restarts.from_json(stored.get(RESTARTS)).add(name)
-                handled = sorted({*stored.get(CRASHES_HANDLED, []), replaces})
-                self._store.update(job_id, progress_update={RESTARTS: restarts.to_json(), CRASHES_HANDLED: handled}, message=f"{replaces}: {why}; relaunched a {name}")
+                self._store.update(job_id, lambda status: status.restarted(name, [replaces]), message=f"{replaces}: {why}; relaunched a {name}")
                 log.warning("job %s: %s: %s; relaunching", job_id, replaces, why)
                 self._relaunch(record, role, 1, replaces=replaces)
                 faults.exit_point(AFTER_RELAUNCH)
@@ -434,35 +413,29 @@ class JobDriver:
         and the merged per-task offsets together), so the counts stay exact."""
         at_once = rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id, role=ROLES[Role.TRAINER].proto, at_once=True)
         released = self._peers.rc.ReleaseExecutors(at_once, timeout=60).executors  # the survivors: nothing kept past the checkpoint
-        stored = self._store.get(job.job_id).progress
         name = ROLES[Role.TRAINER].restart_key
-        restarts = Restarts.from_json(stored.get(RESTARTS)).add(name)
-        handled = sorted({*stored.get(CRASHES_HANDLED, []), replaces, *ranks, *(e.executor_id for e in released)})
-        replicas = JobStatus.from_record(self._store.get(job.job_id), job_spec(job.job_id, job.spec_yaml).spec).replicas[Role.TRAINER]
+        handled = [replaces, *ranks, *(e.executor_id for e in released)]
+        replicas = rc.JobView.of(self._store.get(job.job_id), job_spec(job.job_id, job.spec_yaml).spec).replicas[Role.TRAINER]
         message = f"{replaces}: {why}; restarted all {replicas} trainer ranks from the last checkpoint"
-        self._store.update(job.job_id, progress_update={RESTARTS: restarts.to_json(), CRASHES_HANDLED: handled}, message=message)
+        self._store.update(job.job_id, lambda status: status.restarted(name, handled), message=message)
         log.warning("job %s: %s", job.job_id, message)
         self._relaunch(job, Role.TRAINER, replicas)
 
     def _shrink_gang(self, job: JobRecord, lost: str, why: str, replicas: int) -> None:
         """An elastic gang lost a rank: it goes on with the ranks left (they re-form and go back to the last checkpoint
         on their own, once rank 0 hears the new size with its next progress report)."""
-        stored = self._store.get(job.job_id).progress
-        handled = sorted({*stored.get(CRASHES_HANDLED, []), lost})
-        scaled = {**stored.get(SCALED, {}), Role.TRAINER.value: replicas}
         message = f"{lost}: {why}; the elastic gang goes on with {replicas} trainer rank(s) from the last checkpoint"
-        update = {CRASHES_HANDLED: handled, SCALED: scaled, RANKS_LOST: int(stored.get(RANKS_LOST, 0)) + 1}
-        self._store.update(job.job_id, progress_update=update, message=message)
+        self._store.update(job.job_id, lambda status: status.shrunk(lost, replicas), message=message)
         log.warning("job %s: %s", job.job_id, message)
 
     def _suspend(self, job: JobRecord) -> None:
         released = self._peers.rc.ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id), timeout=60).executors
-        handled = sorted(set(job.progress.get(CRASHES_HANDLED, [])) | {e.executor_id for e in released})
-        if job.progress.get(ADMISSION, {}).get("queued"):  # preempted: its queue resumes it
+        handled = [e.executor_id for e in released]
+        if job.status.admission is not None and job.status.admission.queued:  # preempted: its queue resumes it
             message = f"preempted: {len(released)} executors released; it resumes from its last committed checkpoint once its queue admits it again"
         else:
             message = f"suspended: {len(released)} executors released; `primus resume` goes on from the last committed checkpoint"
-        self._store.update(job.job_id, state=JobState.SUSPENDED, message=message, progress_update={CRASHES_HANDLED: handled})
+        self._store.update(job.job_id, lambda status: status.handled(handled), state=JobState.SUSPENDED, message=message)
         self.on_job_change()
         log.info("job %s: %s", job.job_id, message)
 
@@ -476,26 +449,23 @@ class JobDriver:
         """
         log.warning("job %s: the planner no longer holds its plan; planning again and restarting from the last checkpoint", job.job_id)
         released = self._peers.rc.ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id), timeout=60).executors
-        progress = self._store.get(job.job_id).progress
-        handled = sorted(set(progress.get(CRASHES_HANDLED, [])) | {e.executor_id for e in released})
-        restarts = Restarts.from_json(progress.get(RESTARTS)).add(PLANNER_RESTARTS)
-        earlier = carry_costs(progress.get(EARLIER_LEDGERS, {}), last_plan)
+        handled = [e.executor_id for e in released]
         summary = self._create_plan(job)
-        update = {RESTARTS: restarts.to_json(), CRASHES_HANDLED: handled, EARLIER_LEDGERS: earlier, PLAN_RECOVERIES: 0, LAUNCH_PENDING: True, **_planned(summary)}
+
+        def replanned(status: JobStatus) -> JobStatus:
+            return status.replanned(summary.fingerprint, summary.task_count, handled, carry_costs(status.earlier_ledgers, last_plan))
+
         message = "the planner lost this job's plan (it restarted): planned again; the trainer resumes from its last checkpoint"
-        self._store.update(job.job_id, progress_update=update, message=message)
+        self._store.update(job.job_id, replanned, message=message)
 
     def _count_recoveries(self, job_id: str, recoveries: int) -> None:
         """A planner that restarted and took the plan over from its journal counts as a planner restart; nothing is relaunched."""
-        progress = self._store.get(job_id).progress
-        recovered = recoveries - int(progress.get(PLAN_RECOVERIES, 0))
-        if recovered <= 0:
+        if recoveries <= self._store.get(job_id).status.plan_recoveries:
             return
-        restarts = Restarts.from_json(progress.get(RESTARTS)).add(PLANNER_RESTARTS, recovered)
         log.warning("job %s: the planner restarted and recovered the plan from its journal; the executors keep running", job_id)
         self._store.update(
             job_id,
-            progress_update={RESTARTS: restarts.to_json(), PLAN_RECOVERIES: recoveries},
+            lambda status: status.plans_recovered(recoveries),
             message="the planner restarted and took this job's plan over from its journal; the executors kept running",
         )
 
@@ -544,11 +514,6 @@ class JobDriver:
         except grpc.RpcError:
             return None
         return reply
-
-
-def _planned(summary: planner_pb2.PlanSummary) -> dict[str, object]:
-    """What a fresh plan sets in a job's progress."""
-    return {"tasks_total": summary.task_count, "tasks_done": 0, "fingerprint": summary.fingerprint}
 
 
 def _plan_view(plan: planner_pb2.GetPlanResponse) -> rc.PlanView:

@@ -7,9 +7,8 @@ import math
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from primus.errors import ConflictError
 from primus.identity import Kind, Principal
@@ -19,7 +18,7 @@ from services.master.access import AccessRecords, Subject
 from services.master.admission import NOTHING, Admit, Decision, Preempt, Queue, Resources, Wait, Workload, admit
 from services.master.driver import JobDriver
 from services.master.queues import JobAdmission, QueueBook
-from services.master.status import ADMISSION, SUSPEND_REQUESTED
+from services.master.status import AdmissionState
 from services.master.store import JobRecord, JobStore
 from services.master.timings import Durations
 
@@ -36,33 +35,6 @@ class Standing(StrEnum):
     OUTSIDE = "outside"  # ended, or suspended by its owner: holds nothing, waits for nothing
 
 
-@dataclass(frozen=True)
-class AdmissionState:
-    """What the master keeps of a job's admission, in its progress document (key ADMISSION)."""
-
-    admitted: bool = False
-    queued: bool = False  # suspended and queued again (preempted, or resumed by its owner): resumes once admitted
-    admitted_unix: float = 0.0
-    preemptions: int = 0
-    borrowed: tuple[float, float, float] = (0.0, 0.0, 0.0)
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "borrowed": list(self.borrowed)}
-
-    @staticmethod
-    def of(record: JobRecord) -> AdmissionState:
-        stored = record.progress.get(ADMISSION)
-        if not isinstance(stored, dict):  # a job from before queues: running if it got past PENDING
-            return AdmissionState(admitted=record.state not in (JobState.PENDING, JobState.SUSPENDED))
-        return AdmissionState(
-            admitted=bool(stored.get("admitted")),
-            queued=bool(stored.get("queued")),
-            admitted_unix=float(stored.get("admitted_unix", 0.0)),
-            preemptions=int(stored.get("preemptions", 0)),
-            borrowed=tuple(float(x) for x in stored.get("borrowed", (0.0, 0.0, 0.0)))[:3],  # type: ignore[arg-type]
-        )
-
-
 def standing(record: JobRecord, state: AdmissionState) -> Standing:
     """A pure reading of a stored job: what admission makes of it."""
     if record.final:
@@ -71,7 +43,7 @@ def standing(record: JobRecord, state: AdmissionState) -> Standing:
         return Standing.WAITING if state.queued and not record.cancel_requested else Standing.OUTSIDE
     if not state.admitted:
         return Standing.EVICTING if record.cancel_requested else Standing.WAITING
-    if record.cancel_requested or record.progress.get(SUSPEND_REQUESTED):
+    if record.cancel_requested or record.status.suspend_requested:
         return Standing.EVICTING
     return Standing.ADMITTED
 
@@ -193,7 +165,7 @@ class Admitter:
             if state.queued:
                 raise ConflictError(f"job {job_id} waits in queue {self.admission_of(record).queue!r} already: it resumes once admitted")
             queued = AdmissionState(queued=True, preemptions=state.preemptions)
-            self._store.update(job_id, progress_update={ADMISSION: queued.to_json()}, message="resume requested: queued for admission")
+            self._store.update(job_id, lambda status: status.admitted_as(queued), message="resume requested: queued for admission")
         self.run_pass()
         return self._store.get(job_id)
 
@@ -206,16 +178,16 @@ class Admitter:
                 message = f"admitted to queue {queue!r}{lent}"
                 self._said.pop(job_id, None)
                 if record.state is JobState.SUSPENDED:
-                    self._store.update(job_id, progress_update={ADMISSION: admitted.to_json()}, message=message)
+                    self._store.update(job_id, lambda status: status.admitted_as(admitted), message=message)
                     self._driver.resume(job_id, message=f"{message}: resuming from the last committed checkpoint")
                 else:
-                    self._store.update(job_id, progress_update={ADMISSION: admitted.to_json()}, message=message)
+                    self._store.update(job_id, lambda status: status.admitted_as(admitted), message=message)
                 self._audit(record, "Admit", message)
                 log.info("job %s: %s", job_id, message)
             case Preempt(job_id, by, reason):
                 preempted = AdmissionState(False, True, 0.0, state.preemptions + 1)
                 message = f"preempted by {by} ({reason}): its executors are released; it resumes from its last committed checkpoint once admitted again"
-                self._store.update(job_id, progress_update={ADMISSION: preempted.to_json(), SUSPEND_REQUESTED: True}, message=message)
+                self._store.update(job_id, lambda status: status.preempted(preempted), message=message)
                 self._audit(record, "Preempt", message)
                 log.warning("job %s: %s", job_id, message)
             case Wait(job_id, reason, _, said):

@@ -1,15 +1,60 @@
-"""reconcile(status, observed, settings) -> actions: every decision the master takes for a job, as a pure function."""
+"""reconcile(job, observed, settings) -> actions: every decision the master takes for a job, as a pure function."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from primus.job_state import JobState
 from primus.roles import GANG_LOST_EXIT_CODE, ROLES, Role
 from primus.settings import MasterSettings
 from primus.training_result import TrainingResult
-from services.master.status import JobStatus
+from services.master.status import Restarts
+
+if TYPE_CHECKING:
+    from primus.spec import JobSpec
+    from services.master.store import JobRecord
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What reconcile() weighs of a job: its stored record and status, and its spec's replicas and budgets."""
+
+    job_id: str
+    state: JobState
+    replicas: dict[Role, int]  # how many executors each role should have (the spec's, or what `primus scale` set)
+    max_restarts: dict[Role, int]
+    restarts: Restarts = field(default_factory=Restarts)
+    crashes_handled: frozenset[str] = frozenset()
+    plan_recoveries: int = 0
+    launch_pending: bool = False
+    cancel_requested: bool = False
+    suspend_requested: bool = False
+    elastic: bool = False  # resources.trainer.elastic: a rank's death shrinks the gang instead of restarting it
+    admitted: bool = True  # its queue admitted its gang (a job from before queues counts as admitted)
+
+    def restarts_left(self, role: Role) -> int:
+        return self.max_restarts[role] - self.restarts.of(ROLES[role].restart_key)
+
+    @staticmethod
+    def of(record: JobRecord, spec: JobSpec) -> JobView:
+        status = record.status
+        resources = {Role.DATA_EXECUTOR: spec.resources.data_executor, Role.TRAINER: spec.resources.trainer}
+        return JobView(
+            job_id=record.job_id,
+            state=record.state,
+            replicas={role: status.scaled.get(role, r.replicas) for role, r in resources.items()},
+            max_restarts={role: r.max_restarts for role, r in resources.items()},
+            restarts=status.restarts,
+            crashes_handled=status.crashes_handled,
+            plan_recoveries=status.plan_recoveries,
+            launch_pending=status.launch_pending,
+            cancel_requested=record.cancel_requested,
+            suspend_requested=status.suspend_requested,
+            elastic=bool(spec.resources.trainer.elastic),
+            admitted=status.admission is None or status.admission.admitted,
+        )
 
 
 class Phase(StrEnum):
@@ -130,18 +175,18 @@ def _end(state: JobState, message: str) -> list[Action]:
     return [Finish(state, message), DropPlan()]
 
 
-def reconcile(status: JobStatus, observed: Observed, settings: MasterSettings) -> list[Action]:
+def reconcile(job: JobView, observed: Observed, settings: MasterSettings) -> list[Action]:
     """The actions that move the job toward its desired state, in order; [Wait] when there is nothing to do. settings:
     how long a peer may be away, and the trainers gone without a result, before the job fails."""
-    if status.state.final:
+    if job.state.final:
         return [DropPlan()] if observed.plan is not None else []
-    if status.cancel_requested:
+    if job.cancel_requested:
         return _end(JobState.CANCELLED, "cancelled by request")
-    if status.state is JobState.SUSPENDED:
+    if job.state is JobState.SUSPENDED:
         return [Wait("suspended: `primus resume` goes on with it")]
-    if status.suspend_requested:
+    if job.suspend_requested:
         return [Suspend()]
-    if status.state is JobState.PENDING and not status.admitted:
+    if job.state is JobState.PENDING and not job.admitted:
         return [Wait("waiting for admission: its queue has no room for its gang yet")]
     if observed.result is not None:
         if observed.result.error:
@@ -155,31 +200,31 @@ def reconcile(status: JobStatus, observed: Observed, settings: MasterSettings) -
             return _end(JobState.FAILED, f"the planner has been unreachable for {settings.planner_grace_seconds:.0f}s")
         return [Wait("the planner is away")]  # executors wait for it; nothing to judge until it is back
     if observed.plan is None:
-        return [Plan()] if status.state in (JobState.PENDING, JobState.PLANNING) else [Replan()]
+        return [Plan()] if job.state in (JobState.PENDING, JobState.PLANNING) else [Replan()]
     actions: list[Action] = []
-    if observed.plan.recoveries > status.plan_recoveries:
+    if observed.plan.recoveries > job.plan_recoveries:
         actions.append(CountPlannerRecoveries(observed.plan.recoveries))
     if observed.controller_away_for is not None:
         if observed.controller_away_for > settings.controller_grace_seconds:
             return _end(JobState.FAILED, f"the resource controller has been unreachable for {settings.controller_grace_seconds:.0f}s")
         return [*actions, Wait("the resource controller is away")]  # restarting: its executors keep working
-    if status.launch_pending or status.state is not JobState.RUNNING:
+    if job.launch_pending or job.state is not JobState.RUNNING:
         # The intent was recorded before the launch: executors that run already (a master that died right after
         # launching them) count, and only the missing ones are launched.
         for role in Role:
             live = sum(1 for e in observed.executors if e.role is role and e.phase is Phase.LIVE)
-            if status.replicas[role] > live:
-                actions.append(Launch(role, status.replicas[role] - live))
+            if job.replicas[role] > live:
+                actions.append(Launch(role, job.replicas[role] - live))
         return [*actions, Launched()]
-    left = {role: status.restarts_left(role) for role in Role}
+    left = {role: job.restarts_left(role) for role in Role}
     for crashed in observed.executors:
-        if crashed.phase is not Phase.CRASHED or crashed.executor_id in status.crashes_handled:
+        if crashed.phase is not Phase.CRASHED or crashed.executor_id in job.crashes_handled:
             continue
-        gang = crashed.role is Role.TRAINER and status.replicas[Role.TRAINER] > 1
+        gang = crashed.role is Role.TRAINER and job.replicas[Role.TRAINER] > 1
         if gang and any(isinstance(a, RestartGang) for a in actions):
             continue  # one restart of the gang covers every rank down (its peers exit once one rank dies)
         why = crashed.message or f"exited with code {crashed.exit_code}"
-        if gang and status.elastic and crashed.exit_code != GANG_LOST_EXIT_CODE:
+        if gang and job.elastic and crashed.exit_code != GANG_LOST_EXIT_CODE:
             live = sum(1 for e in observed.executors if e.role is Role.TRAINER and e.phase is Phase.LIVE)
             if live:  # the survivors re-form without it; if they cannot, they exit 76 and the gang restarts
                 actions.append(ShrinkGang(crashed.executor_id, why, live))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from primus.counters import CARRIED, COUNTERS, SourceAccount
 from primus.job_report import ExecutorRow, JobReport, PlannedSource, PlanRow, QuarantinedRow, ServiceRow, SourceLedger
@@ -10,11 +11,11 @@ from primus.run_store import RunStore, local_folder
 from primus.scaling_log import ScalingRow, role_name
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
-from services.master.status import RANKS_LOST, RESTARTS, Restarts
+from services.master.status import EarlierLedgers
 from services.master.store import JobRecord
 
 
-def carry_costs(earlier: dict[str, dict[str, float]], plan: planner_pb2.GetPlanResponse | None) -> dict[str, dict[str, float]]:
+def carry_costs(earlier: EarlierLedgers, plan: planner_pb2.GetPlanResponse | None) -> dict[str, dict[str, float]]:
     """Add a lost ledger's cost counters (as last seen) to those of the ledgers lost before it, per source: the counters
     primus.counters carries over a planner restart."""
     out = {name: dict(fields) for name, fields in earlier.items()}
@@ -25,7 +26,7 @@ def carry_costs(earlier: dict[str, dict[str, float]], plan: planner_pb2.GetPlanR
     return out
 
 
-def source_ledger(stats: common_pb2.SourceStats, earlier: dict[str, float]) -> SourceLedger:
+def source_ledger(stats: common_pb2.SourceStats, earlier: Mapping[str, float]) -> SourceLedger:
     """A source's row of the ledger, floats to 6 places, with what the ledgers lost before it counted of the carried counters."""
     counts = {c.name: round(getattr(stats, c.name), 6) if c.real else getattr(stats, c.name) for c in COUNTERS}
     carried = {name: round(counts[name] + earlier.get(name, 0), 6) for name in CARRIED}
@@ -70,7 +71,7 @@ def build_report(
     """Everything a user needs to judge a run, in one document."""
     rows: list[ServiceRow | ExecutorRow] = [ServiceRow(s.name, s.pid, s.address, s.name, s.metrics_address) for s in services]
     rows += [_executor_row(e) for e in executors]
-    earlier = job.progress.get("earlier_ledgers", {})
+    earlier = job.status.earlier_ledgers
     return JobReport(
         job_id=job.job_id,
         name=job.name,
@@ -84,8 +85,8 @@ def build_report(
         sources=tuple(source_ledger(s, earlier.get(s.source, {})) for s in plan.sources) if plan is not None else (),
         quarantined=tuple(QuarantinedRow(q.task_id, q.source, q.partition, q.reason, q.attempts) for q in plan.quarantined) if plan is not None else (),
         trainer=job.result,
-        restarts=Restarts.from_json(job.progress.get(RESTARTS)).to_json(),
-        ranks_lost=int(job.progress.get(RANKS_LOST, 0)),
+        restarts=job.status.restarts.to_json(),
+        ranks_lost=job.status.ranks_lost,
         scaling=tuple(ScalingRow.of_proto(d) for d in decisions or []),
         traces_dir=str(local_folder(job.run_dir) / "traces"),
     )

@@ -33,22 +33,15 @@ from services.master.access import AccessRecords, Gate, PolicyFile, audited
 from services.master.admission import Resources
 from services.master.driver import JobDriver
 from services.master.logs import LogCursor
-from services.master.queueing import AdmissionState, AdmissionView, Admitter
-from services.master.status import (  # progress key: `primus stop` (or training.stopAt) asked training to finish where it is
-    ADMISSION,
-    RESTARTS,
-    SCALED,
-    STOP_REQUESTED,
-    Restarts,
-    TrainingProgress,
-)
+from services.master.queueing import AdmissionView, Admitter
+from services.master.status import AdmissionState, JobStatus
 from services.master.store import JobRecord, JobStore
 
 STOP_MESSAGE = "training finishes where it is, then evaluation and the report"
 
 
 def job_proto(record: JobRecord, sources: Iterable[common_pb2.SourceStats] = (), admission: AdmissionView | None = None) -> master_pb2.Job:
-    progress = TrainingProgress.from_json(record.progress)
+    progress = record.status.training
     return master_pb2.Job(
         job_id=record.job_id,
         name=record.name,
@@ -70,7 +63,7 @@ def job_proto(record: JobRecord, sources: Iterable[common_pb2.SourceStats] = (),
         run_dir=record.run_dir,
         namespace=record.namespace,
         owner=record.owner,
-        restarts=Restarts.from_json(record.progress.get(RESTARTS)).to_json(),
+        restarts=record.status.restarts.to_json(),
         sources=sources,
         **(_admission_fields(admission) if admission is not None else {}),
     )
@@ -181,7 +174,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             created=now,
             updated=now,
             message="accepted: waiting for admission",
-            progress={ADMISSION: AdmissionState().to_json()},  # not admitted: its driver waits for the admission loop
+            status=JobStatus(admission=AdmissionState()),  # not admitted: its driver waits for the admission loop
             namespace=job.metadata.namespace,
             owner=caller().name if caller().kind is Kind.USER else "",
         )
@@ -240,7 +233,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             raise ConflictError(f"job {request.job_id} already ended as {record.state}")
         if record.cancel_requested:
             raise ConflictError(f"job {request.job_id} is being cancelled")
-        stopped = self._store.update(request.job_id, progress_update={STOP_REQUESTED: True}, message=f"stop requested: {STOP_MESSAGE}")
+        stopped = self._store.update(request.job_id, JobStatus.stopping, message=f"stop requested: {STOP_MESSAGE}")
         return master_pb2.StopJobResponse(job=self._proto(stopped))
 
     @audited(_records)
@@ -309,26 +302,25 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             self._store.wait_for_change(self._settings.log_poll_seconds)
 
     def ReportTrainingProgress(self, request: master_pb2.ReportTrainingProgressRequest, context: grpc.ServicerContext) -> master_pb2.ReportTrainingProgressResponse:
-        progress = TrainingProgress(request.phase, request.step, request.samples, request.loss, request.ranks).trainer_report()
-        record = self._store.update(request.job_id, progress_update=progress, quiet=True)
+        record = self._store.update(request.job_id, lambda status: status.trained(request.phase, request.step, request.samples, request.loss, request.ranks), quiet=True)
         stop = record.cancel_requested or record.final or self._stop_asked(record)
         return master_pb2.ReportTrainingProgressResponse(stop=stop, trainer_replicas=self._trainer_replicas(record))
 
     def _trainer_replicas(self, record: JobRecord) -> int:
         """How many trainer ranks the job should have now: what `primus scale` (or a lost rank) set, else the spec's."""
-        scaled = record.progress.get(SCALED, {}).get(Role.TRAINER.value)
+        scaled = record.status.scaled.get(Role.TRAINER)
         if scaled is not None:
-            return int(scaled)
+            return scaled
         return job_spec(record.job_id, record.spec_yaml).spec.resources.trainer.replicas
 
     def _stop_asked(self, record: JobRecord) -> bool:
         """`primus stop` asked it, or the spec's training.stopAt has come (the first time noted in the job's message)."""
-        if record.progress.get(STOP_REQUESTED):
+        if record.status.stop_requested:
             return True
         stop_at = job_spec(record.job_id, record.spec_yaml).spec.training.stop_at
         if stop_at is None or datetime.now(UTC) < stop_at:
             return False
-        self._store.update(record.job_id, progress_update={STOP_REQUESTED: True}, message=f"training.stopAt {stop_at:%Y-%m-%dT%H:%M:%S}Z reached: {STOP_MESSAGE}")
+        self._store.update(record.job_id, JobStatus.stopping, message=f"training.stopAt {stop_at:%Y-%m-%dT%H:%M:%S}Z reached: {STOP_MESSAGE}")
         return True
 
     def ReportTrainingResult(self, request: master_pb2.ReportTrainingResultRequest, context: grpc.ServicerContext) -> master_pb2.ReportTrainingResultResponse:

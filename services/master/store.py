@@ -7,6 +7,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import psycopg
 from primus.errors import ConflictError, NotFoundError, StorageFullError, disk_full
 from primus.job_state import JobState
 from primus.training_result import TrainingResult
-from services.master.status import RESTARTS, Restarts
+from services.master.status import JobStatus, Restarts
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -52,7 +53,7 @@ class StaleVersionError(ConflictError):
 
 @dataclass(frozen=True)
 class JobRecord:
-    """A job as the store keeps it: one row of the jobs table (state as its name, progress and result as JSON text)."""
+    """A job as the store keeps it: one row of the jobs table (state as its name, status (the progress column) and result as JSON text)."""
 
     job_id: str
     name: str
@@ -63,7 +64,7 @@ class JobRecord:
     updated: float
     message: str = ""
     report_path: str = ""
-    progress: dict[str, Any] = field(default_factory=dict)  # the status keys of services.master.status, and TrainingProgress's
+    status: JobStatus = field(default_factory=JobStatus)  # kept in the progress column
     result: TrainingResult | None = None  # None: the trainer has not reported its end
     cancel_requested: bool = False
     error: str = ""  # why the report could not be written
@@ -137,7 +138,7 @@ class JobStore:
                     record.updated,
                     record.namespace,
                     record.owner,
-                    json.dumps(record.progress),
+                    json.dumps(record.status.to_json()),
                 ),
             )
             self.changed.notify_all()
@@ -157,7 +158,7 @@ class JobStore:
         """Each job's state and its restarts by role (what the master's metrics read: no specs, no results)."""
         with self._lock:
             rows = self._rows("SELECT state, progress FROM jobs")
-        return [(_state(state), Restarts.from_json(json.loads(progress).get(RESTARTS))) for state, progress in rows]
+        return [(_state(state), JobStatus.from_json(json.loads(progress)).restarts) for state, progress in rows]
 
     def list(self, unfinished: bool = False) -> list[JobRecord]:
         """Every job, oldest first; unfinished: only those not in a final state (what admission weighs)."""
@@ -166,9 +167,12 @@ class JobStore:
             rows = self._rows(f"SELECT {_COLUMNS} FROM jobs{where} ORDER BY created")
         return [_record(r) for r in rows]
 
-    def update(self, job_id: str, progress_update: dict[str, Any] | None = None, expected_version: int | None = None, quiet: bool = False, **changes: Any) -> JobRecord:
-        """Change some fields of a job atomically; progress_update merges into the stored progress. quiet: a write the
-        job's driver need not look at at once (a trainer's progress report); watchers are woken all the same.
+    def update(
+        self, job_id: str, change: Callable[[JobStatus], JobStatus] | None = None, expected_version: int | None = None, quiet: bool = False, **changes: Any
+    ) -> JobRecord:
+        """Change some fields of a job atomically; change: a transition of its status, applied to the stored one within
+        this write (so that writers of other parts of it lose nothing). quiet: a write the job's driver need not look at
+        at once (a trainer's progress report); watchers are woken all the same.
 
         The write names the version it read: another writer (this master's servicer, or a second master) that wrote
         in between makes it fail with StaleVersionError; with expected_version, so does a caller's stale read.
@@ -177,8 +181,8 @@ class JobStore:
             current = self._get(job_id)
             if expected_version is not None and current.version != expected_version:
                 raise StaleVersionError(f"job {job_id} is at resource version {current.version}, not {expected_version}: read it again")
-            if progress_update:
-                changes["progress"] = {**current.progress, **progress_update}
+            if change is not None:
+                changes["status"] = change(current.status)
             if "state" in changes:
                 changes["state"] = JobState(changes["state"])  # a caller's text (a test's) as the enum
             updated = replace(current, **changes, updated=time.time(), version=current.version + 1)
@@ -188,7 +192,7 @@ class JobStore:
                     updated.state.value,
                     updated.message,
                     updated.report_path,
-                    json.dumps(updated.progress),
+                    json.dumps(updated.status.to_json()),
                     json.dumps(updated.result.to_json() if updated.result is not None else {}),
                     int(updated.cancel_requested),
                     updated.updated,
@@ -256,7 +260,7 @@ def _state(text: str) -> JobState:
 
 
 def _record(row: tuple[Any, ...]) -> JobRecord:
-    """A row as any version wrote it: state as text, progress and result as JSON text ({} where there is none)."""
+    """A row as any version wrote it: state as text, status (progress) and result as JSON text ({} where there is none)."""
     job_id, name, state, message, spec_yaml, run_dir, report_path, progress, result, cancel, created, updated, error, version, namespace, owner = row
     return JobRecord(
         job_id=job_id,
@@ -268,7 +272,7 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
         updated=updated,
         message=message,
         report_path=report_path,
-        progress=json.loads(progress),
+        status=JobStatus.from_json(json.loads(progress)),
         result=TrainingResult.from_json(json.loads(result)),
         cancel_requested=bool(cancel),
         error=error,
