@@ -4,6 +4,7 @@ field by field in tests/test_counters.py), and the master's report, `primus cost
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -52,3 +53,12 @@ NAMES: tuple[str, ...] = tuple(c.name for c in COUNTERS)
 CARRIED: tuple[str, ...] = tuple(c.name for c in COUNTERS if c.carried)  # added up over planner restarts
 DERIVED: tuple[str, ...] = tuple(c.name for c in COUNTERS if not c.carried)  # learned again from the tasks and checkpoints
 WASTE: tuple[str, ...] = tuple(c.name for c in COUNTERS if c.waste)
+
+
+def summed(accounts: Iterable[SourceAccount]) -> SourceAccount:
+    """Every counter added up over the accounts (a job's total over its sources)."""
+    total = SourceAccount()
+    for account in accounts:
+        for name in NAMES:
+            setattr(total, name, getattr(total, name) + getattr(account, name))
+    return total

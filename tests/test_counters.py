@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from google.protobuf.descriptor import FieldDescriptor
 
-from primus.counters import CARRIED, COUNTERS, DERIVED, NAMES, WASTE, SourceAccount
+from primus.counters import CARRIED, COUNTERS, DERIVED, NAMES, WASTE, SourceAccount, summed
 from primus.v1 import common_pb2
 
 NOT_COUNTERS = ("source", "pending_rows")  # SourceStats' own: whose counters, and the source's lag (not a cost)
@@ -29,3 +29,9 @@ def test_an_account_goes_into_the_proto_whole() -> None:
     account = SourceAccount(**{c.name: (1.5 if c.real else i + 1) for i, c in enumerate(COUNTERS)})
     stats = common_pb2.SourceStats(source="clicks", **vars(account))
     assert {n: getattr(stats, n) for n in NAMES} == vars(account)
+
+
+def test_summed_adds_up_every_counter() -> None:
+    one = SourceAccount(**{c.name: (0.5 if c.real else i + 1) for i, c in enumerate(COUNTERS)})
+    total = summed([one, one, SourceAccount()])
+    assert vars(total) == {n: 2 * v for n, v in vars(one).items()} and vars(summed([])) == vars(SourceAccount())
