@@ -35,6 +35,7 @@ class SourceAccount:
     records_non_finite_dense: int = counter("Of records_quarantined: records with a NaN or infinite dense value (nonFinite: quarantine).")
     records_label_out_of_domain: int = counter("Of records_quarantined: records whose label was null, NaN or outside its domain (0 and 1 for CTR).")
     values_filled_non_finite: int = counter("Dense values, not records, that were NaN or infinite and trained as 0.0 (nonFinite: fill).")
+    leases_expired: int = counter("Leases that ran out before their executor reported: the attempt was retried, or at the last its task quarantined.")
 
 
 @dataclass(frozen=True)

@@ -560,6 +560,7 @@ class TaskLedger:
             deadline, task_id = heapq.heappop(heap)
             entry = self._entries[task_id]
             if entry.status is LEASED and entry.leased_at + self._lease_seconds == deadline:
+                self.accounts[entry.spec.source].leases_expired += 1
                 self._retry_or_quarantine(entry, Event.EXPIRE, f"lease held by {entry.executor} expired")
 
     def _entry(self, task_id: str) -> TaskEntry:
