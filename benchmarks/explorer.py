@@ -27,6 +27,7 @@ from rich.table import Table
 
 from primus.console import console, err_console
 from primus.cost import read_spans, traced_by_source
+from primus.job_report import SourceLedger
 from primus.telemetry import JOB_KEY, OtlpJsonFileExporter
 
 JOB = "bench-explorer-20261101-000000-0000"
@@ -147,24 +148,7 @@ def write_run(runs_dir: Path, target_spans: int, seed: int = 5) -> Path:
 def _write_report(run_dir: Path, seconds: float, slots: int) -> None:
     """A report whose ledger is what the spans say, as the planner's ledger would have it."""
     spans, _, _ = read_spans(run_dir / "traces")
-    ledger = []
-    for source, cost in traced_by_source(spans).items():
-        ledger.append(
-            {
-                "source": source,
-                "samples": cost.rows - cost.wasted_rows,
-                "bytes_read": cost.bytes_read,
-                "cpu_seconds": round(cost.cpu_seconds, 6),
-                "retries": cost.retries,
-                "tasks_done": cost.attempts - cost.wasted_attempts,
-                "tasks_quarantined": 0,
-                "wasted_samples": cost.wasted_rows,
-                "wasted_cpu_seconds": round(cost.wasted_cpu_seconds, 6),
-                "records_quarantined": 0,
-                "wasted_bytes": cost.wasted_bytes,
-                "speculative_attempts": cost.speculative_attempts,
-            }
-        )
+    ledger = [SourceLedger(source, cost.account()).to_json() for source, cost in traced_by_source(spans).items()]
     services = [{"name": f"{JOB}-data-executor-{i}", "pid": 200 + i, "role": "data_executor"} for i in range(EXECUTORS)]
     services.append({"name": f"{JOB}-trainer-0", "pid": 103, "role": "trainer"})
     report = {

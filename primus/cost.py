@@ -12,6 +12,7 @@ from google.protobuf import json_format
 from rich.console import Console
 from rich.table import Table
 
+from primus.counters import SourceAccount
 from primus.errors import DataError, NotFoundError
 from primus.job_report import JobReport
 from primus.v1 import common_pb2
@@ -40,6 +41,22 @@ class TraceCost:
     wasted_cpu_seconds: float = 0.0
     wasted_bytes: int = 0
     records_quarantined: int = 0
+
+    def account(self) -> SourceAccount:
+        """The ledger's counters as far as the spans carry them (the others are 0): a task done is an attempt that was
+        not waste."""
+        return SourceAccount(
+            samples=self.rows - self.wasted_rows,
+            bytes_read=self.bytes_read,
+            cpu_seconds=self.cpu_seconds,
+            retries=self.retries,
+            tasks_done=self.attempts - self.wasted_attempts,
+            wasted_samples=self.wasted_rows,
+            wasted_cpu_seconds=self.wasted_cpu_seconds,
+            records_quarantined=self.records_quarantined,
+            wasted_bytes=self.wasted_bytes,
+            speculative_attempts=self.speculative_attempts,
+        )
 
 
 @dataclass(frozen=True)
@@ -249,7 +266,7 @@ def _close(traced: float, reported: float, relative: float, slack: float = 0.0) 
     return abs(traced - reported) <= max(relative * abs(reported), slack)
 
 
-def is_consistent(ledger: common_pb2.SourceStats, traced: TraceCost) -> bool:
+def is_consistent(ledger: common_pb2.SourceStats | SourceAccount, traced: TraceCost) -> bool:
     """Do the spans account for what the ledger charged the source: bytes and CPU within tolerance."""
     same_bytes = _close(traced.bytes_read, ledger.bytes_read, BYTES_TOLERANCE)
     return same_bytes and _close(traced.cpu_seconds, ledger.cpu_seconds, CPU_TOLERANCE, CPU_SLACK_SECONDS)

@@ -24,6 +24,7 @@ from opentelemetry.trace import Status, StatusCode
 from primus import rpc
 from primus.cluster import ClusterState
 from primus.cost import by_service, load_cost
+from primus.counters import NAMES
 from primus.errors import NotFoundError
 from primus.explorer import aggregate as agg
 from primus.explorer.server import ExplorerServer, make_server, serve_in_thread
@@ -146,11 +147,11 @@ def test_the_cost_totals_are_the_reports_and_the_spans_agree(run: Path) -> None:
     assert view.basis == "report"
     assert [r.source for r in view.sources] == ["a", "b"]
     for field in ("samples", "bytes_read", "retries", "wasted_samples", "wasted_bytes"):
-        assert getattr(view.totals, field) == sum(figures[field] for figures in LEDGER.values()), field
-    assert view.totals.cpu_seconds == pytest.approx(0.4) and view.totals.wasted_cpu_seconds == pytest.approx(0.05)
+        assert getattr(view.totals.counts, field) == sum(figures[field] for figures in LEDGER.values()), field
+    assert view.totals.counts.cpu_seconds == pytest.approx(0.4) and view.totals.counts.wasted_cpu_seconds == pytest.approx(0.05)
     assert all(r.consistent for r in view.sources) and view.totals.consistent
     summary = load_cost(run)  # `primus cost` says the same
-    assert {s.source: s.ledger.bytes_read for s in summary.sources} == {r.source: r.bytes_read for r in view.sources}
+    assert {s.source: s.ledger.bytes_read for s in summary.sources} == {r.source: r.counts.bytes_read for r in view.sources}
     assert {s.source: s.traced.cpu_seconds for s in summary.sources} == pytest.approx({r.source: r.traced_cpu_seconds for r in view.sources})
     counted = by_service(_index(run).spans)
     assert {s.service: (s.spans, s.cpu_seconds) for s in view.services} == {name: (c.spans, pytest.approx(c.cpu_seconds)) for name, c in counted.items()}
@@ -162,15 +163,15 @@ def test_a_source_filter_gives_that_sources_row_and_other_filters_sum_the_spans(
     index = _index(run)
     only_b = agg.cost_view(index, agg.parse_filters(_q(source="b")))
     assert [r.source for r in only_b.sources] == ["b"] and only_b.basis == "report"
-    assert (only_b.totals.samples, only_b.totals.bytes_read, only_b.totals.wasted_samples) == (50, 1000, 50)
+    assert (only_b.totals.counts.samples, only_b.totals.counts.bytes_read, only_b.totals.counts.wasted_samples) == (50, 1000, 50)
     assert only_b.totals.share_bytes == pytest.approx(0.25), "a share is of the whole job"
     window = agg.cost_view(index, agg.parse_filters(_q(from_="0", to="1000")))
-    assert window.basis == "traces" and window.totals.samples == 350 and window.totals.bytes_read == 4000, "every span: the same as the ledger"
+    assert window.basis == "traces" and window.totals.counts.samples == 350 and window.totals.counts.bytes_read == 4000, "every span: the same as the ledger"
     early = agg.cost_view(index, agg.parse_filters(_q(to="0.25")))  # t1's two attempts, up to 250 ms
-    assert (early.totals.samples, early.totals.retries, early.totals.bytes_read) == (100, 1, 1000)
+    assert (early.totals.counts.samples, early.totals.counts.retries, early.totals.counts.bytes_read) == (100, 1, 1000)
     assert [s.service for s in early.services] == ["data_executor", "master", "planner", "resource_controller", "trainer"]
     planner = agg.cost_view(index, agg.parse_filters(_q(service="planner")))
-    assert [s.service for s in planner.services] == ["planner"] and planner.totals.samples == 0
+    assert [s.service for s in planner.services] == ["planner"] and planner.totals.counts.samples == 0
 
 
 def test_without_a_report_the_cost_is_summed_from_the_spans(tmp_path: Path) -> None:
@@ -179,7 +180,7 @@ def test_without_a_report_the_cost_is_summed_from_the_spans(tmp_path: Path) -> N
     snapshot, index = store.index(JOB)
     view = agg.cost_view(index, agg.Filters())
     assert view.basis == "traces" and "no report.json" in view.note
-    assert (view.totals.samples, view.totals.bytes_read, view.totals.retries, view.totals.wasted_samples) == (350, 4000, 1, 50)
+    assert (view.totals.counts.samples, view.totals.counts.bytes_read, view.totals.counts.retries, view.totals.counts.wasted_samples) == (350, 4000, 1, 50)
     assert any("no report.json" in p for p in snapshot.problems)
 
 
@@ -374,7 +375,7 @@ def test_a_run_without_traces_and_an_unreadable_report(tmp_path: Path) -> None:
     assert sorted(store.job_ids()) == ["bad-report", "no-traces"]
     snapshot, index = store.index("no-traces")
     assert any("no trace files" in p for p in snapshot.problems)
-    assert agg.cost_view(index, agg.Filters()).totals.samples == 7
+    assert agg.cost_view(index, agg.Filters()).totals.counts.samples == 7
     bad = store.snapshot("bad-report")
     assert bad.report is None and any("cannot read report" in p for p in bad.problems)
     with pytest.raises(NotFoundError, match="known jobs: bad-report, no-traces"):
@@ -419,6 +420,14 @@ def _call(server: ExplorerServer, path: str, body: bytes | None = None, headers:
     except urllib.error.HTTPError as exc:
         raw, status, kind = exc.read(), exc.code, exc.headers.get("Content-Type", "")
     return status, json.loads(raw) if kind.startswith("application/json") else raw.decode()
+
+
+def test_the_cost_api_carries_every_counter_by_name_with_its_description(explorer: ExplorerServer) -> None:
+    status, cost = _call(explorer, f"/api/jobs/{JOB}/cost")
+    assert status == 200 and cost["basis"] == "report"
+    assert [c["name"] for c in cost["counters"]] == list(NAMES) and all(c["description"] for c in cost["counters"])
+    assert {r["source"]: r["tasks_done"] for r in cost["sources"]} == {"a": 2, "b": 1}, "a counter the table leaves out is served too"
+    assert set(NAMES) <= set(cost["totals"]) and cost["totals"]["tasks_done"] == 3 and cost["totals"]["share_bytes"] == 1.0
 
 
 def test_the_api_answers_and_bad_requests_get_a_json_error(explorer: ExplorerServer) -> None:
@@ -528,12 +537,12 @@ def test_a_real_runs_totals_are_its_reports(cluster: ClusterState, dataset: Path
     ledger = {s["source"]: s for s in report["sources"]}
     assert [r.source for r in view.sources] == list(ledger) == ["a", "b"]
     for field in ("samples", "bytes_read", "retries", "wasted_samples", "wasted_bytes"):
-        assert getattr(view.totals, field) == sum(s[field] for s in ledger.values()), field
-    assert view.totals.cpu_seconds == pytest.approx(sum(s["cpu_seconds"] for s in ledger.values()))
+        assert getattr(view.totals.counts, field) == sum(s[field] for s in ledger.values()), field
+    assert view.totals.counts.cpu_seconds == pytest.approx(sum(s["cpu_seconds"] for s in ledger.values()))
     assert all(r.consistent for r in view.sources), "the spans account for the ledger"
     for name in ledger:
         only = agg.cost_view(index, agg.parse_filters(_q(source=name)))
-        assert only.totals.samples == ledger[name]["samples"] and only.totals.bytes_read == ledger[name]["bytes_read"]
+        assert only.totals.counts.samples == ledger[name]["samples"] and only.totals.counts.bytes_read == ledger[name]["bytes_read"]
     assert index.spec_sources == (agg.SourceSpec("a"), agg.SourceSpec("b", after=("a",))), "the spec, from the master's job store"
     graph = agg.task_graph(index, agg.Filters(), slot_limit=500)
     assert graph.dependencies == "spec" and graph.edges, "b's tasks wait for a's of the same slot"

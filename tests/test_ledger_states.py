@@ -146,6 +146,18 @@ def test_an_expired_lease_moves_leased_to_pending_then_quarantined() -> None:
     assert heard.last() == (Event.QUARANTINE, L, Q) and "expired" in heard.moves[-1].reason
 
 
+def test_expired_leases_are_counted_per_source_and_a_lease_reported_in_time_is_not() -> None:
+    ledger, _ = _ledger(_task("a", 0), _task("b", 0), max_attempts=2)
+    first, kept = _lease(ledger, now=0.0), _lease(ledger, now=0.0)
+    _serve(ledger, kept)  # reported before its deadline: never expires
+    again = _lease(ledger, now=61.0)  # the first lease ran out at 60: retried, and leased again at once
+    assert again.spec.task_id == first.spec.task_id and ledger.snapshot()[first.spec.source].leases_expired == 1
+    assert ledger.lease(TRAIN, "e1", now=122.0) is None  # and ran out again: quarantined
+    accounts = ledger.snapshot()
+    assert (accounts[first.spec.source].leases_expired, accounts[first.spec.source].tasks_quarantined) == (2, 1)
+    assert accounts[kept.spec.source].leases_expired == 0, "the lease reported in time did not expire"
+
+
 def test_serving_moves_a_training_task_from_leased_to_served() -> None:
     ledger, heard, task_id = _lease_it()
     _serve(ledger, Lease(ledger._entries[task_id].spec, 0, 60.0, 0))

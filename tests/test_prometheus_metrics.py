@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from primus import metrics_http, rpc
 from primus.cluster import ClusterState
+from primus.counters import COUNTERS
 from primus.data.feed import StallClock
 from primus.job_state import JobState
 from primus.roles import Role
@@ -204,6 +205,40 @@ def test_planner_metrics_read_the_ledgers_and_time_the_handlers() -> None:
     after = _collect(planner_metrics(registry))
     assert _value(after, "primus_planner_bytes_read_total", source=source) == 500, "a dropped plan's counters stay counted"
     assert _sum(after, "primus_planner_tasks") == 0
+
+
+# The per-source counter families the planner exported before they were derived from primus.counters: their names stay.
+EARLIER_PLANNER_COUNTERS = (
+    "samples",
+    "bytes_read",
+    "cpu_seconds",
+    "retries",
+    "wasted_samples",
+    "wasted_bytes",
+    "tasks_quarantined",
+    "records_quarantined",
+    "records_label_out_of_domain",
+    "records_non_finite_dense",
+    "values_filled_non_finite",
+    "speculative_attempts",
+)
+
+
+def test_the_planner_exports_every_declared_counter_per_source_with_its_description() -> None:
+    registry = PlanRegistry(resolve=lambda job, source, slots: [])  # type: ignore[arg-type,return-value]
+    ledger = TaskLedger([_task("clicks", 0)], max_attempts=3)
+    registry._plans["job-1"] = JobPlan(None, None, ledger)  # type: ignore[arg-type]
+    lease = ledger.lease(common_pb2.TASK_PURPOSE_TRAIN, "e0")
+    assert lease is not None and ledger.claim(lease.spec.task_id, lease.attempt)
+    ledger.served(lease.spec.task_id, lease.attempt, WorkDone(rows=10, bytes_read=500, cpu_seconds=0.25, labels_joined=3))
+    families = {f.name: f for f in planner_metrics(registry)}
+    for declared in COUNTERS:
+        family = families[f"primus_planner_{declared.name}"]
+        assert family.type == "counter" and family.documentation.startswith(declared.description)
+    assert {f"primus_planner_{name}" for name in EARLIER_PLANNER_COUNTERS} <= set(families), "an exported name never changes"
+    samples = _collect(planner_metrics(registry))
+    assert _value(samples, "primus_planner_labels_joined_total", source="clicks") == 3
+    assert _value(samples, "primus_planner_wasted_cpu_seconds_total", source="clicks") == 0
 
 
 def test_controller_metrics_count_executors_and_decisions(tmp_path: Path) -> None:

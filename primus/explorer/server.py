@@ -43,6 +43,8 @@ class ApiError(Exception):
 
 
 def _default(value: Any) -> Any:
+    if isinstance(value, agg.SourceRow):
+        return value.to_json()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
         if isinstance(value, agg.Page):
@@ -156,10 +158,10 @@ class Api:
             view = agg.cost_view(index, agg.Filters())
             figures = {
                 "duration_s": (index.t1_ns - index.t0_ns) / 1e9 if index.spans else None,
-                "samples": view.totals.samples,
+                "samples": view.totals.counts.samples,
                 "auc": None,
-                "bytes_read": view.totals.bytes_read,
-                "cpu_seconds": view.totals.cpu_seconds,
+                "bytes_read": view.totals.counts.bytes_read,
+                "cpu_seconds": view.totals.counts.cpu_seconds,
             }
         return {"job_id": job_id, **_identity(brief), "trace_files": brief.trace_files, "has_report": brief.report is not None, **figures}
 

@@ -24,25 +24,25 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16primus/v1/common.proto\x12\tprimus.v1\"c\n\x0bServiceInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12\x17\n\x0fmetrics_address\x18\x05 \x01(\t\"\xb2\x03\n\x0bSourceStats\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0f\n\x07samples\x18\x02 \x01(\x03\x12\x12\n\nbytes_read\x18\x03 \x01(\x03\x12\x13\n\x0b\x63pu_seconds\x18\x04 \x01(\x01\x12\x0f\n\x07retries\x18\x05 \x01(\x03\x12\x12\n\ntasks_done\x18\x06 \x01(\x03\x12\x19\n\x11tasks_quarantined\x18\x07 \x01(\x03\x12\x16\n\x0ewasted_samples\x18\x08 \x01(\x03\x12\x1a\n\x12wasted_cpu_seconds\x18\t \x01(\x01\x12\x1b\n\x13records_quarantined\x18\n \x01(\x03\x12\x14\n\x0cwasted_bytes\x18\x0b \x01(\x03\x12\x1c\n\x14speculative_attempts\x18\x0c \x01(\x03\x12\x15\n\rlabels_joined\x18\r \x01(\x03\x12 \n\x18records_non_finite_dense\x18\x0e \x01(\x03\x12#\n\x1brecords_label_out_of_domain\x18\x0f \x01(\x03\x12 \n\x18values_filled_non_finite\x18\x10 \x01(\x03\x12\x14\n\x0cpending_rows\x18\x11 \x01(\x03\"\x17\n\x15GetServiceInfoRequest\">\n\x16GetServiceInfoResponse\x12$\n\x04info\x18\x01 \x01(\x0b\x32\x16.primus.v1.ServiceInfo*\xcc\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_STATE_PENDING\x10\x01\x12\x16\n\x12JOB_STATE_PLANNING\x10\x02\x12\x15\n\x11JOB_STATE_RUNNING\x10\x03\x12\x17\n\x13JOB_STATE_SUSPENDED\x10\x04\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x05\x12\x14\n\x10JOB_STATE_FAILED\x10\x06\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x07*Z\n\x0bTaskPurpose\x12\x1c\n\x18TASK_PURPOSE_UNSPECIFIED\x10\x00\x12\x16\n\x12TASK_PURPOSE_TRAIN\x10\x01\x12\x15\n\x11TASK_PURPOSE_EVAL\x10\x02\x32\x64\n\x0bInfoService\x12U\n\x0eGetServiceInfo\x12 .primus.v1.GetServiceInfoRequest\x1a!.primus.v1.GetServiceInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16primus/v1/common.proto\x12\tprimus.v1\"c\n\x0bServiceInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12\x17\n\x0fmetrics_address\x18\x05 \x01(\t\"\xca\x03\n\x0bSourceStats\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0f\n\x07samples\x18\x02 \x01(\x03\x12\x12\n\nbytes_read\x18\x03 \x01(\x03\x12\x13\n\x0b\x63pu_seconds\x18\x04 \x01(\x01\x12\x0f\n\x07retries\x18\x05 \x01(\x03\x12\x12\n\ntasks_done\x18\x06 \x01(\x03\x12\x19\n\x11tasks_quarantined\x18\x07 \x01(\x03\x12\x16\n\x0ewasted_samples\x18\x08 \x01(\x03\x12\x1a\n\x12wasted_cpu_seconds\x18\t \x01(\x01\x12\x1b\n\x13records_quarantined\x18\n \x01(\x03\x12\x14\n\x0cwasted_bytes\x18\x0b \x01(\x03\x12\x1c\n\x14speculative_attempts\x18\x0c \x01(\x03\x12\x15\n\rlabels_joined\x18\r \x01(\x03\x12 \n\x18records_non_finite_dense\x18\x0e \x01(\x03\x12#\n\x1brecords_label_out_of_domain\x18\x0f \x01(\x03\x12 \n\x18values_filled_non_finite\x18\x10 \x01(\x03\x12\x14\n\x0cpending_rows\x18\x11 \x01(\x03\x12\x16\n\x0eleases_expired\x18\x12 \x01(\x03\"\x17\n\x15GetServiceInfoRequest\">\n\x16GetServiceInfoResponse\x12$\n\x04info\x18\x01 \x01(\x0b\x32\x16.primus.v1.ServiceInfo*\xcc\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_STATE_PENDING\x10\x01\x12\x16\n\x12JOB_STATE_PLANNING\x10\x02\x12\x15\n\x11JOB_STATE_RUNNING\x10\x03\x12\x17\n\x13JOB_STATE_SUSPENDED\x10\x04\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x05\x12\x14\n\x10JOB_STATE_FAILED\x10\x06\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x07*Z\n\x0bTaskPurpose\x12\x1c\n\x18TASK_PURPOSE_UNSPECIFIED\x10\x00\x12\x16\n\x12TASK_PURPOSE_TRAIN\x10\x01\x12\x15\n\x11TASK_PURPOSE_EVAL\x10\x02\x32\x64\n\x0bInfoService\x12U\n\x0eGetServiceInfo\x12 .primus.v1.GetServiceInfoRequest\x1a!.primus.v1.GetServiceInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'primus.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_JOBSTATE']._serialized_start=665
-  _globals['_JOBSTATE']._serialized_end=869
-  _globals['_TASKPURPOSE']._serialized_start=871
-  _globals['_TASKPURPOSE']._serialized_end=961
+  _globals['_JOBSTATE']._serialized_start=689
+  _globals['_JOBSTATE']._serialized_end=893
+  _globals['_TASKPURPOSE']._serialized_start=895
+  _globals['_TASKPURPOSE']._serialized_end=985
   _globals['_SERVICEINFO']._serialized_start=37
   _globals['_SERVICEINFO']._serialized_end=136
   _globals['_SOURCESTATS']._serialized_start=139
-  _globals['_SOURCESTATS']._serialized_end=573
-  _globals['_GETSERVICEINFOREQUEST']._serialized_start=575
-  _globals['_GETSERVICEINFOREQUEST']._serialized_end=598
-  _globals['_GETSERVICEINFORESPONSE']._serialized_start=600
-  _globals['_GETSERVICEINFORESPONSE']._serialized_end=662
-  _globals['_INFOSERVICE']._serialized_start=963
-  _globals['_INFOSERVICE']._serialized_end=1063
+  _globals['_SOURCESTATS']._serialized_end=597
+  _globals['_GETSERVICEINFOREQUEST']._serialized_start=599
+  _globals['_GETSERVICEINFOREQUEST']._serialized_end=622
+  _globals['_GETSERVICEINFORESPONSE']._serialized_start=624
+  _globals['_GETSERVICEINFORESPONSE']._serialized_end=686
+  _globals['_INFOSERVICE']._serialized_start=987
+  _globals['_INFOSERVICE']._serialized_end=1087
 # @@protoc_insertion_point(module_scope)

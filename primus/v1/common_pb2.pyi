@@ -49,7 +49,7 @@ class ServiceInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., version: _Optional[str] = ..., metrics_address: _Optional[str] = ...) -> None: ...
 
 class SourceStats(_message.Message):
-    __slots__ = ("source", "samples", "bytes_read", "cpu_seconds", "retries", "tasks_done", "tasks_quarantined", "wasted_samples", "wasted_cpu_seconds", "records_quarantined", "wasted_bytes", "speculative_attempts", "labels_joined", "records_non_finite_dense", "records_label_out_of_domain", "values_filled_non_finite", "pending_rows")
+    __slots__ = ("source", "samples", "bytes_read", "cpu_seconds", "retries", "tasks_done", "tasks_quarantined", "wasted_samples", "wasted_cpu_seconds", "records_quarantined", "wasted_bytes", "speculative_attempts", "labels_joined", "records_non_finite_dense", "records_label_out_of_domain", "values_filled_non_finite", "pending_rows", "leases_expired")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     BYTES_READ_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +67,7 @@ class SourceStats(_message.Message):
     RECORDS_LABEL_OUT_OF_DOMAIN_FIELD_NUMBER: _ClassVar[int]
     VALUES_FILLED_NON_FINITE_FIELD_NUMBER: _ClassVar[int]
     PENDING_ROWS_FIELD_NUMBER: _ClassVar[int]
+    LEASES_EXPIRED_FIELD_NUMBER: _ClassVar[int]
     source: str
     samples: int
     bytes_read: int
@@ -84,7 +85,8 @@ class SourceStats(_message.Message):
     records_label_out_of_domain: int
     values_filled_non_finite: int
     pending_rows: int
-    def __init__(self, source: _Optional[str] = ..., samples: _Optional[int] = ..., bytes_read: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., retries: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_quarantined: _Optional[int] = ..., wasted_samples: _Optional[int] = ..., wasted_cpu_seconds: _Optional[float] = ..., records_quarantined: _Optional[int] = ..., wasted_bytes: _Optional[int] = ..., speculative_attempts: _Optional[int] = ..., labels_joined: _Optional[int] = ..., records_non_finite_dense: _Optional[int] = ..., records_label_out_of_domain: _Optional[int] = ..., values_filled_non_finite: _Optional[int] = ..., pending_rows: _Optional[int] = ...) -> None: ...
+    leases_expired: int
+    def __init__(self, source: _Optional[str] = ..., samples: _Optional[int] = ..., bytes_read: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., retries: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_quarantined: _Optional[int] = ..., wasted_samples: _Optional[int] = ..., wasted_cpu_seconds: _Optional[float] = ..., records_quarantined: _Optional[int] = ..., wasted_bytes: _Optional[int] = ..., speculative_attempts: _Optional[int] = ..., labels_joined: _Optional[int] = ..., records_non_finite_dense: _Optional[int] = ..., records_label_out_of_domain: _Optional[int] = ..., values_filled_non_finite: _Optional[int] = ..., pending_rows: _Optional[int] = ..., leases_expired: _Optional[int] = ...) -> None: ...
 
 class GetServiceInfoRequest(_message.Message):
     __slots__ = ()

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from primus.counters import SourceAccount
+from primus.counters import REPORTED, SourceAccount
 
 
 @dataclass(frozen=True)
 class WorkDone:
+    """An attempt's report: its rows, bytes and CPU, and a field for each counter primus.counters marks reported."""
+
     rows: int = 0
     bytes_read: int = 0
     cpu_seconds: float = 0.0
@@ -28,3 +30,9 @@ def charge(account: SourceAccount, work: WorkDone, wasted: bool) -> None:
         account.wasted_samples += work.rows
         account.wasted_cpu_seconds += work.cpu_seconds
         account.wasted_bytes += work.bytes_read
+
+
+def accept(account: SourceAccount, work: WorkDone) -> None:
+    """An accepted attempt adds what it reported of the counters primus.counters marks reported."""
+    for name in REPORTED:
+        setattr(account, name, getattr(account, name) + getattr(work, name))

@@ -21,7 +21,7 @@ from primus.counters import SourceAccount
 from primus.errors import ConflictError, NotFoundError
 from primus.settings import PlannerSettings
 from primus.v1 import common_pb2
-from services.planner.accounts import WorkDone, charge
+from services.planner.accounts import WorkDone, accept, charge
 from services.planner.pending import LeaseHeap, PurposeQueues, RunningMedian, SourceQueue
 from services.planner.shares import SourceCandidate, SourceShare, catch_up, choose_source
 from services.planner.task_state import (
@@ -447,11 +447,7 @@ class TaskLedger:
             charge(account, work, wasted)
             if wasted:
                 return False
-            account.records_quarantined += work.records_quarantined
-            account.labels_joined += work.labels_joined
-            account.records_label_out_of_domain += work.records_label_out_of_domain
-            account.records_non_finite_dense += work.records_non_finite_dense
-            account.values_filled_non_finite += work.values_filled_non_finite
+            accept(account, work)
             if entry.status is DONE:  # the trainer committed it before this report arrived
                 return True
             self._durations.add(max(0.0, now - entry.leased_at))
@@ -560,6 +556,7 @@ class TaskLedger:
             deadline, task_id = heapq.heappop(heap)
             entry = self._entries[task_id]
             if entry.status is LEASED and entry.leased_at + self._lease_seconds == deadline:
+                self.accounts[entry.spec.source].leases_expired += 1
                 self._retry_or_quarantine(entry, Event.EXPIRE, f"lease held by {entry.executor} expired")
 
     def _entry(self, task_id: str) -> TaskEntry:

@@ -1,5 +1,5 @@
-"""The planner's Prometheus metrics: its ledgers' tasks and per-source accounts, read at each scrape, and how long
-LeaseTask and ClaimTask take, observed as they are answered."""
+"""The planner's Prometheus metrics: its ledgers' tasks and per-source accounts (a counter family per counter of
+primus.counters), read at each scrape, and how long LeaseTask and ClaimTask take, observed as they are answered."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from primus.counters import COUNTERS
 from primus.v1 import common_pb2
 from services.planner.ledger import TaskStatus
 from services.planner.registry import PlanRegistry
@@ -16,20 +17,6 @@ from services.planner.servicer import Timed
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)  # a lease long-polls up to 1 s
 PURPOSES: dict[int, str] = {common_pb2.TASK_PURPOSE_TRAIN: "train", common_pb2.TASK_PURPOSE_EVAL: "eval"}
-_ACCOUNTS = (
-    ("samples", "primus_planner_samples", "Useful samples: committed training rows and evaluated rows, per source"),
-    ("bytes_read", "primus_planner_bytes_read", "Bytes read from storage by every attempt, per source"),
-    ("cpu_seconds", "primus_planner_cpu_seconds", "Executor CPU time spent reading and transforming, per source"),
-    ("retries", "primus_planner_retries", "Task attempts after the first, per source"),
-    ("wasted_samples", "primus_planner_wasted_samples", "Rows of failed or superseded attempts, per source"),
-    ("wasted_bytes", "primus_planner_wasted_bytes", "Bytes of failed or superseded attempts, per source"),
-    ("tasks_quarantined", "primus_planner_tasks_quarantined", "Tasks quarantined after their last attempt, per source"),
-    ("records_quarantined", "primus_planner_records_quarantined", "Records set aside with their reason (any reason), per source"),
-    ("records_label_out_of_domain", "primus_planner_records_label_out_of_domain", "Records quarantined for a null, NaN or non-binary label, per source"),
-    ("records_non_finite_dense", "primus_planner_records_non_finite_dense", "Records quarantined for a NaN or infinite dense value, per source"),
-    ("values_filled_non_finite", "primus_planner_values_filled_non_finite", "NaN or infinite dense values replaced by 0.0, per source"),
-    ("speculative_attempts", "primus_planner_speculative_attempts", "Speculative copies of straggling tasks, per source"),
-)
 
 
 def latency_histograms(registry: CollectorRegistry) -> Timed:
@@ -59,8 +46,8 @@ def planner_metrics(registry: PlanRegistry) -> Iterator[Metric]:
             family.add_metric([source, purpose, status.value], tasks.get((source, purpose, status.value), 0))
     yield family
     accounts = registry.accounts()
-    for attribute, name, documentation in _ACCOUNTS:
-        counter = CounterMetricFamily(name, documentation, labels=["source"])
+    for declared in COUNTERS:  # every counter of primus.counters, as primus_planner_<name>_total
+        counter = CounterMetricFamily(f"primus_planner_{declared.name}", f"{declared.description} Per source, summed over jobs.", labels=["source"])
         for source, account in sorted(accounts.items()):
-            counter.add_metric([source], getattr(account, attribute))
+            counter.add_metric([source], getattr(account, declared.name))
         yield counter

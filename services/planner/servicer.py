@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import grpc
 
+from primus.counters import REPORTED
 from primus.errors import InvalidRequestError, PrimusError
 from primus.settings import PlannerSettings
 from primus.sources.wire import piece_to_split
@@ -74,16 +75,8 @@ def task_proto(job_id: str, spec: TaskSpec, attempt: int, deadline: float, start
 
 
 def _work(stats: planner_pb2.TaskStats) -> WorkDone:
-    return WorkDone(
-        rows=stats.rows,
-        bytes_read=stats.bytes_read,
-        cpu_seconds=stats.cpu_seconds,
-        records_quarantined=stats.records_quarantined,
-        labels_joined=stats.labels_joined,
-        records_label_out_of_domain=stats.records_label_out_of_domain,
-        records_non_finite_dense=stats.records_non_finite_dense,
-        values_filled_non_finite=stats.values_filled_non_finite,
-    )
+    reported = {name: getattr(stats, name) for name in REPORTED}  # a TaskStats field of each counter's name
+    return WorkDone(rows=stats.rows, bytes_read=stats.bytes_read, cpu_seconds=stats.cpu_seconds, **reported)
 
 
 def _progress(items: list[planner_pb2.TaskProgress]) -> list[Progress]:

@@ -309,13 +309,16 @@ function filterBar(job, params, id) {
 // --- cost ----------------------------------------------------------------------------------------
 
 function drawCost(section, servicesSection, cost, job) {
+  // [header, cell, class, the counter it shows]: a counter's column is titled with its description (primus.counters).
   const cols = [
-    ["source", (r) => r.source, "text"], ["samples", (r) => fmtInt(r.samples)], ["MiB read", (r) => fmtMiB(r.bytes_read)],
-    ["CPU s", (r) => fmtSec(r.cpu_seconds)], ["retries", (r) => fmtInt(r.retries)], ["wasted samples", (r) => fmtInt(r.wasted_samples)],
-    ["wasted MiB", (r) => fmtMiB(r.wasted_bytes)], ["wasted CPU s", (r) => fmtSec(r.wasted_cpu_seconds)],
+    ["source", (r) => r.source, "text"], ["samples", (r) => fmtInt(r.samples), null, "samples"], ["MiB read", (r) => fmtMiB(r.bytes_read), null, "bytes_read"],
+    ["CPU s", (r) => fmtSec(r.cpu_seconds), null, "cpu_seconds"], ["retries", (r) => fmtInt(r.retries), null, "retries"],
+    ["wasted samples", (r) => fmtInt(r.wasted_samples), null, "wasted_samples"], ["wasted MiB", (r) => fmtMiB(r.wasted_bytes), null, "wasted_bytes"],
+    ["wasted CPU s", (r) => fmtSec(r.wasted_cpu_seconds), null, "wasted_cpu_seconds"],
     ["share MiB", (r) => fmtPct(r.share_bytes)], ["share CPU", (r) => fmtPct(r.share_cpu)],
     ["traced", (r) => (r.consistent === null ? "-" : el("span", { class: "badge " + (r.consistent ? "yes" : "no"), title: `spans: ${fmtMiB(r.traced_bytes)} MiB, ${fmtSec(r.traced_cpu_seconds)} CPU s` }, r.consistent ? "agrees" : "differs"))],
   ];
+  const described = Object.fromEntries(cost.counters.map((c) => [c.name, c.description]));
   const data = (r) => ({
     source: r.source, samples: r.samples, bytes: r.bytes_read, cpu: r.cpu_seconds, retries: r.retries,
     wastedSamples: r.wasted_samples, wastedBytes: r.wasted_bytes, wastedCpu: r.wasted_cpu_seconds,
@@ -324,11 +327,12 @@ function drawCost(section, servicesSection, cost, job) {
   section.replaceChildren(
     el("h2", {}, "Cost per data source"),
     el("div", { class: "scroll" }, el("table", { id: "cost-sources", dataset: { basis: cost.basis } },
-      el("thead", {}, el("tr", {}, cols.map(([h, , cls]) => el("th", { class: cls || null }, h)))),
+      el("thead", {}, el("tr", {}, cols.map(([h, , cls, counter]) => el("th", { class: cls || null, title: described[counter] || null }, h)))),
       el("tbody", {}, cost.sources.map((r) => row(r))),
       el("tfoot", {}, row(cost.totals, { id: "cost-total" })),
     )),
     el("p", { class: "note", id: "cost-basis" }, `${cost.basis === "report" ? "from report.json" : "from the spans"}: ${cost.note}; shares are of the whole job`),
+    cost.basis === "report" ? everyCounter(cost) : null,
     stackedBars(cost, job),
   );
   const scols = ["service", "spans", "CPU s in spans", "errors", "s in spans", "processes"];
@@ -342,6 +346,17 @@ function drawCost(section, servicesSection, cost, job) {
         el("td", {}, fmtSec(s.span_seconds, 2)), el("td", {}, fmtInt(s.processes)))))),
     el("p", { class: "note" }, "CPU seconds the spans of each service report (primus.cpu_seconds): a transform's CPU is inside its read's."),
   );
+}
+
+function everyCounter(cost) {
+  // Every counter of the ledger, as primus.counters declares it, per source: one the table above leaves out shows here.
+  const rows = [...cost.sources, cost.totals];
+  return el("details", { id: "cost-counters" }, el("summary", {}, `every counter of the ledger (${cost.counters.length})`),
+    el("div", { class: "scroll" }, el("table", {},
+      el("thead", {}, el("tr", {}, el("th", { class: "text" }, "counter"), rows.map((r) => el("th", {}, r.source)), el("th", { class: "text" }, "what it counts"))),
+      el("tbody", {}, cost.counters.map((c) => el("tr", { dataset: { counter: c.name } },
+        el("td", { class: "text" }, c.name), rows.map((r) => el("td", {}, c.real ? fmtSec(r[c.name]) : fmtInt(r[c.name]))),
+        el("td", { class: "text note" }, c.description + (c.waste ? " (waste)" : ""))))))));
 }
 
 function stackedBars(cost, job) {
