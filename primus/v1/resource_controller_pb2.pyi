@@ -112,7 +112,7 @@ class ExecutorResources(_message.Message):
     def __init__(self, cpu: _Optional[float] = ..., memory_mib: _Optional[int] = ..., gpus: _Optional[int] = ...) -> None: ...
 
 class Executor(_message.Message):
-    __slots__ = ("executor_id", "job_id", "role", "state", "pid", "address", "data_address", "exit_code", "resources", "backend", "log_path", "exit_reason", "message", "limits", "telemetry", "slot", "heartbeat_unix", "host_id")
+    __slots__ = ("executor_id", "job_id", "role", "state", "pid", "address", "data_address", "exit_code", "resources", "backend_kind", "log_path", "exit_reason", "message", "limits", "telemetry", "slot", "heartbeat_unix", "host_id")
     EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -122,7 +122,7 @@ class Executor(_message.Message):
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
-    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_KIND_FIELD_NUMBER: _ClassVar[int]
     LOG_PATH_FIELD_NUMBER: _ClassVar[int]
     EXIT_REASON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -140,7 +140,7 @@ class Executor(_message.Message):
     data_address: str
     exit_code: int
     resources: ExecutorResources
-    backend: str
+    backend_kind: BackendKind
     log_path: str
     exit_reason: ExitReason
     message: str
@@ -149,7 +149,7 @@ class Executor(_message.Message):
     slot: int
     heartbeat_unix: float
     host_id: str
-    def __init__(self, executor_id: _Optional[str] = ..., job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., exit_code: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., backend: _Optional[str] = ..., log_path: _Optional[str] = ..., exit_reason: _Optional[_Union[ExitReason, str]] = ..., message: _Optional[str] = ..., limits: _Optional[_Union[LimitMechanism, str]] = ..., telemetry: _Optional[_Union[ExecutorTelemetry, _Mapping]] = ..., slot: _Optional[int] = ..., heartbeat_unix: _Optional[float] = ..., host_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, executor_id: _Optional[str] = ..., job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., exit_code: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., backend_kind: _Optional[_Union[BackendKind, str]] = ..., log_path: _Optional[str] = ..., exit_reason: _Optional[_Union[ExitReason, str]] = ..., message: _Optional[str] = ..., limits: _Optional[_Union[LimitMechanism, str]] = ..., telemetry: _Optional[_Union[ExecutorTelemetry, _Mapping]] = ..., slot: _Optional[int] = ..., heartbeat_unix: _Optional[float] = ..., host_id: _Optional[str] = ...) -> None: ...
 
 class ExecutorTelemetry(_message.Message):
     __slots__ = ("unix_time", "cpu_seconds", "cpu_limit", "rss_bytes", "memory_limit_bytes", "bytes_read", "rows_served", "queue_depth", "arena_misses", "streams_active", "reader_threads", "memory_budget_bytes", "draining", "stall_seconds", "steps", "samples")
@@ -188,7 +188,7 @@ class ExecutorTelemetry(_message.Message):
     def __init__(self, unix_time: _Optional[float] = ..., cpu_seconds: _Optional[float] = ..., cpu_limit: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., memory_limit_bytes: _Optional[int] = ..., bytes_read: _Optional[int] = ..., rows_served: _Optional[int] = ..., queue_depth: _Optional[int] = ..., arena_misses: _Optional[int] = ..., streams_active: _Optional[int] = ..., reader_threads: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., draining: _Optional[bool] = ..., stall_seconds: _Optional[float] = ..., steps: _Optional[int] = ..., samples: _Optional[int] = ...) -> None: ...
 
 class LaunchExecutorsRequest(_message.Message):
-    __slots__ = ("job_id", "role", "count", "resources", "run_dir", "planner_address", "master_address", "replaces_executor_id", "backend", "placement_json", "elastic", "join_gang")
+    __slots__ = ("job_id", "role", "count", "resources", "run_dir", "planner_address", "master_address", "replaces_executor_id", "backend_kind", "placement_json", "elastic", "join_gang")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -197,7 +197,7 @@ class LaunchExecutorsRequest(_message.Message):
     PLANNER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     REPLACES_EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
-    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_KIND_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_JSON_FIELD_NUMBER: _ClassVar[int]
     ELASTIC_FIELD_NUMBER: _ClassVar[int]
     JOIN_GANG_FIELD_NUMBER: _ClassVar[int]
@@ -209,11 +209,11 @@ class LaunchExecutorsRequest(_message.Message):
     planner_address: str
     master_address: str
     replaces_executor_id: str
-    backend: str
+    backend_kind: BackendKind
     placement_json: str
     elastic: bool
     join_gang: bool
-    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., count: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., run_dir: _Optional[str] = ..., planner_address: _Optional[str] = ..., master_address: _Optional[str] = ..., replaces_executor_id: _Optional[str] = ..., backend: _Optional[str] = ..., placement_json: _Optional[str] = ..., elastic: _Optional[bool] = ..., join_gang: _Optional[bool] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., count: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., run_dir: _Optional[str] = ..., planner_address: _Optional[str] = ..., master_address: _Optional[str] = ..., replaces_executor_id: _Optional[str] = ..., backend_kind: _Optional[_Union[BackendKind, str]] = ..., placement_json: _Optional[str] = ..., elastic: _Optional[bool] = ..., join_gang: _Optional[bool] = ...) -> None: ...
 
 class LaunchExecutorsResponse(_message.Message):
     __slots__ = ("executors",)
@@ -417,16 +417,16 @@ class RoleSize(_message.Message):
     def __init__(self, role: _Optional[_Union[ExecutorRole, str]] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., count: _Optional[int] = ...) -> None: ...
 
 class CheckPlacementRequest(_message.Message):
-    __slots__ = ("job_id", "backend", "placement_json", "sizes")
+    __slots__ = ("job_id", "backend_kind", "placement_json", "sizes")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
-    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_KIND_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_JSON_FIELD_NUMBER: _ClassVar[int]
     SIZES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    backend: str
+    backend_kind: BackendKind
     placement_json: str
     sizes: _containers.RepeatedCompositeFieldContainer[RoleSize]
-    def __init__(self, job_id: _Optional[str] = ..., backend: _Optional[str] = ..., placement_json: _Optional[str] = ..., sizes: _Optional[_Iterable[_Union[RoleSize, _Mapping]]] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., backend_kind: _Optional[_Union[BackendKind, str]] = ..., placement_json: _Optional[str] = ..., sizes: _Optional[_Iterable[_Union[RoleSize, _Mapping]]] = ...) -> None: ...
 
 class CheckPlacementResponse(_message.Message):
     __slots__ = ("problem",)

@@ -7,7 +7,7 @@ from typing import Any
 
 import grpc
 
-from primus.backend_kinds import BackendKind, parse_backend
+from primus.backend_kinds import BackendKind, backend_of_proto, backend_to_proto
 from primus.errors import InvalidRequestError
 from primus.roles import Role, role_of_proto, role_to_proto
 from primus.v1 import resource_controller_pb2 as rc_pb2
@@ -32,7 +32,7 @@ def executor_proto(record: ExecutorRecord) -> rc_pb2.Executor:
         data_address=record.data_address,
         exit_code=record.exit_code,
         resources=rc_pb2.ExecutorResources(cpu=record.cpu, memory_mib=record.memory_mib, gpus=record.gpus),
-        backend=record.backend.value,
+        backend_kind=backend_to_proto(record.backend),
         host_id=record.host_id,
         log_path=record.log_path,
         exit_reason=EXIT_REASONS[record.exit_reason] if record.exit_reason else rc_pb2.EXIT_REASON_UNSPECIFIED,
@@ -63,9 +63,9 @@ def _role(value: int) -> Role:
         raise InvalidRequestError(f"role must be EXECUTOR_ROLE_DATA_EXECUTOR or EXECUTOR_ROLE_TRAINER, not {value}") from None
 
 
-def _backend(name: str) -> BackendKind:
+def _backend(value: int) -> BackendKind:
     try:
-        return parse_backend(name or BackendKind.LOCAL)
+        return backend_of_proto(value)
     except ValueError as exc:
         raise InvalidRequestError(str(exc)) from None
 
@@ -93,7 +93,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
             planner_address=request.planner_address,
             master_address=request.master_address,
             replaces=request.replaces_executor_id,
-            backend=_backend(request.backend),
+            backend=_backend(request.backend_kind),
             placement=_placement(request.placement_json),
             elastic=request.elastic,
             join_gang=request.join_gang,
@@ -115,7 +115,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
 
     def CheckPlacement(self, request: rc_pb2.CheckPlacementRequest, context: grpc.ServicerContext) -> rc_pb2.CheckPlacementResponse:
         sizes = [RoleSize(_role(s.role), s.resources.cpu, s.resources.memory_mib, max(1, s.count), s.resources.gpus) for s in request.sizes]
-        problem = self._pool.check_placement(request.job_id, _backend(request.backend), _placement(request.placement_json), sizes)
+        problem = self._pool.check_placement(request.job_id, _backend(request.backend_kind), _placement(request.placement_json), sizes)
         return rc_pb2.CheckPlacementResponse(problem=problem)
 
     def RegisterExecutor(self, request: rc_pb2.RegisterExecutorRequest, context: grpc.ServicerContext) -> rc_pb2.RegisterExecutorResponse:
