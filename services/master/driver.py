@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -15,6 +14,7 @@ from primus import faults, telemetry
 from primus.backend_kinds import backend_to_proto
 from primus.errors import ConflictError, InvalidRequestError, StorageFullError, disk_full
 from primus.job_state import JobState
+from primus.placement_proto import placement_to_proto
 from primus.roles import ROLES, Role, of_proto, role_to_proto
 from primus.settings import MasterSettings
 from primus.spec import JobSpec, TrainingJob, load_job_text
@@ -111,7 +111,7 @@ class JobDriver:
             for role, r in ((Role.DATA_EXECUTOR, resources.data_executor), (Role.TRAINER, resources.trainer))
         ]
         request = rc_pb2.CheckPlacementRequest(
-            job_id=job.metadata.name, backend_kind=backend_to_proto(resources.backend), placement_json=json.dumps(resources.placement()), sizes=sizes
+            job_id=job.metadata.name, backend_kind=backend_to_proto(resources.backend), placement=placement_to_proto(resources), sizes=sizes
         )
         try:
             problem = self._peers.rc.CheckPlacement(request, timeout=30).problem
@@ -423,7 +423,7 @@ class JobDriver:
                 master_address=self._own_info().address,
                 replaces_executor_id=replaces,
                 backend_kind=backend_to_proto(spec.resources.backend),
-                placement_json=json.dumps(spec.resources.placement()),
+                placement=placement_to_proto(spec.resources),
                 elastic=role is Role.TRAINER and spec.resources.trainer.elastic,
                 join_gang=join_gang,
             ),
