@@ -28,6 +28,7 @@ from primus import rpc
 from primus.cluster import start_cluster, stop_services
 from primus.demo import demo_job
 from primus.demo_data import generate_dataset
+from primus.roles import Role, role_to_proto
 from primus.spec import load_job_file
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
@@ -136,10 +137,10 @@ def measure_resize(work: Path | None = None) -> dict[str, Any]:
             scaled = _submit_elastic(master, dataset, root, "dp-scale")
             _await(master, scaled, f"step {RESIZE_AFTER_STEPS}", lambda job: job.progress.step >= RESIZE_AFTER_STEPS)
             asked = time.perf_counter()
-            master.ScaleJob(master_pb2.ScaleJobRequest(job_id=scaled, role="trainer", replicas=3, reason="benchmark"), timeout=30)
+            master.ScaleJob(master_pb2.ScaleJobRequest(job_id=scaled, executor_role=role_to_proto(Role.TRAINER), replicas=3, reason="benchmark"), timeout=30)
             _await(master, scaled, "a third rank", lambda job: job.progress.trainer_ranks == 3)
             seated_after = time.perf_counter() - asked
-            master.ScaleJob(master_pb2.ScaleJobRequest(job_id=scaled, role="trainer", replicas=2, reason="benchmark"), timeout=30)
+            master.ScaleJob(master_pb2.ScaleJobRequest(job_id=scaled, executor_role=role_to_proto(Role.TRAINER), replicas=2, reason="benchmark"), timeout=30)
             scale_report = _report(master, scaled)
             killed = _submit_elastic(master, dataset, root, "dp-kill")
             _await(master, killed, f"step {RESIZE_AFTER_STEPS}", lambda job: job.progress.step >= RESIZE_AFTER_STEPS)

@@ -25,6 +25,7 @@ from google.protobuf import json_format
 from primus import masters, security
 from primus.errors import ConflictError, NotFoundError, PrimusError, SpecError, UnavailableError
 from primus.job_state import JobState as JobState  # re-exported: SDK users read job.state
+from primus.roles import Role, parse_role, role_to_proto
 from primus.spec import TrainingJob
 from primus.v1 import access_pb2, access_pb2_grpc, common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
@@ -185,11 +186,12 @@ class PrimusClient:
         reply = self._call(self._stub.DeleteJob, master_pb2.DeleteJobRequest(job_id=job_id, purge=purge), job_id)
         return str(reply.run_dir), bool(reply.purged)
 
-    def scale(self, job_id: str, role: str, replicas: int, reason: str = "", bounds: tuple[int, int] | None = None) -> tuple[JobView, int, int]:
-        """Set a running job's count of a role (dataExecutor; 0: kept) and/or its autoscale bounds (min, max); (the job,
-        executors launched, executors draining)."""
+    def scale(self, job_id: str, role: Role | str, replicas: int, reason: str = "", bounds: tuple[int, int] | None = None) -> tuple[JobView, int, int]:
+        """Set a running job's count of a role (a Role, or its spec name: dataExecutor; 0: kept) and/or its autoscale
+        bounds (min, max); (the job, executors launched, executors draining). ValueError for a name that is no role."""
         low, high = bounds or (0, 0)
-        request = master_pb2.ScaleJobRequest(job_id=job_id, role=role, replicas=replicas, reason=reason, min_replicas=low, max_replicas=high)
+        executor_role = role_to_proto(parse_role(role))
+        request = master_pb2.ScaleJobRequest(job_id=job_id, executor_role=executor_role, replicas=replicas, reason=reason, min_replicas=low, max_replicas=high)
         reply = self._call(self._stub.ScaleJob, request, job_id)
         return JobView.from_proto(reply.job), int(reply.launched), int(reply.draining)
 

@@ -7,6 +7,7 @@ import filecmp
 import shutil
 import sys
 import tempfile
+from importlib import resources
 from pathlib import Path
 
 from grpc_tools import protoc
@@ -14,6 +15,7 @@ from grpc_tools import protoc
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "protos"
 OUT_PACKAGE = Path("primus") / "v1"
+WELL_KNOWN_TYPES = resources.files("grpc_tools") / "_proto"  # google/protobuf/*.proto (Struct), shipped with grpcio-tools
 INIT_TEXT = '"""Generated protobuf and gRPC code for primus.v1: never edit by hand, run scripts/gen_protos.py."""\n'
 
 
@@ -24,6 +26,7 @@ def generate(out_root: Path) -> list[Path]:
     args = [
         "grpc_tools.protoc",
         f"-I{PROTO_ROOT}",
+        f"-I{WELL_KNOWN_TYPES}",
         f"--python_out={out_root}",
         f"--pyi_out={out_root}",
         f"--grpc_python_out={out_root}",

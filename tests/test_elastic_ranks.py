@@ -20,6 +20,7 @@ import yaml
 from primus import rpc
 from primus.cluster import ClusterState
 from primus.faults import FaultPlan, Pause
+from primus.roles import Role, role_to_proto
 from primus.spec import load_job_file
 from primus.v1 import master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
@@ -77,14 +78,14 @@ def test_the_gang_grows_to_three_ranks_and_shrinks_back_without_restarting(datas
         master, job_id = _submit(cluster, dataset, tmp_path, ranks=2)
         paused_mid_training(plan, master, job_id, GROW_AT, TRAIN_ROWS, timeout=TIMEOUT)
         first = {e.executor_id: e.pid for e in _trainers(cluster, job_id)}
-        scaled = master.ScaleJob(master_pb2.ScaleJobRequest(job_id=job_id, role="trainer", replicas=3, reason="test grow"), timeout=30)
+        scaled = master.ScaleJob(master_pb2.ScaleJobRequest(job_id=job_id, executor_role=role_to_proto(Role.TRAINER), replicas=3, reason="test grow"), timeout=30)
         assert scaled.launched == 1
         _wait("the joiner to wait for its seat", lambda: any(_logged(e, "waiting to be seated") for e in _trainers(cluster, job_id) if e.executor_id not in first))
         plan.release("trainer", GROW_AT)
         paused_mid_training(plan, master, job_id, SHRINK_AT, TRAIN_ROWS, timeout=TIMEOUT)
         progress = master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job.progress
         assert progress.trainer_ranks == 3, f"three ranks train by round {SHRINK_AT}: {progress}"
-        master.ScaleJob(master_pb2.ScaleJobRequest(job_id=job_id, role="trainer", replicas=2, reason="test shrink"), timeout=30)
+        master.ScaleJob(master_pb2.ScaleJobRequest(job_id=job_id, executor_role=role_to_proto(Role.TRAINER), replicas=2, reason="test shrink"), timeout=30)
         plan.release("trainer", SHRINK_AT)
         report = finish_job(master, job_id, timeout=TIMEOUT)
         trainers = _trainers(cluster, job_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from primus.backend_kinds import BackendKind, backend_to_proto
 from primus.counters import CARRIED, COUNTERS, NAMES
 from primus.job_report import ExecutorRow, JobReport, ServiceRow
 from primus.job_state import JobState
@@ -163,7 +164,7 @@ def test_the_master_builds_that_report_from_its_peers_answers() -> None:
         exit_reason=rc_pb2.EXIT_REASON_RELEASED,
         resources=rc_pb2.ExecutorResources(cpu=2.0, memory_mib=2048),
         limits=rc_pb2.LIMIT_MECHANISM_CGROUP_V2,
-        backend="local",
+        backend_kind=backend_to_proto(BackendKind.LOCAL),
         log_path="/runs/j1/logs/j1-data-executor-0.log",
     )
     summary = planner_pb2.PlanSummary(

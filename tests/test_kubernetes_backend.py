@@ -20,7 +20,7 @@ import yaml
 from kubernetes import client as k8s
 
 from primus import rpc
-from primus.backend_kinds import BackendKind
+from primus.backend_kinds import BackendKind, backend_of_proto
 from primus.client import PrimusClient
 from primus.cluster import ClusterState, local_security, start_cluster, stop_services
 from primus.roles import Role
@@ -552,7 +552,7 @@ def test_job_survives_a_deleted_data_executor_pod(kube: KubeApiDouble, kube_clus
     _assert_exact(report, dataset)
     assert report["restarts"] == {"data executor": 1}
     (record,) = [e for e in rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=job_id), timeout=10).executors if e.executor_id == victim]
-    assert (record.state, record.exit_reason, record.backend) == (rc_pb2.EXECUTOR_STATE_FAILED, rc_pb2.EXIT_REASON_ERROR, "kubernetes")
+    assert (record.state, record.exit_reason, backend_of_proto(record.backend_kind)) == (rc_pb2.EXECUTOR_STATE_FAILED, rc_pb2.EXIT_REASON_ERROR, BackendKind.KUBERNETES)
     assert record.message.startswith("its pod was deleted"), record.message
     kube.wait_for(lambda: not kube.pods(NS, f"primus.io/job={job_id}"), "the job's pods to be deleted once it ended")
 

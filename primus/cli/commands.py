@@ -36,6 +36,7 @@ from primus.errors import DataError, InvalidRequestError, PrimusError, SpecError
 from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
 from primus.job_output import describe_job, follow, print_data, print_jobs, print_queues
 from primus.job_state import JobState
+from primus.roles import parse_role
 from primus.scaling_log import ScalingRow, scaling_table
 from primus.spec import TrainingJob, load_job_file, load_job_text
 from primus.v1 import planner_pb2, planner_pb2_grpc
@@ -345,7 +346,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
         if args.replicas is None and args.min is None:
             raise UserError("primus scale needs --replicas N, or --min N --max M")
         bounds = (args.min, args.max) if args.min is not None and args.max is not None else None
-        job, launched, draining = client.scale(args.job_id, args.role, args.replicas or 0, args.reason, bounds)
+        job, launched, draining = client.scale(args.job_id, parse_role(args.role), args.replicas or 0, args.reason, bounds)
     said = f"{args.role} set to {args.replicas}" if bounds is None else job.message
     console.print(f"{job.job_id}: {said} ({launched} launched, {draining} draining)", highlight=False)
     return 0

@@ -123,13 +123,16 @@ class YarnPlacement(SpecModel):
     node_label: str | None = None
 
 
+RankStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]  # Ray's placement group strategies
+
+
 class RayPlacement(SpecModel):
     """Extra Ray resources the actors ask for (resources.backend: ray): every actor's, e.g. {"data_node": 1}, and one
     role's on top (roleResources: {dataExecutor: {...}, trainer: {...}}), which places the roles on different nodes."""
 
     resources: dict[str, float] = {}
     role_resources: dict[Literal["dataExecutor", "trainer"], dict[str, float]] = {}
-    rank_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+    rank_strategy: RankStrategy = Field(
         "PACK", description="how a data-parallel trainer's ranks (one placement group, placed all or none) spread over nodes: STRICT_SPREAD, one a node"
     )
 
@@ -145,6 +148,9 @@ class SlurmPlacement(SpecModel):
         None, pattern=NAME_PATTERN, description="the QOS every executor's batch job runs under (its limits and priority); needs a cluster with accounting (slurmdbd)"
     )
     role_qos: dict[Literal["dataExecutor", "trainer"], str] = Field({}, description="a QOS per role, over qos (trainers on a QOS that preempts, say)")
+
+
+PlacementBlock = KubernetesPlacement | YarnPlacement | RayPlacement | SlurmPlacement  # the backend's block of a job's resources
 
 
 class Resources(SpecModel):
@@ -202,7 +208,21 @@ class Resources(SpecModel):
             raise ValueError(f"the executors at submit need {memory} MiB, above quota.memoryMiB {self.quota.memory_mib}")
         return self
 
+    def placement_block(self) -> PlacementBlock | None:
+        """The block of the job's backend (None on local, which has none)."""
+        blocks: dict[BackendKind, PlacementBlock] = {
+            BackendKind.KUBERNETES: self.kubernetes,
+            BackendKind.YARN: self.yarn,
+            BackendKind.RAY: self.ray,
+            BackendKind.SLURM: self.slurm,
+        }
+        return blocks.get(self.backend)
+
     def placement(self) -> dict[str, Any]:
-        """The backend's own block (camelCase, as written in a spec), for the resource controller."""
-        block = {BackendKind.KUBERNETES: self.kubernetes, BackendKind.YARN: self.yarn, BackendKind.RAY: self.ray, BackendKind.SLURM: self.slurm}.get(self.backend)
-        return block.model_dump(mode="json", by_alias=True) if block is not None else {}
+        """The backend's own block (camelCase, as written in a spec), as the scheduler backends read it."""
+        return placement_dict(self.placement_block())
+
+
+def placement_dict(block: PlacementBlock | None) -> dict[str, Any]:
+    """A placement block as the scheduler backends read it: camelCase keys, as written in a spec; {} for none."""
+    return block.model_dump(mode="json", by_alias=True) if block is not None else {}

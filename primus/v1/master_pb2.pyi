@@ -245,20 +245,20 @@ class DeleteJobResponse(_message.Message):
     def __init__(self, run_dir: _Optional[str] = ..., purged: _Optional[bool] = ...) -> None: ...
 
 class ScaleJobRequest(_message.Message):
-    __slots__ = ("job_id", "role", "replicas", "reason", "min_replicas", "max_replicas")
+    __slots__ = ("job_id", "executor_role", "replicas", "reason", "min_replicas", "max_replicas")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
-    ROLE_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_ROLE_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     MIN_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     MAX_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    role: str
+    executor_role: _resource_controller_pb2.ExecutorRole
     replicas: int
     reason: str
     min_replicas: int
     max_replicas: int
-    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[str] = ..., replicas: _Optional[int] = ..., reason: _Optional[str] = ..., min_replicas: _Optional[int] = ..., max_replicas: _Optional[int] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., executor_role: _Optional[_Union[_resource_controller_pb2.ExecutorRole, str]] = ..., replicas: _Optional[int] = ..., reason: _Optional[str] = ..., min_replicas: _Optional[int] = ..., max_replicas: _Optional[int] = ...) -> None: ...
 
 class ScaleJobResponse(_message.Message):
     __slots__ = ("job", "launched", "draining")

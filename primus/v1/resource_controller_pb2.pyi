@@ -1,3 +1,4 @@
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -54,6 +55,14 @@ class LimitMechanism(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LIMIT_MECHANISM_AFFINITY_WATCHDOG: _ClassVar[LimitMechanism]
     LIMIT_MECHANISM_SCHEDULER: _ClassVar[LimitMechanism]
 
+class RankStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RANK_STRATEGY_UNSPECIFIED: _ClassVar[RankStrategy]
+    RANK_STRATEGY_PACK: _ClassVar[RankStrategy]
+    RANK_STRATEGY_SPREAD: _ClassVar[RankStrategy]
+    RANK_STRATEGY_STRICT_PACK: _ClassVar[RankStrategy]
+    RANK_STRATEGY_STRICT_SPREAD: _ClassVar[RankStrategy]
+
 class ScalingAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     SCALING_ACTION_UNSPECIFIED: _ClassVar[ScalingAction]
@@ -94,6 +103,11 @@ LIMIT_MECHANISM_CGROUP_V2: LimitMechanism
 LIMIT_MECHANISM_CGROUP_V1: LimitMechanism
 LIMIT_MECHANISM_AFFINITY_WATCHDOG: LimitMechanism
 LIMIT_MECHANISM_SCHEDULER: LimitMechanism
+RANK_STRATEGY_UNSPECIFIED: RankStrategy
+RANK_STRATEGY_PACK: RankStrategy
+RANK_STRATEGY_SPREAD: RankStrategy
+RANK_STRATEGY_STRICT_PACK: RankStrategy
+RANK_STRATEGY_STRICT_SPREAD: RankStrategy
 SCALING_ACTION_UNSPECIFIED: ScalingAction
 SCALING_ACTION_SCALE_OUT: ScalingAction
 SCALING_ACTION_SCALE_IN: ScalingAction
@@ -112,7 +126,7 @@ class ExecutorResources(_message.Message):
     def __init__(self, cpu: _Optional[float] = ..., memory_mib: _Optional[int] = ..., gpus: _Optional[int] = ...) -> None: ...
 
 class Executor(_message.Message):
-    __slots__ = ("executor_id", "job_id", "role", "state", "pid", "address", "data_address", "exit_code", "resources", "backend", "log_path", "exit_reason", "message", "limits", "telemetry", "slot", "heartbeat_unix", "host_id")
+    __slots__ = ("executor_id", "job_id", "role", "state", "pid", "address", "data_address", "exit_code", "resources", "backend_kind", "log_path", "exit_reason", "message", "limits", "telemetry", "slot", "heartbeat_unix", "host_id")
     EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -122,7 +136,7 @@ class Executor(_message.Message):
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
-    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_KIND_FIELD_NUMBER: _ClassVar[int]
     LOG_PATH_FIELD_NUMBER: _ClassVar[int]
     EXIT_REASON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -140,7 +154,7 @@ class Executor(_message.Message):
     data_address: str
     exit_code: int
     resources: ExecutorResources
-    backend: str
+    backend_kind: BackendKind
     log_path: str
     exit_reason: ExitReason
     message: str
@@ -149,7 +163,7 @@ class Executor(_message.Message):
     slot: int
     heartbeat_unix: float
     host_id: str
-    def __init__(self, executor_id: _Optional[str] = ..., job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., exit_code: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., backend: _Optional[str] = ..., log_path: _Optional[str] = ..., exit_reason: _Optional[_Union[ExitReason, str]] = ..., message: _Optional[str] = ..., limits: _Optional[_Union[LimitMechanism, str]] = ..., telemetry: _Optional[_Union[ExecutorTelemetry, _Mapping]] = ..., slot: _Optional[int] = ..., heartbeat_unix: _Optional[float] = ..., host_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, executor_id: _Optional[str] = ..., job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., exit_code: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., backend_kind: _Optional[_Union[BackendKind, str]] = ..., log_path: _Optional[str] = ..., exit_reason: _Optional[_Union[ExitReason, str]] = ..., message: _Optional[str] = ..., limits: _Optional[_Union[LimitMechanism, str]] = ..., telemetry: _Optional[_Union[ExecutorTelemetry, _Mapping]] = ..., slot: _Optional[int] = ..., heartbeat_unix: _Optional[float] = ..., host_id: _Optional[str] = ...) -> None: ...
 
 class ExecutorTelemetry(_message.Message):
     __slots__ = ("unix_time", "cpu_seconds", "cpu_limit", "rss_bytes", "memory_limit_bytes", "bytes_read", "rows_served", "queue_depth", "arena_misses", "streams_active", "reader_threads", "memory_budget_bytes", "draining", "stall_seconds", "steps", "samples")
@@ -187,8 +201,116 @@ class ExecutorTelemetry(_message.Message):
     samples: int
     def __init__(self, unix_time: _Optional[float] = ..., cpu_seconds: _Optional[float] = ..., cpu_limit: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., memory_limit_bytes: _Optional[int] = ..., bytes_read: _Optional[int] = ..., rows_served: _Optional[int] = ..., queue_depth: _Optional[int] = ..., arena_misses: _Optional[int] = ..., streams_active: _Optional[int] = ..., reader_threads: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ..., draining: _Optional[bool] = ..., stall_seconds: _Optional[float] = ..., steps: _Optional[int] = ..., samples: _Optional[int] = ...) -> None: ...
 
+class Placement(_message.Message):
+    __slots__ = ("kubernetes", "yarn", "ray", "slurm")
+    KUBERNETES_FIELD_NUMBER: _ClassVar[int]
+    YARN_FIELD_NUMBER: _ClassVar[int]
+    RAY_FIELD_NUMBER: _ClassVar[int]
+    SLURM_FIELD_NUMBER: _ClassVar[int]
+    kubernetes: KubernetesPlacement
+    yarn: YarnPlacement
+    ray: RayPlacement
+    slurm: SlurmPlacement
+    def __init__(self, kubernetes: _Optional[_Union[KubernetesPlacement, _Mapping]] = ..., yarn: _Optional[_Union[YarnPlacement, _Mapping]] = ..., ray: _Optional[_Union[RayPlacement, _Mapping]] = ..., slurm: _Optional[_Union[SlurmPlacement, _Mapping]] = ...) -> None: ...
+
+class KubernetesPlacement(_message.Message):
+    __slots__ = ("image", "node_selector", "tolerations", "service_account_name", "env", "volumes", "volume_mounts", "pending_timeout_seconds", "resize_timeout_seconds")
+    class NodeSelectorEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    NODE_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    TOLERATIONS_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_ACCOUNT_NAME_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    VOLUMES_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_MOUNTS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    image: str
+    node_selector: _containers.ScalarMap[str, str]
+    tolerations: _containers.RepeatedCompositeFieldContainer[_struct_pb2.Struct]
+    service_account_name: str
+    env: _containers.ScalarMap[str, str]
+    volumes: _containers.RepeatedCompositeFieldContainer[_struct_pb2.Struct]
+    volume_mounts: _containers.RepeatedCompositeFieldContainer[_struct_pb2.Struct]
+    pending_timeout_seconds: float
+    resize_timeout_seconds: float
+    def __init__(self, image: _Optional[str] = ..., node_selector: _Optional[_Mapping[str, str]] = ..., tolerations: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., service_account_name: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., volumes: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., volume_mounts: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., pending_timeout_seconds: _Optional[float] = ..., resize_timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class YarnPlacement(_message.Message):
+    __slots__ = ("queue", "node_label")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    NODE_LABEL_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    node_label: str
+    def __init__(self, queue: _Optional[str] = ..., node_label: _Optional[str] = ...) -> None: ...
+
+class RoleRayResources(_message.Message):
+    __slots__ = ("role", "resources")
+    class ResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    role: ExecutorRole
+    resources: _containers.ScalarMap[str, float]
+    def __init__(self, role: _Optional[_Union[ExecutorRole, str]] = ..., resources: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class RayPlacement(_message.Message):
+    __slots__ = ("resources", "role_resources", "rank_strategy")
+    class ResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    ROLE_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    RANK_STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    resources: _containers.ScalarMap[str, float]
+    role_resources: _containers.RepeatedCompositeFieldContainer[RoleRayResources]
+    rank_strategy: RankStrategy
+    def __init__(self, resources: _Optional[_Mapping[str, float]] = ..., role_resources: _Optional[_Iterable[_Union[RoleRayResources, _Mapping]]] = ..., rank_strategy: _Optional[_Union[RankStrategy, str]] = ...) -> None: ...
+
+class SlurmRoleName(_message.Message):
+    __slots__ = ("role", "name")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    role: ExecutorRole
+    name: str
+    def __init__(self, role: _Optional[_Union[ExecutorRole, str]] = ..., name: _Optional[str] = ...) -> None: ...
+
+class SlurmPlacement(_message.Message):
+    __slots__ = ("partition", "role_partitions", "qos", "role_qos")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ROLE_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    QOS_FIELD_NUMBER: _ClassVar[int]
+    ROLE_QOS_FIELD_NUMBER: _ClassVar[int]
+    partition: str
+    role_partitions: _containers.RepeatedCompositeFieldContainer[SlurmRoleName]
+    qos: str
+    role_qos: _containers.RepeatedCompositeFieldContainer[SlurmRoleName]
+    def __init__(self, partition: _Optional[str] = ..., role_partitions: _Optional[_Iterable[_Union[SlurmRoleName, _Mapping]]] = ..., qos: _Optional[str] = ..., role_qos: _Optional[_Iterable[_Union[SlurmRoleName, _Mapping]]] = ...) -> None: ...
+
 class LaunchExecutorsRequest(_message.Message):
-    __slots__ = ("job_id", "role", "count", "resources", "run_dir", "planner_address", "master_address", "replaces_executor_id", "backend", "placement_json", "elastic", "join_gang")
+    __slots__ = ("job_id", "role", "count", "resources", "run_dir", "planner_address", "master_address", "replaces_executor_id", "backend_kind", "placement", "elastic", "join_gang")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -197,8 +319,8 @@ class LaunchExecutorsRequest(_message.Message):
     PLANNER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     REPLACES_EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
-    BACKEND_FIELD_NUMBER: _ClassVar[int]
-    PLACEMENT_JSON_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_KIND_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     ELASTIC_FIELD_NUMBER: _ClassVar[int]
     JOIN_GANG_FIELD_NUMBER: _ClassVar[int]
     job_id: str
@@ -209,11 +331,11 @@ class LaunchExecutorsRequest(_message.Message):
     planner_address: str
     master_address: str
     replaces_executor_id: str
-    backend: str
-    placement_json: str
+    backend_kind: BackendKind
+    placement: Placement
     elastic: bool
     join_gang: bool
-    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., count: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., run_dir: _Optional[str] = ..., planner_address: _Optional[str] = ..., master_address: _Optional[str] = ..., replaces_executor_id: _Optional[str] = ..., backend: _Optional[str] = ..., placement_json: _Optional[str] = ..., elastic: _Optional[bool] = ..., join_gang: _Optional[bool] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., count: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., run_dir: _Optional[str] = ..., planner_address: _Optional[str] = ..., master_address: _Optional[str] = ..., replaces_executor_id: _Optional[str] = ..., backend_kind: _Optional[_Union[BackendKind, str]] = ..., placement: _Optional[_Union[Placement, _Mapping]] = ..., elastic: _Optional[bool] = ..., join_gang: _Optional[bool] = ...) -> None: ...
 
 class LaunchExecutorsResponse(_message.Message):
     __slots__ = ("executors",)
@@ -417,16 +539,16 @@ class RoleSize(_message.Message):
     def __init__(self, role: _Optional[_Union[ExecutorRole, str]] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., count: _Optional[int] = ...) -> None: ...
 
 class CheckPlacementRequest(_message.Message):
-    __slots__ = ("job_id", "backend", "placement_json", "sizes")
+    __slots__ = ("job_id", "backend_kind", "placement", "sizes")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
-    BACKEND_FIELD_NUMBER: _ClassVar[int]
-    PLACEMENT_JSON_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_KIND_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     SIZES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    backend: str
-    placement_json: str
+    backend_kind: BackendKind
+    placement: Placement
     sizes: _containers.RepeatedCompositeFieldContainer[RoleSize]
-    def __init__(self, job_id: _Optional[str] = ..., backend: _Optional[str] = ..., placement_json: _Optional[str] = ..., sizes: _Optional[_Iterable[_Union[RoleSize, _Mapping]]] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., backend_kind: _Optional[_Union[BackendKind, str]] = ..., placement: _Optional[_Union[Placement, _Mapping]] = ..., sizes: _Optional[_Iterable[_Union[RoleSize, _Mapping]]] = ...) -> None: ...
 
 class CheckPlacementResponse(_message.Message):
     __slots__ = ("problem",)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -12,9 +11,11 @@ from dataclasses import dataclass, replace
 import grpc
 
 from primus import faults, telemetry
+from primus.backend_kinds import backend_to_proto
 from primus.errors import ConflictError, InvalidRequestError, StorageFullError, disk_full
 from primus.job_state import JobState
-from primus.roles import ROLES, Role, of_proto
+from primus.placement_proto import placement_to_proto
+from primus.roles import ROLES, Role, of_proto, role_to_proto
 from primus.settings import MasterSettings
 from primus.spec import JobSpec, TrainingJob, job_spec
 from primus.v1 import common_pb2, planner_pb2
@@ -91,10 +92,12 @@ class JobDriver:
         is not the application's, a size no executor service or Ray node holds (each would only fail at launch)."""
         resources = job.spec.resources
         sizes = [
-            rc_pb2.RoleSize(role=role, resources=rc_pb2.ExecutorResources(cpu=r.cpu, memory_mib=r.memory_mib, gpus=r.gpus), count=r.replicas)
-            for role, r in ((rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR, resources.data_executor), (rc_pb2.EXECUTOR_ROLE_TRAINER, resources.trainer))
+            rc_pb2.RoleSize(role=role_to_proto(role), resources=rc_pb2.ExecutorResources(cpu=r.cpu, memory_mib=r.memory_mib, gpus=r.gpus), count=r.replicas)
+            for role, r in ((Role.DATA_EXECUTOR, resources.data_executor), (Role.TRAINER, resources.trainer))
         ]
-        request = rc_pb2.CheckPlacementRequest(job_id=job.metadata.name, backend=resources.backend.value, placement_json=json.dumps(resources.placement()), sizes=sizes)
+        request = rc_pb2.CheckPlacementRequest(
+            job_id=job.metadata.name, backend_kind=backend_to_proto(resources.backend), placement=placement_to_proto(resources), sizes=sizes
+        )
         try:
             problem = self._peers.rc.CheckPlacement(request, timeout=30).problem
         except grpc.RpcError as exc:
@@ -150,17 +153,15 @@ class JobDriver:
         self.start(job_id)
         return resumed
 
-    def scale(self, job_id: str, role: str, replicas: int, reason: str, bounds: tuple[int, int] | None = None) -> tuple[JobRecord, int, int]:
+    def scale(self, job_id: str, role: Role, replicas: int, reason: str, bounds: tuple[int, int] | None = None) -> tuple[JobRecord, int, int]:
         """Set a running job's data-executor count (`primus scale --replicas`) and/or its autoscale bounds (`--min --max`),
         kept with the job so that a relaunch from its checkpoint starts that many; (the job, launched, draining).
         replicas 0: the count stays, unless it lies outside the new bounds (then it moves to the nearest one)."""
         job = self._store.get(job_id)
         if job.final:
             raise ConflictError(f"job {job_id} already ended as {job.state}")
-        if role == Role.TRAINER.value:
+        if role is Role.TRAINER:
             return self._scale_ranks(job, replicas, bounds)
-        if role != Role.DATA_EXECUTOR.value:
-            raise InvalidRequestError(f"role {role!r} cannot be scaled: only dataExecutor and (elastic jobs) trainer can")
         resources = job_spec(job_id, job.spec_yaml).spec.resources.data_executor
         autoscaling = bool(resources.autoscale and resources.autoscale.enabled)
         low, high = (resources.autoscale.min_replicas, resources.autoscale.max_replicas) if resources.autoscale and autoscaling else AUTOSCALE_FREE
@@ -176,7 +177,7 @@ class JobDriver:
         if (replicas or bounds is None) and not low <= replicas <= high:
             where = "its autoscale bounds (spec.resources.dataExecutor.autoscale)" if autoscaling else "the bounds"
             raise InvalidRequestError(f"dataExecutor replicas {replicas} lies outside {where} [{low}, {high}]")
-        request = rc_pb2.ScaleRoleRequest(job_id=job_id, role=rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR, replicas=replicas, reason=reason or "primus scale")
+        request = rc_pb2.ScaleRoleRequest(job_id=job_id, role=role_to_proto(Role.DATA_EXECUTOR), replicas=replicas, reason=reason or "primus scale")
         if bounds is not None:
             request.min_replicas, request.max_replicas = bounds
         reply = self._peers.rc.ScaleRole(request, timeout=60)
@@ -400,8 +401,8 @@ class JobDriver:
                 planner_address=self._peers.planner_address,
                 master_address=self._own_info().address,
                 replaces_executor_id=replaces,
-                backend=spec.resources.backend.value,
-                placement_json=json.dumps(spec.resources.placement()),
+                backend_kind=backend_to_proto(spec.resources.backend),
+                placement=placement_to_proto(spec.resources),
                 elastic=role is Role.TRAINER and spec.resources.trainer.elastic,
                 join_gang=join_gang,
             ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from primus.backend_kinds import backend_of_proto
 from primus.counters import CARRIED, COUNTERS, SourceAccount
 from primus.job_report import ExecutorRow, JobReport, PlannedSource, PlanRow, QuarantinedRow, ServiceRow, SourceLedger
 from primus.run_store import RunStore, local_folder
@@ -48,7 +49,7 @@ def _executor_row(e: rc_pb2.Executor) -> ExecutorRow:
         cpu=e.resources.cpu,
         memory_mib=e.resources.memory_mib,
         limits=rc_pb2.LimitMechanism.Name(e.limits).removeprefix("LIMIT_MECHANISM_"),
-        backend=e.backend,
+        backend=backend_of_proto(e.backend_kind).value,
         log=e.log_path,
     )
 

@@ -21,7 +21,7 @@ from primus.guards import caller
 from primus.identity import Kind
 from primus.job_state import JobState
 from primus.rbac import Verb
-from primus.roles import Role
+from primus.roles import Role, role_of_proto
 from primus.row_identity import RowDigest
 from primus.run_store import RunStore, read_bytes_at
 from primus.settings import MasterSettings
@@ -254,7 +254,11 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     def ScaleJob(self, request: master_pb2.ScaleJobRequest, context: grpc.ServicerContext) -> master_pb2.ScaleJobResponse:
         self._job(Verb.CHANGE, request.job_id)
         bounds = (request.min_replicas, request.max_replicas) if request.min_replicas or request.max_replicas else None
-        job, launched, draining = self._driver.scale(request.job_id, request.role, request.replicas, request.reason, bounds)
+        try:
+            role = role_of_proto(request.executor_role)
+        except ValueError:
+            raise InvalidRequestError(f"executor_role must be EXECUTOR_ROLE_DATA_EXECUTOR or EXECUTOR_ROLE_TRAINER, not {request.executor_role}") from None
+        job, launched, draining = self._driver.scale(request.job_id, role, request.replicas, request.reason, bounds)
         return master_pb2.ScaleJobResponse(job=self._proto(job), launched=launched, draining=draining)
 
     @audited(_records)

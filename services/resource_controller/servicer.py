@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import grpc
 
-from primus.backend_kinds import BackendKind, parse_backend
+from primus.backend_kinds import BackendKind, backend_of_proto, backend_to_proto
 from primus.errors import InvalidRequestError
+from primus.placement_proto import placement_of_proto
 from primus.roles import Role, role_of_proto, role_to_proto
+from primus.spec.resources import placement_dict
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from services.resource_controller.autoscaler import Autoscaler
@@ -32,7 +33,7 @@ def executor_proto(record: ExecutorRecord) -> rc_pb2.Executor:
         data_address=record.data_address,
         exit_code=record.exit_code,
         resources=rc_pb2.ExecutorResources(cpu=record.cpu, memory_mib=record.memory_mib, gpus=record.gpus),
-        backend=record.backend.value,
+        backend_kind=backend_to_proto(record.backend),
         host_id=record.host_id,
         log_path=record.log_path,
         exit_reason=EXIT_REASONS[record.exit_reason] if record.exit_reason else rc_pb2.EXIT_REASON_UNSPECIFIED,
@@ -44,16 +45,12 @@ def executor_proto(record: ExecutorRecord) -> rc_pb2.Executor:
     )
 
 
-def _placement(text: str) -> dict[str, Any]:
-    if not text:
-        return {}
+def _placement(message: rc_pb2.Placement) -> dict[str, Any]:
+    """The job's placement block as the backends read it (camelCase keys, as in a spec)."""
     try:
-        value = json.loads(text)
+        return placement_dict(placement_of_proto(message))
     except ValueError as exc:
-        raise InvalidRequestError(f"placement_json is not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise InvalidRequestError(f"placement_json must be a JSON object, not {type(value).__name__}")
-    return value
+        raise InvalidRequestError(f"placement: {exc}") from None
 
 
 def _role(value: int) -> Role:
@@ -63,9 +60,9 @@ def _role(value: int) -> Role:
         raise InvalidRequestError(f"role must be EXECUTOR_ROLE_DATA_EXECUTOR or EXECUTOR_ROLE_TRAINER, not {value}") from None
 
 
-def _backend(name: str) -> BackendKind:
+def _backend(value: int) -> BackendKind:
     try:
-        return parse_backend(name or BackendKind.LOCAL)
+        return backend_of_proto(value)
     except ValueError as exc:
         raise InvalidRequestError(str(exc)) from None
 
@@ -93,8 +90,8 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
             planner_address=request.planner_address,
             master_address=request.master_address,
             replaces=request.replaces_executor_id,
-            backend=_backend(request.backend),
-            placement=_placement(request.placement_json),
+            backend=_backend(request.backend_kind),
+            placement=_placement(request.placement),
             elastic=request.elastic,
             join_gang=request.join_gang,
         )
@@ -115,7 +112,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
 
     def CheckPlacement(self, request: rc_pb2.CheckPlacementRequest, context: grpc.ServicerContext) -> rc_pb2.CheckPlacementResponse:
         sizes = [RoleSize(_role(s.role), s.resources.cpu, s.resources.memory_mib, max(1, s.count), s.resources.gpus) for s in request.sizes]
-        problem = self._pool.check_placement(request.job_id, _backend(request.backend), _placement(request.placement_json), sizes)
+        problem = self._pool.check_placement(request.job_id, _backend(request.backend_kind), _placement(request.placement), sizes)
         return rc_pb2.CheckPlacementResponse(problem=problem)
 
     def RegisterExecutor(self, request: rc_pb2.RegisterExecutorRequest, context: grpc.ServicerContext) -> rc_pb2.RegisterExecutorResponse:
