@@ -35,10 +35,10 @@ from typing import Any
 import grpc
 import yaml
 
-from primus import rpc
-from primus.demo import demo_job
-from primus.demo_data import generate_dataset
+from primus.runtime import rpc
 from primus.spec import parse_job
+from primus.tools.demo import demo_job
+from primus.tools.demo_data import generate_dataset
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,12 +24,12 @@ from typing import Any
 
 import yaml
 
-from primus import rpc
-from primus.cluster import start_cluster, stop_services
-from primus.demo import demo_job
-from primus.demo_data import generate_dataset
-from primus.roles import Role, role_to_proto
+from primus.runtime import rpc
+from primus.runtime.roles import Role, role_to_proto
 from primus.spec import load_job_file
+from primus.tools.cluster import start_cluster, stop_services
+from primus.tools.demo import demo_job
+from primus.tools.demo_data import generate_dataset
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc

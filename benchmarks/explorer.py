@@ -25,10 +25,10 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from rich.table import Table
 
-from primus.console import console, err_console
-from primus.cost import read_spans, traced_by_source
-from primus.job_report import SourceLedger
-from primus.telemetry import JOB_KEY, OtlpJsonFileExporter
+from primus.records.job_report import SourceLedger
+from primus.runtime.telemetry import JOB_KEY, OtlpJsonFileExporter
+from primus.tools.console import console, err_console
+from primus.tools.cost import read_spans, traced_by_source
 
 JOB = "bench-explorer-20261101-000000-0000"
 T0 = 1_793_577_600 * 10**9  # 2026-11-01T00:00Z in ns

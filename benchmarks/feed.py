@@ -14,7 +14,7 @@ Besides samples/s, each run splits the training thread's wall time into its CPU 
 core (CPU contention), its time blocked in the feed (waiting for data; the first batch apart) and other waits, and
 counts the CPU seconds of the trainer's other threads, of the executors and of the planner.
 
-The processes sit on the cores as `primus up` and the local backend place them (primus.cores): the trainer's training
+The processes sit on the cores as `primus up` and the local backend place them (primus.runtime.cores): the trainer's training
 thread on a core of its own, the executors, the planner and the trainer's feed threads on the others.
 --with-shared-cores adds a third arm, mesh_shared, with every process on every core (`--local-trainer-cores shared`),
 to show what the kept core is worth.
@@ -45,12 +45,12 @@ import yaml
 from children import Child, serve_commands, spawn  # benchmarks/ is on the path when this file runs
 from rich.table import Table
 
-from primus import cores, rpc
-from primus.console import console
 from primus.data.feed import BatchFeed, Feed, FeedOptions, Lost, ReplayFeed, Served, fixed
-from primus.demo import DEMO_START, demo_job, write_demo
-from primus.demo_data import generate_dataset
+from primus.runtime import cores, rpc
 from primus.spec import TrainingJob, load_job_file
+from primus.tools.console import console
+from primus.tools.demo import DEMO_START, demo_job, write_demo
+from primus.tools.demo_data import generate_dataset
 from primus.v1 import data_executor_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor.server import DataExecutor, create_executor
 from services.planner.registry import PlanRegistry

@@ -58,11 +58,11 @@ import yaml
 from hybrid_support.dataset import HybridDataset, generate  # benchmarks/ is on the path when this file runs
 from hybrid_support.movielens import MovieLensUnavailableError, write_movielens
 
-from primus import rpc
 from primus.batch import dense_matrix, label_vector, sparse_matrix
-from primus.cluster import ClusterState, start_cluster, stop_services
 from primus.metrics import calibration, paired_bootstrap, roc_auc
+from primus.runtime import rpc
 from primus.spec import load_job_text
+from primus.tools.cluster import ClusterState, start_cluster, stop_services
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from services.trainer.training import feature_spec
 

@@ -25,8 +25,8 @@ from typing import Any
 import psycopg
 from rich.table import Table
 
-from primus.console import console
 from primus.sources import Piece
+from primus.tools.console import console
 from primus.v1 import common_pb2
 from services.planner.journal import JOURNALLED_EVENTS, CheckpointCommitted, Journal, PlanCreated, journal_observer, read_journal, replay, restore_plan
 from services.planner.journal_store import JournalStore, open_store

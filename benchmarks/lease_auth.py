@@ -25,8 +25,10 @@ from typing import Any
 
 from rich.table import Table
 
-from primus import certs, rpc, security, tokens
-from primus.console import console
+from primus.auth import security, tokens
+from primus.runtime import rpc
+from primus.tools import certs
+from primus.tools.console import console
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 
 JOB = "bench-job"

@@ -18,9 +18,9 @@ from typing import Any, Protocol
 
 from rich.table import Table
 
-from primus.console import console, err_console
 from primus.sources import Piece
 from primus.spec import Quota
+from primus.tools.console import console, err_console
 from primus.v1 import common_pb2
 from services.planner.ledger import Lease, Progress, TaskLedger, TaskStatus, WorkDone
 from services.planner.shares import SourceShare

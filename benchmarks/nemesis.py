@@ -26,9 +26,9 @@ from rich.table import Table
 from benchmarks.recovery_support import hosts
 from benchmarks.recovery_support.mesh import expected_digests
 from benchmarks.recovery_support.nemesis import Fault, Outcome, draw, job_yaml, run
-from primus.console import console, err_console
-from primus.demo import write_demo
 from primus.spec import load_job_file
+from primus.tools.console import console, err_console
+from primus.tools.demo import write_demo
 
 
 def main() -> None:

@@ -21,12 +21,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from rich.table import Table
 
-from primus.cluster import ServiceProcess, start_planner, stop_services
-from primus.console import console, err_console
-from primus.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES
 from primus.sources.files import set_metadata_latency
 from primus.sources.metadata import IN_FLIGHT
 from primus.spec import TrainingJob, parse_job
+from primus.tools.cluster import ServiceProcess, start_planner, stop_services
+from primus.tools.console import console, err_console
+from primus.tools.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES
 from services.planner.distributed import IN_FLIGHT_PER_REPLICA, DistributedResolver
 from services.planner.plan import PartitionResolver, Plan, Resolve, build_plan
 

@@ -34,11 +34,11 @@ from rich.table import Table
 
 from benchmarks.recovery_support import checkpoints
 from benchmarks.recovery_support.mesh import SERVICES, Mesh, expected_digests, wait
-from primus.console import console, err_console
-from primus.demo import write_demo
-from primus.digest_cli import mismatches
-from primus.row_identity import RowDigests
+from primus.datapath.row_identity import RowDigests
 from primus.spec import load_job_file
+from primus.tools.console import console, err_console
+from primus.tools.demo import write_demo
+from primus.tools.digest_cli import mismatches
 from primus.v1 import common_pb2, master_pb2
 
 ROLES = ("data_executor", "trainer", "rank", "master", "planner", "resource_controller")

@@ -27,12 +27,12 @@ from typing import Any
 import yaml
 from scaling_support.simulator import describe_workload, run_simulation  # benchmarks/ is on the path when this file runs
 
-from primus import rpc
-from primus.cluster import ClusterState, start_cluster, stop_services
-from primus.demo import demo_job
-from primus.demo_data import generate_dataset
-from primus.roles import Role
+from primus.runtime import rpc
+from primus.runtime.roles import Role
 from primus.spec import load_job_file, load_job_text
+from primus.tools.cluster import ClusterState, start_cluster, stop_services
+from primus.tools.demo import demo_job
+from primus.tools.demo_data import generate_dataset
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc

@@ -1,7 +1,7 @@
 """What TLS costs: Arrow Flight serving throughput and gRPC call rate, plaintext vs TLS vs mutual TLS (and a token).
 
 The servers run in a child process (a Flight server streaming a table of sample-like columns, and a gRPC server with
-the master's API behind primus.rpc), the client here; the modes take turns, round after round, and each keeps its median. Prints a table,
+the master's API behind primus.runtime.rpc), the client here; the modes take turns, round after round, and each keeps its median. Prints a table,
 then one JSON object as the last line.
 
     PYTHONPATH=. python benchmarks/security.py [--rows 400000] [--calls 2000] [--rounds 5]
@@ -26,7 +26,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from primus import certs, rpc, security, tokens
+from primus.auth import security, tokens
+from primus.runtime import rpc
+from primus.tools import certs
 from primus.v1 import master_pb2, master_pb2_grpc
 
 MODES = ("plaintext", "tls", "mtls", "mtls+token")

@@ -49,14 +49,15 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 import primus
 from benchmarks.s3_support import S3UnavailableError, seaweedfs
 from benchmarks.serving_support.summary import MIB, MODES, PAIRED, S3_MODES, Measure, goals_met, print_table, summarize
-from primus import arena, rpc, telemetry
-from primus.cost import load_cost
 from primus.data.feed import BatchFeed, FeedOptions, Lost, fixed
-from primus.demo import DEMO_START, demo_job
-from primus.demo_data import generate_dataset
-from primus.samples import training_schema
-from primus.settings import PlannerSettings
+from primus.datapath import arena
+from primus.datapath.samples import training_schema
+from primus.runtime import rpc, telemetry
+from primus.runtime.settings import PlannerSettings
 from primus.spec import TrainingJob, load_job_file
+from primus.tools.cost import load_cost
+from primus.tools.demo import DEMO_START, demo_job
+from primus.tools.demo_data import generate_dataset
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor import reader, server, serving
 from services.data_executor.server import DataExecutor, create_executor

@@ -38,15 +38,15 @@ import pyarrow.parquet as pq
 import torch
 from rich.table import Table
 
-from primus import rpc
 from primus.batch import Batch, FeatureSpec, SparseFeature, batch_from_arrow
-from primus.cluster import ClusterState, start_cluster, stop_services
-from primus.console import console, err_console
-from primus.demo import demo_job, write_demo
 from primus.models.dlrm import build
 from primus.models.entrypoint import model_from_spec, row_losses
-from primus.optim import default_optimizer, optimizer_for
+from primus.models.optim import default_optimizer, optimizer_for
+from primus.runtime import rpc
 from primus.spec import load_job_file, parse_job
+from primus.tools.cluster import ClusterState, start_cluster, stop_services
+from primus.tools.console import console, err_console
+from primus.tools.demo import demo_job, write_demo
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -23,16 +23,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.table import Table
 
-from primus import dense_transforms
-from primus.console import console, err_console
-from primus.hashing import HashPath, hash_bucket, hash_path, native_hashing
+from primus.datapath import dense_transforms
+from primus.datapath.hashing import HashPath, hash_bucket, hash_path, native_hashing
+from primus.tools.console import console, err_console
 
 BUCKETS = 1_000_000
 HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
 
 def old_hash_bucket(column: pa.ChunkedArray, buckets: int) -> pa.Array:
-    """hash_bucket as it was before vectorising (primus/transform.py `_hash_bucket`), kept here to time against."""
+    """hash_bucket as it was before vectorising (primus/datapath/transform.py `_hash_bucket`), kept here to time against."""
     if pa.types.is_integer(column.type):
         with np.errstate(invalid="ignore"):  # a null went through float64 as NaN
             values = column.to_numpy(zero_copy_only=False).astype(np.uint64)

@@ -9,7 +9,7 @@ Every call raises a PrimusError subclass for what the user can act on: MasterUnr
 address, or not in time), CredentialsRefusedError (a missing, wrong or expired token, or a TLS handshake the master
 refused), JobNotFoundError, JobConflictError (cancel a job that already ended), and SpecError for a spec the master
 refuses. Credentials (CA, client certificate and key, token) come from `credentials`, else from the environment
-(PRIMUS_TLS_CA, PRIMUS_TLS_CERT, PRIMUS_TLS_KEY, PRIMUS_TOKEN: primus.security).
+(PRIMUS_TLS_CA, PRIMUS_TLS_CERT, PRIMUS_TLS_KEY, PRIMUS_TOKEN: primus.auth.security).
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from primus import masters, security
+from primus.auth import security
 from primus.errors import ConflictError, NotFoundError, PrimusError, SpecError, UnavailableError
 from primus.job_state import JobState as JobState  # re-exported: SDK users read job.state
-from primus.roles import Role, parse_role, role_to_proto
+from primus.runtime import masters
+from primus.runtime.roles import Role, parse_role, role_to_proto
 from primus.spec import TrainingJob
 from primus.v1 import access_pb2, access_pb2_grpc, common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-from primus import rpc
-from primus.cluster import ClusterState, start_cluster, stop_services
-from primus.demo import demo_job
-from primus.demo_data import generate_dataset
-from primus.job_report import JobReport
-from primus.run_store import read_bytes_at
+from primus.records.job_report import JobReport
+from primus.runtime import rpc
+from primus.runtime.run_store import read_bytes_at
+from primus.tools.cluster import ClusterState, start_cluster, stop_services
+from primus.tools.demo import demo_job
+from primus.tools.demo_data import generate_dataset
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from tests.s3_server import S3Server, start_s3
 from tests.slurm_cluster import REQUIRE_SLURM_ENV, SlurmCluster, slurm_available

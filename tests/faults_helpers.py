@@ -1,4 +1,4 @@
-"""The kill tests' side of primus.faults: a cluster whose services carry a fault plan, and a pause that proves a kill lands mid-training."""
+"""The kill tests' side of primus.runtime.faults: a cluster whose services carry a fault plan, and a pause that proves a kill lands mid-training."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 import yaml
 
 from benchmarks.recovery_support.mesh import expected_digests
-from primus.cluster import ClusterState, start_cluster, stop_services
-from primus.digest_cli import mismatches
-from primus.faults import FaultPlan
-from primus.row_identity import RowDigests
+from primus.datapath.row_identity import RowDigests
+from primus.runtime.faults import FaultPlan
+from primus.tools.cluster import ClusterState, start_cluster, stop_services
+from primus.tools.digest_cli import mismatches
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 

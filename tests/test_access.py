@@ -10,10 +10,11 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from primus import access, rpc, security, tokens
-from primus.access import Audience
-from primus.guards import RefusedError, caller, for_settings
-from primus.identity import ANONYMOUS, Authenticator, JobTokens, Kind, OwnJobToken, Principal, SignedTokens
+from primus.auth import access, security, tokens
+from primus.auth.access import Audience
+from primus.auth.guards import RefusedError, caller, for_settings
+from primus.auth.identity import ANONYMOUS, Authenticator, JobTokens, Kind, OwnJobToken, Principal, SignedTokens
+from primus.runtime import rpc
 from primus.v1 import planner_pb2, planner_pb2_grpc
 
 SECRET = tokens.new_secret()

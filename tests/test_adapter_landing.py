@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from primus.demo_data import generate_dataset
-from primus.samples import training_schema
-from primus.settings import PlannerSettings
+from primus.datapath.samples import training_schema
+from primus.runtime.settings import PlannerSettings
 from primus.sources import Partition
 from primus.sources.landing import LandingAdapter, stamp_hour
 from primus.spec import Source, TrainingJob, parse_job
+from primus.tools.demo_data import generate_dataset
 from services.data_executor.reader import read_task
 from services.planner.ledger import TRAIN
 from services.planner.plan import required_columns

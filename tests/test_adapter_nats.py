@@ -15,12 +15,12 @@ from pathlib import Path
 import nats
 import pytest
 
-from primus.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES
+from primus.datapath.samples import training_schema
 from primus.errors import UnavailableError
-from primus.samples import training_schema
 from primus.sources import Partition
 from primus.sources.nats_stream import NatsStreamAdapter, Window, run_async
 from primus.spec import Source, TrainingJob, parse_job
+from primus.tools.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES
 from services.data_executor.reader import read_task
 from services.planner.plan import build_plan, required_columns
 from services.planner.servicer import task_proto

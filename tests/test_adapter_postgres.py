@@ -14,12 +14,12 @@ import pyarrow as pa
 import pytest
 from psycopg import sql
 
-from primus.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES
+from primus.datapath.samples import training_schema
 from primus.errors import DataError, UnavailableError
-from primus.samples import training_schema
 from primus.sources import Partition, get_adapter
 from primus.sources.postgres import PostgresAdapter
 from primus.spec import Source, TimeRange, TrainingJob, parse_job
+from primus.tools.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES
 from services.data_executor.reader import read_task
 from services.planner.plan import PartitionResolver, build_plan
 from services.planner.servicer import task_proto

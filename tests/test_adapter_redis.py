@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 import redis
 
+from primus.datapath.samples import training_schema
 from primus.errors import DataError, UnavailableError
-from primus.samples import training_schema
 from primus.sources import Piece, get_adapter
 from primus.sources.redis_store import RedisAdapter, write_version
 from primus.spec import PointInTime, Source, TrainingJob, parse_job

@@ -16,13 +16,14 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from primus import arena, dataplane, rpc, transform
 from primus.data.feed import BatchFeed, FeedOptions, Lost, Served, fixed
-from primus.dataplane import SharedMemoryMaps
-from primus.samples import training_schema
+from primus.datapath import arena, dataplane, transform
+from primus.datapath.dataplane import SharedMemoryMaps
+from primus.datapath.samples import training_schema
+from primus.datapath.value_checks import CheckedValues
+from primus.runtime import rpc
 from primus.spec import SchemaVersion, TrainingJob, load_job_file
 from primus.v1 import common_pb2, data_executor_pb2, planner_pb2, planner_pb2_grpc
-from primus.value_checks import CheckedValues
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server as create_planner
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from primus.backend_kinds import BackendKind
-from primus.demo import demo_job
-from primus.roles import Role
+from primus.runtime.roles import Role
 from primus.spec import parse_job
+from primus.spec.backend_kinds import BackendKind
+from primus.tools.demo import demo_job
 from services.resource_controller.autoscaler import Autoscaler
 from services.resource_controller.backends.contract import Capabilities, LimitMechanism
 from services.resource_controller.jobs import JobSpecs

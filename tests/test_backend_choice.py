@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from primus import rpc
-from primus.cluster import ClusterState
+from primus.runtime import rpc
 from primus.spec import BackendKind, load_job_file
+from primus.tools.cluster import ClusterState
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from tests.conftest import job_document

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from primus.samples import training_schema
+from primus.datapath.samples import training_schema
+from primus.datapath.transform import REASON_COLUMN
 from primus.spec import load_job_file
-from primus.transform import REASON_COLUMN
 from services.data_executor import reader
 from services.data_executor.reader import read_task
 from services.planner.plan import PartitionResolver, build_plan

@@ -18,12 +18,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from primus import rpc
-from primus.cluster import ClusterState
+from primus.datapath.samples import training_schema
+from primus.datapath.transform import REASON_COLUMN, conform_table
 from primus.errors import SpecError
-from primus.samples import training_schema
+from primus.runtime import rpc
 from primus.spec import SchemaVersion, Transformation, load_job_file, parse_job
-from primus.transform import REASON_COLUMN, conform_table
+from primus.tools.cluster import ClusterState
 from primus.v1 import master_pb2, master_pb2_grpc
 from services.data_executor.reader import read_task
 from services.planner.plan import PartitionResolver, build_plan

@@ -15,8 +15,8 @@ from torch import nn
 
 from primus.data.consumed import ConsumedTasks
 from primus.data.planner_calls import PlanLostError
-from primus.optim import default_optimizer
-from primus.row_identity import RowDigests
+from primus.datapath.row_identity import RowDigests
+from primus.models.optim import default_optimizer
 from services.trainer import checkpoint as ckpt
 from services.trainer import snapshots
 from services.trainer.snapshots import Capture, CheckpointWriter, Snapshot, TouchedRows, take_snapshot

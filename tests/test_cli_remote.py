@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from primus import contexts, rpc
 from primus.client import JobNotFoundError, JobState, MasterUnreachableError, PrimusClient
-from primus.cluster import ClusterState
-from primus.contexts import Config, ConfigError, MasterAddress, resolve_master
+from primus.runtime import rpc
 from primus.spec import load_job_file, load_job_text
+from primus.tools import contexts
+from primus.tools.cluster import ClusterState
+from primus.tools.contexts import Config, ConfigError, MasterAddress, resolve_master
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from tests.conftest import DAYS, ROWS_PER_HOUR, START, job_document
@@ -208,7 +209,7 @@ def test_stop_ends_an_open_ended_job_with_its_evaluation_and_report(shared_clust
     assert purged.returncode == 0 and "deleted too" in purged.stdout and not Path(job.run_dir).exists(), purged.stderr
 
 
-SPANS_EXPORTED_EVERY = 1.0  # seconds: each service writes the spans it has ended in a batch this often (primus.telemetry)
+SPANS_EXPORTED_EVERY = 1.0  # seconds: each service writes the spans it has ended in a batch this often (primus.runtime.telemetry)
 
 
 def _files(folder: Path) -> dict[Path, tuple[int, int]]:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from primus import rpc
 from primus.client import JobState, PrimusClient
-from primus.cluster import ClusterState
+from primus.runtime import rpc
 from primus.spec import load_job_text
+from primus.tools.cluster import ClusterState
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from tests.conftest import job_document

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from primus.backend_kinds import BackendKind
 from primus.data.planner_calls import PLAN_LOST_EXIT_CODE
-from primus.roles import Role
-from primus.settings import ControllerSettings
+from primus.runtime.roles import Role
+from primus.runtime.settings import ControllerSettings
+from primus.spec.backend_kinds import BackendKind
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.resource_controller.backends.contract import ExitReason, LimitMechanism
 from services.resource_controller.backends.local import LocalProcessBackend

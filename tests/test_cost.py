@@ -13,9 +13,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from rich.console import Console
 
-from primus.cost import load_cost, print_cost
 from primus.errors import PrimusError
-from primus.telemetry import JOB_KEY, OtlpJsonFileExporter
+from primus.runtime.telemetry import JOB_KEY, OtlpJsonFileExporter
+from primus.tools.cost import load_cost, print_cost
 
 JOB = "job-cost"
 LEDGER: dict[str, Any] = {

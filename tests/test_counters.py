@@ -1,10 +1,10 @@
-"""The per-source counters are declared once (primus.counters): the proto that carries them agrees field by field."""
+"""The per-source counters are declared once (primus.records.counters): the proto that carries them agrees field by field."""
 
 from __future__ import annotations
 
 from google.protobuf.descriptor import FieldDescriptor
 
-from primus.counters import CARRIED, COUNTERS, DERIVED, NAMES, REPORTED, WASTE, SourceAccount, summed
+from primus.records.counters import CARRIED, COUNTERS, DERIVED, NAMES, REPORTED, WASTE, SourceAccount, summed
 from primus.v1 import common_pb2, planner_pb2
 from services.planner.accounts import WorkDone, accept
 
@@ -16,7 +16,7 @@ def test_source_stats_carries_every_counter_in_order_with_its_type() -> None:
     assert [f.name for f in carried] == list(NAMES)
     for proto_field, declared in zip(carried, COUNTERS, strict=True):
         expected = FieldDescriptor.TYPE_DOUBLE if declared.real else FieldDescriptor.TYPE_INT64
-        assert proto_field.type == expected, f"SourceStats.{proto_field.name}: the proto's type disagrees with primus.counters"
+        assert proto_field.type == expected, f"SourceStats.{proto_field.name}: the proto's type disagrees with primus.records.counters"
 
 
 def test_every_counter_says_what_it_is_and_waste_is_named_so() -> None:

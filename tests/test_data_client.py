@@ -13,12 +13,12 @@ import pytest
 import torch
 import yaml
 
-from primus import rpc
 from primus.data.client import DataClient, DataStream
 from primus.data.context import DataContext
 from primus.data.databatch import DataBatch
 from primus.data.feed import fixed
 from primus.errors import SpecError
+from primus.runtime import rpc
 from primus.spec import Features, TrainingJob, load_job_file
 from primus.v1 import planner_pb2, planner_pb2_grpc
 from services.data_executor.server import create_executor

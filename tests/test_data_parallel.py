@@ -15,11 +15,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from primus.console import rank_rows
-from primus.demo import demo_job
 from primus.errors import SpecError
+from primus.records.training_result import RankResult
 from primus.spec import parse_job
-from primus.training_result import RankResult
+from primus.tools.console import rank_rows
+from primus.tools.demo import demo_job
 from services.resource_controller.gang import Gang
 from services.trainer.data_parallel import (
     GangLostError,

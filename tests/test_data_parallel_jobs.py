@@ -1,6 +1,6 @@
 """Two trainer ranks in data parallel, as real jobs: exact per-source counts, kill -9 of one rank, the ranks in the report.
 
-The fault plan (primus.faults) holds rank 0 still after a round (rank 1 then waits for it in the next collective), so
+The fault plan (primus.runtime.faults) holds rank 0 still after a round (rank 1 then waits for it in the next collective), so
 each kill lands mid-training on the small shared dataset."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from primus import rpc
-from primus.cluster import ClusterState
-from primus.faults import FaultPlan, Pause
+from primus.runtime import rpc
+from primus.runtime.faults import FaultPlan, Pause
 from primus.spec import load_job_file
+from primus.tools.cluster import ClusterState
 from primus.v1 import master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc

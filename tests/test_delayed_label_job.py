@@ -14,9 +14,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not an installed package
 
 from benchmarks.hybrid_support.dataset import HybridDataset, generate
-from primus import rpc
-from primus.cluster import ClusterState
+from primus.runtime import rpc
 from primus.sources.landing import stamp_hour
+from primus.tools.cluster import ClusterState
 from primus.v1 import master_pb2, master_pb2_grpc
 from tests.conftest import finish_job, job_document
 

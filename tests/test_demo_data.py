@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from primus.demo_data import (
+from primus.tools.demo_data import (
     DENSE_FEATURES,
     LABEL,
     SPARSE_FEATURES,

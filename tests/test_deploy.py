@@ -20,9 +20,9 @@ import pytest
 import skein
 import yaml
 
-from primus.demo import demo_job
 from primus.errors import SpecError
 from primus.spec import TrainingJob, parse_job
+from primus.tools.demo import demo_job
 from services.resource_controller.backends.kubernetes_pods import MANAGED_BY, ROLE_LABEL
 from tests.kubectl import kubectl_binary
 

@@ -16,8 +16,9 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from primus import contexts, cores
-from primus.cluster import running_cluster
+from primus.runtime import cores
+from primus.tools import contexts
+from primus.tools.cluster import running_cluster
 from tests.conftest import DAYS, ROWS_PER_HOUR
 
 ROLES = ["data_executor", "data_executor", "master", "planner", "resource_controller", "trainer"]

@@ -1,7 +1,7 @@
 """Elastic trainer ranks as real jobs: the gang grows 2 -> 3 -> 2 while it trains, and a rank killed with -9 shrinks it,
 without restarting the ranks that stay, with exact per-source counts.
 
-The fault plan (primus.faults) holds rank 0 still after a round, so each change lands mid-training: a grow is seated
+The fault plan (primus.runtime.faults) holds rank 0 still after a round, so each change lands mid-training: a grow is seated
 once the joiner waits for its seat, a shrink is carried out at rank 0's next report, a kill is seen at the next
 collective."""
 
@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
-from primus import rpc
-from primus.cluster import ClusterState
-from primus.faults import FaultPlan, Pause
-from primus.roles import Role, role_to_proto
+from primus.runtime import rpc
+from primus.runtime.faults import FaultPlan, Pause
+from primus.runtime.roles import Role, role_to_proto
 from primus.spec import load_job_file
+from primus.tools.cluster import ClusterState
 from primus.v1 import master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc

@@ -1,7 +1,7 @@
 """Executors change number and size while a job runs: scale-out, scale-in, an in-place resize, a silent executor, a
 controller killed and restarted, and the autoscaler itself; each ends with exact per-source sample counts.
 
-The fault plan (primus.faults) holds the trainer still after a step, so each change lands mid-training on the small
+The fault plan (primus.runtime.faults) holds the trainer still after a step, so each change lands mid-training on the small
 shared dataset."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from primus import rpc
-from primus.cluster import ClusterState, restart_service, stop_services
-from primus.faults import FaultPlan, Pause
+from primus.runtime import rpc
+from primus.runtime.faults import FaultPlan, Pause
 from primus.spec import load_job_file
+from primus.tools.cluster import ClusterState, restart_service, stop_services
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc

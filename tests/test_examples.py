@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from primus.cli import build_parser
-from primus.demo import demo_job, write_demo
 from primus.spec import load_job_file, load_job_text, parse_job
+from primus.tools.demo import demo_job, write_demo
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

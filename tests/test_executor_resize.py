@@ -13,9 +13,9 @@ import grpc
 import pytest
 import yaml
 
-from primus import rpc
 from primus.data.feed import BatchFeed, DataEndpoint, FeedOptions, Lost, Served, StreamState, fixed
 from primus.errors import UnavailableError
+from primus.runtime import rpc
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2, data_executor_pb2, data_executor_pb2_grpc, planner_pb2, planner_pb2_grpc
 from services.data_executor import sizing

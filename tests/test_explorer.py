@@ -21,17 +21,17 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
 
-from primus import rpc
-from primus.cluster import ClusterState
-from primus.cost import by_service, load_cost
-from primus.counters import NAMES
 from primus.errors import NotFoundError
 from primus.explorer import aggregate as agg
 from primus.explorer.server import ExplorerServer, make_server, serve_in_thread
 from primus.explorer.store import RunStore
 from primus.explorer.traces import TAIL_GRACE_SECONDS, TraceFile, parse_request
 from primus.job_state import JobState
-from primus.telemetry import JOB_KEY, OtlpJsonFileExporter, span_json
+from primus.records.counters import NAMES
+from primus.runtime import rpc
+from primus.runtime.telemetry import JOB_KEY, OtlpJsonFileExporter, span_json
+from primus.tools.cluster import ClusterState
+from primus.tools.cost import by_service, load_cost
 from primus.v1 import master_pb2, master_pb2_grpc
 from tests.conftest import finish_job, job_document
 
@@ -559,7 +559,8 @@ def test_primus_run_prints_the_explorer_link(monkeypatch: pytest.MonkeyPatch, ca
     from contextlib import nullcontext
     from types import SimpleNamespace
 
-    from primus import cli, security
+    from primus import cli
+    from primus.auth import security
     from primus.cli import commands
 
     job = tmp_path / "job.yaml"

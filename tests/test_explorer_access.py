@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from primus import tokens
+from primus.auth import tokens
 from primus.explorer import access
 from primus.explorer.server import ExplorerServer, make_server, serve_in_thread
 from primus.explorer.store import RunStore

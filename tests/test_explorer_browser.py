@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from primus.cluster import ClusterState
 from primus.explorer.server import ExplorerServer, make_server, serve_in_thread
 from primus.explorer.store import RunStore
+from primus.tools.cluster import ClusterState
 from tests.stores import REQUIRE_ENV
 from tests.test_explorer import run_job, two_source_job
 from tests.tiers import Tier, uses

@@ -1,4 +1,4 @@
-"""The test-only fault plan (primus.faults): its format, once-only claims across processes, pause and release, exits."""
+"""The test-only fault plan (primus.runtime.faults): its format, once-only claims across processes, pause and release, exits."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from primus import faults
-from primus.faults import ENV, Exit, FaultPlan, FaultPlanError, Pause
+from primus.runtime import faults
+from primus.runtime.faults import ENV, Exit, FaultPlan, FaultPlanError, Pause
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,7 +85,7 @@ def test_the_plan_is_read_once_per_process(tmp_path: Path, fresh: pytest.MonkeyP
 
 def test_a_fault_is_claimed_once_across_processes(tmp_path: Path) -> None:
     plan = FaultPlan(tmp_path / "faults")
-    code = "import sys; from pathlib import Path; from primus.faults import FaultPlan; print(FaultPlan(Path(sys.argv[1])).claim('x'))"
+    code = "import sys; from pathlib import Path; from primus.runtime.faults import FaultPlan; print(FaultPlan(Path(sys.argv[1])).claim('x'))"
     runs = [subprocess.Popen([sys.executable, "-c", code, str(plan.directory)], stdout=subprocess.PIPE, text=True, cwd=ROOT) for _ in range(4)]
     answers = sorted(run.communicate(timeout=60)[0].strip() for run in runs)
     assert answers == ["False", "False", "False", "True"], "exactly one process claims it"

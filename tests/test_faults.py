@@ -1,6 +1,6 @@
 """Crashes mid-job: kill -9 of a data executor, the trainer, the master or the planner still trains every sample exactly once.
 
-The fault plan (primus.faults) holds the trainer still after a step, so each kill lands mid-training on the small
+The fault plan (primus.runtime.faults) holds the trainer still after a step, so each kill lands mid-training on the small
 shared dataset, with no race against the job's end."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from primus import rpc
-from primus.cluster import ClusterState, restart_service, stop_services
-from primus.cost import load_cost
-from primus.faults import Exit, FaultPlan, Pause
+from primus.runtime import rpc
+from primus.runtime.faults import Exit, FaultPlan, Pause
 from primus.spec import load_job_file
+from primus.tools.cluster import ClusterState, restart_service, stop_services
+from primus.tools.cost import load_cost
 from primus.v1 import master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc

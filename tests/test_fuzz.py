@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from primus import cli
-from primus.demo import demo_job
 from primus.errors import DataError, SpecError
 from primus.explorer.traces import Parsed, decode_body, parse_document, parse_request
 from primus.sources.base import Piece
 from primus.sources.files import FilesAdapter
 from primus.sources.landing import LandingAdapter
 from primus.spec import Source, load_job_text, parse_job
+from primus.tools.demo import demo_job
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 SLOT = datetime(2026, 11, 1, 5, tzinfo=UTC)

@@ -14,15 +14,15 @@ import grpc
 import pytest
 import yaml
 
-from primus import heartbeat, rpc
 from primus.data import feed as feed_module
 from primus.data.discovery import ExecutorDiscovery
 from primus.data.feed import BatchFeed, DataEndpoint, Served, StallClock, fixed
+from primus.runtime import heartbeat, rpc
+from primus.runtime.worker import WorkerArgs
 from primus.spec import load_job_file
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
-from primus.worker import WorkerArgs
 from services.data_executor import reader
 from services.data_executor.server import create_executor
 from services.planner.registry import PlanRegistry
@@ -100,7 +100,7 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
 
 
 def test_heartbeats_come_about_every_second_and_outlive_a_controller_restart(controller: ControllerHost, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="primus.heartbeat")
+    caplog.set_level(logging.INFO, logger="primus.runtime.heartbeat")
     beats = controller.servicer
     tries: list[float] = []  # each beat the sender tries: it collects its telemetry first
 

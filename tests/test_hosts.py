@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from primus import hosts
 from primus.data.feed import DataEndpoint
+from primus.runtime import hosts
 
 
 def test_a_wildcard_bind_advertises_the_routable_address_or_the_one_given(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from primus.backend_kinds import BackendKind, backend_to_proto
-from primus.counters import CARRIED, COUNTERS, NAMES
-from primus.job_report import ExecutorRow, JobReport, ServiceRow
 from primus.job_state import JobState
-from primus.training_result import TrainingResult
+from primus.records.counters import CARRIED, COUNTERS, NAMES
+from primus.records.job_report import ExecutorRow, JobReport, ServiceRow
+from primus.records.training_result import TrainingResult
+from primus.spec.backend_kinds import BackendKind, backend_to_proto
 from primus.v1 import common_pb2, master_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master.report import build_report

@@ -18,7 +18,7 @@ from kubernetes import client as k8s
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
-from primus.demo import demo_job
+from primus.tools.demo import demo_job
 from tests.kube_double.go_format import human_duration
 from tests.kube_double.resources import CRD_PATH, load_crd
 from tests.kube_double.server import KubeApiDouble

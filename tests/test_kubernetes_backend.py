@@ -19,13 +19,13 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from primus import rpc
-from primus.backend_kinds import BackendKind, backend_of_proto
 from primus.client import PrimusClient
-from primus.cluster import ClusterState, local_security, start_cluster, stop_services
-from primus.roles import Role
+from primus.runtime import rpc
+from primus.runtime.roles import Role
+from primus.runtime.telemetry import TRACE_ENV
 from primus.spec import load_job_file
-from primus.telemetry import TRACE_ENV
+from primus.spec.backend_kinds import BackendKind, backend_of_proto
+from primus.tools.cluster import ClusterState, local_security, start_cluster, stop_services
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from primus.datapath.samples import training_schema
 from primus.errors import DataError
-from primus.samples import training_schema
 from primus.spec import TrainingJob, parse_job
 from services.data_executor import labels
 from services.data_executor.labels import join_labels, late_rows, task_slot

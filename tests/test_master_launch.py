@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from primus import rpc
-from primus.cluster import ClusterState, restart_service, stop_services
-from primus.faults import Exit, FaultPlan
+from primus.runtime import rpc
+from primus.runtime.faults import Exit, FaultPlan
 from primus.spec import load_job_file
+from primus.tools.cluster import ClusterState, restart_service, stop_services
 from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2, planner_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
@@ -24,7 +24,7 @@ from tests.faults_helpers import assert_dataset_rows_exact, fault_cluster
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[ClusterState]:
-    """A fresh cluster whose master exits right after its first launch (a fault point of primus.faults): once, so a
+    """A fresh cluster whose master exits right after its first launch (a fault point of primus.runtime.faults): once, so a
     restarted master, which carries the same plan, goes on."""
     with fault_cluster(FaultPlan(tmp_path / "faults", exits=(Exit(AFTER_LAUNCH),)), tmp_path) as state:
         yield state

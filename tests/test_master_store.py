@@ -18,12 +18,12 @@ import pytest
 import yaml
 
 from primus.client import PrimusClient
-from primus.cluster import ClusterState, stop_services
 from primus.job_state import JobState
-from primus.masters import grpc_target
-from primus.roles import Role
+from primus.records.training_result import TrainingResult
+from primus.runtime.masters import grpc_target
+from primus.runtime.roles import Role
 from primus.spec import load_job_file
-from primus.training_result import TrainingResult
+from primus.tools.cluster import ClusterState, stop_services
 from services.master.leader import Leadership
 from services.master.status import AdmissionState, JobStatus, Restarts, TrainingProgress
 from services.master.store import JobRecord, JobStore, StaleVersionError
@@ -158,7 +158,7 @@ def test_standby_takes_over_a_running_job(cluster: ClusterState, dataset: Path, 
 
 
 def test_a_standby_reads_the_leaders_audit_trail_and_revocations(pg_url: str) -> None:
-    from primus.identity import Kind, Principal
+    from primus.auth.identity import Kind, Principal
     from primus.v1 import access_pb2
     from services.master.access import AccessRecords, Subject
 

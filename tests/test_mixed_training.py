@@ -18,11 +18,11 @@ import pytest
 import torch
 import yaml
 
-from primus import rpc
-from primus.cluster import ClusterState, start_cluster, stop_services
-from primus.demo_data import generate_dataset
-from primus.settings import PlannerSettings, as_env
+from primus.runtime import rpc
+from primus.runtime.settings import PlannerSettings, as_env
 from primus.sources.nats_stream import run_async
+from primus.tools.cluster import ClusterState, start_cluster, stop_services
+from primus.tools.demo_data import generate_dataset
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from tests.clock import OWN_HOUR, stamped

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from primus.batch import FeatureSpec, SparseFeature, batch_from_arrow, from_tensors
-from primus.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES, generate_dataset
 from primus.metrics import log_loss, roc_auc
 from primus.models.dlrm import DLRM, build
+from primus.tools.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES, generate_dataset
 from services.trainer.training import predict
 
 

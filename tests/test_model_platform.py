@@ -14,11 +14,11 @@ import yaml
 
 from primus.batch import Batch, FeatureSpec, SparseFeature, batch_from_arrow
 from primus.client import PrimusClient
-from primus.devices import available_devices, resolve_device
 from primus.errors import SpecError
 from primus.models.dlrm import DLRM
 from primus.models.entrypoint import EntryPointError, build_model, check_entrypoint, row_losses
-from primus.optim import PairOptimizer, RowWiseAdagrad, UserOptimizer, default_optimizer, optimizer_for
+from primus.models.optim import PairOptimizer, RowWiseAdagrad, UserOptimizer, default_optimizer, optimizer_for
+from primus.runtime.devices import available_devices, resolve_device
 from primus.spec import load_job_file, parse_job
 from services.trainer.training import CtrTrainer
 from tests.conftest import job_document

@@ -117,7 +117,7 @@ def test_without_a_compiler_the_arena_is_off_with_one_warning(tmp_path: Path) ->
         import logging, sys
         from pathlib import Path
         logging.basicConfig(level=logging.WARNING)
-        from primus import arena
+        from primus.datapath import arena
         assert arena.extension() is None and arena.native is None
         print(arena.activate(Path(sys.argv[1]), 1 << 20))
         """
@@ -144,7 +144,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import primus
-from primus import arena
+from primus.datapath import arena
 shm = Path("/dev/shm") / f"primus-test-pip-{os.getpid()}"
 active = arena.activate(shm, 16 << 20)
 pq.write_table(pa.table({"click": pa.array([0, 1, 1], pa.int8()), "x": pa.array([1.5, 2.5, 3.5], pa.float32())}), sys.argv[1])

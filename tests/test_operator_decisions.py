@@ -9,8 +9,8 @@ import jsonschema
 import pytest
 
 from primus.client import JobProgress, JobView
-from primus.demo import demo_job
 from primus.job_state import JobState
+from primus.tools.demo import demo_job
 from primus.v1 import common_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.operator.decide import (

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from primus.backend_kinds import BackendKind
 from primus.placement_proto import placement_of_proto, placement_to_proto
+from primus.spec.backend_kinds import BackendKind
 from primus.spec.resources import KubernetesPlacement, RayPlacement, Resources, SlurmPlacement, YarnPlacement, placement_dict
 from primus.v1 import resource_controller_pb2 as rc_pb2
 

@@ -21,15 +21,15 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from primus import rpc
-from primus.cluster import JOURNAL_ENV, ClusterState, restart_service, start_cluster, stop_services
 from primus.data.planner_calls import PLAN_LOST_EXIT_CODE
-from primus.demo_data import generate_dataset
 from primus.errors import InvalidRequestError
-from primus.faults import FaultPlan, Pause
-from primus.settings import PlannerSettings, as_env
+from primus.runtime import rpc
+from primus.runtime.faults import FaultPlan, Pause
+from primus.runtime.settings import PlannerSettings, as_env
 from primus.sources import Partition, Piece
 from primus.sources.base import ManifestEntry
+from primus.tools.cluster import JOURNAL_ENV, ClusterState, restart_service, start_cluster, stop_services
+from primus.tools.demo_data import generate_dataset
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc, planner_pb2, planner_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc

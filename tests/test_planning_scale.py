@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from primus.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES
 from primus.errors import DataError
 from primus.sources import files
 from primus.sources.metadata import MetadataPipeline, metadata_calls, set_metadata_latency
 from primus.spec import TrainingJob, parse_job
+from primus.tools.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES
 from services.planner.plan import Plan, build_plan
 from services.planner.resolver import PartitionResolver, day_shards, pack, unpack
 

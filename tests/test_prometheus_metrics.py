@@ -22,12 +22,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from primus import metrics_http, rpc
-from primus.cluster import ClusterState
-from primus.counters import COUNTERS
 from primus.data.feed import StallClock
 from primus.job_state import JobState
-from primus.roles import Role
+from primus.records.counters import COUNTERS
+from primus.runtime import metrics_http, rpc
+from primus.runtime.roles import Role
+from primus.tools.cluster import ClusterState
 from primus.v1 import common_pb2, common_pb2_grpc, data_executor_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
@@ -207,7 +207,7 @@ def test_planner_metrics_read_the_ledgers_and_time_the_handlers() -> None:
     assert _sum(after, "primus_planner_tasks") == 0
 
 
-# The per-source counter families the planner exported before they were derived from primus.counters: their names stay.
+# The per-source counter families the planner exported before they were derived from primus.records.counters: their names stay.
 EARLIER_PLANNER_COUNTERS = (
     "samples",
     "bytes_read",

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from primus.demo import demo_job
 from primus.errors import InvalidRequestError
 from primus.job_state import JobState
 from primus.spec import parse_job
+from primus.tools.demo import demo_job
 from services.master.admission import Queue, Resources, Workload
 from services.master.queueing import Standing, queue_usage, standing
 from services.master.queues import QueueBook, QueueConfigError, gang_demand, load_queues

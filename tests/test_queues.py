@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
-from primus import rpc
-from primus.cluster import start_cluster, stop_services
-from primus.faults import FaultPlan, Pause
+from primus.runtime import rpc
+from primus.runtime.faults import FaultPlan, Pause
 from primus.spec import load_job_file
+from primus.tools.cluster import start_cluster, stop_services
 from primus.v1 import access_pb2, access_pb2_grpc, common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc

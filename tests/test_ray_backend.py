@@ -17,9 +17,9 @@ import ray  # in the dev extra: `make test` installs it, so a missing ray fails 
 import yaml
 from ray.cluster_utils import Cluster
 
-from primus import rpc
-from primus.cluster import ClusterState, restart_service, start_cluster, stop_services
-from primus.demo_data import generate_dataset
+from primus.runtime import rpc
+from primus.tools.cluster import ClusterState, restart_service, start_cluster, stop_services
+from primus.tools.demo_data import generate_dataset
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from benchmarks.recovery_support import hosts
-from primus import rpc
-from primus.cluster import start_cluster, stop_services
-from primus.hosts import routable_ip
+from primus.runtime import rpc
+from primus.runtime.hosts import routable_ip
+from primus.tools.cluster import start_cluster, stop_services
 from primus.v1 import master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc

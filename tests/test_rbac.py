@@ -10,9 +10,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from primus import identity, jwt_tokens, rbac, tokens
-from primus.identity import Authenticator, Kind, Principal
-from primus.rbac import AccessRole, Binding, Policy, PolicyError, Verb
+from primus.auth import identity, jwt_tokens, rbac, tokens
+from primus.auth.identity import Authenticator, Kind, Principal
+from primus.auth.rbac import AccessRole, Binding, Policy, PolicyError, Verb
 
 ALICE, BOB, CAROL, MALLORY = (Principal(Kind.USER, n) for n in ("alice", "bob", "carol", "mallory"))
 TEAMS = Policy(

@@ -11,8 +11,8 @@ import pytest
 
 from primus.data.consumed import ConsumedTasks
 from primus.data.mixer import Mixer, SourcePolicy
-from primus.digest_cli import mismatches
-from primus.row_identity import Purpose, RowDigest, RowDigests, row_ids
+from primus.datapath.row_identity import Purpose, RowDigest, RowDigests, row_ids
+from primus.tools.digest_cli import mismatches
 from primus.v1 import data_executor_pb2
 
 

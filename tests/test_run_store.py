@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from primus.run_store import uri_with_region
+from primus.runtime.run_store import uri_with_region
 
 
 def test_the_environments_region_goes_into_an_s3_uri_that_names_none(monkeypatch: pytest.MonkeyPatch) -> None:

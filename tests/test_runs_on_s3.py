@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import yaml
 
-from primus import rpc
-from primus.cluster import start_cluster, stop_services
-from primus.demo import demo_job
 from primus.explorer.store import RunStore as ExplorerRuns
-from primus.faults import FaultPlan, Pause
-from primus.run_store import RunsCopy, RunStore, read_bytes_at
+from primus.runtime import rpc
+from primus.runtime.faults import FaultPlan, Pause
+from primus.runtime.run_store import RunsCopy, RunStore, read_bytes_at
 from primus.spec import load_job_file
+from primus.tools.cluster import start_cluster, stop_services
+from primus.tools.demo import demo_job
 from primus.v1 import master_pb2, master_pb2_grpc
 from services.trainer import checkpoint as ckpt
 from services.trainer.checkpoint_mirror import CheckpointMirror

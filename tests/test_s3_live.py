@@ -10,13 +10,13 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from primus import rpc
-from primus.cluster import start_cluster, stop_services
-from primus.demo import demo_job
-from primus.samples import training_schema
+from primus.datapath.samples import training_schema
+from primus.runtime import rpc
 from primus.sources.files import FilesAdapter
 from primus.sources.landing import LandingAdapter
 from primus.spec import Source, load_job_file, parse_job
+from primus.tools.cluster import start_cluster, stop_services
+from primus.tools.demo import demo_job
 from primus.v1 import master_pb2, master_pb2_grpc
 from services.planner.plan import required_columns
 from tests.conftest import DAYS, ROWS_PER_HOUR, finish_job, job_document

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from primus.roles import Role
+from primus.runtime.roles import Role
 from primus.spec import Autoscale, ScaleBehavior, VerticalScaling
 from services.resource_controller.policy import Action, Decision, ExecutorSignals, PolicyState, QuotaView, RoleSignals, decide
 

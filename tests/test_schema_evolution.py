@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from primus.datapath.samples import training_schema
 from primus.errors import DataError
-from primus.samples import training_schema
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2
 from services.data_executor.reader import read_task

@@ -14,10 +14,12 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from primus import certs, contexts, rpc, security, tokens
+from primus.auth import security, tokens
 from primus.client import AccessDeniedError, CredentialsRefusedError, PrimusClient
-from primus.cluster import ClusterState, local_security, restart_service, start_cluster, stop_services
+from primus.runtime import rpc
 from primus.spec import parse_job
+from primus.tools import certs, contexts
+from primus.tools.cluster import ClusterState, local_security, restart_service, start_cluster, stop_services
 from primus.v1 import planner_pb2, planner_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_pb2_grpc

@@ -24,12 +24,12 @@ import pytest
 import yaml
 from opentelemetry import baggage, context
 
-from primus import hosts, rpc, telemetry
 from primus.data.consumed import ConsumedTasks
 from primus.data.feed import BatchFeed, DataEndpoint, FeedOptions, Lost, Served, fixed
-from primus.dataplane import shared_memory_folder
+from primus.datapath.dataplane import shared_memory_folder
+from primus.datapath.samples import training_schema
 from primus.errors import DataError, UnavailableError
-from primus.samples import training_schema
+from primus.runtime import hosts, rpc, telemetry
 from primus.sources.base import Piece
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2, data_executor_pb2, planner_pb2, planner_pb2_grpc

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from primus.demo import demo_job
-from primus.settings import (
+from primus.runtime.settings import (
     ALL,
     DOC,
     ControllerSettings,
@@ -30,8 +29,9 @@ from primus.settings import (
     from_env,
     markdown_table,
 )
+from primus.runtime.worker import WorkerArgs
 from primus.spec import parse_job
-from primus.worker import WorkerArgs
+from primus.tools.demo import demo_job
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -167,7 +167,7 @@ def test_a_service_given_a_bad_setting_exits_2_with_one_error_line(module: str, 
 
 
 def test_docs_list_every_setting() -> None:
-    """docs/operations/settings.md holds `python -m primus.settings`'s tables: regenerate them after changing a field."""
+    """docs/operations/settings.md holds `python -m primus.runtime.settings`'s tables: regenerate them after changing a field."""
     text = (ROOT / DOC).read_text()
     for cls in ALL:
-        assert markdown_table(cls) in text, f"docs/operations/settings.md: the table of {cls.__name__} is out of date (python -m primus.settings)"
+        assert markdown_table(cls) in text, f"docs/operations/settings.md: the table of {cls.__name__} is out of date (python -m primus.runtime.settings)"

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from primus.dataplane import SharedMemoryMaps
+from primus.datapath.dataplane import SharedMemoryMaps
 from primus.v1 import data_executor_pb2
 from services.data_executor import flight_server, shared_memory
 from services.data_executor.shared_memory import SharedMemoryDrop

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from primus import rpc
-from primus.backend_kinds import BackendKind
-from primus.cluster import ClusterState, restart_service, start_cluster, stop_services
-from primus.demo_data import generate_dataset
-from primus.roles import Role
+from primus.runtime import rpc
+from primus.runtime.roles import Role
+from primus.spec.backend_kinds import BackendKind
+from primus.tools.cluster import ClusterState, restart_service, start_cluster, stop_services
+from primus.tools.demo_data import generate_dataset
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc

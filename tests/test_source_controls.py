@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from primus.data.consumed import ConsumedTasks
-from primus.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES
 from primus.errors import DataError
 from primus.spec import TrainingJob, WarmStart, parse_job
+from primus.tools.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES
 from services.trainer import checkpoint as ckpt
 from services.trainer.session import TrainingSession
 from services.trainer.training import CtrTrainer

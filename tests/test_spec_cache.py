@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from primus.demo import demo_job
 from primus.errors import SpecError
 from primus.spec import SpecCache
+from primus.tools.demo import demo_job
 
 URI = "file:///data/date={date}/hour={hour}"
 

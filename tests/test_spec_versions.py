@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from primus import spec_versions
 from primus.client import JobState, PrimusClient
-from primus.cluster import ClusterState
 from primus.errors import SpecError
-from primus.spec import load_job_text, parse_job
+from primus.spec import load_job_text, parse_job, spec_versions
+from primus.tools.cluster import ClusterState
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.yaml"))

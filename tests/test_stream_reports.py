@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from primus import rpc
-from primus.samples import training_schema
+from primus.datapath.samples import training_schema
+from primus.runtime import rpc
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2, data_executor_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor.serving import ExecutorCounters, TaskStreamer

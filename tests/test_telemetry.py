@@ -12,7 +12,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from primus.telemetry import JOB_KEY, OtlpJsonFileExporter
+from primus.runtime.telemetry import JOB_KEY, OtlpJsonFileExporter
 
 
 class Level(enum.IntEnum):

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from primus.cluster import start_cluster
+from primus.tools.cluster import start_cluster
 from tests.stores import POSTGRES, require_port
 from tests.tiers import Tier, tier_of, uses
 

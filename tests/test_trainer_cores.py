@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from primus import cores
-from primus.cores import CoreSplit
-from primus.roles import Role
+from primus.runtime import cores
+from primus.runtime.cores import CoreSplit
+from primus.runtime.roles import Role
 from services.resource_controller.backends.contract import EventKind, LaunchSpec, LimitMechanism
 from services.resource_controller.backends.local import LocalHandle, LocalProcessBackend
 
@@ -69,7 +69,7 @@ needs_two_cores = pytest.mark.needs_cores(2, why="a kept core")
 # cores, one started by the training thread afterwards (a feed's reader); each reports where it runs.
 TRAINER = """
 import json, os, sys, threading, time
-from primus import cores
+from primus.runtime import cores
 split = cores.enter_trainer()
 seen = {}
 placed = {"early": threading.Event(), "reader": threading.Event()}

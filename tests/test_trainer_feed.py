@@ -9,12 +9,12 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from primus import rpc
 from primus.data.feed import BatchFeed, Feed, FeedOptions, Lost, ReplayFeed, Served, fixed
 from primus.data.mixer import MAX_HELD_BATCHES
-from primus.digest_cli import mismatches
-from primus.row_identity import Purpose, RowDigests
+from primus.datapath.row_identity import Purpose, RowDigests
+from primus.runtime import rpc
 from primus.spec import TrainingJob, load_job_file
+from primus.tools.digest_cli import mismatches
 from primus.v1 import common_pb2, data_executor_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor.server import create_executor
 from services.planner.registry import PlanRegistry

@@ -18,11 +18,11 @@ import pyarrow as pa
 import pytest
 import yaml
 
+from primus.datapath.hashing import HashPath, crc32_strings, hash_bucket, native_hashing
+from primus.datapath.samples import training_schema
+from primus.datapath.transform import conform_table
 from primus.errors import DataError, SpecError
-from primus.hashing import HashPath, crc32_strings, hash_bucket, native_hashing
-from primus.samples import training_schema
 from primus.spec import SchemaVersion, Transformation, load_job_file, parse_job
-from primus.transform import conform_table
 from services.data_executor.reader import read_task
 from services.planner.plan import PartitionResolver, build_plan
 from services.planner.servicer import task_proto
@@ -114,7 +114,7 @@ def test_nulls_and_other_types_keep_their_buckets(path: HashPath) -> None:
 
 def test_without_a_compiler_hash_bucket_takes_the_numpy_path(tmp_path: Path) -> None:
     """No extension (no compiler, an empty cache): hash_bucket still gives zlib's buckets, on the numpy path."""
-    script = "import json; import pyarrow as pa; from primus.hashing import hash_bucket, hash_path; " + (
+    script = "import json; import pyarrow as pa; from primus.datapath.hashing import hash_bucket, hash_path; " + (
         "print(json.dumps([hash_path().value, hash_bucket(pa.array(['a', None, 'user_42' * 9]), 1000).to_pylist()]))"
     )
     env = {**os.environ, "PRIMUS_NATIVE_CACHE": str(tmp_path / "cache"), "CXX": "/nonexistent"}

@@ -21,12 +21,12 @@ import pytest
 import yaml
 
 from benchmarks.recovery_support import hosts
-from primus import rpc
-from primus.cluster import start_cluster, stop_services
-from primus.faults import FaultPlan, Pause
-from primus.hosts import routable_ip
-from primus.run_store import RunStore, read_bytes_at
+from primus.runtime import rpc
+from primus.runtime.faults import FaultPlan, Pause
+from primus.runtime.hosts import routable_ip
+from primus.runtime.run_store import RunStore, read_bytes_at
 from primus.spec import load_job_text
+from primus.tools.cluster import start_cluster, stop_services
 from primus.v1 import master_pb2, master_pb2_grpc
 from tests.conftest import DAYS, ROWS_PER_HOUR, finished_job, job_document
 from tests.faults_helpers import assert_rows_exact

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
-from primus import rpc
-from primus.cluster import ClusterState
-from primus.faults import FaultPlan, Pause
+from primus.runtime import rpc
+from primus.runtime.faults import FaultPlan, Pause
 from primus.spec import load_job_file
+from primus.tools.cluster import ClusterState
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from tests.conftest import ROWS_PER_HOUR, START, finish_job
 

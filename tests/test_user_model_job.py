@@ -1,6 +1,6 @@
 """A user's own model (examples/models/wide_deep.py) trained by a real job through `primus run`: kill -9 of the trainer mid-job, exact per-source counts.
 
-The fault plan (primus.faults) holds the trainer still after a step, so the kill lands mid-training on the small shared dataset."""
+The fault plan (primus.runtime.faults) holds the trainer still after a step, so the kill lands mid-training on the small shared dataset."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import pytest
 import torch
 import yaml
 
-from primus import rpc
-from primus.cluster import running_cluster
-from primus.faults import FaultPlan, Pause
+from primus.runtime import rpc
+from primus.runtime.faults import FaultPlan, Pause
+from primus.tools.cluster import running_cluster
 from primus.v1 import master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc

@@ -11,14 +11,14 @@ import grpc
 import pytest
 
 from primus.client import JobState, PrimusClient
-from primus.cluster import ClusterState, restart_service, stop_services
-from primus.settings import WorkerSettings
+from primus.runtime.settings import WorkerSettings
+from primus.runtime.worker import fetch_job_spec
 from primus.spec import load_job_file
-from primus.worker import fetch_job_spec
+from primus.tools.cluster import ClusterState, restart_service, stop_services
 
 
 def test_the_spec_is_fetched_once_the_master_is_back(cluster: ClusterState, job_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="primus.worker")
+    caplog.set_level(logging.WARNING, logger="primus.runtime.worker")
     address = cluster.address("master")
     with PrimusClient(address) as client:
         job_id = client.submit(load_job_file(job_file))

@@ -21,14 +21,14 @@ import pytest
 import skein
 import yaml
 
-from primus import rpc
-from primus.backend_kinds import BackendKind
 from primus.client import PrimusClient
-from primus.cluster import ClusterState, local_security, start_cluster, stop_services
-from primus.demo import demo_job
-from primus.demo_data import generate_dataset
-from primus.roles import ROLES, Role, role_of_snake
+from primus.runtime import rpc
+from primus.runtime.roles import ROLES, Role, role_of_snake
 from primus.spec import load_job_file, load_job_text
+from primus.spec.backend_kinds import BackendKind
+from primus.tools.cluster import ClusterState, local_security, start_cluster, stop_services
+from primus.tools.demo import demo_job
+from primus.tools.demo_data import generate_dataset
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc

@@ -26,9 +26,9 @@ class Tier(enum.IntEnum):
 
 # Things outside the tests that make a test heavier, by module or by module.qualname (a prefix matches what is inside it).
 USES: dict[str, Tier] = {
-    "primus.cluster.start_cluster": Tier.E2E,
-    "primus.cluster.start_planner": Tier.E2E,
-    "primus.cluster.restart_service": Tier.E2E,
+    "primus.tools.cluster.start_cluster": Tier.E2E,
+    "primus.tools.cluster.start_planner": Tier.E2E,
+    "primus.tools.cluster.restart_service": Tier.E2E,
     "benchmarks.recovery_support.mesh.Mesh": Tier.E2E,  # a local cluster
     "benchmarks.recovery_support.nemesis.run": Tier.E2E,
     "subprocess": Tier.E2E,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from primus.backend_kinds import BackendKind
+from primus.spec.backend_kinds import BackendKind
 from services.resource_controller import __main__ as controller_main
 from services.resource_controller.backends import registry
 from services.resource_controller.backends.contract import BackendConfig, Capabilities, ExitReason, LaunchSpec, LimitMechanism, RoleSize, SchedulerBackend

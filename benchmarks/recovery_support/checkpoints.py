@@ -14,10 +14,10 @@ import torch
 
 from primus.batch import Batch, FeatureSpec, SparseFeature
 from primus.data.consumed import ConsumedTasks
+from primus.datapath.row_identity import RowDigests
 from primus.models.dlrm import build
 from primus.models.entrypoint import row_losses
-from primus.optim import default_optimizer
-from primus.row_identity import RowDigests
+from primus.models.optim import default_optimizer
 from services.trainer import checkpoint as ckpt
 from services.trainer.snapshots import CheckpointWriter, Snapshot, TouchedRows, take_snapshot
 

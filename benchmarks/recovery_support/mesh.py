@@ -11,10 +11,10 @@ import grpc
 import yaml
 
 from benchmarks.recovery_support.hosts import SecondHost
-from primus import hosts, rpc
-from primus.cluster import restart_service, start_cluster, stop_services
-from primus.row_identity import RowDigests
+from primus.datapath.row_identity import RowDigests
+from primus.runtime import hosts, rpc
 from primus.spec import load_job_text
+from primus.tools.cluster import restart_service, start_cluster, stop_services
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc, planner_pb2, planner_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc

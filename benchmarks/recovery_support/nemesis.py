@@ -24,8 +24,8 @@ import yaml
 from benchmarks.recovery_support import hosts
 from benchmarks.recovery_support.hosts import SecondHost
 from benchmarks.recovery_support.mesh import SERVICES, Mesh, expected_digests, wait
-from primus.digest_cli import mismatches
-from primus.row_identity import RowDigests
+from primus.datapath.row_identity import RowDigests
+from primus.tools.digest_cli import mismatches
 from primus.v1 import master_pb2
 
 ROLES = ("data_executor", "trainer", *SERVICES)

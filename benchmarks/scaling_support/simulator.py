@@ -11,7 +11,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 
-from primus.roles import Role
+from primus.runtime.roles import Role
 from primus.spec import Autoscale, ScaleBehavior, VerticalScaling
 from services.resource_controller.policy import Action, Decision, ExecutorSignals, PolicyState, QuotaView, RoleSignals, decide
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.table import Table
 
-from primus.console import console
+from primus.tools.console import console
 
 MIB = 1024 * 1024
 MODES = ("inprocess", "flight", "handoff", "decode_elsewhere", "served", "served_traced")

@@ -8,12 +8,12 @@ import signal
 
 import grpc
 
-from primus import security
+from primus.auth import security
 from primus.cli.commands import EXIT_CREDENTIALS, EXIT_DENIED, EXIT_USER_ERROR
 from primus.cli.parser import build_parser
 from primus.client import AccessDeniedError, CredentialsRefusedError, JobConflictError, JobNotFoundError, MasterUnreachableError
-from primus.console import err_console
 from primus.errors import PrimusError, SpecError, UserError
+from primus.tools.console import err_console
 
 __all__ = ["EXIT_CREDENTIALS", "EXIT_DENIED", "EXIT_USER_ERROR", "build_parser", "main"]
 

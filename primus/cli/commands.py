@@ -16,10 +16,18 @@ from pathlib import Path
 import grpc
 import yaml
 
-from primus import contexts, rpc, security, spec_versions, tokens
-from primus.backend_flags import controller_argv
+from primus.auth import security, tokens
 from primus.client import PrimusClient
-from primus.cluster import (
+from primus.errors import DataError, InvalidRequestError, PrimusError, SpecError, UserError
+from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
+from primus.job_state import JobState
+from primus.records.scaling_log import ScalingRow, scaling_table
+from primus.runtime import rpc
+from primus.runtime.backend_flags import controller_argv
+from primus.runtime.roles import parse_role
+from primus.spec import TrainingJob, load_job_file, load_job_text, spec_versions
+from primus.tools import contexts
+from primus.tools.cluster import (
     ClusterState,
     ServiceProcess,
     StartError,
@@ -30,15 +38,9 @@ from primus.cluster import (
     start_planner,
     stop_services,
 )
-from primus.console import console, err_console, print_plan, print_report
-from primus.cost import load_cost, load_report, print_cost
-from primus.errors import DataError, InvalidRequestError, PrimusError, SpecError, UserError
-from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
-from primus.job_output import describe_job, follow, print_data, print_jobs, print_queues
-from primus.job_state import JobState
-from primus.roles import parse_role
-from primus.scaling_log import ScalingRow, scaling_table
-from primus.spec import TrainingJob, load_job_file, load_job_text
+from primus.tools.console import console, err_console, print_plan, print_report
+from primus.tools.cost import load_cost, load_report, print_cost
+from primus.tools.job_output import describe_job, follow, print_data, print_jobs, print_queues
 from primus.v1 import planner_pb2, planner_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
@@ -72,7 +74,7 @@ def master_client(args: argparse.Namespace) -> PrimusClient:
 
 
 def _credentials(args: argparse.Namespace, base: security.Settings) -> security.Settings:
-    """Each of CA, certificate, key and token from its flag, else the environment (primus.security), else base (the
+    """Each of CA, certificate, key and token from its flag, else the environment (primus.auth.security), else base (the
     local services' or the context's)."""
     env = security.from_env()
     return security.Settings(
@@ -397,7 +399,7 @@ def explore_hint(runs_dir: Path, job_id: str) -> str:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from primus.demo import write_demo
+    from primus.tools.demo import write_demo
 
     job_file = write_demo(args.data_dir, days=args.days, rows_per_hour=args.rows_per_hour, seed=args.seed, progress=err_console.print)
     args.job = job_file
@@ -412,7 +414,7 @@ def runs_location(text: str) -> Path | str:
 def _report_path(args: argparse.Namespace) -> Path:
     """RUN may be a run folder, its report.json, or a job id under --runs-dir; a folder (or a report) on an object store
     (s3://...) is copied here first."""
-    from primus import run_store  # pyarrow's file systems only for a run on an object store
+    from primus.runtime import run_store  # pyarrow's file systems only for a run on an object store
 
     text = str(args.run)
     if run_store.is_object_uri(text):
@@ -460,7 +462,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     runs_dir = args.runs_dir
     if isinstance(runs_dir, str):  # runs on an object store: read from a copy here, kept current by a thread
-        from primus import run_store
+        from primus.runtime import run_store
 
         runs_dir = run_store.local_folder(runs_dir)
         run_store.RunsCopy(args.runs_dir, runs_dir).start()

@@ -6,8 +6,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from primus import access_cli, contexts, digest_cli, security, spec_versions
-from primus.backend_flags import add_backend_arguments
+from primus.auth import security
 from primus.cli.commands import (
     DEFAULT_RUNS_DIR,
     DEFAULT_STATE_DIR,
@@ -38,12 +37,15 @@ from primus.cli.commands import (
     master_client,
     runs_location,
 )
-from primus.cluster import (
+from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
+from primus.runtime.backend_flags import add_backend_arguments
+from primus.runtime.roles import Role
+from primus.spec import spec_versions
+from primus.tools import access_cli, contexts, digest_cli
+from primus.tools.cluster import (
     RESTARTABLE,
 )
-from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
-from primus.job_output import OUTPUTS
-from primus.roles import Role
+from primus.tools.job_output import OUTPUTS
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,6 @@ from typing import Any
 import grpc
 import torch.utils.data
 
-from primus import faults, rpc
 from primus.batch import Batch
 from primus.data import planner_calls
 from primus.data.consumed import ConsumedTasks
@@ -19,11 +18,12 @@ from primus.data.databatch import DataBatch
 from primus.data.discovery import executor_discovery
 from primus.data.feed import BatchFeed, Discover, FeedOptions, Lost, Served
 from primus.data.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
-from primus.row_identity import Purpose, RowDigests
-from primus.settings import WorkerSettings, from_env
+from primus.datapath.row_identity import Purpose, RowDigests
+from primus.runtime import faults, rpc
+from primus.runtime.settings import WorkerSettings, from_env
+from primus.runtime.worker import fetch_job_spec
 from primus.spec import TrainingJob
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc, planner_pb2_grpc
-from primus.worker import fetch_job_spec
 
 log = logging.getLogger(__name__)
 STATE_VERSION = 1

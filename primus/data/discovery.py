@@ -6,8 +6,8 @@ import logging
 
 import grpc
 
-from primus import heartbeat
 from primus.data.feed import DataEndpoint, Discover
+from primus.runtime import heartbeat
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 

@@ -15,10 +15,11 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from primus import cores, hosts, security, telemetry
+from primus.auth import security
 from primus.data.handoff import Handoff
-from primus.dataplane import END_OF_STREAM, EXECUTOR_DRAINED, EXECUTOR_STOPPING, SharedMemoryMaps
+from primus.datapath.dataplane import END_OF_STREAM, EXECUTOR_DRAINED, EXECUTOR_STOPPING, SharedMemoryMaps
 from primus.errors import UnavailableError
+from primus.runtime import cores, hosts, telemetry
 from primus.v1 import data_executor_pb2
 
 Discover = Callable[[], dict[str, "DataEndpoint"]]
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class DataEndpoint:
-    """Where an executor serves batches, and its host id (primus.hosts): shared memory only between equal ids."""
+    """Where an executor serves batches, and its host id (primus.runtime.hosts): shared memory only between equal ids."""
 
     address: str
     host_id: str = ""

@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 
 from primus.errors import ConflictError
-from primus.settings import WorkerSettings
+from primus.runtime.settings import WorkerSettings
 from primus.v1 import planner_pb2, planner_pb2_grpc
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from http import cookies
 from urllib.parse import parse_qs
 
-from primus import tokens
+from primus.auth import tokens
 
 COOKIE = "primus_explorer"
 COOKIE_SECONDS = 8 * 3600  # the cookie lasts a working day at most (the token's own expiry still applies)

@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from primus.cost import load_report
 from primus.errors import NotFoundError, PrimusError, SpecError
 from primus.explorer.aggregate import RunIndex, SourceSpec, build_index
 from primus.explorer.traces import Span, TraceFolder, paused_gc
-from primus.job_report import JobReport
 from primus.job_state import JobState
+from primus.records.job_report import JobReport
 from primus.spec import job_spec
+from primus.tools.cost import load_report
 
 log = logging.getLogger("primus.explorer")
 

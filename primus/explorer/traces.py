@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from primus.cost import SpanRecord, otlp_attributes
-from primus.telemetry import JOB_KEY
+from primus.runtime.telemetry import JOB_KEY
+from primus.tools.cost import SpanRecord, otlp_attributes
 
 TRACE_GLOB = "*.otlp.jsonl"
 JOB_KEYS = (JOB_KEY, "job")  # where a span, or its resource, names its job

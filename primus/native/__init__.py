@@ -7,7 +7,7 @@ pyarrow that will load it, never in a package build's isolated environment (whic
 key is the pyarrow version and a hash of the sources, the pyarrow installation, numpy and the Python ABI: an upgrade or
 an edited source builds anew. A file lock makes concurrent first users compile once. Without a compiler (or Cython)
 the build fails with one warning and Primus still works: executors copy batches into shared memory instead, and
-hash_bucket computes strings' CRC-32 in numpy (primus/hashing.py).
+hash_bucket computes strings' CRC-32 in numpy (primus/datapath/hashing.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 // zlib's CRC-32 (the reflected 0xEDB88320 polynomial of zlib, gzip and PNG) of each string of an Arrow string array,
-// read from its offsets and data buffers, and its bucket: hash_bucket's native path (primus/hashing.py).
+// read from its offsets and data buffers, and its bucket: hash_bucket's native path (primus/datapath/hashing.py).
 //
 // Two kernels give the same CRCs: slicing-by-8 lookup tables (any CPU), and on x86-64 CPUs with PCLMULQDQ a carry-less
 // multiply and a Barrett reduction per 8-byte word, about half the instructions. Either way a string of up to 32 bytes

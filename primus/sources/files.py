@@ -20,7 +20,7 @@ import pyarrow.json as pajson
 import pyarrow.orc as paorc
 import pyarrow.parquet as pq
 
-from primus import arena
+from primus.datapath import arena
 from primus.errors import DataError, UnavailableError
 from primus.sources import csv_text
 from primus.sources.base import ManifestEntry, Partition, Piece, hourly_or_daily, register_adapter, render_uri

@@ -1,7 +1,7 @@
 """The TrainingJob spec (apiVersion primus/v1 and primus/v2), one module per part of it (resources, data, training, the
 job document) and its loading; every name a caller uses is gathered here."""
 
-from primus.backend_kinds import BackendKind
+from primus.spec.backend_kinds import BackendKind
 from primus.spec.base import API_VERSION, MAX_MEMORY_MIB, NAME_PATTERN, NAMESPACE_PATTERN, PLACEHOLDERS, SpecModel
 from primus.spec.cache import SpecCache, job_spec, spec_of_text
 from primus.spec.data import (

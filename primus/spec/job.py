@@ -7,8 +7,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, model_validator
 
-from primus import spec_versions
-from primus.backend_kinds import BackendKind
+from primus.spec import spec_versions
+from primus.spec.backend_kinds import BackendKind
 from primus.spec.base import API_VERSION, NAME_PATTERN, NAMESPACE_PATTERN, SpecModel
 from primus.spec.data import Data
 from primus.spec.resources import Resources
@@ -44,7 +44,7 @@ class JobSpec(SpecModel):
 
 class TrainingJob(SpecModel):
     """A whole job document, laid out as primus/v1 (the hub); api_version is the version it was written in, and
-    to_yaml() writes it in that version again (primus.spec_versions)."""
+    to_yaml() writes it in that version again (primus.spec.spec_versions)."""
 
     api_version: Literal["primus/v1", "primus/v2"]
     kind: Literal["TrainingJob"]

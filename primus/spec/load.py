@@ -9,8 +9,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from primus import spec_versions
 from primus.errors import SpecError
+from primus.spec import spec_versions
 from primus.spec.base import PLACEHOLDERS
 from primus.spec.job import TrainingJob
 from primus.spec.training import UserScript
@@ -44,7 +44,7 @@ def error_message(error: Any) -> str:
 
 
 def parse_job(document: object) -> TrainingJob:
-    """Validate a parsed YAML document of any version (primus.spec_versions); raise SpecError with one line per
+    """Validate a parsed YAML document of any version (primus.spec.spec_versions); raise SpecError with one line per
     problem, its field path in the document's own version."""
     if not isinstance(document, dict):
         raise SpecError(["(document): a TrainingJob must be a mapping with apiVersion, kind, metadata and spec"])

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from primus.backend_kinds import BackendKind
+from primus.spec.backend_kinds import BackendKind
 from primus.spec.base import MAX_MEMORY_MIB, NAME_PATTERN, SpecModel
 
 

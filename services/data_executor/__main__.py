@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from primus import metrics_http, rpc, telemetry
-from primus.heartbeat import HeartbeatSender
-from primus.worker import fetch_job_spec, parse_worker_args, register
+from primus.runtime import metrics_http, rpc, telemetry
+from primus.runtime.heartbeat import HeartbeatSender
+from primus.runtime.worker import fetch_job_spec, parse_worker_args, register
 from services.data_executor.server import create_executor
 
 log = logging.getLogger("services.data_executor")

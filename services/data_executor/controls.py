@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from primus import heartbeat
-from primus.arena import Arena
+from primus.datapath.arena import Arena
 from primus.errors import InvalidRequestError
+from primus.runtime import heartbeat
 from primus.v1 import data_executor_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.data_executor.serving import ExecutorCounters, TaskStreamer

@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from primus.datapath.row_identity import Purpose, RowDigests
+from primus.datapath.samples import training_schema
 from primus.errors import PrimusError
-from primus.row_identity import Purpose, RowDigests
-from primus.samples import training_schema
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2, planner_pb2
 from services.data_executor.reader import read_task

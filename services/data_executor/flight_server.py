@@ -6,7 +6,7 @@ Closing is orderly: the executor sends END_OF_STREAM (or EXECUTOR_DRAINED, when 
 data's; or EXECUTOR_STOPPING, when it stops first) and waits for the consumer to close its side. Returning from the
 handler while the consumer still writes credits would cut off the batches still in flight, and end the call under the
 thread that reads them.
-A consumer on the same host may ask for shared memory. With the process's arena active (primus.arena), batches were
+A consumer on the same host may ask for shared memory. With the process's arena active (primus.datapath.arena), batches were
 decoded straight into shared memory: the message carries only the batch's column layout in the arena, the consumer
 maps it without any copy, and the executor keeps the batch alive until the consumer gives its hold back (a hold
 never given back stays lent for the life of the process). Otherwise each batch is copied into a slot of the
@@ -24,9 +24,10 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from google.protobuf.message import DecodeError
 
-from primus import faults, security
-from primus.arena import Arena
-from primus.dataplane import END_OF_STREAM, EXECUTOR_DRAINED, EXECUTOR_STOPPING
+from primus.auth import security
+from primus.datapath.arena import Arena
+from primus.datapath.dataplane import END_OF_STREAM, EXECUTOR_DRAINED, EXECUTOR_STOPPING
+from primus.runtime import faults
 from primus.v1 import data_executor_pb2
 from services.data_executor.serving import OpenStream, TaskBatches, TaskStreamer
 from services.data_executor.shared_memory import DEFAULT_SLOTS, SharedMemoryDrop, SharedMemoryRing

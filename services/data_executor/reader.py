@@ -15,15 +15,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from primus import arena, telemetry
+from primus.datapath import arena
+from primus.datapath.samples import row_bytes
+from primus.datapath.transform import Conformed, conform_table
 from primus.errors import DataError, UnavailableError
-from primus.run_store import RunStore
-from primus.samples import row_bytes
+from primus.runtime import telemetry
+from primus.runtime.run_store import RunStore
 from primus.sources import get_adapter
 from primus.sources.base import Piece, SourceAdapter
 from primus.sources.wire import piece_from_split
 from primus.spec import SchemaVersion, Source, TrainingJob
-from primus.transform import Conformed, conform_table
 from primus.v1 import planner_pb2
 from services.data_executor.labels import label_columns, label_step
 
@@ -73,7 +74,7 @@ def physical_columns(source: Source, version: int, schema: pa.Schema, job: Train
 
 def checked_columns(source: Source, version: int, schema: pa.Schema, dense: list[str]) -> list[str]:
     """The stored columns the conform step checks, the label and the dense features, under their physical names: a
-    read through the arena checks them as it decodes them (primus.arena.checking)."""
+    read through the arena checks them as it decodes them (primus.datapath.arena.checking)."""
     physical_of = {target: name for name, target in source.schema_for(version).rename.items()}
     return list(dict.fromkeys(physical_of.get(c, c) for c in [schema.names[0], *dense]))
 

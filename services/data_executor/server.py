@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from primus import arena, hosts, metrics_http, rpc, security
-from primus.run_store import RunStore
-from primus.samples import training_schema
+from primus.auth import security
+from primus.datapath import arena
+from primus.datapath.samples import training_schema
+from primus.runtime import hosts, metrics_http, rpc
+from primus.runtime.run_store import RunStore
 from primus.spec import TrainingJob
 from primus.v1 import data_executor_pb2, data_executor_pb2_grpc, planner_pb2_grpc
 from services.data_executor.controls import ExecutorControls

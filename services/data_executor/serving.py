@@ -31,9 +31,9 @@ import grpc
 import pyarrow as pa
 from opentelemetry import context, trace
 
-from primus import telemetry
 from primus.errors import DataError, UnavailableError
-from primus.run_store import RunStore
+from primus.runtime import telemetry
+from primus.runtime.run_store import RunStore
 from primus.spec import TrainingJob
 from primus.v1 import data_executor_pb2, planner_pb2, planner_pb2_grpc
 from services.data_executor.assembly import ReadBoard, TaskAssembly

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from primus.dataplane import SHM_ROOT, shared_memory_folder, write_batch_file
+from primus.datapath.dataplane import SHM_ROOT, shared_memory_folder, write_batch_file
 
 SLOT_BYTES = 8 * 1024 * 1024  # twice the executor's target batch size
 DEFAULT_SLOTS = 24

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from primus.heartbeat import MIB
+from primus.runtime.heartbeat import MIB
 
 READERS_PER_STREAM = 2  # without a CPU limit (tests, benchmarks): today's two readers
 READERS_PER_CORE = 2  # a reader waits on its file or on the GIL part of the time: two keep a core busy

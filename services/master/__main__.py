@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from primus import metrics_http, rpc, run_store, telemetry
-from primus.settings import MasterSettings, add_arguments, from_args_or_exit
+from primus.runtime import metrics_http, rpc, run_store, telemetry
+from primus.runtime.settings import MasterSettings, add_arguments, from_args_or_exit
 from services.master.leader import Leadership
 from services.master.queues import QueueConfigError, load_queues
 from services.master.server import create_server

@@ -14,11 +14,11 @@ from typing import Any, TypeVar
 
 import grpc
 
-from primus import rbac, tokens
+from primus.auth import rbac, tokens
+from primus.auth.guards import RefusedError, caller
+from primus.auth.identity import Kind, Principal
+from primus.auth.rbac import Policy, Verb
 from primus.errors import InvalidRequestError, NotFoundError, PrimusError
-from primus.guards import RefusedError, caller
-from primus.identity import Kind, Principal
-from primus.rbac import Policy, Verb
 from primus.v1 import access_pb2, access_pb2_grpc
 from services.master.store import JobRecord, JobStore
 

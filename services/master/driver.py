@@ -10,14 +10,14 @@ from dataclasses import dataclass, replace
 
 import grpc
 
-from primus import faults, telemetry
-from primus.backend_kinds import backend_to_proto
 from primus.errors import ConflictError, InvalidRequestError, StorageFullError, disk_full
 from primus.job_state import JobState
 from primus.placement_proto import placement_to_proto
-from primus.roles import ROLES, Role, of_proto, role_to_proto
-from primus.settings import MasterSettings
+from primus.runtime import faults, telemetry
+from primus.runtime.roles import ROLES, Role, of_proto, role_to_proto
+from primus.runtime.settings import MasterSettings
 from primus.spec import JobSpec, TrainingJob, job_spec
+from primus.spec.backend_kinds import backend_to_proto
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master import reconcile as rc
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 MAX_TRAINER_RANKS = 64  # as spec.resources.trainer.replicas
 AUTOSCALE_FREE = (1, 64)  # a role's replica bounds without autoscaling
 LOOKS_PER_SECOND = 200  # the most looks all of a master's idle job drivers make together (see _poll_seconds)
-AFTER_LAUNCH = "master.after_launch"  # fault points (primus.faults, tests only): right after launching a job's executors
+AFTER_LAUNCH = "master.after_launch"  # fault points (primus.runtime.faults, tests only): right after launching a job's executors
 AFTER_RELAUNCH = "master.after_relaunch"  # ... right after relaunching a crashed one
 _LIVE = (rc_pb2.EXECUTOR_STATE_STARTING, rc_pb2.EXECUTOR_STATE_READY, rc_pb2.EXECUTOR_STATE_DRAINING, rc_pb2.EXECUTOR_STATE_PENDING)
 _CRASHED = (rc_pb2.EXECUTOR_STATE_FAILED, rc_pb2.EXECUTOR_STATE_LOST)

@@ -8,7 +8,7 @@ import zlib
 
 import psycopg
 
-from primus.settings import MasterSettings
+from primus.runtime.settings import MasterSettings
 
 log = logging.getLogger(__name__)
 

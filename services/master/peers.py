@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from primus import rpc
+from primus.runtime import rpc
 from primus.v1 import common_pb2, common_pb2_grpc, planner_pb2_grpc
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 

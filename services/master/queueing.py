@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from primus.auth.identity import Kind, Principal
 from primus.errors import ConflictError
-from primus.identity import Kind, Principal
 from primus.job_state import JobState
 from primus.spec import job_spec
 from services.master.access import AccessRecords, Subject

@@ -7,9 +7,9 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from primus.job_state import JobState
-from primus.roles import GANG_LOST_EXIT_CODE, ROLES, Role
-from primus.settings import MasterSettings
-from primus.training_result import TrainingResult
+from primus.records.training_result import TrainingResult
+from primus.runtime.roles import GANG_LOST_EXIT_CODE, ROLES, Role
+from primus.runtime.settings import MasterSettings
 from services.master.status import Restarts
 
 if TYPE_CHECKING:

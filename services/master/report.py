@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from primus.backend_kinds import backend_of_proto
-from primus.counters import CARRIED, COUNTERS, SourceAccount
-from primus.job_report import ExecutorRow, JobReport, PlannedSource, PlanRow, QuarantinedRow, ServiceRow, SourceLedger
-from primus.run_store import RunStore, local_folder
-from primus.scaling_log import ScalingRow, role_name
+from primus.records.counters import CARRIED, COUNTERS, SourceAccount
+from primus.records.job_report import ExecutorRow, JobReport, PlannedSource, PlanRow, QuarantinedRow, ServiceRow, SourceLedger
+from primus.records.scaling_log import ScalingRow, role_name
+from primus.runtime.run_store import RunStore, local_folder
+from primus.spec.backend_kinds import backend_of_proto
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master.status import EarlierLedgers
@@ -18,7 +18,7 @@ from services.master.store import JobRecord
 
 def carry_costs(earlier: EarlierLedgers, plan: planner_pb2.GetPlanResponse | None) -> dict[str, dict[str, float]]:
     """Add a lost ledger's cost counters (as last seen) to those of the ledgers lost before it, per source: the counters
-    primus.counters carries over a planner restart."""
+    primus.records.counters carries over a planner restart."""
     out = {name: dict(fields) for name, fields in earlier.items()}
     for source in plan.sources if plan is not None else ():
         row = out.setdefault(source.source, dict.fromkeys(CARRIED, 0))

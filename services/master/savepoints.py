@@ -1,6 +1,6 @@
 """Savepoints: a job's last committed checkpoint kept under a name in the runs folder, for a new job to start from.
 
-The runs folder may be on an object store (primus.run_store): a savepoint is then copied object by object within the
+The runs folder may be on an object store (primus.runtime.run_store): a savepoint is then copied object by object within the
 store, its savepoint.json put last, so a savepoint exists exactly when its savepoint.json does.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from primus.errors import ConflictError, InvalidRequestError, NotFoundError
-from primus.run_store import RunStore
+from primus.runtime.run_store import RunStore
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$")

@@ -6,8 +6,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from primus import jwt_tokens, metrics_http, rbac, rpc, security, tokens
-from primus.settings import MasterSettings
+from primus.auth import jwt_tokens, rbac, security, tokens
+from primus.runtime import metrics_http, rpc
+from primus.runtime.settings import MasterSettings
 from primus.v1 import access_pb2, access_pb2_grpc, common_pb2, master_pb2, master_pb2_grpc
 from services.master.access import AccessRecords, AccessServicer, Gate, PolicyFile
 from services.master.driver import JobDriver
@@ -45,7 +46,7 @@ def create_server(
     """metrics_port: where Prometheus /metrics is served, on the bind host (0: a free port; OFF: not served). settings:
     the master's timings (default: MasterSettings()). access_policy: the role bindings file (default:
     PRIMUS_ACCESS_POLICY; none: users see and change their own jobs only). Security (TLS, tokens, an identity
-    provider's JWTs) comes from the environment (primus.security, primus.jwt_tokens). queues: the queues and priority
+    provider's JWTs) comes from the environment (primus.auth.security, primus.auth.jwt_tokens). queues: the queues and priority
     classes jobs are admitted through (default: none, every job admitted at once)."""
     settings = settings or MasterSettings()
     credentials = security.from_env()

@@ -15,18 +15,18 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from primus import run_store
+from primus.auth.guards import caller
+from primus.auth.identity import Kind
+from primus.auth.rbac import Verb
+from primus.datapath.row_identity import RowDigest
 from primus.errors import ConflictError, InvalidRequestError, NotFoundError
-from primus.guards import caller
-from primus.identity import Kind
 from primus.job_state import JobState
-from primus.rbac import Verb
-from primus.roles import Role, role_of_proto
-from primus.row_identity import RowDigest
-from primus.run_store import RunStore, read_bytes_at
-from primus.settings import MasterSettings
+from primus.records.training_result import TrainingResult
+from primus.runtime import run_store
+from primus.runtime.roles import Role, role_of_proto
+from primus.runtime.run_store import RunStore, read_bytes_at
+from primus.runtime.settings import MasterSettings
 from primus.spec import WarmStart, job_spec, load_job_text, resolve_paths
-from primus.training_result import TrainingResult
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from services.master import savepoints
 from services.master.access import AccessRecords, Gate, PolicyFile, audited
@@ -115,7 +115,7 @@ def _records(servicer: MasterServicer) -> AccessRecords:
 
 
 class MasterServicer(master_pb2_grpc.MasterServiceServicer):
-    """The user API checks the caller's role in the job's namespace (primus.rbac) and audits every change."""
+    """The user API checks the caller's role in the job's namespace (primus.auth.rbac) and audits every change."""
 
     def __init__(
         self,
@@ -132,7 +132,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         self._store = store
         self._settings = settings or MasterSettings()
         self._driver = driver
-        self._runs = RunStore.open(runs_dir)  # a folder, or an object store (primus.run_store)
+        self._runs = RunStore.open(runs_dir)  # a folder, or an object store (primus.runtime.run_store)
         self._runs_dir = self._runs.local
         self._gate = gate or Gate(PolicyFile(""))
         self.access = access or AccessRecords(store)

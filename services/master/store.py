@@ -16,7 +16,7 @@ import psycopg
 
 from primus.errors import ConflictError, NotFoundError, StorageFullError, disk_full
 from primus.job_state import JobState
-from primus.training_result import TrainingResult
+from primus.records.training_result import TrainingResult
 from services.master.status import JobStatus, Restarts
 
 _SCHEMA = """

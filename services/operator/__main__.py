@@ -13,8 +13,8 @@ from kubernetes import client as k8s
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from primus import kube_connect, metrics_http, rpc
 from primus.client import PrimusClient
+from primus.runtime import kube_connect, metrics_http, rpc
 from services.operator.reconciler import Reconciler
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from primus.client import JobView
 from primus.job_state import JobState
-from primus.scaling_log import role_name
+from primus.records.scaling_log import role_name
 from primus.v1 import resource_controller_pb2 as rc_pb2
 
 SCALING_SHOWN_SECONDS = 60.0  # the Scaling condition stays True this long after a scaling decision

@@ -9,11 +9,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from primus import metrics_http, rpc, run_store, telemetry
-from primus.cluster import JOURNAL_ENV
 from primus.errors import InvalidRequestError, UnavailableError
-from primus.settings import PlannerSettings, add_arguments, from_args_or_exit
+from primus.runtime import metrics_http, rpc, run_store, telemetry
+from primus.runtime.settings import PlannerSettings, add_arguments, from_args_or_exit
 from primus.sources.files import set_metadata_latency
+from primus.tools.cluster import JOURNAL_ENV
 from services.planner.distributed import DistributedResolver
 from services.planner.journal import Journal
 from services.planner.journal_store import open_store

@@ -1,16 +1,16 @@
-"""What an attempt reports it did (WorkDone), charged to its source's SourceAccount (whose counters primus.counters
+"""What an attempt reports it did (WorkDone), charged to its source's SourceAccount (whose counters primus.records.counters
 declares)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from primus.counters import REPORTED, SourceAccount
+from primus.records.counters import REPORTED, SourceAccount
 
 
 @dataclass(frozen=True)
 class WorkDone:
-    """An attempt's report: its rows, bytes and CPU, and a field for each counter primus.counters marks reported."""
+    """An attempt's report: its rows, bytes and CPU, and a field for each counter primus.records.counters marks reported."""
 
     rows: int = 0
     bytes_read: int = 0
@@ -33,6 +33,6 @@ def charge(account: SourceAccount, work: WorkDone, wasted: bool) -> None:
 
 
 def accept(account: SourceAccount, work: WorkDone) -> None:
-    """An accepted attempt adds what it reported of the counters primus.counters marks reported."""
+    """An accepted attempt adds what it reported of the counters primus.records.counters marks reported."""
     for name in REPORTED:
         setattr(account, name, getattr(account, name) + getattr(work, name))

@@ -9,8 +9,8 @@ from datetime import date, datetime
 
 import grpc
 
-from primus import rpc
 from primus.errors import DataError, InvalidRequestError, PrimusError, UnavailableError
+from primus.runtime import rpc
 from primus.sources import Partition
 from primus.spec import Source, TrainingJob
 from primus.v1 import planner_pb2, planner_pb2_grpc

@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-from primus.counters import CARRIED, NAMES, SourceAccount
 from primus.errors import PrimusError, UnavailableError
-from primus.settings import PlannerSettings
+from primus.records.counters import CARRIED, NAMES, SourceAccount
+from primus.runtime.settings import PlannerSettings
 from primus.sources import Partition, Piece
 from primus.sources.base import ManifestEntry
 from services.planner.journal_store import STORE_ERRORS, JournalStore

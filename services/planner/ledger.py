@@ -17,9 +17,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from primus.counters import SourceAccount
 from primus.errors import ConflictError, NotFoundError
-from primus.settings import PlannerSettings
+from primus.records.counters import SourceAccount
+from primus.runtime.settings import PlannerSettings
 from primus.v1 import common_pb2
 from services.planner.accounts import WorkDone, accept, charge
 from services.planner.pending import LeaseHeap, PurposeQueues, RunningMedian, SourceQueue

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from primus.samples import row_bytes, training_schema
+from primus.datapath.samples import row_bytes, training_schema
 from primus.sources import Partition, get_adapter
 from primus.sources.base import label_window
 from primus.spec import Source, TimeRange, TrainingJob

@@ -1,5 +1,5 @@
 """The planner's Prometheus metrics: its ledgers' tasks and per-source accounts (a counter family per counter of
-primus.counters), read at each scrape, and how long LeaseTask and ClaimTask take, observed as they are answered."""
+primus.records.counters), read at each scrape, and how long LeaseTask and ClaimTask take, observed as they are answered."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from primus.counters import COUNTERS
+from primus.records.counters import COUNTERS
 from primus.v1 import common_pb2
 from services.planner.ledger import TaskStatus
 from services.planner.registry import PlanRegistry
@@ -46,7 +46,7 @@ def planner_metrics(registry: PlanRegistry) -> Iterator[Metric]:
             family.add_metric([source, purpose, status.value], tasks.get((source, purpose, status.value), 0))
     yield family
     accounts = registry.accounts()
-    for declared in COUNTERS:  # every counter of primus.counters, as primus_planner_<name>_total
+    for declared in COUNTERS:  # every counter of primus.records.counters, as primus_planner_<name>_total
         counter = CounterMetricFamily(f"primus_planner_{declared.name}", f"{declared.description} Per source, summed over jobs.", labels=["source"])
         for source, account in sorted(accounts.items()):
             counter.add_metric([source], getattr(account, declared.name))

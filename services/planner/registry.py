@@ -9,9 +9,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from primus.counters import SourceAccount
 from primus.errors import NotFoundError
-from primus.settings import PlannerSettings
+from primus.records.counters import SourceAccount
+from primus.runtime.settings import PlannerSettings
 from primus.spec import TrainingJob, job_spec
 from services.planner.journal import (
     JOURNALLED_EVENTS,

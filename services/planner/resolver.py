@@ -12,8 +12,8 @@ from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
-from primus.samples import training_schema
-from primus.settings import PlannerSettings
+from primus.datapath.samples import training_schema
+from primus.runtime.settings import PlannerSettings
 from primus.sources import Partition, get_adapter
 from primus.sources.base import ManifestEntry, Piece
 from primus.sources.metadata import IN_FLIGHT, set_metadata_latency

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from primus import metrics_http, rpc
-from primus.settings import PlannerSettings
+from primus.runtime import metrics_http, rpc
+from primus.runtime.settings import PlannerSettings
 from primus.v1 import planner_pb2, planner_pb2_grpc
 from services.planner.prometheus import latency_histograms, planner_metrics
 from services.planner.registry import PlanRegistry

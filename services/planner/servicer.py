@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 
 import grpc
 
-from primus.counters import REPORTED
 from primus.errors import InvalidRequestError, PrimusError
-from primus.settings import PlannerSettings
+from primus.records.counters import REPORTED
+from primus.runtime.settings import PlannerSettings
 from primus.sources.wire import piece_to_split
 from primus.spec import load_job_text, spec_of_text
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc

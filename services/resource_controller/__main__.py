@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from primus import metrics_http, rpc, run_store, telemetry
-from primus.settings import ControllerSettings, from_args_or_exit
-from primus.settings import add_arguments as add_timing_arguments
+from primus.runtime import metrics_http, rpc, run_store, telemetry
+from primus.runtime.settings import ControllerSettings, from_args_or_exit
+from primus.runtime.settings import add_arguments as add_timing_arguments
 from services.resource_controller.backends.contract import BackendUnavailableError
 from services.resource_controller.backends.registry import add_arguments, build_backends, config_from
 from services.resource_controller.server import create_server

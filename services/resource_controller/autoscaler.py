@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from primus.errors import ConflictError, InvalidRequestError, NotFoundError
-from primus.roles import Role
+from primus.runtime.roles import Role
 from primus.spec import Autoscale, TrainingJob
 from services.resource_controller.decisions import LoggedAction, LoggedDecision
 from services.resource_controller.jobs import JobSpecs

@@ -7,8 +7,8 @@ import threading
 
 import grpc
 
-from primus import rpc
-from primus.security import JobCredentials
+from primus.auth.security import JobCredentials
+from primus.runtime import rpc
 from primus.v1 import data_executor_pb2, data_executor_pb2_grpc
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ import threading
 import grpc
 
 from primus.errors import PrimusError
+from primus.runtime.worker import fetch_job_spec
 from primus.spec import TrainingJob
-from primus.worker import fetch_job_spec
 
 log = logging.getLogger(__name__)
 

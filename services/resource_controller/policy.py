@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from primus.roles import Role
+from primus.runtime.roles import Role
 from primus.spec import Autoscale, VerticalScaling
 
 _EPS = 1e-9

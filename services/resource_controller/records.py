@@ -10,9 +10,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from primus import run_store
-from primus.backend_kinds import BackendKind, parse_backend
-from primus.roles import Role, role_of_snake
+from primus.runtime import run_store
+from primus.runtime.roles import Role, role_of_snake
+from primus.spec.backend_kinds import BackendKind, parse_backend
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.resource_controller.backends.contract import ExecutorHandle, ExitReason, LimitMechanism
 from services.resource_controller.policy import ExecutorSignals
@@ -89,7 +89,7 @@ class JobContext:
     """Where a job's executors find their peers and write their logs; given by the master at launch."""
 
     job_id: str
-    run_dir: str  # a path, or an object store URI (primus.run_store)
+    run_dir: str  # a path, or an object store URI (primus.runtime.run_store)
     planner_address: str
     master_address: str
     backend: BackendKind = BackendKind.LOCAL  # the backend that runs its executors

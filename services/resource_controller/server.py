@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from primus import metrics_http, rpc
-from primus.backend_kinds import BackendKind
-from primus.settings import ControllerSettings
+from primus.runtime import metrics_http, rpc
+from primus.runtime.settings import ControllerSettings
+from primus.spec.backend_kinds import BackendKind
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from services.resource_controller.autoscaler import Autoscaler

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from primus.roles import Role
+from primus.runtime.roles import Role
 from primus.spec import TrainingJob
 from services.resource_controller.backends.contract import ExitReason
 from services.resource_controller.policy import ExecutorSignals, QuotaView, RoleSignals

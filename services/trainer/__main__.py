@@ -13,10 +13,10 @@ from types import FrameType
 
 import torch
 
-from primus import cores, metrics_http, rpc, telemetry
 from primus.data.planner_calls import PLAN_LOST_EXIT_CODE, PlanLostError
 from primus.errors import PrimusError, disk_full
-from primus.worker import fetch_job_spec, parse_worker_args, register
+from primus.runtime import cores, metrics_http, rpc, telemetry
+from primus.runtime.worker import fetch_job_spec, parse_worker_args, register
 from services.trainer.data_parallel import GANG_LOST_EXIT_CODE, GangLostError
 from services.trainer.server import DONE_PHASE, report_failure, run_trainer, start_heartbeats, start_status_server
 from services.trainer.servicer import TrainerStatus

@@ -19,8 +19,8 @@ from typing import Any, BinaryIO
 import torch
 
 from primus.data.consumed import ConsumedTasks
-from primus.optim import Optimizers, PairOptimizer
-from primus.row_identity import RowDigests
+from primus.datapath.row_identity import RowDigests
+from primus.models.optim import Optimizers, PairOptimizer
 from services.trainer import tensor_file
 
 KEEP = 2  # committed checkpoints kept (with the files their chains need)

@@ -12,7 +12,7 @@ import json
 import logging
 from pathlib import Path
 
-from primus.run_store import RunStore
+from primus.runtime.run_store import RunStore
 from services.trainer import checkpoint as ckpt
 
 log = logging.getLogger(__name__)

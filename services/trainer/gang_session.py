@@ -10,12 +10,12 @@ from typing import Any
 
 import torch.distributed as dist
 
-from primus import faults
 from primus.data.consumed import ConsumedTasks
 from primus.data.feed import Feed, Lost
 from primus.data.mixer import MAX_HELD_BATCHES, Minibatch
 from primus.data.planner_calls import to_planner
-from primus.row_identity import RowDigests
+from primus.datapath.row_identity import RowDigests
+from primus.runtime import faults
 from primus.spec import SourceTraining
 from primus.v1 import common_pb2, planner_pb2
 from services.trainer import checkpoint as ckpt

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 
 import grpc
 
-from primus import heartbeat, hosts, masters, metrics_http, rpc
 from primus.data.discovery import executor_discovery
 from primus.data.feed import STALLS
-from primus.devices import resolve_device
 from primus.metrics import Metrics
+from primus.runtime import heartbeat, hosts, masters, metrics_http, rpc
+from primus.runtime.devices import resolve_device
+from primus.runtime.worker import WorkerArgs
 from primus.spec import TrainingJob
 from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2_grpc, trainer_pb2, trainer_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
-from primus.worker import WorkerArgs
 from services.trainer.checkpoint_mirror import CheckpointMirror
 from services.trainer.data_parallel import RankEnv, init_gang
 from services.trainer.gang_session import Elastic, GangSession, LeftGang

@@ -9,17 +9,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from primus import faults, telemetry
 from primus.batch import dense_matrix, sparse_matrix
 from primus.data.consumed import ConsumedTasks
 from primus.data.feed import BatchFeed, Discover, Feed, FeedOptions, Lost
 from primus.data.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
 from primus.data.planner_calls import to_planner
+from primus.datapath.row_identity import Purpose, RowDigests
 from primus.errors import DataError
 from primus.metrics import EvalAccumulator
-from primus.row_identity import Purpose, RowDigests
-from primus.run_store import is_object_uri
-from primus.settings import WorkerSettings
+from primus.runtime import faults, telemetry
+from primus.runtime.run_store import is_object_uri
+from primus.runtime.settings import WorkerSettings
 from primus.spec import TrainingJob, WarmStart
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.trainer import checkpoint as ckpt

@@ -18,7 +18,7 @@ import torch
 
 from primus.data.planner_calls import PlanLostError
 from primus.errors import disk_full
-from primus.optim import Optimizers, embedding_parameters
+from primus.models.optim import Optimizers, embedding_parameters
 from services.trainer import checkpoint as ckpt
 from services.trainer.checkpoint_mirror import CheckpointMirror
 

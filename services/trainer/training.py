@@ -13,11 +13,11 @@ import pyarrow as pa
 import torch
 
 from primus.batch import Batch, FeatureSpec, batch_from_arrow
-from primus.devices import resolve_device
+from primus.datapath.row_identity import RowDigests
 from primus.metrics import EvalAccumulator, Metrics
 from primus.models.entrypoint import model_from_spec, row_losses
-from primus.optim import DENSE, EMBEDDINGS, UserOptimizer, optimizer_for
-from primus.row_identity import RowDigests
+from primus.models.optim import DENSE, EMBEDDINGS, UserOptimizer, optimizer_for
+from primus.runtime.devices import resolve_device
 from primus.spec import Data, SourceTraining, Training
 from services.trainer.delayed_labels import JoinedFraction, fake_negative_weights
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from primus.data.client import DataClient
 from primus.data.context import HOOKS, DataContext, ProgressFn
+from primus.datapath.row_identity import Purpose, RowDigests
 from primus.errors import PrimusError
-from primus.row_identity import Purpose, RowDigests
+from primus.runtime.worker import WorkerArgs
 from primus.spec import TrainingJob
 from primus.v1 import master_pb2
-from primus.worker import WorkerArgs
 from services.trainer.training import TrainingResult, finite
 
 log = logging.getLogger(__name__)

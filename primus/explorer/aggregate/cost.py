@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from primus.cost import STATUS_ERROR, TraceCost, is_consistent, traced_by_source
-from primus.counters import COUNTERS, Counter, SourceAccount, summed
 from primus.explorer.aggregate.filters import Filters, filter_spans
 from primus.explorer.aggregate.index import RunIndex
 from primus.explorer.traces import Span
+from primus.records.counters import COUNTERS, Counter, SourceAccount, summed
+from primus.tools.cost import STATUS_ERROR, TraceCost, is_consistent, traced_by_source
 
 # --- cost ----------------------------------------------------------------------------------------
 

@@ -9,10 +9,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from primus.cost import READ_SPAN, STATUS_ERROR, WASTE_EVENTS, SpanRecord, TraceCost, traced_by
 from primus.explorer.traces import Span
-from primus.job_report import JobReport
+from primus.records.job_report import JobReport
 from primus.spec import Source, SourceKind
+from primus.tools.cost import READ_SPAN, STATUS_ERROR, WASTE_EVENTS, SpanRecord, TraceCost, traced_by
 
 MEMO_SIZE = 64  # views kept per run version: filtered span lists and waterfall walks hold a reference per span
 T = TypeVar("T")

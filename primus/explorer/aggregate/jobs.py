@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from primus.job_report import JobReport
+from primus.records.job_report import JobReport
 
 # --- the jobs list -------------------------------------------------------------------------------
 

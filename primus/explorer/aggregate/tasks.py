@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from primus.cost import READ_SPAN
 from primus.explorer.aggregate.filters import MAX_PAGE, TASK_SORTS, FilterError, Filters, filter_spans
 from primus.explorer.aggregate.index import RunIndex, TaskRow, task_id_of
+from primus.tools.cost import READ_SPAN
 
 T = TypeVar("T")
 

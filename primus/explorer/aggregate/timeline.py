@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from primus.cost import READ_SPAN, STATUS_ERROR, WASTE_EVENTS
 from primus.explorer.aggregate.filters import MAX_BUCKETS, Filters, filter_spans
 from primus.explorer.aggregate.index import RunIndex
+from primus.tools.cost import READ_SPAN, STATUS_ERROR, WASTE_EVENTS
 
 # --- timeline ------------------------------------------------------------------------------------
 

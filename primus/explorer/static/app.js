@@ -309,7 +309,7 @@ function filterBar(job, params, id) {
 // --- cost ----------------------------------------------------------------------------------------
 
 function drawCost(section, servicesSection, cost, job) {
-  // [header, cell, class, the counter it shows]: a counter's column is titled with its description (primus.counters).
+  // [header, cell, class, the counter it shows]: a counter's column is titled with its description (primus.records.counters).
   const cols = [
     ["source", (r) => r.source, "text"], ["samples", (r) => fmtInt(r.samples), null, "samples"], ["MiB read", (r) => fmtMiB(r.bytes_read), null, "bytes_read"],
     ["CPU s", (r) => fmtSec(r.cpu_seconds), null, "cpu_seconds"], ["retries", (r) => fmtInt(r.retries), null, "retries"],
@@ -349,7 +349,7 @@ function drawCost(section, servicesSection, cost, job) {
 }
 
 function everyCounter(cost) {
-  // Every counter of the ledger, as primus.counters declares it, per source: one the table above leaves out shows here.
+  // Every counter of the ledger, as primus.records.counters declares it, per source: one the table above leaves out shows here.
   const rows = [...cost.sources, cost.totals];
   return el("details", { id: "cost-counters" }, el("summary", {}, `every counter of the ledger (${cost.counters.length})`),
     el("div", { class: "scroll" }, el("table", {},

@@ -9,9 +9,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from primus.backend_kinds import BackendKind
 from primus.errors import PrimusError
-from primus.roles import Role
+from primus.runtime.roles import Role
+from primus.spec.backend_kinds import BackendKind
 
 T = TypeVar("T")
 
@@ -167,4 +167,4 @@ class BackendConfig:
     ray_address: str = ""  # a Ray cluster's address (ray://..., host:port, or auto)
     slurm_conf: str = ""  # the Slurm cluster's slurm.conf; empty: $SLURM_CONF or Slurm's default
     slurm_partition: str = ""  # the partition for jobs that name none; empty: the cluster's default
-    keep_trainer_cores: bool = True  # local: each trainer's training thread keeps cores of its own (primus.cores)
+    keep_trainer_cores: bool = True  # local: each trainer's training thread keeps cores of its own (primus.runtime.cores)

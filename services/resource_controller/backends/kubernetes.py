@@ -15,9 +15,10 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from primus import security, telemetry
-from primus.backend_kinds import BackendKind
-from primus.roles import ROLES, Role, role_of_snake
+from primus.auth import security
+from primus.runtime import telemetry
+from primus.runtime.roles import ROLES, Role, role_of_snake
+from primus.spec.backend_kinds import BackendKind
 from services.resource_controller.backends.contract import (
     BackendConfig,
     Capabilities,

@@ -14,10 +14,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from primus import cores as core_split
-from primus import telemetry
-from primus.backend_kinds import BackendKind
-from primus.roles import ROLES, Role, role_of_snake
+from primus.runtime import cores as core_split
+from primus.runtime import telemetry
+from primus.runtime.roles import ROLES, Role, role_of_snake
+from primus.spec.backend_kinds import BackendKind
 from services.resource_controller.backends import local_limits as limits
 from services.resource_controller.backends.contract import (
     Capabilities,
@@ -57,7 +57,7 @@ class LocalHandle:
     mechanism: LimitMechanism
     cgroups: tuple[str, ...] = ()  # its cgroup directories (one for v2, one per hierarchy for v1)
     cores: tuple[int, ...] = ()  # its pinned cores under affinity+watchdog
-    step_cores: tuple[int, ...] = ()  # a trainer's: the cores kept for its training thread (primus.cores)
+    step_cores: tuple[int, ...] = ()  # a trainer's: the cores kept for its training thread (primus.runtime.cores)
 
     def to_state(self) -> dict[str, object]:
         return {
@@ -91,7 +91,7 @@ class LocalProcessBackend(Lifecycle[LocalHandle, _Process]):
     """Executors as child processes of the controller on this machine, limited by cgroups, or by CPU affinity and a memory watchdog.
 
     With keep_trainer_cores (the default), each trainer keeps cores of its own for its training thread and data
-    executors run on the others (primus.cores); the limits say how much CPU each may use, the cores where.
+    executors run on the others (primus.runtime.cores); the limits say how much CPU each may use, the cores where.
     """
 
     name = BackendKind.LOCAL

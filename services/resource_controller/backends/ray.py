@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from primus import security, telemetry
-from primus.backend_kinds import BackendKind
-from primus.roles import ROLES, Role
-from primus.run_store import RunStore
+from primus.auth import security
+from primus.runtime import telemetry
+from primus.runtime.roles import ROLES, Role
+from primus.runtime.run_store import RunStore
+from primus.spec.backend_kinds import BackendKind
 from services.resource_controller.backends.contract import (
     BackendConfig,
     BackendUnavailableError,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from primus.backend_flags import add_backend_arguments
-from primus.backend_kinds import BackendKind, parse_backend
+from primus.runtime.backend_flags import add_backend_arguments
+from primus.spec.backend_kinds import BackendKind, parse_backend
 from services.resource_controller.backends.contract import BackendConfig, SchedulerBackend
 from services.resource_controller.backends.hosts import HostHealth
 from services.resource_controller.backends.local import LocalProcessBackend

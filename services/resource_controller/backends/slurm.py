@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from primus import telemetry
-from primus.backend_kinds import BackendKind
-from primus.roles import ROLES, Role, role_of_snake
+from primus.runtime import telemetry
+from primus.runtime.roles import ROLES, Role, role_of_snake
+from primus.spec.backend_kinds import BackendKind
 from services.resource_controller.backends.contract import (
     BackendConfig,
     BackendUnavailableError,

@@ -20,9 +20,10 @@ from skein.exceptions import ApplicationError as SkeinApplicationError
 from skein.exceptions import ConnectionError as SkeinConnectionError
 from skein.exceptions import TimeoutError as SkeinTimeoutError
 
-from primus import security, telemetry
-from primus.backend_kinds import BackendKind
-from primus.roles import Role, role_of_snake
+from primus.auth import security
+from primus.runtime import telemetry
+from primus.runtime.roles import Role, role_of_snake
+from primus.spec.backend_kinds import BackendKind
 from services.resource_controller.backends.contract import (
     BackendConfig,
     BackendUnavailableError,

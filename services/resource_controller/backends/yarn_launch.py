@@ -9,8 +9,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from primus.hosts import ADVERTISE_ENV, BIND_ENV
-from primus.roles import ROLES
+from primus.runtime.hosts import ADVERTISE_ENV, BIND_ENV
+from primus.runtime.roles import ROLES
 
 # Set by the YARN backend on each container it adds (skein's add_container env), read here. The executor service's
 # script in the skein application spec is just `exec python -m services.resource_controller.backends.yarn_launch`.

@@ -1,0 +1,1 @@
+"""Internal: the typed records a run writes and the tools read: the job report, the trainer's result, the scaling log, cost counters."""
