@@ -25,10 +25,10 @@ from primus.data.planner_calls import PLAN_LOST_EXIT_CODE
 from primus.errors import InvalidRequestError
 from primus.runtime import rpc
 from primus.runtime.faults import FaultPlan, Pause
-from primus.runtime.settings import PlannerSettings, as_env
+from primus.runtime.settings import JOURNAL_ENV, PlannerSettings, as_env
 from primus.sources import Partition, Piece
 from primus.sources.base import ManifestEntry
-from primus.tools.cluster import JOURNAL_ENV, ClusterState, restart_service, start_cluster, stop_services
+from primus.tools.cluster import ClusterState, restart_service, start_cluster, stop_services
 from primus.tools.demo_data import generate_dataset
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc, planner_pb2, planner_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2

@@ -13,6 +13,7 @@ from typing import TypeVar
 from primus.errors import InvalidRequestError
 
 ENV_PREFIX = "PRIMUS_"
+JOURNAL_ENV = "PRIMUS_PLANNER_JOURNAL"  # the planner's journal (a path, sqlite:///PATH, postgresql://... or off), set by `primus up` too
 DOC = "docs/operations/settings.md"
 
 

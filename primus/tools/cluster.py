@@ -18,13 +18,13 @@ from pathlib import Path
 from primus.auth import rbac, security, tokens
 from primus.errors import UnavailableError
 from primus.runtime import cores, rpc, run_store
+from primus.runtime.settings import JOURNAL_ENV
 from primus.tools import certs
 
 log = logging.getLogger(__name__)
 
 START_ORDER = ("planner", "resource_controller", "master")
 START_TIMEOUT_SECONDS = 60.0
-JOURNAL_ENV = "PRIMUS_PLANNER_JOURNAL"  # the planner's journal (a path, sqlite:///PATH, postgresql://... or off)
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,8 @@ from pathlib import Path
 
 from primus.errors import InvalidRequestError, UnavailableError
 from primus.runtime import metrics_http, rpc, run_store, telemetry
-from primus.runtime.settings import PlannerSettings, add_arguments, from_args_or_exit
+from primus.runtime.settings import JOURNAL_ENV, PlannerSettings, add_arguments, from_args_or_exit
 from primus.sources.files import set_metadata_latency
-from primus.tools.cluster import JOURNAL_ENV
 from services.planner.distributed import DistributedResolver
 from services.planner.journal import Journal
 from services.planner.journal_store import open_store
