@@ -25,8 +25,8 @@ from typing import Any
 import yaml
 
 from primus.runtime import rpc
-from primus.runtime.roles import Role, role_to_proto
 from primus.spec import load_job_file
+from primus.spec.roles import Role, role_to_proto
 from primus.tools.cluster import start_cluster, stop_services
 from primus.tools.demo import demo_job
 from primus.tools.demo_data import generate_dataset

@@ -28,8 +28,8 @@ import yaml
 from scaling_support.simulator import describe_workload, run_simulation  # benchmarks/ is on the path when this file runs
 
 from primus.runtime import rpc
-from primus.runtime.roles import Role
 from primus.spec import load_job_file, load_job_text
+from primus.spec.roles import Role
 from primus.tools.cluster import ClusterState, start_cluster, stop_services
 from primus.tools.demo import demo_job
 from primus.tools.demo_data import generate_dataset

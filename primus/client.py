@@ -26,8 +26,8 @@ from primus.auth import security
 from primus.errors import ConflictError, NotFoundError, PrimusError, SpecError, UnavailableError
 from primus.job_state import JobState as JobState  # re-exported: SDK users read job.state
 from primus.runtime import masters
-from primus.runtime.roles import Role, parse_role, role_to_proto
 from primus.spec import TrainingJob
+from primus.spec.roles import Role, parse_role, role_to_proto
 from primus.v1 import access_pb2, access_pb2_grpc, common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 

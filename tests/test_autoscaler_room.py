@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from primus.runtime.roles import Role
 from primus.spec import parse_job
 from primus.spec.backend_kinds import BackendKind
+from primus.spec.roles import Role
 from primus.tools.demo import demo_job
 from services.resource_controller.autoscaler import Autoscaler
 from services.resource_controller.backends.contract import Capabilities, LimitMechanism

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from primus.data.planner_calls import PLAN_LOST_EXIT_CODE
-from primus.runtime.roles import Role
 from primus.runtime.settings import ControllerSettings
 from primus.spec.backend_kinds import BackendKind
+from primus.spec.roles import Role
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.resource_controller.backends.contract import ExitReason, LimitMechanism
 from services.resource_controller.backends.local import LocalProcessBackend

@@ -19,8 +19,8 @@ import yaml
 
 from primus.runtime import rpc
 from primus.runtime.faults import FaultPlan, Pause
-from primus.runtime.roles import Role, role_to_proto
 from primus.spec import load_job_file
+from primus.spec.roles import Role, role_to_proto
 from primus.tools.cluster import ClusterState
 from primus.v1 import master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2

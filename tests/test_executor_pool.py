@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from primus.runtime.roles import Role
+from primus.spec.roles import Role
 from services.resource_controller.backends import local_limits as limits
 from services.resource_controller.backends.contract import ExitReason, LimitMechanism
 from services.resource_controller.backends.lifecycle import Tracked

@@ -18,8 +18,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from benchmarks.recovery_support import hosts
 from primus.errors import StorageFullError, UnavailableError
 from primus.job_state import JobState
-from primus.runtime.roles import Role
 from primus.runtime.telemetry import JOB_KEY, OtlpJsonFileExporter
+from primus.spec.roles import Role
 from services.master.store import JobRecord, JobStore
 from services.planner.journal import CheckpointCommitted, Journal, PlanCreated, read_journal
 from services.planner.journal_store import open_store

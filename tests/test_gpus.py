@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from primus.runtime.roles import Role
+from primus.spec.roles import Role
 from services.resource_controller.backends.contract import RoleSize
 from services.resource_controller.backends.gpus import too_many_gpus, visible_gpus
 

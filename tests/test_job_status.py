@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from primus.runtime.roles import Role
+from primus.spec.roles import Role
 from services.master.status import PLANNER_RESTARTS, AdmissionState, JobStatus, Restarts, TrainingProgress
 
 

@@ -21,10 +21,10 @@ from kubernetes import client as k8s
 
 from primus.client import PrimusClient
 from primus.runtime import rpc
-from primus.runtime.roles import Role
 from primus.runtime.telemetry import TRACE_ENV
 from primus.spec import load_job_file
 from primus.spec.backend_kinds import BackendKind, backend_of_proto
+from primus.spec.roles import Role
 from primus.tools.cluster import ClusterState, local_security, start_cluster, stop_services
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2

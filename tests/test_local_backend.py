@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from primus.runtime.roles import Role
+from primus.spec.roles import Role
 from services.resource_controller.backends import local_limits as limits
 from services.resource_controller.backends.contract import EventKind, ExecutorEvent, ExitReason, LaunchSpec, LimitMechanism
 from services.resource_controller.backends.local import LocalHandle, LocalProcessBackend

@@ -21,8 +21,8 @@ from primus.client import PrimusClient
 from primus.job_state import JobState
 from primus.records.training_result import TrainingResult
 from primus.runtime.masters import grpc_target
-from primus.runtime.roles import Role
 from primus.spec import load_job_file
+from primus.spec.roles import Role
 from primus.tools.cluster import ClusterState, stop_services
 from services.master.leader import Leadership
 from services.master.status import AdmissionState, JobStatus, Restarts, TrainingProgress

@@ -1,4 +1,4 @@
-"""primus.placement_proto: every backend's placement block goes spec -> proto -> spec unchanged, over the wire too."""
+"""primus.runtime.placement_proto: every backend's placement block goes spec -> proto -> spec unchanged, over the wire too."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from primus.placement_proto import placement_of_proto, placement_to_proto
+from primus.runtime.placement_proto import placement_of_proto, placement_to_proto
 from primus.spec.backend_kinds import BackendKind
 from primus.spec.resources import KubernetesPlacement, RayPlacement, Resources, SlurmPlacement, YarnPlacement, placement_dict
 from primus.v1 import resource_controller_pb2 as rc_pb2

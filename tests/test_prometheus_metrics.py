@@ -26,7 +26,7 @@ from primus.data.feed import StallClock
 from primus.job_state import JobState
 from primus.records.counters import COUNTERS
 from primus.runtime import metrics_http, rpc
-from primus.runtime.roles import Role
+from primus.spec.roles import Role
 from primus.tools.cluster import ClusterState
 from primus.v1 import common_pb2, common_pb2_grpc, data_executor_pb2, master_pb2, master_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2

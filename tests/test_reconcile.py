@@ -8,8 +8,8 @@ import pytest
 
 from primus.job_state import JobState
 from primus.records.training_result import TrainingResult
-from primus.runtime.roles import GANG_LOST_EXIT_CODE, ROLES, Role, of_proto, parse_role
 from primus.runtime.settings import MasterSettings
+from primus.spec.roles import GANG_LOST_EXIT_CODE, ROLES, Role, of_proto, parse_role
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master.reconcile import (
     CountPlannerRecoveries,

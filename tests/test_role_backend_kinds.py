@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from primus.runtime.backend_flags import KINDS
-from primus.runtime.roles import ROLES, Role, of_proto, parse_role, role_of_module, role_of_proto, role_of_snake, role_to_proto
 from primus.spec.backend_kinds import BackendKind, backend_of_proto, backend_to_proto, parse_backend
+from primus.spec.roles import ROLES, Role, of_proto, parse_role, role_of_module, role_of_proto, role_of_snake, role_to_proto
 from primus.v1 import resource_controller_pb2 as rc_pb2
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from primus.runtime.roles import Role
 from primus.spec import Autoscale, ScaleBehavior, VerticalScaling
+from primus.spec.roles import Role
 from services.resource_controller.policy import Action, Decision, ExecutorSignals, PolicyState, QuotaView, RoleSignals, decide
 
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from primus.runtime import rpc
-from primus.runtime.roles import Role
 from primus.spec.backend_kinds import BackendKind
+from primus.spec.roles import Role
 from primus.tools.cluster import ClusterState, restart_service, start_cluster, stop_services
 from primus.tools.demo_data import generate_dataset
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc

@@ -14,7 +14,7 @@ import pytest
 
 from primus.runtime import cores
 from primus.runtime.cores import CoreSplit
-from primus.runtime.roles import Role
+from primus.spec.roles import Role
 from services.resource_controller.backends.contract import EventKind, LaunchSpec, LimitMechanism
 from services.resource_controller.backends.local import LocalHandle, LocalProcessBackend
 

@@ -23,9 +23,9 @@ import yaml
 
 from primus.client import PrimusClient
 from primus.runtime import rpc
-from primus.runtime.roles import ROLES, Role, role_of_snake
 from primus.spec import load_job_file, load_job_text
 from primus.spec.backend_kinds import BackendKind
+from primus.spec.roles import ROLES, Role, role_of_snake
 from primus.tools.cluster import ClusterState, local_security, start_cluster, stop_services
 from primus.tools.demo import demo_job
 from primus.tools.demo_data import generate_dataset

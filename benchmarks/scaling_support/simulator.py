@@ -11,8 +11,8 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 
-from primus.runtime.roles import Role
 from primus.spec import Autoscale, ScaleBehavior, VerticalScaling
+from primus.spec.roles import Role
 from services.resource_controller.policy import Action, Decision, ExecutorSignals, PolicyState, QuotaView, RoleSignals, decide
 
 CLUSTER_CORES = 10_000

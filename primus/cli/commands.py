@@ -24,8 +24,8 @@ from primus.job_state import JobState
 from primus.records.scaling_log import ScalingRow, scaling_table
 from primus.runtime import rpc
 from primus.runtime.backend_flags import controller_argv
-from primus.runtime.roles import parse_role
 from primus.spec import TrainingJob, load_job_file, load_job_text, spec_versions
+from primus.spec.roles import parse_role
 from primus.tools import contexts
 from primus.tools.cluster import (
     ClusterState,

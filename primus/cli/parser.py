@@ -39,8 +39,8 @@ from primus.cli.commands import (
 )
 from primus.explorer import DEFAULT_PORT as EXPLORE_PORT
 from primus.runtime.backend_flags import add_backend_arguments
-from primus.runtime.roles import Role
 from primus.spec import spec_versions
+from primus.spec.roles import Role
 from primus.tools import access_cli, contexts, digest_cli
 from primus.tools.cluster import (
     RESTARTABLE,

@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
-from primus.runtime.roles import role_of_proto
+from primus.spec.roles import role_of_proto
 from primus.v1 import resource_controller_pb2 as rc_pb2
 
 

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from primus.spec.backend_kinds import BackendKind
 from primus.spec.base import MAX_MEMORY_MIB, NAME_PATTERN, SpecModel
+from primus.spec.roles import Role
 
 
 class ScaleBehavior(SpecModel):
@@ -131,7 +132,7 @@ class RayPlacement(SpecModel):
     role's on top (roleResources: {dataExecutor: {...}, trainer: {...}}), which places the roles on different nodes."""
 
     resources: dict[str, float] = {}
-    role_resources: dict[Literal["dataExecutor", "trainer"], dict[str, float]] = {}
+    role_resources: dict[Role, dict[str, float]] = {}
     rank_strategy: RankStrategy = Field(
         "PACK", description="how a data-parallel trainer's ranks (one placement group, placed all or none) spread over nodes: STRICT_SPREAD, one a node"
     )
@@ -143,11 +144,11 @@ class SlurmPlacement(SpecModel):
     partition: str | None = Field(
         None, pattern=NAME_PATTERN, description="the partition every executor's batch job goes to; default: the controller's --slurm-partition, else Slurm's default"
     )
-    role_partitions: dict[Literal["dataExecutor", "trainer"], str] = Field({}, description="a partition per role, over partition (trainers on a GPU partition, say)")
+    role_partitions: dict[Role, str] = Field({}, description="a partition per role, over partition (trainers on a GPU partition, say)")
     qos: str | None = Field(
         None, pattern=NAME_PATTERN, description="the QOS every executor's batch job runs under (its limits and priority); needs a cluster with accounting (slurmdbd)"
     )
-    role_qos: dict[Literal["dataExecutor", "trainer"], str] = Field({}, description="a QOS per role, over qos (trainers on a QOS that preempts, say)")
+    role_qos: dict[Role, str] = Field({}, description="a QOS per role, over qos (trainers on a QOS that preempts, say)")
 
 
 PlacementBlock = KubernetesPlacement | YarnPlacement | RayPlacement | SlurmPlacement  # the backend's block of a job's resources

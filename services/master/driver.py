@@ -12,12 +12,12 @@ import grpc
 
 from primus.errors import ConflictError, InvalidRequestError, StorageFullError, disk_full
 from primus.job_state import JobState
-from primus.placement_proto import placement_to_proto
 from primus.runtime import faults, telemetry
-from primus.runtime.roles import ROLES, Role, of_proto, role_to_proto
+from primus.runtime.placement_proto import placement_to_proto
 from primus.runtime.settings import MasterSettings
 from primus.spec import JobSpec, TrainingJob, job_spec
 from primus.spec.backend_kinds import backend_to_proto
+from primus.spec.roles import ROLES, Role, of_proto, role_to_proto
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master import reconcile as rc

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from primus.job_state import JobState
 from primus.records.training_result import TrainingResult
-from primus.runtime.roles import GANG_LOST_EXIT_CODE, ROLES, Role
 from primus.runtime.settings import MasterSettings
+from primus.spec.roles import GANG_LOST_EXIT_CODE, ROLES, Role
 from services.master.status import Restarts
 
 if TYPE_CHECKING:

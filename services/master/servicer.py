@@ -23,10 +23,10 @@ from primus.errors import ConflictError, InvalidRequestError, NotFoundError
 from primus.job_state import JobState
 from primus.records.training_result import TrainingResult
 from primus.runtime import run_store
-from primus.runtime.roles import Role, role_of_proto
 from primus.runtime.run_store import RunStore, read_bytes_at
 from primus.runtime.settings import MasterSettings
 from primus.spec import WarmStart, job_spec, load_job_text, resolve_paths
+from primus.spec.roles import Role, role_of_proto
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from services.master import savepoints
 from services.master.access import AccessRecords, Gate, PolicyFile, audited

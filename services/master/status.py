@@ -7,12 +7,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from primus.job_state import JobState
-from primus.runtime.roles import Role
+from primus.spec.roles import Role
 
 if TYPE_CHECKING:
     from services.master.store import JobRecord
 
-PLANNER_RESTARTS = "planner"  # the restart key of the planner (the roles' are primus.runtime.roles.ROLES[role].restart_key)
+PLANNER_RESTARTS = "planner"  # the restart key of the planner (the roles' are primus.spec.roles.ROLES[role].restart_key)
 
 
 @dataclass(frozen=True)

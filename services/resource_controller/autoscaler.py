@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 
 from primus.errors import ConflictError, InvalidRequestError, NotFoundError
-from primus.runtime.roles import Role
 from primus.spec import Autoscale, TrainingJob
+from primus.spec.roles import Role
 from services.resource_controller.decisions import LoggedAction, LoggedDecision
 from services.resource_controller.jobs import JobSpecs
 from services.resource_controller.policy import Action, Decision, PolicyState, decide

@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
-from primus.runtime.roles import Role, role_of_snake, role_to_proto
 from primus.runtime.settings import ControllerSettings
+from primus.spec.roles import Role, role_of_snake, role_to_proto
 from primus.v1 import resource_controller_pb2 as rc_pb2
 
 

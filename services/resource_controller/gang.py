@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
-from primus.runtime.roles import GANG_JOIN_ENV
+from primus.spec.roles import GANG_JOIN_ENV
 
 LOOPBACK = "127.0.0.1"
 

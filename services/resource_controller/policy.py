@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from primus.runtime.roles import Role
 from primus.spec import Autoscale, VerticalScaling
+from primus.spec.roles import Role
 
 _EPS = 1e-9
 _MAX_STALL = 0.99  # a trainer that waits 100% of the time would ask for infinitely many executors; maxStep caps it anyway

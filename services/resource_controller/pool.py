@@ -21,10 +21,10 @@ from primus.auth.security import JobCredentials
 from primus.datapath.dataplane import remove_shared_memory
 from primus.errors import ConflictError, InvalidRequestError, NotFoundError, disk_full
 from primus.runtime import run_store
-from primus.runtime.roles import Role
 from primus.runtime.run_store import RunStore
 from primus.runtime.settings import ControllerSettings
 from primus.spec.backend_kinds import BackendKind, parse_backend
+from primus.spec.roles import Role
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.resource_controller.backends.contract import EventKind, ExecutorEvent, ExecutorHandle, ExitReason, LaunchSpec, RoleSize, SchedulerBackend
 from services.resource_controller.control import ExecutorControl

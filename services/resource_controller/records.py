@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from primus.runtime import run_store
-from primus.runtime.roles import Role, role_of_snake
 from primus.spec.backend_kinds import BackendKind, parse_backend
+from primus.spec.roles import Role, role_of_snake
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.resource_controller.backends.contract import ExecutorHandle, ExitReason, LimitMechanism
 from services.resource_controller.policy import ExecutorSignals

@@ -7,10 +7,10 @@ from typing import Any
 import grpc
 
 from primus.errors import InvalidRequestError
-from primus.placement_proto import placement_of_proto
-from primus.runtime.roles import Role, role_of_proto, role_to_proto
+from primus.runtime.placement_proto import placement_of_proto
 from primus.spec.backend_kinds import BackendKind, backend_of_proto, backend_to_proto
 from primus.spec.resources import placement_dict
+from primus.spec.roles import Role, role_of_proto, role_to_proto
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from services.resource_controller.autoscaler import Autoscaler

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from primus.runtime.roles import Role
 from primus.spec import TrainingJob
+from primus.spec.roles import Role
 from services.resource_controller.backends.contract import ExitReason
 from services.resource_controller.policy import ExecutorSignals, QuotaView, RoleSignals
 from services.resource_controller.records import Beat, ExecutorRecord, ExecutorState

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from primus.runtime.roles import Role
 from primus.runtime.settings import ControllerSettings
+from primus.spec.roles import Role
 from services.resource_controller.backends.contract import KILLED_FROM_OUTSIDE, STOPPED_FOR_OTHERS, ExitReason
 
 FAILURES_TO_BLACKLIST = 3  # failures of one slot within the window (ControllerSettings: the window, the blacklist and its cap)

@@ -15,8 +15,9 @@ import torch.distributed as dist
 from torch import nn
 from torch._C._distributed_c10d import PrefixStore, Store
 
-from primus.runtime import hosts, roles
+from primus.runtime import hosts
 from primus.runtime.settings import WorkerSettings
+from primus.spec import roles
 
 GANG_LOST_EXIT_CODE = roles.GANG_LOST_EXIT_CODE  # the master restarts every rank from the checkpoint
 T = TypeVar("T")

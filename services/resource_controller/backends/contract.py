@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from primus.errors import PrimusError
-from primus.runtime.roles import Role
 from primus.spec.backend_kinds import BackendKind
+from primus.spec.roles import Role
 
 T = TypeVar("T")
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from primus.runtime.roles import Role
+from primus.spec.roles import Role
 from services.resource_controller.backends.contract import LaunchSpec
 
 H = TypeVar("H")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from primus.runtime.roles import Role
+from primus.spec.roles import Role
 
 DEVICE = re.compile(r"nvidia\d+")
 

@@ -17,8 +17,8 @@ from kubernetes.client.exceptions import ApiException
 
 from primus.auth import security
 from primus.runtime import telemetry
-from primus.runtime.roles import ROLES, Role, role_of_snake
 from primus.spec.backend_kinds import BackendKind
+from primus.spec.roles import ROLES, Role, role_of_snake
 from services.resource_controller.backends.contract import (
     BackendConfig,
     Capabilities,

@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from primus.runtime import kube_connect
-from primus.runtime.roles import Role, role_of_snake
+from primus.spec.roles import Role, role_of_snake
 from services.resource_controller.backends.contract import BackendConfig, BackendUnavailableError
 from services.resource_controller.backends.kubernetes_pods import MANAGED_BY, JsonDict
 

@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes.utils.quantity import parse_quantity
 
 from primus.auth import security
-from primus.runtime.roles import Role
+from primus.spec.roles import Role
 from services.resource_controller.backends.contract import ExitReason, LaunchSpec
 
 _parse_quantity: Callable[[str], Decimal] = parse_quantity  # the client's helper, typed here

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Self, TypeVar
 
-from primus.runtime.roles import Role
 from primus.spec.backend_kinds import BackendKind
+from primus.spec.roles import Role
 from services.resource_controller.backends.contract import KILL_WAIT_SECONDS, EventKind, ExecutorEvent, ExecutorHandle, ExitReason
 from services.resource_controller.backends.hosts import HostHealth
 

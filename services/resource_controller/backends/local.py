@@ -16,8 +16,8 @@ from typing import Any
 
 from primus.runtime import cores as core_split
 from primus.runtime import telemetry
-from primus.runtime.roles import ROLES, Role, role_of_snake
 from primus.spec.backend_kinds import BackendKind
+from primus.spec.roles import ROLES, Role, role_of_snake
 from services.resource_controller.backends import local_limits as limits
 from services.resource_controller.backends.contract import (
     Capabilities,

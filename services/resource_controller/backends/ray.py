@@ -19,9 +19,9 @@ from typing import Any
 
 from primus.auth import security
 from primus.runtime import telemetry
-from primus.runtime.roles import ROLES, Role
 from primus.runtime.run_store import RunStore
 from primus.spec.backend_kinds import BackendKind
+from primus.spec.roles import ROLES, Role
 from services.resource_controller.backends.contract import (
     BackendConfig,
     BackendUnavailableError,

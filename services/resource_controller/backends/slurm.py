@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from primus.runtime import telemetry
-from primus.runtime.roles import ROLES, Role, role_of_snake
 from primus.spec.backend_kinds import BackendKind
+from primus.spec.roles import ROLES, Role, role_of_snake
 from services.resource_controller.backends.contract import (
     BackendConfig,
     BackendUnavailableError,

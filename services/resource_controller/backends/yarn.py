@@ -22,8 +22,8 @@ from skein.exceptions import TimeoutError as SkeinTimeoutError
 
 from primus.auth import security
 from primus.runtime import telemetry
-from primus.runtime.roles import Role, role_of_snake
 from primus.spec.backend_kinds import BackendKind
+from primus.spec.roles import Role, role_of_snake
 from services.resource_controller.backends.contract import (
     BackendConfig,
     BackendUnavailableError,

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from primus.runtime.hosts import ADVERTISE_ENV, BIND_ENV
-from primus.runtime.roles import ROLES
+from primus.spec.roles import ROLES
 
 # Set by the YARN backend on each container it adds (skein's add_container env), read here. The executor service's
 # script in the skein application spec is just `exec python -m services.resource_controller.backends.yarn_launch`.

@@ -9,9 +9,9 @@ from google.protobuf import json_format, struct_pb2
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
-from primus.runtime.roles import parse_role, role_of_proto, role_to_proto
 from primus.spec.load import error_message, field_path
 from primus.spec.resources import KubernetesPlacement, PlacementBlock, RankStrategy, RayPlacement, Resources, SlurmPlacement, YarnPlacement
+from primus.spec.roles import parse_role, role_of_proto, role_to_proto
 from primus.v1 import resource_controller_pb2 as rc_pb2
 
 _RANK_STRATEGIES: dict[RankStrategy, rc_pb2.RankStrategy] = {
