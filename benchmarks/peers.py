@@ -21,7 +21,9 @@ Ray gets as many CPUs. Per arm: rows/s, CPU seconds per million rows and peak RS
 (peers_support/procs.py; RSS counts shared memory in every process that maps it).
 
 TensorFlow's venv: `make peers-venv` (python3 -m venv .venv-peers && .venv-peers/bin/pip install tensorflow-cpu
-pyarrow), or --tf-python PATH. Without it the tf.data arm reports what failed and its ratios are null.
+pyarrow), or --tf-python PATH. Without it the tf.data arm reports what failed and its ratios are null. Ray Data imports
+pandas, which the project's venv lacks: `make peers-venv` also puts it in .venv-peers/ray-site (--ray-site), which the
+Ray arm adds to its path and its workers'. An arm that cannot start or fails a run is reported, never fatal.
 
 Run from the repository root: PYTHONPATH=. python benchmarks/peers.py [--quick].
 """
