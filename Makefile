@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install native demo test test-all lint protos check-protos bench clean image
+.PHONY: install native demo test test-all lint protos check-protos bench peers-venv clean image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,14 @@ protos: $(STAMP)
 
 bench: native
 	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
+
+# benchmarks/peers.py's peers: TensorFlow in a venv of its own (it pins protobuf and numpy its own way), and pandas,
+# which Ray Data imports and the project's venv lacks, in a folder the Ray arm puts on its path.
+PEERS_VENV ?= .venv-peers
+peers-venv: $(STAMP)
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet tensorflow-cpu pyarrow
+	$(BIN)/python -m pip install --quiet --no-deps --target $(PEERS_VENV)/ray-site pandas pytz
 
 clean:
 	rm -rf $(VENV) runs .primus .pytest_cache .mypy_cache .ruff_cache build primus/_arena*.so

@@ -1,0 +1,1 @@
+"""What benchmarks/peers.py is made of besides its orchestration."""
