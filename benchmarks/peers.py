@@ -51,7 +51,7 @@ from benchmarks.peers_support.datasets import Dataset, criteo, demo_clicks
 from benchmarks.peers_support.procs import Meter
 from benchmarks.peers_support.rows import RowSet
 from benchmarks.peers_support.summary import ARMS, ArmRun, assemble, print_table, summarize
-from primus import rpc
+from primus.runtime import rpc
 from primus.v1 import planner_pb2, planner_pb2_grpc
 from services.data_executor import reader
 

@@ -17,10 +17,10 @@ import yaml
 
 from benchmarks.peers_support.rows import ROW_ID, ROW_ID_BUCKETS, RowSet
 from primus.batch import FeatureSpec
-from primus.demo import DEMO_START, demo_job
-from primus.demo_data import generate_dataset
-from primus.samples import training_schema
+from primus.datapath.samples import training_schema
 from primus.spec import load_job_file
+from primus.tools.demo import DEMO_START, demo_job
+from primus.tools.demo_data import generate_dataset
 
 DAYS = 2  # the last one held out for evaluation, as in the serving benchmark: the arms read the first
 SEED = 7

@@ -19,10 +19,10 @@ import torch.utils.data
 from children import serve_commands  # benchmarks/ is on the path when peers.py runs
 
 from benchmarks.peers_support.rows import ROW_ID, RowSet
-from primus import telemetry
 from primus.batch import Batch, FeatureSpec, batch_from_arrow
 from primus.data.feed import BatchFeed, FeedOptions, Lost, fixed
-from primus.samples import training_schema
+from primus.datapath.samples import training_schema
+from primus.runtime import telemetry
 from primus.spec import load_job_file
 from primus.v1 import common_pb2
 

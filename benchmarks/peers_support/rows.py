@@ -21,7 +21,7 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 
 def mixed(ids: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
     """splitmix64 of each id, so that neighbouring ids are unrelated and a sum or xor of a set cannot cancel by accident
-    (as primus.row_identity mixes its task offsets)."""
+    (as primus.datapath.row_identity mixes its task offsets)."""
     with np.errstate(over="ignore"):
         z = ids.astype(np.uint64) * _GOLDEN
         z = (z ^ (z >> np.uint64(30))) * _MIX1

@@ -10,7 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from benchmarks.peers_support.rows import RowSet
-from primus.console import console
+from primus.tools.console import console
 
 MIB = 1024 * 1024
 INPROCESS, SERVED = "inprocess", "served"
