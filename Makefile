@@ -1,6 +1,6 @@
 # Two commands set everything up: `make demo` and `make test`. Both create .venv on first use.
 # `make test`: the unit tier on every core plus one job through all five services, in minutes.
-# `make test-all`: every test, tier by tier (unit, e2e, live, slow; tests/README.md); CI runs it.
+# `make test-all`: every test, tier by tier (unit, e2e, live, slow; tests/README.md) on two workers; CI runs it.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -34,12 +34,15 @@ lint: native
 	$(BIN)/python scripts/gen_crd.py --check
 
 PYTEST := $(BIN)/python -m pytest -q
+# `make test-all`'s workers: each runs a module of service tests at a time (tests/conftest.py groups them), so that two
+# jobs share the machine's cores as a job shares them with its own services; tests/README.md says why that is safe.
+TEST_WORKERS ?= 2
 
 test: lint
 	$(PYTEST) -n auto -m "unit or smoke"
 
 test-all: lint
-	$(PYTEST)
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup
 
 protos: $(STAMP)
 	$(BIN)/python scripts/gen_protos.py

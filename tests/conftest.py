@@ -51,15 +51,23 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     pytest.skip(reason)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks it adds
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test gets the marker of its tier: the heaviest thing it, its fixtures or the helpers they call use. The
-    run goes tier by tier, light to heavy (in file order within a tier): a broken unit fails in the first minutes."""
+    run goes tier by tier, light to heavy (in file order within a tier): a broken unit fails in the first minutes.
+
+    Under `pytest -n N --dist loadgroup` (make test-all), a test above the unit tier runs on the same worker as the rest
+    of its module (its group is the module, unless the module names one: `pytestmark = pytest.mark.xdist_group("ray")`
+    for modules that start a machine-wide singleton, such as a Ray cluster), so that a module's shared cluster is
+    started once; unit tests spread one by one."""
     tiers: dict[str, Tier] = {}
     for item in items:
         fixtures = [definition.func for name in item.fixturenames for definition in item._fixtureinfo.name2fixturedefs.get(name, ())]
         tier = tier_of([item.function, *fixtures]) if isinstance(item, pytest.Function) else Tier.UNIT
         item.add_marker(tier.marker)
         tiers[item.nodeid] = tier
+        if tier > Tier.UNIT and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     items.sort(key=lambda item: tiers[item.nodeid])
 
 

@@ -148,7 +148,7 @@ def test_waiting_for_a_pause_has_a_deadline_and_a_check(tmp_path: Path) -> None:
 
 def test_an_exit_point_exits_once_per_run(tmp_path: Path) -> None:
     plan = FaultPlan(tmp_path / "faults", exits=(Exit("master.after_launch", 23),))
-    code = "from primus import faults; faults.exit_point('master.before'); faults.exit_point('master.after_launch'); print('went on')"
+    code = "from primus.runtime import faults; faults.exit_point('master.before'); faults.exit_point('master.after_launch'); print('went on')"
     env = {**os.environ, **plan.env()}
     first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
     assert first.returncode == 23 and "went on" not in first.stdout, first.stderr

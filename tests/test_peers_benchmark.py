@@ -21,6 +21,9 @@ from benchmarks.peers_support.summary import ARMS, ArmRun, assemble, rows_exact,
 from primus.batch import FeatureSpec, SparseFeature, batch_from_arrow
 from tests.tiers import Tier, uses
 
+# Ray keeps one cluster per machine (its session folder and token under /tmp/ray): under xdist, every module that starts one runs on the same worker
+pytestmark = pytest.mark.xdist_group("ray")
+
 ROOT = Path(__file__).resolve().parents[1]
 IDS = np.arange(1000, dtype=np.int64)
 EXPECTED = RowSet.of(IDS)

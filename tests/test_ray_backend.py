@@ -27,6 +27,9 @@ from tests.conftest import DAYS, ROWS_PER_HOUR, START, assert_every_call_was_che
 from tests.faults_helpers import assert_job_exact
 from tests.tiers import Tier, uses
 
+# Ray keeps one cluster per machine (its session folder and token under /tmp/ray): under xdist, every module that starts one runs on the same worker
+pytestmark = pytest.mark.xdist_group("ray")
+
 LONG_DAYS = 8  # the scaling test's job: long enough that three executors, a kill and a scale-in land mid-training
 GIB = 1024**3
 NAMESPACE = "primus"

@@ -27,6 +27,9 @@ from tests.conftest import finish_job, job_document
 from tests.faults_helpers import assert_job_exact, wait_for
 from tests.tiers import Tier, uses
 
+# Ray keeps one cluster per machine (its session folder and token under /tmp/ray): under xdist, every module that starts one runs on the same worker
+pytestmark = pytest.mark.xdist_group("ray")
+
 REQUIRE_ENV = "PRIMUS_REQUIRE_NETNS"  # CI sets it: there the test must run, not skip
 NETNS = "primus-h2"
 NODE_IP = "10.213.7.2"

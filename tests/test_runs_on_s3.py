@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from primus.explorer.store import RunStore as ExplorerRuns
+from primus.job_state import JobState
 from primus.runtime import rpc
 from primus.runtime.faults import FaultPlan, Pause
 from primus.runtime.run_store import RunsCopy, RunStore, read_bytes_at
@@ -164,7 +165,7 @@ def test_a_job_whose_runs_folder_is_a_bucket_resumes_a_killed_trainer_from_the_b
     assert any(n.startswith("trainer-") for n in traces) and any(n.startswith("data_executor-") for n in traces), traces
     copy = RunsCopy(runs, tmp_path / "explorer")  # what `primus explore --runs-dir s3://...` reads through
     brief = ExplorerRuns(tmp_path / "explorer").brief(job_id)
-    assert brief.report is not None and brief.report["state"] == "SUCCEEDED" and brief.trace_files >= 3, brief
+    assert brief.report is not None and brief.report.state is JobState.SUCCEEDED and brief.trace_files >= 3, brief
     assert ExplorerRuns(tmp_path / "explorer").snapshot(job_id).spans, "the copied traces read as spans"
     assert copy.into == tmp_path / "explorer" and not (tmp_path / "explorer" / job_id / "checkpoints").exists(), "no checkpoints copied"
     # A savepoint is copied within the bucket, and a new job warm-starts from it on a scratch folder of its own.

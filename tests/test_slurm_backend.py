@@ -28,6 +28,9 @@ from tests.conftest import DAYS, ROWS_PER_HOUR, START, finish_job, job_document
 from tests.faults_helpers import assert_job_exact
 from tests.slurm_cluster import NODE_CPUS, QOS_SMALL, QOS_SMALL_CPUS, SlurmCluster
 
+# Under xdist, the modules that start a private Slurm cluster (a slurmd on this node) run on the same worker, one cluster at a time
+pytestmark = pytest.mark.xdist_group("slurm")
+
 ROOT = Path(__file__).resolve().parent.parent
 LATENCY_SITE = ROOT / "benchmarks" / "scaling_support" / "latency_site"  # a slow store for every process it starts
 READ_LATENCY_S = 0.3

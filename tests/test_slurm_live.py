@@ -49,6 +49,9 @@ import pytest
 from services.resource_controller.backends.slurm_cli import SlurmCli, SlurmError, SlurmJob, SlurmState
 from tests.slurm_cluster import NODE_CPUS, QOS_SMALL, QOS_SMALL_CPUS, SlurmCluster
 
+# Under xdist, the modules that start a private Slurm cluster (a slurmd on this node) run on the same worker, one cluster at a time
+pytestmark = pytest.mark.xdist_group("slurm")
+
 T = TypeVar("T")
 
 

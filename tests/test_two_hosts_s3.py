@@ -33,6 +33,9 @@ from tests.faults_helpers import assert_rows_exact
 from tests.s3_server import S3Server, start_s3
 from tests.tiers import Tier, uses
 
+# Ray keeps one cluster per machine (its session folder and token under /tmp/ray): under xdist, every module that starts one runs on the same worker
+pytestmark = pytest.mark.xdist_group("ray")
+
 REQUIRE_ENV = "PRIMUS_REQUIRE_NETNS"  # CI sets it: there the test must run, not skip
 NETNS = "primus-h3"
 SUBNET = "10.213.8"
