@@ -9,7 +9,11 @@ round, as in serving.py), and each turns every batch into the trainer's tensors 
   dtypes and shapes (peers_support/tfdata.py, run by --tf-python: TensorFlow lives in a venv of its own);
 - dataloader: torch.utils.data.DataLoader with two worker processes, each reading every other file with pyarrow and
   converting there (where a DataLoader does it); started once per run, as once per epoch by default;
-- raydata: ray.data.read_parquet(...).iter_batches(batch_format="pyarrow"), on a Ray instance of the arm's own.
+- raydata: ray.data.read_parquet(...).iter_batches(batch_format="pyarrow"), on a Ray instance of the arm's own;
+- served_no_shm: the served arm's processes, the batches over Arrow Flight on the loopback instead of shared memory;
+- served_cross_host: an executor on a second host (peers_support/crosshost.py: a network namespace and a veth pair,
+  root and iproute2 needed, else the arm says why) serving the consumer here over Flight; with a plain TCP stream
+  across the veth and the loopback (`link`), and each served arm's CPU split into the serving side's and the rest.
 
 Two datasets: the serving benchmark's demo clicks (7.68M training rows) and a Criteo-shaped set (26 sparse, 13 dense
 columns); each file carries a row_id column, read as one more sparse feature, so every arm's tensors show which rows
