@@ -9,7 +9,11 @@ round, as in serving.py), and each turns every batch into the trainer's tensors 
   dtypes and shapes (peers_support/tfdata.py, run by --tf-python: TensorFlow lives in a venv of its own);
 - dataloader: torch.utils.data.DataLoader with two worker processes, each reading every other file with pyarrow and
   converting there (where a DataLoader does it); started once per run, as once per epoch by default;
-- raydata: ray.data.read_parquet(...).iter_batches(batch_format="pyarrow"), on a Ray instance of the arm's own.
+- raydata: ray.data.read_parquet(...).iter_batches(batch_format="pyarrow"), on a Ray instance of the arm's own;
+- served_no_shm: the served arm's processes, the batches over Arrow Flight on the loopback instead of shared memory;
+- served_cross_host: an executor on a second host (peers_support/crosshost.py: a network namespace and a veth pair,
+  root and iproute2 needed, else the arm says why) serving the consumer here over Flight; with a plain TCP stream
+  across the veth and the loopback (`link`), and each served arm's CPU split into the serving side's and the rest.
 
 Two datasets: the serving benchmark's demo clicks (7.68M training rows) and a Criteo-shaped set (26 sparse, 13 dense
 columns); each file carries a row_id column, read as one more sparse feature, so every arm's tensors show which rows
@@ -46,11 +50,12 @@ from typing import IO, Any
 import serving  # benchmarks/ is on the path when this file runs
 from children import Child, spawn
 
-from benchmarks.peers_support import hosts
+from benchmarks.peers_support import crosshost, hosts
 from benchmarks.peers_support.datasets import Dataset, criteo, demo_clicks
 from benchmarks.peers_support.procs import Meter
 from benchmarks.peers_support.rows import RowSet
-from benchmarks.peers_support.summary import ARMS, ArmRun, assemble, print_table, summarize
+from benchmarks.peers_support.summary import ARMS, SERVED, SERVED_ARMS, SERVED_CROSS_HOST, ArmRun, assemble, print_table, summarize
+from benchmarks.recovery_support import hosts as netns
 from primus.runtime import rpc
 from primus.v1 import planner_pb2, planner_pb2_grpc
 from services.data_executor import reader
@@ -65,6 +70,7 @@ QUICK_ROWS_PER_HOUR = serving.QUICK_ROWS_PER_HOUR
 CRITEO_ROWS_PER_HOUR = 80_000  # 1.92M training rows of 272 bytes: about the demo's decoded size
 QUICK_CRITEO_ROWS_PER_HOUR = 5_000
 MIB = 1024 * 1024
+LINK_MIB = 512  # each plain TCP stream across the veth and the loopback (crosshost.link_mib_per_s)
 RAY_TEMP = Path(tempfile.gettempdir()) / "primus-peers-ray"  # short: Ray's socket paths must fit in 107 bytes
 
 
@@ -80,6 +86,9 @@ class Options:
     datasets: tuple[str, ...] = ("demo", "criteo")
     arms: tuple[str, ...] = ARMS
     batch_bytes: int = 2 * MIB
+    flight_window: int | None = None  # batches in flight per Flight stream (served_no_shm, served_cross_host); None: the feed's default
+    link_mib: int = LINK_MIB
+    freshness_json: Path | None = None  # benchmarks/freshness.py --out: its freshness_p99_s goes into this JSON
 
 
 class TfService:
@@ -141,12 +150,17 @@ class Bench:
         self.children: dict[str, Child] = {}
         self.tf: TfService | None = None
         self.failures: dict[str, str] = {}
+        self.planners: dict[str, planner_pb2_grpc.PlannerServiceStub] = {}
+        self.second_host: netns.SecondHost | None = None
+        self._stack = contextlib.ExitStack()  # the second host's namespace, deleted after every process is gone
         self._runs = 0
 
     def start(self) -> None:
         starts: dict[str, Callable[[], None]] = {
             "inprocess": lambda: self._spawn("inprocess", hosts.inprocess_host),
             "served": self._start_served,
+            "served_no_shm": self._start_served,
+            "served_cross_host": self._start_cross_host,
             "tfdata_service": self._start_tf,
             "dataloader": lambda: self._spawn("dataloader", hosts.dataloader_host),
             "raydata": lambda: self._spawn("raydata", hosts.ray_host, len(self.options.cores), RAY_TEMP, self.options.ray_site),
@@ -168,13 +182,40 @@ class Bench:
         self.children[name].call("cpu")  # it is up (Ray started, for raydata)
 
     def _start_served(self) -> None:
+        """The served arms' consumer, and the same-host planner and executor (once for served and served_no_shm)."""
+        if "served" not in self.children:
+            self._spawn("served", hosts.served_host)
+        if "executor" in self.children:
+            return
         self.children["planner"] = spawn("planner", serving.planner_host, None)
         address = self.children["planner"].call("address")
         rpc.wait_until_serving(address)
-        self.planner = planner_pb2_grpc.PlannerServiceStub(rpc.connect(address))
+        self.planners[SERVED] = planner_pb2_grpc.PlannerServiceStub(rpc.connect(address))
         runs_dir = self.options.cache / "runs"
         self.children["executor"] = spawn("executor", serving.executor_host, address, self.dataset.job_file, runs_dir, None, None, True)
-        self._spawn("served", hosts.served_host)
+
+    def _start_cross_host(self) -> None:
+        """A second host (crosshost.NETNS, a veth pair): its executor leases from a planner on this host, bound to this
+        end of the link, and serves the consumer here over Flight."""
+        reason = netns.unavailable()
+        if reason:
+            raise RuntimeError(reason)
+        self.second_host = self._stack.enter_context(netns.second_host(crosshost.NETNS, crosshost.SUBNET))
+        if "served" not in self.children:
+            self._spawn("served", hosts.served_host)
+        self.children["xplanner"] = spawn("xplanner", crosshost.planner_host, self.second_host.host_ip)
+        address = self.children["xplanner"].call("address")
+        rpc.wait_until_serving(address)
+        self.planners[SERVED_CROSS_HOST] = planner_pb2_grpc.PlannerServiceStub(rpc.connect(address))
+        runs_dir = self.options.cache / "runs-second-host"
+        self.children["xexecutor"] = spawn("xexecutor", crosshost.executor_host, crosshost.NETNS, self.second_host.node_ip, address, self.dataset.job_file, runs_dir)
+
+    def link(self) -> dict[str, float]:
+        """Plain TCP streams across the veth (from the second host) and the loopback, when the second host is up."""
+        if self.second_host is None:
+            return {}
+        veth = crosshost.link_mib_per_s(crosshost.NETNS, self.second_host.node_ip, self.options.link_mib)
+        return {"veth_mib_per_s": veth, "loopback_mib_per_s": crosshost.link_mib_per_s(None, "127.0.0.1", self.options.link_mib)}
 
     def _start_tf(self) -> None:
         self.tf = TfService(self.options.tf_python, self.dataset, self.rows_per_batch, self.options.cache)
@@ -185,18 +226,24 @@ class Bench:
                 child.close()
         if self.tf is not None:
             self.tf.close()
+        self._stack.close()
 
     def _roots(self, arm: str) -> list[int]:
         if arm == "tfdata_service":
             assert self.tf is not None
             return [self.tf.process.pid]
-        names = ["served", "executor", "planner"] if arm == "served" else [arm]
+        names = [SERVED, *self._serving(arm)] if arm in SERVED_ARMS else [arm]
         return [pid for name in names if (pid := self.children[name].process.pid) is not None]
+
+    @staticmethod
+    def _serving(arm: str) -> list[str]:
+        """A served arm's executor and planner processes."""
+        return ["xexecutor", "xplanner"] if arm == SERVED_CROSS_HOST else ["executor", "planner"]
 
     def run(self, arm: str) -> ArmRun:
         files = list(self.dataset.files)
-        if arm == "served":
-            return self._served()
+        if arm in SERVED_ARMS:
+            return self._served(arm)
         with Meter(self._roots(arm)) as meter:
             if arm == "tfdata_service":
                 assert self.tf is not None
@@ -205,24 +252,32 @@ class Bench:
                 read = self.children[arm].call("run", files, self.dataset.job_file, self.rows_per_batch)
         return _arm_run(read, meter)
 
-    def _served(self) -> ArmRun:
+    def _served(self, arm: str) -> ArmRun:
+        """served: through shared memory; served_no_shm: the same processes over Flight on the loopback;
+        served_cross_host: from the second host's executor over Flight across the veth."""
         self._runs += 1
         job_id = f"peers-{self.dataset.name}-{self._runs}"
         job = serving.load_job_file(self.dataset.job_file)
-        self.planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job_id, spec_yaml=job.to_yaml()), timeout=120)
-        address = self.children["executor"].call("start", job_id, False)
+        planner = self.planners[SERVED_CROSS_HOST if arm == SERVED_CROSS_HOST else SERVED]
+        executor_name, planner_name = self._serving(arm)
+        executor = self.children[executor_name]
+        planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job_id, spec_yaml=job.to_yaml()), timeout=120)
+        address = executor.call("start", job_id, False)
+        executor_host_id = crosshost.OTHER_HOST_ID if arm == SERVED_CROSS_HOST else ""
+        serving_pids = [pid for name in (executor_name, planner_name) if (pid := self.children[name].process.pid) is not None]
         try:
-            with Meter(self._roots("served")) as meter:
-                read = self.children["served"].call("run", address, job_id, self.dataset.job_file)
+            with Meter(self._roots(arm)) as meter, Meter(serving_pids) as serving_meter:
+                window = None if arm == SERVED else self.options.flight_window
+                read = self.children[SERVED].call("run", address, job_id, self.dataset.job_file, executor_host_id, arm == SERVED, window)
         finally:
-            self.children["executor"].call("stop")
-            self.planner.DropPlan(planner_pb2.DropPlanRequest(job_id=job_id), timeout=30)
-        return _arm_run(read, meter)
+            executor.call("stop")
+            planner.DropPlan(planner_pb2.DropPlanRequest(job_id=job_id), timeout=30)
+        return _arm_run(read, meter, serving_meter.usage().cpu_seconds)
 
 
-def _arm_run(read: hosts.Read, meter: Meter) -> ArmRun:
+def _arm_run(read: hosts.Read, meter: Meter, serving_cpu_seconds: float | None = None) -> ArmRun:
     usage = meter.usage()
-    return ArmRun(read.rows, read.seconds, usage.cpu_seconds, usage.peak_rss, RowSet.from_json(read.row_set))
+    return ArmRun(read.rows, read.seconds, usage.cpu_seconds, usage.peak_rss, RowSet.from_json(read.row_set), serving_cpu_seconds)
 
 
 def run_rounds(bench: Bench, rounds: int) -> dict[str, list[ArmRun]]:
@@ -259,6 +314,9 @@ def parse_args(argv: list[str] | None) -> Options:
     parser.add_argument("--cores", default=None, help="the cores every arm runs on, e.g. 0,1 (default: all this process may use)")
     parser.add_argument("--tf-python", type=Path, default=PEERS_VENV / "bin" / "python", help="a Python with tensorflow-cpu and pyarrow")
     parser.add_argument("--ray-site", type=Path, default=PEERS_VENV / "ray-site", help="packages Ray Data needs that this venv lacks (pandas), if the folder exists")
+    parser.add_argument("--flight-window", type=int, default=None, help="batches in flight per Flight stream of the served arms without shared memory (an experiment)")
+    parser.add_argument("--link-mib", type=int, default=LINK_MIB, help="MiB of each plain TCP stream across the veth and the loopback")
+    parser.add_argument("--freshness-json", type=Path, default=None, help="the JSON benchmarks/freshness.py --out wrote: its freshness_p99_s is carried")
     args = parser.parse_args(argv)
     cores = tuple(int(c) for c in args.cores.split(",")) if args.cores else tuple(sorted(os.sched_getaffinity(0)))
     return Options(
@@ -271,6 +329,9 @@ def parse_args(argv: list[str] | None) -> Options:
         ray_site=args.ray_site if args.ray_site.is_dir() else None,
         datasets=tuple(name for name in args.datasets.split(",") if name),
         arms=tuple(arm for arm in args.arms.split(",") if arm),
+        flight_window=args.flight_window,
+        link_mib=args.link_mib,
+        freshness_json=args.freshness_json,
     )
 
 
@@ -289,11 +350,17 @@ def main(argv: list[str] | None = None) -> int:
         try:
             bench.start()
             results = run_rounds(bench, options.rounds)
+            link = bench.link() if results.get(SERVED_CROSS_HOST) else {}
         finally:
             bench.close()
         summaries.append(summarize(name, results, bench.failures, dataset.expected_rows()))
+        if link:
+            summaries[-1]["link"] = link
+            veth, loopback = link["veth_mib_per_s"], link["loopback_mib_per_s"]
+            print(f"{name} link: veth {veth:,.0f} MiB/s, loopback {loopback:,.0f} MiB/s (plain TCP, {options.link_mib} MiB)", file=sys.stderr)
         print_table(summaries[-1])
     result = assemble(summaries)
+    result["freshness_p99_s"] = json.loads(options.freshness_json.read_text()).get("freshness_p99_s") if options.freshness_json else None
     result["cores"] = list(options.cores)
     result["load_average"] = round(os.getloadavg()[0], 2)
     print(json.dumps(result, separators=(",", ":")))

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -92,14 +93,26 @@ def test_ratios_against_in_process_and_the_best_peer_with_a_failed_arm_null() ->
 
 
 def test_the_json_takes_its_ratios_from_the_first_dataset_and_rows_exact_from_all() -> None:
-    fine = {arm: [_run(1000.0 - 100 * index)] for index, arm in enumerate(ARMS)}
+    fine = {arm: [_run(1000.0 - 100 * index)] for index, arm in enumerate(ARMS[:5])}  # the same-host arms
     first = summarize("demo", fine, {}, EXPECTED)
     second = summarize("criteo", {**fine, "dataloader": [_run(10.0, RowSet.of(IDS[:5]))]}, {"tfdata_service": "gone"}, EXPECTED)
     result = assemble([first, second])
     assert result["served_vs_inprocess"] == 0.9 and result["raydata_vs_inprocess"] == 0.6
     assert result["served_vs_best_peer"] == pytest.approx(900 / 800, abs=1e-3)
-    assert result["rows_exact"] == {"inprocess": True, "served": True, "tfdata_service": True, "dataloader": False, "raydata": True}
+    same_host = {"inprocess": True, "served": True, "tfdata_service": True, "dataloader": False, "raydata": True}
+    assert result["rows_exact"] == {**same_host, "served_no_shm": None, "served_cross_host": None}
     assert set(result["datasets"]) == {"demo", "criteo"}
+
+
+def test_served_arms_split_their_cpu_and_the_cross_host_arm_is_set_against_served() -> None:
+    runs = {"inprocess": [_run(1000.0)], "served": [_run(800.0)], "served_cross_host": [replace(_run(600.0), serving_cpu_seconds=0.2)]}
+    summary = summarize("demo", runs, {"served_no_shm": "cannot start"}, EXPECTED)
+    assert summary["served_cross_host_vs_inprocess"] == 0.6 and summary["served_cross_host_vs_served"] == 0.75
+    assert summary["arms"]["served_cross_host"]["serving_cpu_s_per_m_rows"] == 200.0
+    assert "serving_cpu_s_per_m_rows" not in summary["arms"]["served"], "no serving CPU measured, none reported"
+    result = assemble([{**summary, "link": {"veth_mib_per_s": 1000.0, "loopback_mib_per_s": 2000.0}}])
+    assert result["served_cross_host_vs_inprocess"] == 0.6 and result["served_no_shm_vs_inprocess"] is None
+    assert result["link"] == {"veth_mib_per_s": 1000.0, "loopback_mib_per_s": 2000.0}
 
 
 def test_process_figures_come_from_proc() -> None:
@@ -110,8 +123,8 @@ def test_process_figures_come_from_proc() -> None:
 
 
 @uses(Tier.LIVE)  # the Ray arm starts a Ray instance
-def _peers(tmp_path: Path) -> tuple[dict[str, object], str]:
-    command = [sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--rows-per-hour", "200", "--criteo-rows-per-hour", "100", "--rounds", "1"]
+def _peers(tmp_path: Path, *more: str) -> tuple[dict[str, object], str]:
+    command = [sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--rows-per-hour", "200", "--criteo-rows-per-hour", "100", "--rounds", "1", *more]
     command += ["--cache", str(tmp_path / "cache"), "--tf-python", str(tmp_path / "no-venv" / "bin" / "python")]
     done = subprocess.run(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -120,7 +133,7 @@ def _peers(tmp_path: Path) -> tuple[dict[str, object], str]:
 
 
 def test_a_tiny_run_delivers_every_row_once_or_says_what_an_arm_lacked(tmp_path: Path) -> None:
-    result, table = _peers(tmp_path)
+    result, table = _peers(tmp_path, "--arms", ",".join(ARMS[:5]))
     exact = result["rows_exact"]
     assert isinstance(exact, dict)
     assert exact["inprocess"] is exact["served"] is exact["dataloader"] is True
@@ -128,3 +141,17 @@ def test_a_tiny_run_delivers_every_row_once_or_says_what_an_arm_lacked(tmp_path:
     assert "no TensorFlow python" in table
     assert exact["raydata"] is True or (exact["raydata"] is None and result["raydata_vs_inprocess"] is None)
     assert isinstance(result["served_vs_inprocess"], float) and isinstance(result["served_vs_best_peer"], float)
+
+
+def test_a_tiny_cross_host_run_delivers_every_row_once_over_flight_or_says_why_not(tmp_path: Path) -> None:
+    result, _ = _peers(tmp_path, "--datasets", "demo", "--arms", "inprocess,served_cross_host", "--link-mib", "4")
+    exact = result["rows_exact"]
+    assert isinstance(exact, dict)
+    if exact["served_cross_host"] is None:  # no root or no iproute2 here: the arm says so, its ratio is null
+        datasets = result["datasets"]
+        assert isinstance(datasets, dict) and result["served_cross_host_vs_inprocess"] is None
+        assert any(why in datasets["demo"]["arms"]["served_cross_host"]["error"] for why in ("needs root", "iproute2"))
+        return
+    assert exact["served_cross_host"] is True and isinstance(result["served_cross_host_vs_inprocess"], float)
+    link = result["link"]
+    assert isinstance(link, dict) and link["veth_mib_per_s"] > 0 and link["loopback_mib_per_s"] > 0

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -20,9 +20,10 @@ from children import serve_commands  # benchmarks/ is on the path when peers.py 
 
 from benchmarks.peers_support.rows import ROW_ID, RowSet
 from primus.batch import Batch, FeatureSpec, batch_from_arrow
-from primus.data.feed import BatchFeed, FeedOptions, Lost, fixed
+from primus.data.feed import BatchFeed, DataEndpoint, FeedOptions, Lost
 from primus.datapath.samples import training_schema
 from primus.runtime import telemetry
+from primus.runtime.hosts import host_id
 from primus.spec import load_job_file
 from primus.v1 import common_pb2
 
@@ -81,11 +82,16 @@ def inprocess_host(conn: Connection) -> None:
 # --- Primus served: a BatchFeed from the serving benchmark's executor ----------------------------
 
 
-def read_served(address: str, job_id: str, job_file: Path) -> Read:
+def read_served(address: str, job_id: str, job_file: Path, executor_host_id: str = "", shared_memory: bool = True, window: int | None = None) -> Read:
+    """executor_host_id: the executor's host id (default: this host's, as on one host); shared_memory False reads its
+    batches over Arrow Flight even from this host; window: batches in flight (default: the feed's)."""
     spec, _ = _spec(job_file)
     tally = Tally()
+    endpoint = DataEndpoint(address, executor_host_id or host_id())
+    options = FeedOptions(replacement_timeout=10, shared_memory=shared_memory)
+    options = options if window is None else replace(options, window=window)
     with telemetry.job_context(job_id):
-        feed = BatchFeed(fixed({"bench-e0": address}), job_id, "bench-trainer", common_pb2.TASK_PURPOSE_TRAIN, FeedOptions(replacement_timeout=10))
+        feed = BatchFeed(lambda: {"bench-e0": endpoint}, job_id, "bench-trainer", common_pb2.TASK_PURPOSE_TRAIN, options)
         for event in feed:
             if isinstance(event, Lost):
                 raise RuntimeError(event.error)

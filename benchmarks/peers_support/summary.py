@@ -14,8 +14,10 @@ from primus.tools.console import console
 
 MIB = 1024 * 1024
 INPROCESS, SERVED = "inprocess", "served"
+SERVED_NO_SHM, SERVED_CROSS_HOST = "served_no_shm", "served_cross_host"  # over Flight: on this host, from the second
 PEERS = ("tfdata_service", "dataloader", "raydata")
-ARMS = (INPROCESS, SERVED, *PEERS)
+ARMS = (INPROCESS, SERVED, *PEERS, SERVED_NO_SHM, SERVED_CROSS_HOST)
+SERVED_ARMS = (SERVED, SERVED_NO_SHM, SERVED_CROSS_HOST)
 NOT_RUN = "not run"  # left out by --arms
 
 
@@ -28,6 +30,7 @@ class ArmRun:
     cpu_seconds: float  # every process of the arm
     peak_rss: int  # bytes, the arm's processes together
     row_set: RowSet
+    serving_cpu_seconds: float | None = None  # of the planner's and the executor's processes (served arms), within cpu_seconds
 
     @property
     def rows_per_s(self) -> float:
@@ -36,6 +39,10 @@ class ArmRun:
     @property
     def cpu_per_million_rows(self) -> float:
         return self.cpu_seconds / self.rows * 1e6 if self.rows else float("nan")
+
+    @property
+    def serving_cpu_per_million_rows(self) -> float | None:
+        return self.serving_cpu_seconds / self.rows * 1e6 if self.rows and self.serving_cpu_seconds is not None else None
 
 
 def rows_exact(runs: list[ArmRun], expected: RowSet) -> bool:
@@ -64,10 +71,14 @@ def summarize(name: str, runs: dict[str, list[ArmRun]], failures: dict[str, str]
             "peak_rss_mib": round(max(run.peak_rss for run in measured) / MIB, 1),
             "rows_exact": rows_exact(measured, expected),
         }
+        serving = [cpu for run in measured if (cpu := run.serving_cpu_per_million_rows) is not None]
+        if serving:  # the consumer's share is the rest of cpu_s_per_m_rows
+            arms[arm]["serving_cpu_s_per_m_rows"] = round(statistics.median(serving), 3)
     speed = {arm: figures.get("rows_per_s") for arm, figures in arms.items()}
     summary: dict[str, Any] = {"dataset": name, "rows": expected.count, "rounds": max((len(r) for r in runs.values()), default=0), "arms": arms}
     for arm in ARMS[1:]:
         summary[f"{arm}_vs_inprocess"] = ratio(speed[arm], speed[INPROCESS])
+    summary["served_cross_host_vs_served"] = ratio(speed[SERVED_CROSS_HOST], speed[SERVED])
     best = max((speed[p] for p in PEERS if speed[p] is not None), default=None)
     summary["best_peer"] = next((p for p in PEERS if best is not None and speed[p] == best), None)
     summary["served_vs_best_peer"] = ratio(speed[SERVED], best)
@@ -85,6 +96,8 @@ def assemble(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     head = summaries[0]
     result: dict[str, Any] = {f"{arm}_vs_inprocess": head[f"{arm}_vs_inprocess"] for arm in ARMS[1:]}
     result["served_vs_best_peer"] = head["served_vs_best_peer"]
+    result["served_cross_host_vs_served"] = head["served_cross_host_vs_served"]
+    result["link"] = head.get("link")  # plain TCP MiB/s across the veth and the loopback, when the second host ran
     result["best_peer"] = head["best_peer"]
     result["rows_exact"] = {arm: _all_exact([s["arms"][arm]["rows_exact"] for s in summaries]) for arm in ARMS}
     result["datasets"] = {s["dataset"]: s for s in summaries}
@@ -94,15 +107,18 @@ def assemble(summaries: list[dict[str, Any]]) -> dict[str, Any]:
 def print_table(summary: dict[str, Any]) -> None:
     title = f"{summary['dataset']}: {summary['rows']:,} rows, medians of {summary['rounds']} interleaved rounds"
     table = Table(title=title, title_justify="left")
-    for column in ("arm", "rows/s", "vs in-process", "seconds", "CPU s / M rows", "peak RSS MiB", "rows exact"):
+    for column in ("arm", "rows/s", "vs in-process", "seconds", "CPU s / M rows", "of it serving", "peak RSS MiB", "rows exact"):
         table.add_column(column, justify="left" if column == "arm" else "right")
     for arm, figures in summary["arms"].items():
         if "error" in figures:
-            table.add_row(arm, "-", "-", "-", "-", "-", figures["error"] if figures["error"] == NOT_RUN else f"failed: {figures['error']}")
+            table.add_row(arm, "-", "-", "-", "-", "-", "-", figures["error"] if figures["error"] == NOT_RUN else f"failed: {figures['error']}")
             continue
         versus = "1.000" if arm == INPROCESS else f"{summary[f'{arm}_vs_inprocess']:.3f}"
-        row = (f"{figures['rows_per_s']:,}", versus, f"{figures['seconds']:.3f}", f"{figures['cpu_s_per_m_rows']:.3f}", f"{figures['peak_rss_mib']:.1f}")
+        serving = f"{figures['serving_cpu_s_per_m_rows']:.3f}" if "serving_cpu_s_per_m_rows" in figures else "-"
+        row = (f"{figures['rows_per_s']:,}", versus, f"{figures['seconds']:.3f}", f"{figures['cpu_s_per_m_rows']:.3f}", serving, f"{figures['peak_rss_mib']:.1f}")
         table.add_row(arm, *row, "yes" if figures["rows_exact"] else "NO")
     console.print(table)
     if summary["served_vs_best_peer"] is not None:
         console.print(f"served_vs_best_peer {summary['served_vs_best_peer']:.3f} (best peer: {summary['best_peer']})")
+    if summary["served_cross_host_vs_served"] is not None:
+        console.print(f"served_cross_host_vs_served {summary['served_cross_host_vs_served']:.3f}")

@@ -1,0 +1,55 @@
+"""The freshness benchmark's trainer: examples/user_loop.py's plain PyTorch loop over primus.data (run as the job's
+training.script), which logs one JSON line per step: when the step ended and the stream rows it trained.
+
+A stream row carries its stamp in two dense features (the benchmark publishes them; history rows never hold them):
+`position` is MARK - wave (negative, where the demo's positions are not) and `item_price` its publish time in seconds
+since the benchmark's epoch (--epoch, a Unix time). Standalone: it imports primus and torch only, as a user's would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+from torch import nn
+
+from primus.data import DataClient
+
+MARK = -1000.0  # position of a stream row of wave w: MARK - w
+STAMP, WAVE = "item_price", "position"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", required=True, help="the step log (JSON lines)")
+    parser.add_argument("--epoch", type=float, required=True, help="the benchmark's epoch, a Unix time")
+    parser.add_argument("--checkpoint-every", type=int, default=200)
+    args = parser.parse_args()
+    client = DataClient.from_env()
+    features = client.job.spec.training.features
+    dense = list(features.dense)
+    stamp_at, wave_at = dense.index(STAMP), dense.index(WAVE)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(len(dense), 16), nn.ReLU(), nn.Linear(16, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    loss_fn = nn.BCEWithLogitsLoss()
+    with open(args.out, "a", buffering=1) as log:
+        for step, batch in enumerate(client.dataset(), start=1):
+            optimizer.zero_grad()
+            loss = loss_fn(model(batch.dense).squeeze(-1), batch.labels)
+            loss.backward()
+            optimizer.step()
+            ended = time.time() - args.epoch
+            waves = batch.dense[:, wave_at]
+            stream = waves <= MARK + 0.5
+            marked = [[int(MARK - wave), stamp] for wave, stamp in zip(waves[stream].tolist(), batch.dense[stream, stamp_at].tolist(), strict=True)]
+            log.write(json.dumps({"t": round(ended, 4), "history": int((~stream).sum()), "stream": marked}) + "\n")
+            if step % args.checkpoint_every == 0:
+                client.commit(client.state_dict())
+        client.commit(client.state_dict())
+
+
+if __name__ == "__main__":
+    main()
