@@ -1,6 +1,6 @@
 # Two commands set everything up: `make demo` and `make test`. Both create .venv on first use.
 # `make test`: the unit tier on every core plus one job through all five services, in minutes.
-# `make test-all`: every test, tier by tier (unit, e2e, live, slow; tests/README.md) on two workers; CI runs it.
+# `make test-all`: every test, tier by tier (unit and e2e on two workers, then live and slow; tests/README.md); CI runs it.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -34,15 +34,16 @@ lint: native
 	$(BIN)/python scripts/gen_crd.py --check
 
 PYTEST := $(BIN)/python -m pytest -q
-# `make test-all`'s workers: each runs a module of service tests at a time (tests/conftest.py groups them), so that two
-# jobs share the machine's cores as a job shares them with its own services; tests/README.md says why that is safe.
+# `make test-all`'s workers for the unit and e2e tiers: each runs one module of service tests at a time (tests/conftest.py
+# groups them); the live and slow tiers then run one test at a time (tests/README.md says why).
 TEST_WORKERS ?= 2
 
 test: lint
 	$(PYTEST) -n auto -m "unit or smoke"
 
 test-all: lint
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup -m "unit or e2e"
+	$(PYTEST) -m "live or slow"
 
 protos: $(STAMP)
 	$(BIN)/python scripts/gen_protos.py

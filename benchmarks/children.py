@@ -11,6 +11,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 Handler = Callable[..., Any]
+POLL_SECONDS = 0.5  # how often a call waiting for its reply looks whether the child is still alive
 
 
 @dataclass
@@ -20,7 +21,12 @@ class Child:
     conn: Connection
 
     def call(self, *command: object) -> Any:
+        """Send a command and wait for its reply; a child that dies first (an import that fails, a crash) is an error
+        naming its exit code, not a wait without end: the parent holds the pipe's other end, so no EOF would come."""
         self.conn.send(command)
+        while not self.conn.poll(POLL_SECONDS):
+            if not self.process.is_alive():
+                raise RuntimeError(f"{self.name}: the process exited (code {self.process.exitcode}) before it answered {command[0]!r}")
         reply = self.conn.recv()
         if isinstance(reply, Exception):
             raise RuntimeError(f"{self.name}: {reply}")

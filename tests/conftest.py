@@ -27,6 +27,9 @@ from tests.tiers import Tier, tier_of
 START = datetime(2026, 11, 1, tzinfo=UTC)
 DAYS = 3
 ROWS_PER_HOUR = 600
+# The tests' Ray clusters run without Ray's token auth, whatever a local ray.init() elsewhere on this machine left in
+# ~/.ray/auth_token (a token there turns it on for the next `ray start --head`, and the nodes that join then fail).
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 REQUIRE_CORES_ENV = "PRIMUS_REQUIRE_CORES"  # CI sets it: a test that needs more cores fails there instead of skipping
 
 

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.xdist_group("ray")
 
 REQUIRE_ENV = "PRIMUS_REQUIRE_NETNS"  # CI sets it: there the test must run, not skip
 NETNS = "primus-h3"
-SUBNET = "10.213.8"
+SUBNET = "10.213.10"  # its own: the nemesis test has 10.213.8, the nemesis benchmark 10.213.9, the two-host Ray test 10.213.7
 NODE_IP = f"{SUBNET}.2"
 RAY = Path(sys.executable).parent / "ray"
 BUCKET = "primus-two-hosts"

@@ -26,7 +26,7 @@ from services.planner.registry import PlanRegistry
 from services.planner.server import create_server
 
 NETNS = "primus-peers"  # tests/test_ray_two_hosts.py takes primus-h2, tests/test_two_hosts_s3.py primus-h3, the nemesis primus-nem(b)
-SUBNET = "10.213.30"  # theirs: 10.213.7, .8 and .9
+SUBNET = "10.213.30"  # theirs: 10.213.7, .8, .9 and .10
 OTHER_HOST_ID = "primus-peers-second-host"
 CLONE_NEWNET = 0x40000000
 CHUNK = 1 << 20

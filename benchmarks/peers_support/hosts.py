@@ -147,6 +147,9 @@ def ray_host(conn: Connection, cpus: int, temp_dir: Path, site: Path | None) -> 
     import ray  # only this process starts Ray
     import ray.data
 
+    # A local instance turns Ray's token auth on by default and writes ~/.ray/auth_token, which turns it on for every
+    # cluster this machine starts later (and fails nodes that join without it): this one needs none.
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING, _temp_dir=str(temp_dir))
     context: Any = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
