@@ -30,7 +30,7 @@ USES: dict[str, Tier] = {
     "primus.tools.cluster.start_planner": Tier.E2E,
     "primus.tools.cluster.restart_service": Tier.E2E,
     "benchmarks.recovery_support.mesh.Mesh": Tier.E2E,  # a local cluster
-    "benchmarks.recovery_support.nemesis.run": Tier.E2E,
+    "benchmarks.recovery_support.nemesis.run": Tier.LIVE,  # a second host: a network namespace, iptables in it, a tmpfs
     "subprocess": Tier.E2E,
     "multiprocessing": Tier.E2E,
     "torch.multiprocessing": Tier.E2E,

@@ -115,4 +115,6 @@ def free(folder: Path) -> None:
 
 
 def _run(*command: str) -> None:
-    subprocess.run(list(command), check=True, capture_output=True, text=True)
+    done = subprocess.run(list(command), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
