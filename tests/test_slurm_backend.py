@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from primus.runtime import rpc
+from primus.runtime.faults import FaultPlan, Pause
 from primus.spec.backend_kinds import BackendKind
 from primus.spec.roles import Role
 from primus.tools.cluster import ClusterState, restart_service, start_cluster, stop_services
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LATENCY_SITE = ROOT / "benchmarks" / "scaling_support" / "latency_site"  # a slow store for every process it starts
 READ_LATENCY_S = 0.3
 LONG_DAYS = 6  # long enough that a scale-out, a kill and a scale-in land mid-training
+HOLD_AT = 20  # the step at which the scale-out test's trainer holds still while its executors scale out, lose one and scale in
 DATA = rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR
 
 
@@ -102,10 +104,23 @@ def _executor_rows(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.timeout(300)
-def test_scale_out_a_cancelled_executor_and_scale_in_keep_exact_counts(slurm: SlurmCluster, slurm_mesh: ClusterState, long_dataset: Path) -> None:
+def test_scale_out_a_cancelled_executor_and_scale_in_keep_exact_counts(slurm: SlurmCluster, long_dataset: Path, tmp_path: Path) -> None:
+    """The trainer holds still at step HOLD_AT (the fault plan, which the Slurm jobs inherit from the controller's
+    environment) while the executors scale out, one is cancelled and replaced, and they scale in: all of it mid-training
+    however fast the machine trains, rather than within a dataset long enough to outlast it."""
+    plan = FaultPlan(tmp_path / "faults", (Pause("trainer", HOLD_AT),))
+    slurm_mesh = start_cluster(tmp_path / "runs", tmp_path / "state", ["--backend", "slurm", "--slurm-conf", str(slurm.conf_path)], env=plan.env())
+    try:
+        _scale_out_cancel_and_scale_in(slurm, slurm_mesh, long_dataset, plan)
+    finally:
+        stop_services(slurm_mesh.services)
+        slurm.cancel_all()
+
+
+def _scale_out_cancel_and_scale_in(slurm: SlurmCluster, slurm_mesh: ClusterState, long_dataset: Path, plan: FaultPlan) -> None:
     master, rc = _stubs(slurm_mesh)
     job_id = master.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=_job(long_dataset, LONG_DAYS)), timeout=30).job_id
-    _wait(lambda: _step(master, job_id) >= 20, "training to start")
+    plan.wait_paused("trainer", HOLD_AT, timeout=120)
     rc.ScaleRole(rc_pb2.ScaleRoleRequest(job_id=job_id, role=DATA, replicas=3), timeout=30)
     _wait(lambda: len(_ready(rc, job_id)) == 3, "three ready data executors")
     jobs = _slurm_jobs(slurm)
@@ -118,6 +133,7 @@ def test_scale_out_a_cancelled_executor_and_scale_in_keep_exact_counts(slurm: Sl
 
     rc.ScaleRole(rc_pb2.ScaleRoleRequest(job_id=job_id, role=DATA, replicas=1), timeout=30)
     assert master.GetJob(master_pb2.GetJobRequest(job_id=job_id), timeout=10).job.state == common_pb2.JOB_STATE_RUNNING, "the scale-in lands mid-training"
+    plan.release("trainer", HOLD_AT)
     report = finish_job(master, job_id, timeout=240)
     assert_job_exact(report, long_dataset, LONG_DAYS)
     assert report["restarts"] == {"data executor": 1}
