@@ -7,11 +7,12 @@ so that reports written before this type load, and reports written now read as b
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from primus.job_state import JobState
 from primus.records.counters import COUNTERS, SourceAccount
+from primus.records.flat_rows import flat_from_json, flat_to_json
 from primus.records.scaling_log import ScalingRow
 from primus.records.training_result import JsonObject, TrainingResult
 from primus.v1 import common_pb2
@@ -33,13 +34,11 @@ class ServiceRow:
     metrics_address: str = ""
 
     def to_json(self) -> JsonObject:
-        return {"name": self.name, "pid": self.pid, "address": self.address, "role": self.role, "metrics_address": self.metrics_address}
+        return flat_to_json(self)
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> ServiceRow:
-        return ServiceRow(
-            str(data.get("name", "")), int(data.get("pid", 0)), str(data.get("address", "")), str(data.get("role", "")), str(data.get("metrics_address", ""))
-        )
+        return flat_from_json(ServiceRow, data)
 
 
 @dataclass(frozen=True)
@@ -63,12 +62,11 @@ class ExecutorRow:
     log: str = ""
 
     def to_json(self) -> JsonObject:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return flat_to_json(self)
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> ExecutorRow:
-        defaults = ExecutorRow("")
-        return ExecutorRow(**{f.name: type(getattr(defaults, f.name))(data.get(f.name, getattr(defaults, f.name))) for f in fields(ExecutorRow)})
+        return flat_from_json(ExecutorRow, data)
 
 
 def service_row_from_json(data: Mapping[str, Any]) -> ServiceRow | ExecutorRow:
@@ -178,13 +176,11 @@ class QuarantinedRow:
     attempts: int = 0
 
     def to_json(self) -> JsonObject:
-        return {"task_id": self.task_id, "source": self.source, "partition": self.partition, "reason": self.reason, "attempts": self.attempts}
+        return flat_to_json(self)
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> QuarantinedRow:
-        return QuarantinedRow(
-            str(data.get("task_id", "")), str(data.get("source", "")), str(data.get("partition", "")), str(data.get("reason", "")), int(data.get("attempts", 0))
-        )
+        return flat_from_json(QuarantinedRow, data)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from primus.records.flat_rows import flat_from_json
 from primus.v1 import master_pb2
 
 JsonObject = dict[str, Any]
@@ -143,14 +144,7 @@ class RankResult:
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> RankResult:
-        return RankResult(
-            int(data.get("rank", 0)),
-            int(data.get("samples", 0)),
-            int(data.get("steps", 0)),
-            float(data.get("wait_seconds", 0.0)),
-            float(data.get("step_seconds", 0.0)),
-            bool(data.get("left", False)),
-        )
+        return flat_from_json(RankResult, data)
 
 
 @dataclass(frozen=True)

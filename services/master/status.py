@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from primus.job_state import JobState
+from primus.records.flat_rows import flat_from_json, flat_to_json
 from primus.spec.roles import Role
 
 if TYPE_CHECKING:
@@ -54,20 +55,12 @@ class TrainingProgress:
         return replace(self, phase=phase, step=step, samples=samples, loss=loss, ranks=ranks or self.ranks)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return flat_to_json(self)
 
     @staticmethod
     def from_json(progress: Mapping[str, Any]) -> TrainingProgress:
         """Read from a job's stored progress (keys it does not have yet are zero)."""
-        return TrainingProgress(
-            phase=str(progress.get("phase", "")),
-            step=int(progress.get("step", 0)),
-            samples=int(progress.get("samples", 0)),
-            loss=float(progress.get("loss", 0.0)),
-            ranks=int(progress.get("ranks", 0)),
-            tasks_total=int(progress.get("tasks_total", 0)),
-            tasks_done=int(progress.get("tasks_done", 0)),
-        )
+        return flat_from_json(TrainingProgress, progress)
 
 
 @dataclass(frozen=True)
