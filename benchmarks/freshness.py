@@ -39,7 +39,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: the repository's packages
 
-from benchmarks.freshness_support.figures import Wave, parse_steps, summarize
+from benchmarks.freshness_support.figures import Wave, parse_exports, parse_steps, summarize
 from benchmarks.freshness_support.loop import MARK, STAMP, WAVE
 from primus.runtime import rpc
 from primus.runtime.settings import PlannerSettings, as_env
@@ -111,7 +111,7 @@ def publish_wave(uri: str, stream: str, wave: int, events: int, epoch: float, ho
     return sealed
 
 
-def job_document(history: Path, days: int, streams: list[str], uri: str, hour: datetime, log: Path, epoch: float, batch_size: int) -> dict[str, Any]:
+def job_document(history: Path, days: int, streams: list[str], uri: str, hour: datetime, log: Path, epoch: float, batch_size: int, export_every: int) -> dict[str, Any]:
     document: dict[str, Any] = demo_job(str(history) + "/date={date}/hour={hour}", days + 1)
     spec = document["spec"]
     this_hour = {"start": f"{hour:%Y-%m-%dT%H:%M}", "end": f"{hour + timedelta(hours=1):%Y-%m-%dT%H:%M}"}
@@ -123,7 +123,7 @@ def job_document(history: Path, days: int, streams: list[str], uri: str, hour: d
     spec["data"].pop("eval", None)
     spec["resources"]["dataExecutor"]["replicas"] = 1
     spec["training"]["batchSize"] = batch_size
-    spec["training"]["script"] = {"path": str(LOOP), "args": ["--out", str(log), "--epoch", repr(epoch)]}
+    spec["training"]["script"] = {"path": str(LOOP), "args": ["--out", str(log), "--epoch", repr(epoch), "--export-every", str(export_every)]}
     return document
 
 
@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     make_streams(args.nats, streams)
     hour = this_hour_with_margin()
     epoch, log = time.time(), work / "steps.jsonl"
-    document = job_document(history / "clicks", args.days, streams, args.nats, hour, log, epoch, args.batch_size)
+    document = job_document(history / "clicks", args.days, streams, args.nats, hour, log, epoch, args.batch_size, args.export_every)
     cluster = start_cluster(work / "runs", work / "state", env=as_env(PlannerSettings(replan_seconds=args.replan_seconds)))
     waves: list[Wave] = []
     try:
@@ -178,7 +178,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         stop_services(cluster.services)
         delete_streams(args.nats, streams)
-    result = summarize(parse_steps(log.read_text().splitlines()), waves, args.replan_seconds)
+    lines = log.read_text().splitlines()
+    result = summarize(parse_steps(lines), waves, args.replan_seconds, parse_exports(lines))
+    result["export_every_steps"] = args.export_every
     result["job_state"] = common_pb2.JobState.Name(state)
     return result
 
@@ -192,6 +194,7 @@ def print_table(result: dict[str, Any]) -> None:
     console.print(table)
     console.print(
         f"publish to step: p50 {result['freshness_p50_s']} s, p99 {result['freshness_p99_s']} s, max {result['freshness_max_s']} s; "
+        f"to the first snapshot after it (every {result['export_every_steps']} steps): p50 {result['snapshot_p50_s']} s, p99 {result['snapshot_p99_s']} s; "
         f"stream starved: {result['stream_starved']} ({result['starved_steps']} steps); history still replaying: {result['history_replaying']}"
     )
 
@@ -200,18 +203,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small history, two waves")
     parser.add_argument("--nats", default="nats://127.0.0.1:4222")
-    parser.add_argument("--days", type=int, default=None, help="days of Parquet history")
+    parser.add_argument("--days", type=int, default=None, help="days of Parquet history (16: it replays through the waves on a quick machine)")
     parser.add_argument("--rows-per-hour", type=int, default=None)
     parser.add_argument("--waves", type=int, default=None, help="stream sources, each published and sealed once")
     parser.add_argument("--events", type=int, default=200, help="events per wave")
     parser.add_argument("--gap", type=float, default=3.0, help="seconds between the waves")
     parser.add_argument("--replan-seconds", type=float, default=0.5, help="the planner's look for newly ready slots (product default 30)")
     parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--export-every", type=int, default=500, help="steps between the loop's model snapshots (training.export.everySteps' default)")
     parser.add_argument("--warm-steps", type=int, default=20, help="history steps trained before the first wave")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "primus-bench-freshness")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
-    args.days = args.days or (1 if args.quick else 3)
+    args.days = args.days or (1 if args.quick else 16)
     args.rows_per_hour = args.rows_per_hour or (2_000 if args.quick else 10_000)
     args.waves = args.waves or (2 if args.quick else 5)
     return args

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.freshness_support.figures import Event, Step, Wave, latencies, parse_steps, percentile, starved_steps, summarize
+from benchmarks.freshness_support import figures
+from benchmarks.freshness_support.figures import Event, Export, Step, Wave, latencies, parse_exports, parse_steps, percentile, starved_steps, summarize
 from benchmarks.freshness_support.loop import MARK
 from tests.stores import NATS, require_port
 from tests.tiers import Tier, uses
@@ -37,13 +38,22 @@ def _step(ended: float, history: int, *events: tuple[int, float]) -> Step:
 
 def test_the_step_log_parses_as_the_loop_writes_it() -> None:
     line = json.dumps({"t": 12.5, "history": 56, "stream": [[0, 10.25], [1, 11.0]]})
-    assert parse_steps([line, ""]) == [_step(12.5, 56, (0, 10.25), (1, 11.0))]
+    snapshot = json.dumps({"export": 13.0, "step": 1})
+    assert parse_steps([line, snapshot, ""]) == [_step(12.5, 56, (0, 10.25), (1, 11.0))]
+    assert parse_exports([line, snapshot, ""]) == [Export(1, 13.0)]
     assert MARK < 0, "history's positions are never negative: the mark cannot be mistaken"
 
 
 def test_latency_is_publish_to_the_end_of_the_step_that_trained_the_row() -> None:
     steps = [_step(1.0, 10), _step(2.0, 5, (0, 1.5), (0, 0.5)), _step(3.0, 10, (1, 2.9))]
     assert latencies(steps) == pytest.approx([0.5, 1.5, 0.1])
+
+
+def test_a_row_reaches_a_snapshot_at_the_first_export_after_the_step_that_trained_it() -> None:
+    steps = [_step(1.0, 10, (0, 0.5)), _step(2.0, 5, (0, 1.5)), _step(3.0, 10, (1, 2.9)), _step(4.0, 10, (1, 3.5))]
+    exports = [Export(2, 2.25), Export(3, 3.5)]  # after steps 2 and 3; step 4 trained after the last one
+    assert figures.snapshot_latencies(steps, exports) == pytest.approx([1.75, 0.75, 0.6])
+    assert figures.snapshot_latencies(steps, []) == []
 
 
 def test_a_step_without_stream_rows_while_a_wave_flows_is_starved() -> None:
@@ -58,6 +68,9 @@ def test_the_json_says_freshness_starvation_and_per_wave_seal_times() -> None:
     assert result["freshness_p50_s"] == 1.0 and result["freshness_max_s"] == 1.0
     assert result["freshness_p99_s"] == pytest.approx(1.0, abs=1e-3)
     assert result["stream_starved"] is False and result["history_replaying"] is True
+    assert result["snapshot_p50_s"] is None and result["snapshots"] == 0
+    exported = summarize(steps, [Wave(2, 1.5), Wave(1, 3.5)], 0.5, [Export(4, 5.5)])
+    assert exported["snapshot_p50_s"] == 4.3 and exported["snapshot_p99_s"] == pytest.approx(4.5, abs=1e-2) and exported["snapshots"] == 1
     assert result["waves"] == [
         {"events": 2, "trained": 2, "seal_to_first_step_s": 0.5, "seal_to_last_step_s": 0.5},
         {"events": 1, "trained": 1, "seal_to_first_step_s": 0.5, "seal_to_last_step_s": 0.5},
@@ -78,4 +91,5 @@ def test_a_tiny_run_trains_every_published_event_while_history_replays(tmp_path:
     assert result == json.loads((tmp_path / "freshness.json").read_text())
     assert result["job_state"] == "JOB_STATE_SUCCEEDED" and result["events_trained"] == result["events"] == 100
     assert result["stream_starved"] is False
+    assert result["snapshots"] >= 1 and result["snapshot_p99_s"] >= result["freshness_p99_s"], "the snapshot after the step, or at the end"
     assert 0 < result["freshness_p50_s"] <= result["freshness_p99_s"] < 60

@@ -1,4 +1,4 @@
-"""The feed's Handoff: FIFO order, timeouts, the half-drained wake-up of a producer, and no item lost under threads."""
+"""The feed's Handoff: FIFO order within a lane, lanes first to last, timeouts, the half-drained wake-up of a producer, and no item lost under threads."""
 
 from __future__ import annotations
 
@@ -28,6 +28,22 @@ def test_items_come_out_in_order() -> None:
     assert handoff.empty()
     with pytest.raises(queue.Empty):
         handoff.get_nowait()
+
+
+def test_the_first_lane_goes_first_each_lane_in_order_and_the_bound_counts_them_all() -> None:
+    handoff = Handoff(4, lanes=3)
+    handoff.put("history-1", timeout=0.1, lane=2)
+    handoff.put("history-2", timeout=0.1, lane=2)
+    assert handoff.next_lane() == 2
+    handoff.put("stream-1", timeout=0.1, lane=0)
+    handoff.put("stream-2", timeout=0.1, lane=0)
+    assert handoff.next_lane() == 0 and handoff.qsize() == 4
+    with pytest.raises(queue.Full):  # full across lanes: a first-lane item waits too
+        handoff.put("stream-3", timeout=0.01, lane=0)
+    assert [handoff.get_nowait() for _ in range(3)] == ["stream-1", "stream-2", "history-1"]
+    handoff.put("middle", timeout=0.1, lane=1)
+    assert [handoff.get_nowait() for _ in range(2)] == ["middle", "history-2"]
+    assert handoff.next_lane() is None and handoff.empty()
 
 
 def test_a_full_handoff_times_out_and_an_empty_one_too() -> None:

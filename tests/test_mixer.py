@@ -81,6 +81,27 @@ def test_mixer_waits_for_every_share_while_the_feed_has_more_but_not_past_its_ho
     assert mixer.ready(feed_has_more=True)  # holding its limit of batches: cut what it has
 
 
+def test_a_full_window_takes_a_higher_priority_batch_in_up_to_its_limit_but_never_a_lower_one() -> None:
+    mixer = Mixer([SourcePolicy("stream", priority=10), SourcePolicy("history")], batch_size=10)
+    for i in range(MAX_HELD_BATCHES):
+        mixer.add("history", _batch(100 * i, 100), f"h{i}", 1, False)
+    assert mixer.ready(feed_has_more=True)  # full, and the feed does not say what comes next
+    assert mixer.ready(feed_has_more=True, next_priority=0)  # history next: cut what it holds
+    assert not mixer.ready(feed_has_more=True, next_priority=10)  # the stream's batch next: take it in first
+    for i in range(MAX_HELD_BATCHES):
+        mixer.add("stream", _batch(10_000 + 10 * i, 10), f"s{i}", 1, True)
+    assert mixer.ready(feed_has_more=True, next_priority=10)  # the stream's own limit reached: cut
+    minibatch = mixer.take()
+    assert minibatch.rows == 10 and int((minibatch.source_index == 0).sum()) == 5  # the stream's share trains at once
+
+
+def test_a_higher_priority_batch_does_not_enter_a_window_holding_none_lower() -> None:
+    mixer = Mixer([SourcePolicy("stream", priority=10), SourcePolicy("history")], batch_size=10)
+    for i in range(MAX_HELD_BATCHES):
+        mixer.add("stream", _batch(100 * i, 100), f"s{i}", 1, False)
+    assert mixer.ready(feed_has_more=True, next_priority=10)  # nothing lower to overtake: the usual limit holds
+
+
 def test_an_end_of_task_without_rows_is_committed_in_its_turn() -> None:
     mixer = Mixer([SourcePolicy("a")], batch_size=4)
     mixer.add("a", _batch(0, 4), "t", 1, False)

@@ -1,5 +1,6 @@
 """The freshness benchmark's figures from the trainer's step log: each event's time from publish to the step that
-trained it, their percentiles, whether the stream starved while it had rows to give, and the JSON it ends with.
+trained it and to the first model snapshot written after that step, their percentiles, whether the stream starved
+while it had rows to give, and the JSON it ends with.
 
 Pure: the step log's lines in, frozen records and numbers out (benchmarks/freshness.py does the running)."""
 
@@ -29,13 +30,29 @@ class Step:
     events: tuple[Event, ...]
 
     @classmethod
-    def from_json(cls, line: str) -> Step:
-        record = json.loads(line)
+    def from_record(cls, record: dict[str, Any]) -> Step:
         return cls(float(record["t"]), int(record["history"]), tuple(Event(int(wave), float(stamp)) for wave, stamp in record["stream"]))
 
 
+@dataclass(frozen=True)
+class Export:
+    """A model snapshot the loop wrote: after which step (counted from 1), and when it was in place."""
+
+    step: int
+    ended: float  # seconds since the benchmark's epoch
+
+
+def _records(lines: Iterable[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in lines if line.strip()]
+
+
 def parse_steps(lines: Iterable[str]) -> list[Step]:
-    return [Step.from_json(line) for line in lines if line.strip()]
+    """The log's steps, in order (its export lines left out): the n-th is step n."""
+    return [Step.from_record(record) for record in _records(lines) if "export" not in record]
+
+
+def parse_exports(lines: Iterable[str]) -> list[Export]:
+    return [Export(int(record["step"]), float(record["export"])) for record in _records(lines) if "export" in record]
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -51,6 +68,17 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 def latencies(steps: Sequence[Step]) -> list[float]:
     """Per stream row trained: seconds from its publish to the end of the step that trained it."""
     return [step.ended - event.published for step in steps for event in step.events]
+
+
+def snapshot_latencies(steps: Sequence[Step], exports: Sequence[Export]) -> list[float]:
+    """Per stream row trained: seconds from its publish to the first snapshot written after the step that trained it
+    (a row trained after the last snapshot has none, and is left out)."""
+    out = []
+    for number, step in enumerate(steps, start=1):
+        after = next((export for export in exports if export.step >= number), None)
+        if after is not None:
+            out.extend(after.ended - event.published for event in step.events)
+    return out
 
 
 def starved_steps(steps: Sequence[Step]) -> int:
@@ -77,10 +105,10 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def summarize(steps: Sequence[Step], waves: Sequence[Wave], replan_seconds: float) -> dict[str, Any]:
-    """The benchmark's JSON: freshness p50/p99 (publish to step), per wave seal to its first and last step, whether
-    the stream starved (a row never trained, or a step without stream rows while a wave flowed), and whether the
-    history was still replaying when the last stream row trained."""
+def summarize(steps: Sequence[Step], waves: Sequence[Wave], replan_seconds: float, exports: Sequence[Export] = ()) -> dict[str, Any]:
+    """The benchmark's JSON: freshness p50/p99 (publish to step) and to the first snapshot after that step, per wave
+    seal to its first and last step, whether the stream starved (a row never trained, or a step without stream rows
+    while a wave flowed), and whether the history was still replaying when the last stream row trained."""
     trained = [sum(1 for step in steps for event in step.events if event.wave == wave) for wave in range(len(waves))]
     lags = latencies(steps)
     last_stream = max((step.ended for step in steps if step.events), default=None)
@@ -97,10 +125,14 @@ def summarize(steps: Sequence[Step], waves: Sequence[Wave], replan_seconds: floa
             }
         )
     starved = starved_steps(steps)
+    to_snapshot = snapshot_latencies(steps, exports)
     return {
         "freshness_p50_s": _round(percentile(lags, 50)),
         "freshness_p99_s": _round(percentile(lags, 99)),
         "freshness_max_s": _round(max(lags, default=None)),
+        "snapshot_p50_s": _round(percentile(to_snapshot, 50)),
+        "snapshot_p99_s": _round(percentile(to_snapshot, 99)),
+        "snapshots": len(exports),
         "stream_starved": starved > 0 or trained != [wave.events for wave in waves],
         "starved_steps": starved,
         "events": sum(wave.events for wave in waves),

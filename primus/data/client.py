@@ -181,10 +181,18 @@ class DataClient:
         records = minibatch.table.combine_chunks().to_batches()[0]
         return DataBatch(records, minibatch.source_index, tuple(self._mixer.names), self.job.spec.training.features, self._loss_weights)
 
+    def _feed_options(self) -> FeedOptions:
+        """The training feed's: with sources of different priorities, its queue hands the higher ones' batches over
+        first and the mixer may hold up to twice its window (see Mixer)."""
+        priorities = {policy.name: policy.priority for policy in self._mixer.policies}
+        if len(set(priorities.values())) < 2:
+            return FeedOptions(held=MAX_HELD_BATCHES)
+        return FeedOptions(held=2 * MAX_HELD_BATCHES, priorities=priorities)
+
     def batches(self) -> Generator[DataBatch, None, None]:
         """Training batches of batchSize rows, mixed across sources, until every source is served or a stop."""
         self._resume()
-        feed = BatchFeed(self._discover, self.job_id, self.consumer_id, common_pb2.TASK_PURPOSE_TRAIN, FeedOptions(held=MAX_HELD_BATCHES), idle=self._idle)
+        feed = BatchFeed(self._discover, self.job_id, self.consumer_id, common_pb2.TASK_PURPOSE_TRAIN, self._feed_options(), idle=self._idle)
         self._feed = feed
         try:
             for event in self._served(feed):
@@ -192,7 +200,7 @@ class DataClient:
                 fresh = self._consumed.receive(event.batch, origin)
                 if fresh is not None:
                     self._mixer.add(origin.source, fresh, origin.task_id, origin.attempt, origin.last_of_task, ConsumedTasks.first_row(event.batch, fresh, origin))
-                while not self._stop and self._mixer.ready(feed.has_more):
+                while not self._stop and self._mixer.ready(feed.has_more, feed.next_priority()):
                     if (batch := self._batch(self._mixer.take())) is not None:
                         yield batch
                 if self._stop:

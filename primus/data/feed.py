@@ -7,8 +7,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Iterator, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
@@ -161,6 +161,7 @@ class FeedOptions:
     window: int = CREDIT_WINDOW  # batches in flight per stream
     shared_memory: bool = True  # map batches from an executor on this host (False: always over the network)
     held: int = 0  # served batches the consumer may keep past the next one (a mixer holds some per source)
+    priorities: Mapping[str, int] = field(default_factory=dict)  # per source: a higher one's batches are handed over first
 
 
 Idle = Callable[[], bool]
@@ -184,7 +185,11 @@ class BatchFeed:
         self._discover = discover
         self._host_id = hosts.host_id()
         self._ticket = data_executor_pb2.DataTicket(job_id=job_id, consumer_id=consumer_id, purpose=purpose)  # type: ignore[arg-type]
-        self._queue: Handoff[FeedMessage] = Handoff(options.prefetch)
+        # a lane per priority, highest first, and the events' lane last (an event never overtakes a batch before it)
+        self._priorities = sorted({0, *options.priorities.values()}, reverse=True) if options.priorities else []
+        self._lanes = {source: self._priorities.index(priority) for source, priority in options.priorities.items()}
+        self._events_lane = len(self._priorities)
+        self._queue: Handoff[FeedMessage] = Handoff(options.prefetch, lanes=self._events_lane + 1)
         self._stop = threading.Event()
         self._states: dict[str, StreamState] = {}
         self._started_epoch: dict[str, int] = {}
@@ -218,6 +223,12 @@ class BatchFeed:
     def has_more(self) -> bool:
         """Whether a batch (or an event) is queued right now: the consumer would not wait for the next one."""
         return not self._queue.empty()
+
+    def next_priority(self) -> int | None:
+        """The priority of the source of the batch the consumer would get next, when one is queued and the feed has
+        priorities; None otherwise."""
+        lane = self._queue.next_lane()
+        return self._priorities[lane] if lane is not None and lane < self._events_lane else None
 
     @property
     def states(self) -> dict[str, StreamState]:
@@ -369,13 +380,13 @@ class BatchFeed:
             if chunk.data is not None:
                 origin = data_executor_pb2.BatchOrigin()
                 origin.ParseFromString(meta)
-                self._put(Served(chunk.data, origin, executor_id))
+                self._put(Served(chunk.data, origin, executor_id), self._lane(origin))
                 owed += 1
             else:
                 group = data_executor_pb2.BatchGroup()
                 group.ParseFromString(meta)
                 for origin in group.batches:
-                    self._put(Served(_mapped(maps, origin, reader.schema), origin, executor_id))
+                    self._put(Served(_mapped(maps, origin, reader.schema), origin, executor_id), self._lane(origin))
                 owed += len(group.batches)
             chunk = None  # this frame must not keep the last batch (and its hold) alive
             if owed >= grant:
@@ -402,10 +413,15 @@ class BatchFeed:
                 return
             time.sleep(0.005)
 
-    def _put(self, item: FeedMessage) -> None:
+    def _lane(self, origin: data_executor_pb2.BatchOrigin) -> int:
+        """The queue lane of a batch: its source's priority's (a source not named: priority 0's)."""
+        return self._lanes.get(origin.source, self._priorities.index(0)) if self._priorities else 0
+
+    def _put(self, item: FeedMessage, lane: int | None = None) -> None:
+        """Queue an item, in the events' lane unless a lane is given; waits while the queue is full."""
         while not self._stop.is_set():
             try:
-                self._queue.put(item, timeout=0.2)
+                self._queue.put(item, timeout=0.2, lane=self._events_lane if lane is None else lane)
                 return
             except queue.Full:
                 continue

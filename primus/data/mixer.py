@@ -148,7 +148,9 @@ class Mixer:
     While the feed has more batches queued, the mixer takes them until it holds MAX_HELD_BATCHES: a window over
     several tasks of every source. It cuts from that window, or from what it has as soon as the feed has nothing
     queued right now, so an empty or stalled stream is skipped, never waited on, and never taken for finished (its
-    rows train when they come). A minibatch takes a source's rows from every task of it the mixer holds, each task
+    rows train when they come). A batch of a higher priority than one the window holds enters it though it is full,
+    up to MAX_HELD_BATCHES of its priority or above (so at most twice that in all): a stream's rows do not wait behind
+    the history the window holds (the feed hands them over first, too). A minibatch takes a source's rows from every task of it the mixer holds, each task
     front to back, so the cursor of each task stays contiguous.
     """
 
@@ -195,11 +197,25 @@ class Mixer:
     def held_batches(self) -> int:
         return sum(len(q) for q in self._queues)
 
-    def ready(self, feed_has_more: bool) -> bool:
-        """Whether to cut a minibatch now (see the class docstring)."""
+    def ready(self, feed_has_more: bool, next_priority: int | None = None) -> bool:
+        """Whether to cut a minibatch now (see the class docstring); next_priority: the source priority of the batch
+        the feed would hand over next, if it has one queued and knows it."""
         if sum(self._buffered) < self.batch_size:
             return False
-        return not feed_has_more or self.held_batches >= MAX_HELD_BATCHES
+        if not feed_has_more:
+            return True
+        return self.held_batches >= MAX_HELD_BATCHES and (next_priority is None or not self._admits(next_priority))
+
+    def _admits(self, priority: int) -> bool:
+        """Whether a batch of this priority enters the full window: while it holds a batch of a lower priority and
+        fewer than MAX_HELD_BATCHES of this priority or above."""
+        lower = at_or_above = 0
+        for policy, waiting in zip(self.policies, self._queues, strict=True):
+            if policy.priority < priority:
+                lower += len(waiting)
+            else:
+                at_or_above += len(waiting)
+        return lower > 0 and at_or_above < MAX_HELD_BATCHES
 
     def take(self) -> Minibatch:
         """Cut one minibatch of up to batch_size rows."""

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import heapq
 import itertools
 import logging
+import math
 import queue
 import threading
 import time
@@ -117,7 +119,23 @@ _END = object()  # nothing more can come: a reader heard every task of the purpo
 
 
 class _ReadAhead(queue.Queue[Any]):
-    """A stream's queue of read tasks, whose bound a resize changes in place."""
+    """A stream's queue of read tasks, whose bound a resize changes in place. A task of a higher priority leaves
+    before the lower ones read before it (a stream's task does not wait behind the history read ahead), tasks of one
+    priority in the order they came; the end, or a reader's failure, after every task queued."""
+
+    def _init(self, maxsize: int) -> None:
+        self.queue: list[tuple[float, int, Any]] = []  # a heap of (rank, arrival, item)
+        self._arrivals = itertools.count()
+
+    def _qsize(self) -> int:
+        return len(self.queue)
+
+    def _put(self, item: Any) -> None:
+        rank = -item.task.priority if isinstance(item, _ReadTask) else math.inf
+        heapq.heappush(self.queue, (rank, next(self._arrivals), item))
+
+    def _get(self) -> Any:
+        return heapq.heappop(self.queue)[2]
 
     def resize(self, maxsize: int) -> None:
         with self.mutex:
@@ -127,7 +145,7 @@ class _ReadAhead(queue.Queue[Any]):
     def put_past_bound(self, item: object) -> None:
         """Queue an item even when the queue is full: the end of a stream must reach a consumer waiting on get()."""
         with self.mutex:
-            self.queue.append(item)
+            self._put(item)
             self.unfinished_tasks += 1
             self.not_empty.notify()
 
