@@ -158,14 +158,22 @@ def from_tensors(dense: torch.Tensor, sparse: torch.Tensor, features: FeatureSpe
     # sizes from tensors, not ints, so a traced program takes any batch size
     first = sparse[:, 0] if sparse.shape[1] else torch.zeros(sparse.shape[0], dtype=torch.int64, device=sparse.device)
     offsets = torch.arange(sparse.shape[0], dtype=torch.int64, device=sparse.device)
+    labels = labels if labels is not None else torch.zeros_like(first, dtype=torch.float32)
+    return _assemble(dense, sparse, features, labels, offsets, torch.ones_like(first, dtype=torch.float32), torch.zeros_like(first))
+
+
+def _assemble(
+    dense: torch.Tensor, sparse: torch.Tensor, features: FeatureSpec, labels: torch.Tensor, offsets: torch.Tensor, weights: torch.Tensor, sources: torch.Tensor
+) -> Batch:
+    """A Batch of one id per row per sparse feature; every sparse feature shares the offsets."""
     names = tuple(f.name for f in features.sparse)
     return Batch(
         dense=dense,
         ids={name: sparse[:, j] for j, name in enumerate(names)},
         offsets=dict.fromkeys(names, offsets),
-        labels=labels if labels is not None else torch.zeros_like(first, dtype=torch.float32),
-        weights=torch.ones_like(first, dtype=torch.float32),
-        sources=torch.zeros_like(first),
+        labels=labels,
+        weights=weights,
+        sources=sources,
         features=names,
     )
 
@@ -186,6 +194,25 @@ def bag_ids(batch: pa.RecordBatch | pa.Table, feature: SparseFeature) -> tuple[t
     return torch.from_numpy(np.mod(flat, feature.buckets).astype(np.int64)), torch.from_numpy(offsets)
 
 
+_COUNTING = np.arange(0, dtype=np.int64)  # 0, 1, 2, ...: grown as batches need, copied from (never handed out)
+
+
+def _filled(rows: int, kind: torch.dtype, value: int | None) -> torch.Tensor:
+    """A new tensor of rows, each value (None: 0, 1, 2, ...), filled by numpy on this thread alone (see batch_from_arrow);
+    torch allocates it, whose allocator reuses freed batches' memory where numpy's new arrays fault fresh pages in."""
+    global _COUNTING
+    tensor = torch.empty(rows, dtype=kind)
+    view = tensor.numpy()
+    if value is not None:
+        view.fill(value)
+        return tensor
+    counting = _COUNTING  # read once: another thread may grow it meanwhile
+    if len(counting) < rows:
+        counting = _COUNTING = np.arange(max(rows, 2 * len(counting)), dtype=np.int64)
+    np.copyto(view, counting[:rows])
+    return tensor
+
+
 def batch_from_arrow(
     record_batch: pa.RecordBatch | pa.Table,
     features: FeatureSpec,
@@ -193,15 +220,20 @@ def batch_from_arrow(
     source_names: tuple[str, ...] = (),
 ) -> Batch:
     """Convert an Arrow batch (or table) to a Batch on the CPU; `sources` tags each row with a source index. A sparse
-    column of scalars is one id per row; a list column is a bag of ids per row."""
+    column of scalars is one id per row; a list column is a bag of ids per row.
+
+    No tensor is filled by a torch kernel: torch runs a fill or an arange of more than 32,768 rows on its OpenMP
+    threads, which spin waiting for a core when a data executor on the same machine holds it."""
     bags = tuple(f for f in features.sparse if _is_list(record_batch, f.name))
     scalar = FeatureSpec(features.label, features.dense, tuple(f for f in features.sparse if f not in bags))
-    batch = from_tensors(dense_matrix(record_batch, features.dense), sparse_matrix(record_batch, scalar.sparse), scalar, label_vector(record_batch, features.label))
+    rows = record_batch.num_rows
+    offsets, weights = _filled(rows, torch.int64, None), _filled(rows, torch.float32, 1)
+    tags = _filled(rows, torch.int64, 0) if sources is None else torch.from_numpy(np.asarray(sources, dtype=np.int64))
+    dense, sparse, labels = dense_matrix(record_batch, features.dense), sparse_matrix(record_batch, scalar.sparse), label_vector(record_batch, features.label)
+    batch = _assemble(dense, sparse, scalar, labels, offsets, weights, tags)
     if bags:
         for feature in bags:
             batch.ids[feature.name], batch.offsets[feature.name] = bag_ids(record_batch, feature)
         batch.features = tuple(f.name for f in features.sparse)
-    if sources is not None:
-        batch.sources = torch.from_numpy(np.asarray(sources, dtype=np.int64))
     batch.source_names = source_names
     return batch

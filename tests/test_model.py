@@ -92,6 +92,24 @@ def test_log_loss_clips_extreme_probabilities() -> None:
     assert loss == pytest.approx(-math.log(1e-7), rel=1e-6)
 
 
+@pytest.mark.parametrize("rows", [3, 40_000, 100_000])  # past 32,768 rows torch would fill on its threads
+def test_conversion_gives_every_batch_its_own_offsets_weights_and_sources_as_torch_would(rows: int) -> None:
+    ids = np.arange(rows, dtype=np.int64)
+    batch = pa.record_batch({"y": pa.array(ids % 2, pa.float32()), "a": pa.array(ids, pa.float32()), "b": pa.array(ids, pa.float32()), "s": pa.array(ids)})
+    spec = FeatureSpec("y", ("a", "b"), (SparseFeature("s", 1000, 4),))
+    first, tagged = batch_from_arrow(batch, spec), batch_from_arrow(batch, spec, sources=np.full(rows, 2, np.int32), source_names=("x", "y", "z"))
+    expected = from_tensors(first.dense, torch.stack([first.ids["s"]], dim=1), spec, first.labels)
+    for made in (first, tagged):
+        assert torch.equal(made.offsets["s"], expected.offsets["s"]) and made.offsets["s"].dtype == torch.int64
+        assert torch.equal(made.weights, expected.weights) and made.weights.dtype == torch.float32
+    assert torch.equal(first.sources, expected.sources) and first.sources.dtype == torch.int64
+    assert tagged.sources.dtype == torch.int64 and bool((tagged.sources == 2).all()) and tagged.source_names == ("x", "y", "z")
+    first.offsets["s"].add_(1)  # a trainer that changes one batch's tensors in place changes no other batch's
+    first.weights.mul_(0.5)
+    assert torch.equal(tagged.offsets["s"], expected.offsets["s"]) and torch.equal(tagged.weights, expected.weights)
+    assert torch.equal(batch_from_arrow(batch, spec).offsets["s"], expected.offsets["s"])
+
+
 def test_batch_to_tensors_shapes_nulls_and_buckets() -> None:
     dense, sparse, labels = batch_to_tensors(_tiny_batch(), TINY_SPEC)
     assert dense.dtype == torch.float32 and dense.shape == (3, 2)
