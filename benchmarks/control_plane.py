@@ -155,7 +155,7 @@ def _histogram_p99(metrics_address: str, name: str, outcome: str) -> float:
     return next((bound for bound, count in buckets if count >= 0.99 * total), 0.0) if total else 0.0
 
 
-def measure(jobs: int, executors: int, timeout: float, heartbeat_seconds: float, task_seconds: float) -> dict[str, Any]:
+def measure(jobs: int, executors: int, timeout: float, heartbeat_seconds: float, task_seconds: float, heartbeat_spacing: float | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="primus-control-plane-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         dataset = work / "data"
@@ -169,6 +169,8 @@ def measure(jobs: int, executors: int, timeout: float, heartbeat_seconds: float,
             planner = _start(run, "planner", "services.planner", ["--bind", "127.0.0.1:0", "--runs-dir", str(runs), "--journal", "off"], state, env)
             launches = work / "launches.jsonl"
             controller_args = ["--bind", "127.0.0.1:0", "--runs-dir", str(runs), "--launches", str(launches), "--heartbeat-timeout-seconds", str(heartbeat_seconds * 4)]
+            if heartbeat_spacing is not None:
+                controller_args += ["--heartbeat-spacing-seconds", str(heartbeat_spacing)]
             controller = _start(run, "resource_controller", "benchmarks.control_plane_support.controller", controller_args, state, env)
             queues = work / "queues.yaml"
             _queues_file(queues, jobs, executors * 0.5 + 1)
@@ -248,7 +250,10 @@ def measure(jobs: int, executors: int, timeout: float, heartbeat_seconds: float,
         "leases_per_s": round(len(lease) / wall, 1) if wall else 0.0,
         "lease_p50_ms": round(_quantile(lease, 0.5), 2),
         "lease_p99_ms": round(_quantile(lease, 0.99), 2),
+        "claim_lease_p50_ms": round(_quantile(fleet.get("claim_lease_ms", []), 0.5), 2),
+        "claim_lease_p99_ms": round(_quantile(fleet.get("claim_lease_ms", []), 0.99), 2),
         "heartbeat_p99_ms": round(_quantile(fleet.get("heartbeat_ms", []), 0.99), 2),
+        "heartbeats_per_s": round(len(fleet.get("heartbeat_ms", [])) / wall, 1) if wall else 0.0,
         "planner_lease_p99_ms": round(served["lease"] * 1000, 2),  # the planner's own handling time, at its histogram's bucket bound
         "planner_claim_p99_ms": round(served["claim"] * 1000, 2),
         "submit_to_admit_p50_ms": round(_quantile(admit_ms, 0.5), 1),
@@ -269,6 +274,7 @@ def main() -> None:
     parser.add_argument("--executors-per-job", type=int, default=19, help="data executors per job (each job has a trainer too)")
     parser.add_argument("--timeout", type=float, default=900.0, help="give up waiting for the jobs to end after this long")
     parser.add_argument("--heartbeat-seconds", type=float, default=10.0, help="the simulated executors' heartbeat interval")
+    parser.add_argument("--heartbeat-spacing", type=float, default=None, help="the controller's --heartbeat-spacing-seconds (default: its own; 0: no spacing)")
     parser.add_argument(
         "--task-seconds",
         type=float,
@@ -276,17 +282,18 @@ def main() -> None:
         help="how long a simulated executor holds each task, as serving it takes a real one (0: claims at once, the control plane's saturation)",
     )
     args = parser.parse_args()
-    figures = measure(args.jobs, args.executors_per_job, args.timeout, args.heartbeat_seconds, args.task_seconds)
+    figures = measure(args.jobs, args.executors_per_job, args.timeout, args.heartbeat_seconds, args.task_seconds, args.heartbeat_spacing)
     rows = [
         ("jobs / executors", f"{figures['jobs']} / {figures['executors']} ({figures['registered']} registered)", "-"),
         ("jobs succeeded", f"{figures['succeeded']} in {figures['wall_s']} s", "all: none starved"),
         ("task held / leases per s", f"{figures['task_seconds']:g} s / {figures['leases_per_s']}", "-"),
         ("lease p50 / p99 ms", f"{figures['lease_p50_ms']} / {figures['lease_p99_ms']} ({figures['leases']:,} leases)", f"p99 <= {GOALS['lease_p99_ms']:g}"),
+        ("leases riding a claim (after the start) p50 / p99 ms", f"{figures['claim_lease_p50_ms']} / {figures['claim_lease_p99_ms']}", "-"),
         ("planner's own lease / claim p99 ms", f"{figures['planner_lease_p99_ms']} / {figures['planner_claim_p99_ms']} (bucket bounds)", "-"),
         ("master job look p50 / p99 ms", f"{figures['master_tick_p50_ms']} / {figures['master_tick_p99_ms']}", f"p99 <= {GOALS['master_tick_p99_ms']:g}"),
         ("admission pass p99 ms", f"{figures['admission_pass_p99_ms']}", "-"),
         ("submit to admit p50 / p99 ms", f"{figures['submit_to_admit_p50_ms']} / {figures['submit_to_admit_p99_ms']}", "-"),
-        ("heartbeat p99 ms", f"{figures['heartbeat_p99_ms']}", "-"),
+        ("heartbeat p99 ms / per s", f"{figures['heartbeat_p99_ms']} / {figures['heartbeats_per_s']}", "-"),
         ("memory per job KiB", ", ".join(f"{k} {v}" for k, v in figures["memory_per_job_kib"].items()), "-"),
         ("CPU seconds", ", ".join(f"{k} {v}" for k, v in figures["cpu_seconds"].items()), "-"),
     ]

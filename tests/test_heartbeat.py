@@ -42,11 +42,12 @@ class FakeController(rc_grpc.ResourceControllerServiceServicer):
         self.beats: list[tuple[float, rc_pb2.HeartbeatRequest]] = []
         self.executors: list[rc_pb2.Executor] = []
         self.lock = threading.Lock()
+        self.asked = 0.0  # the interval its answers ask for (heartbeat pacing); 0: the sender's own
 
     def Heartbeat(self, request: rc_pb2.HeartbeatRequest, context: grpc.ServicerContext) -> rc_pb2.HeartbeatResponse:
         with self.lock:
             self.beats.append((time.monotonic(), request))
-        return rc_pb2.HeartbeatResponse(known=request.executor_id != "stranger")
+        return rc_pb2.HeartbeatResponse(known=request.executor_id != "stranger", next_heartbeat_seconds=self.asked)
 
     def ListExecutors(self, request: rc_pb2.ListExecutorsRequest, context: grpc.ServicerContext) -> rc_pb2.ListExecutorsResponse:
         return rc_pb2.ListExecutorsResponse(executors=[e for e in self.executors if e.job_id == request.job_id])
@@ -219,3 +220,16 @@ def test_a_feed_counts_the_time_it_waits_for_data(dataset: Path, tmp_path: Path,
     assert rows == (DAYS - 1) * 24 * ROWS_PER_HOUR
     assert 0.5 * elapsed < feed.stall_seconds <= elapsed, f"stalled {feed.stall_seconds:.2f}s of {elapsed:.2f}s"
     assert clock.seconds == pytest.approx(feed.stall_seconds), "the process's clock adds up its feeds' stalls"
+
+
+def test_a_sender_beats_no_more_often_than_the_controller_asks(controller: ControllerHost) -> None:
+    controller.servicer.asked = 0.6
+    sender = heartbeat.HeartbeatSender(controller.address, "job-hb", "e-paced", lambda: rc_pb2.ExecutorTelemetry(), interval=0.05).start()
+    try:
+        assert _wait_for(lambda: controller.servicer.count() >= 3, seconds=30), "three beats"
+        assert sender.asked == 0.6
+        times = [at for at, request in controller.servicer.beats if request.executor_id == "e-paced"]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        assert all(gap >= 0.55 for gap in gaps), f"spaced as asked, not every 0.05 s: {gaps}"
+    finally:
+        sender.stop()

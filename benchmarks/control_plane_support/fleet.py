@@ -47,6 +47,7 @@ class JobSim:
 @dataclass
 class Measured:
     lease_ms: list[float] = field(default_factory=list)  # a LeaseTask, or a ClaimTask with lease_next, that leased a task
+    claim_lease_ms: list[float] = field(default_factory=list)  # of those, the ClaimTasks: an executor's leases after its first, past the start's burst
     empty_polls: int = 0  # LeaseTasks that found nothing runnable (the planner holds these up to its long poll: not timed)
     heartbeat_ms: list[float] = field(default_factory=list)
     commit_ms: list[float] = field(default_factory=list)
@@ -113,16 +114,18 @@ class Fleet:
         released = asyncio.Event()
 
         async def beat() -> None:
+            every = self._args.heartbeat_seconds
             while not released.is_set():
-                await asyncio.sleep(self._args.heartbeat_seconds)
+                await asyncio.sleep(every)
                 started = time.perf_counter()
                 try:
-                    known = (await self._controller.Heartbeat(rc_pb2.HeartbeatRequest(job_id=job_id, executor_id=executor_id), timeout=30)).known
+                    reply = await self._controller.Heartbeat(rc_pb2.HeartbeatRequest(job_id=job_id, executor_id=executor_id), timeout=30)
                 except grpc.aio.AioRpcError as exc:
                     self._error("Heartbeat", exc)
                     continue
                 self.measured.heartbeat_ms.append((time.perf_counter() - started) * 1000)
-                if not known:
+                every = max(self._args.heartbeat_seconds, reply.next_heartbeat_seconds)  # as HeartbeatSender: the controller may space the beats
+                if not reply.known:
                     released.set()
 
         task = asyncio.create_task(beat())
@@ -157,6 +160,7 @@ class Fleet:
                 answer = await self._call("ClaimTask", self._planner.ClaimTask, claim)
                 if answer.next.HasField("task"):
                     self.measured.lease_ms.append((time.perf_counter() - started) * 1000)
+                    self.measured.claim_lease_ms.append(self.measured.lease_ms[-1])
                 if self._args.task_seconds:
                     await asyncio.sleep(self._args.task_seconds)  # serving the claimed task (the next one is leased meanwhile)
                 job.served.append(planner_pb2.TaskProgress(task_id=task.task_id, attempt=task.attempt, rows_consumed=task.rows, finished=True, source=task.source))

@@ -90,8 +90,9 @@ def process_telemetry(cpu_limit: float = 0.0, memory_limit_bytes: int = 0) -> rc
 
 class HeartbeatSender:
     """A daemon thread calling ResourceControllerService.Heartbeat every `interval` seconds with collect()'s
-    telemetry. A controller that is away (UNAVAILABLE, DEADLINE_EXCEEDED) is tried again each interval, with one
-    warning per outage; any other failure is logged once per kind until a beat gets through."""
+    telemetry, or less often when the controller's answer asks it to (it spaces the beats of many executors). A
+    controller that is away (UNAVAILABLE, DEADLINE_EXCEEDED) is tried again each interval, with one warning per
+    outage; any other failure is logged once per kind until a beat gets through."""
 
     def __init__(self, controller_address: str, job_id: str, executor_id: str, collect: Collect, interval: float = WorkerSettings.heartbeat_interval_seconds) -> None:
         self._job_id = job_id
@@ -106,6 +107,7 @@ class HeartbeatSender:
         self._collect_failing = False
         self.sent = 0  # beats the controller answered
         self.known = True  # what its last answer said
+        self.asked = 0.0  # the interval the controller's last answer asked for (0: ours)
 
     def start(self) -> HeartbeatSender:
         self._thread.start()
@@ -139,6 +141,7 @@ class HeartbeatSender:
         if not reply.known and self.known:
             log.warning("the controller does not know executor %s (released, or not launched by it)", self._executor_id)
         self.known = bool(reply.known)
+        self.asked = reply.next_heartbeat_seconds
         self.sent += 1
         return True
 
@@ -156,7 +159,7 @@ class HeartbeatSender:
         next_beat = time.monotonic()
         while not self._stopped.is_set():
             self.beat()
-            next_beat += self._interval
+            next_beat += max(self._interval, self.asked)
             delay = next_beat - time.monotonic()
             if delay < 0:  # a slow beat (a deadline, a busy process): keep the pace from now, do not catch up
                 next_beat, delay = time.monotonic(), 0.0

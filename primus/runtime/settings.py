@@ -97,6 +97,9 @@ class ControllerSettings(Settings):
     drain_timeout_seconds: float = seconds(120.0, "a drain taking longer is cut short (its streams break; the trainer commits them as lost)")
     release_grace_seconds: float = seconds(10.0, "a released executor has this long to exit after SIGTERM before it is killed", zero_ok=True)
     pool_poll_seconds: float = seconds(0.25, "the executor watcher reads backend events, heartbeat timeouts and drains this often")
+    heartbeat_spacing_seconds: float = seconds(
+        0.004, "executors beat no more often than this times the executors live (250 beats a second in all), lost after 4 such intervals; 0: unspaced", zero_ok=True
+    )
     autoscale_tick_seconds: float = seconds(1.0, "the autoscaler decides for each job and role this often")
     measure_after_seconds: float = seconds(8.0, "a scaling action's effect on samples/s is read this long after it", zero_ok=True)
     failure_window_seconds: float = seconds(60.0, "a slot failing 3 times within this window is blacklisted")

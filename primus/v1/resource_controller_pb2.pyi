@@ -404,10 +404,12 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., executor_id: _Optional[str] = ..., telemetry: _Optional[_Union[ExecutorTelemetry, _Mapping]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("known",)
+    __slots__ = ("known", "next_heartbeat_seconds")
     KNOWN_FIELD_NUMBER: _ClassVar[int]
+    NEXT_HEARTBEAT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     known: bool
-    def __init__(self, known: _Optional[bool] = ...) -> None: ...
+    next_heartbeat_seconds: float
+    def __init__(self, known: _Optional[bool] = ..., next_heartbeat_seconds: _Optional[float] = ...) -> None: ...
 
 class ResizeExecutorRequest(_message.Message):
     __slots__ = ("job_id", "executor_id", "resources", "reason")

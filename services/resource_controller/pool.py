@@ -26,6 +26,7 @@ from primus.runtime.settings import ControllerSettings
 from primus.spec.backend_kinds import BackendKind, parse_backend
 from primus.spec.roles import Role
 from primus.v1 import resource_controller_pb2 as rc_pb2
+from services.resource_controller import heartbeat_pacing
 from services.resource_controller.backends.contract import EventKind, ExecutorEvent, ExecutorHandle, ExitReason, LaunchSpec, RoleSize, SchedulerBackend
 from services.resource_controller.control import ExecutorControl
 from services.resource_controller.decisions import DecisionLog, LoggedAction, LoggedDecision
@@ -97,6 +98,7 @@ class ExecutorPool:
         self._jobs: dict[str, JobContext] = {}
         self._next_index: dict[str, int] = {}  # per "job/role": executor ids are never reused
         self._timeouts: dict[str, float] = {}
+        self._paced = 0.0  # the heartbeat interval asked of every executor now (heartbeat_pacing), set by the watcher
         self._gangs: dict[str, Gang] = {}  # per job with trainer replicas > 1: the rendezvous of its current ranks
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -263,19 +265,20 @@ class ExecutorPool:
                 raise
             self._unsaved_since = self._unsaved_since or time.monotonic()  # the watcher writes the whole state once there is room
 
-    def heartbeat(self, executor_id: str, telemetry: rc_pb2.ExecutorTelemetry) -> bool:
-        """Record a heartbeat; False when the executor is unknown or no longer live."""
+    def heartbeat(self, executor_id: str, telemetry: rc_pb2.ExecutorTelemetry) -> float | None:
+        """Record a heartbeat; the interval to ask of the executor (0: its own), or None when it is unknown or no longer
+        live."""
         now = self._clock()
         with self._lock:
             record = self._records.get(executor_id)
             if record is None or not record.state.live:
-                return False
-            record.heartbeat_at, record.heartbeat_unix = now, time.time()
+                return None
+            record.heartbeat_at, record.heartbeat_unix, record.heartbeat_every = now, time.time(), self._paced
             record.telemetry = telemetry
             record.beats.append(Beat.from_proto(now, telemetry))
             if record.role is Role.DATA_EXECUTOR:
                 record.signals = executor_signals(record)
-            return True
+            return record.heartbeat_every
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -441,8 +444,9 @@ class ExecutorPool:
         default = self.settings.heartbeat_timeout_seconds
         with self._lock:  # one look at every executor that may be due, taken at once (10,000 of them: not 10,000 lock turns)
             due = [(r, r.state, r.handle, self._timeouts.get(r.job_id, default)) for r in self._records.values() if r.state.live or r.state is ExecutorState.PENDING]
+            paced = self._paced = heartbeat_pacing.interval(sum(1 for _, state, _, _ in due if state.live), self.settings.heartbeat_spacing_seconds)
         for record, state, handle, timeout in due:
-            changed |= self._judge(record, state, handle, timeout, now)
+            changed |= self._judge(record, state, handle, heartbeat_pacing.timeout(timeout, record.heartbeat_every, paced), now)
         if changed or self._unsaved_since is not None:
             self._save()
 

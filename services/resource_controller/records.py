@@ -130,6 +130,7 @@ class ExecutorRecord:
     launched_at: float = 0.0  # monotonic
     heartbeat_at: float = 0.0  # monotonic; 0 until registered
     heartbeat_unix: float = 0.0
+    heartbeat_every: float = 0.0  # the interval its last heartbeat's answer asked of it (heartbeat pacing); 0: its own
     telemetry: rc_pb2.ExecutorTelemetry = field(default_factory=rc_pb2.ExecutorTelemetry)
     beats: deque[Beat] = field(default_factory=lambda: deque(maxlen=BEATS_KEPT))
     replaces: str = ""  # the executor whose slot this one took

@@ -129,7 +129,8 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
         return rc_pb2.ReleaseExecutorsResponse(executors=self._protos(self._pool.release(request.job_id, grace_seconds=grace, role=role)))
 
     def Heartbeat(self, request: rc_pb2.HeartbeatRequest, context: grpc.ServicerContext) -> rc_pb2.HeartbeatResponse:
-        return rc_pb2.HeartbeatResponse(known=self._pool.heartbeat(request.executor_id, request.telemetry))
+        every = self._pool.heartbeat(request.executor_id, request.telemetry)
+        return rc_pb2.HeartbeatResponse(known=every is not None, next_heartbeat_seconds=every or 0.0)
 
     def ResizeExecutor(self, request: rc_pb2.ResizeExecutorRequest, context: grpc.ServicerContext) -> rc_pb2.ResizeExecutorResponse:
         resources = request.resources
