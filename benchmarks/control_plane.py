@@ -155,7 +155,9 @@ def _histogram_p99(metrics_address: str, name: str, outcome: str) -> float:
     return next((bound for bound, count in buckets if count >= 0.99 * total), 0.0) if total else 0.0
 
 
-def measure(jobs: int, executors: int, timeout: float, heartbeat_seconds: float, task_seconds: float, heartbeat_spacing: float | None = None) -> dict[str, Any]:
+def measure(
+    jobs: int, executors: int, timeout: float, heartbeat_seconds: float, task_seconds: float, heartbeat_spacing: float | None = None, task_jitter: float = 0.0
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="primus-control-plane-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         dataset = work / "data"
@@ -178,7 +180,7 @@ def measure(jobs: int, executors: int, timeout: float, heartbeat_seconds: float,
             master = _start(run, "master", "services.master", [*master_args, "--queues", str(queues)], state, env)
             out = work / "fleet.json"
             fleet_args = ["--launches", str(launches), "--out", str(out), "--planner", planner.address, "--controller", controller.address, "--master", master.address]
-            fleet_args += ["--heartbeat-seconds", str(heartbeat_seconds), "--task-seconds", str(task_seconds)]
+            fleet_args += ["--heartbeat-seconds", str(heartbeat_seconds), "--task-seconds", str(task_seconds), "--task-jitter", str(task_jitter)]
             fleet_log = (state / "fleet.log").open("ab")
             run.fleet = subprocess.Popen(
                 [sys.executable, "-m", "benchmarks.control_plane_support.fleet", *fleet_args],
@@ -246,6 +248,7 @@ def measure(jobs: int, executors: int, timeout: float, heartbeat_seconds: float,
         "wall_s": round(wall, 1),
         "submit_s": round(submitted_s, 1),
         "task_seconds": task_seconds,
+        "task_jitter": task_jitter,
         "leases": len(lease),
         "leases_per_s": round(len(lease) / wall, 1) if wall else 0.0,
         "lease_p50_ms": round(_quantile(lease, 0.5), 2),
@@ -274,6 +277,9 @@ def main() -> None:
     parser.add_argument("--executors-per-job", type=int, default=19, help="data executors per job (each job has a trainer too)")
     parser.add_argument("--timeout", type=float, default=900.0, help="give up waiting for the jobs to end after this long")
     parser.add_argument("--heartbeat-seconds", type=float, default=10.0, help="the simulated executors' heartbeat interval")
+    parser.add_argument(
+        "--task-jitter", type=float, default=0.0, help="each task is held task-seconds x uniform(1 - j, 1 + j): real tasks vary (tasks of one length come back in waves)"
+    )
     parser.add_argument("--heartbeat-spacing", type=float, default=None, help="the controller's --heartbeat-spacing-seconds (default: its own; 0: no spacing)")
     parser.add_argument(
         "--task-seconds",
@@ -282,7 +288,7 @@ def main() -> None:
         help="how long a simulated executor holds each task, as serving it takes a real one (0: claims at once, the control plane's saturation)",
     )
     args = parser.parse_args()
-    figures = measure(args.jobs, args.executors_per_job, args.timeout, args.heartbeat_seconds, args.task_seconds, args.heartbeat_spacing)
+    figures = measure(args.jobs, args.executors_per_job, args.timeout, args.heartbeat_seconds, args.task_seconds, args.heartbeat_spacing, args.task_jitter)
     rows = [
         ("jobs / executors", f"{figures['jobs']} / {figures['executors']} ({figures['registered']} registered)", "-"),
         ("jobs succeeded", f"{figures['succeeded']} in {figures['wall_s']} s", "all: none starved"),

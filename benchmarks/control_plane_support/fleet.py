@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -161,8 +162,8 @@ class Fleet:
                 if answer.next.HasField("task"):
                     self.measured.lease_ms.append((time.perf_counter() - started) * 1000)
                     self.measured.claim_lease_ms.append(self.measured.lease_ms[-1])
-                if self._args.task_seconds:
-                    await asyncio.sleep(self._args.task_seconds)  # serving the claimed task (the next one is leased meanwhile)
+                if self._args.task_seconds:  # serving the claimed task (the next one is leased meanwhile), for about task_seconds
+                    await asyncio.sleep(self._args.task_seconds * random.uniform(1 - self._args.task_jitter, 1 + self._args.task_jitter))
                 job.served.append(planner_pb2.TaskProgress(task_id=task.task_id, attempt=task.attempt, rows_consumed=task.rows, finished=True, source=task.source))
                 job.rows += task.rows
                 stats = planner_pb2.TaskStats(rows=task.rows, bytes_read=task.bytes, batches=1)
@@ -212,6 +213,7 @@ def main() -> None:
     parser.add_argument("--heartbeat-seconds", type=float, default=10.0)
     parser.add_argument("--commit-seconds", type=float, default=1.0)
     parser.add_argument("--task-seconds", type=float, default=0.0)
+    parser.add_argument("--task-jitter", type=float, default=0.0, help="each task is held task-seconds x uniform(1 - j, 1 + j)")
     asyncio.run(Fleet(parser.parse_args()).run())
 
 
