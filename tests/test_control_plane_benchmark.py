@@ -1,0 +1,25 @@
+"""The control-plane benchmark, tiny: real services and the fleet's light executors, every job done, the figures it ends with."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_tiny_run_finishes_every_job_and_ends_with_its_figures() -> None:
+    command = [sys.executable, str(ROOT / "benchmarks" / "control_plane.py"), "--jobs", "3", "--executors-per-job", "2", "--task-seconds", "0.2", "--task-jitter", "0.5"]
+    command += ["--heartbeat-seconds", "1", "--timeout", "120"]
+    done = subprocess.run(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["jobs"] == 3 and figures["executors"] == 9 and figures["registered"] == 9
+    assert figures["succeeded"] == 3 and figures["no_job_starved"] is True
+    assert figures["leases"] > 0 and 0 < figures["claim_lease_p50_ms"] <= figures["claim_lease_p99_ms"]
+    assert figures["heartbeats_per_s"] > 0 and figures["task_jitter"] == 0.5
+    for key in ("lease_p99_ms", "master_tick_p99_ms", "submit_to_admit_p99_ms"):
+        assert figures[key] > 0, key
