@@ -37,6 +37,9 @@ class Recorded:
     def has_more(self) -> bool:
         return self.feed.has_more
 
+    def next_priority(self) -> int | None:
+        return self.feed.next_priority()
+
     def reopen(self) -> None:
         self.feed.reopen()
 

@@ -16,7 +16,7 @@ from primus.data.consumed import ConsumedTasks
 from primus.data.context import HOOKS, DataContext, ProgressFn
 from primus.data.databatch import DataBatch
 from primus.data.discovery import executor_discovery
-from primus.data.feed import BatchFeed, Discover, FeedOptions, Lost, Served
+from primus.data.feed import BatchFeed, Discover, Lost, Served, training_options
 from primus.data.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
 from primus.datapath.row_identity import Purpose, RowDigests
 from primus.runtime import faults, rpc
@@ -181,18 +181,12 @@ class DataClient:
         records = minibatch.table.combine_chunks().to_batches()[0]
         return DataBatch(records, minibatch.source_index, tuple(self._mixer.names), self.job.spec.training.features, self._loss_weights)
 
-    def _feed_options(self) -> FeedOptions:
-        """The training feed's: with sources of different priorities, its queue hands the higher ones' batches over
-        first and the mixer may hold up to twice its window (see Mixer)."""
-        priorities = {policy.name: policy.priority for policy in self._mixer.policies}
-        if len(set(priorities.values())) < 2:
-            return FeedOptions(held=MAX_HELD_BATCHES)
-        return FeedOptions(held=2 * MAX_HELD_BATCHES, priorities=priorities)
-
     def batches(self) -> Generator[DataBatch, None, None]:
         """Training batches of batchSize rows, mixed across sources, until every source is served or a stop."""
         self._resume()
-        feed = BatchFeed(self._discover, self.job_id, self.consumer_id, common_pb2.TASK_PURPOSE_TRAIN, self._feed_options(), idle=self._idle)
+        feed = BatchFeed(
+            self._discover, self.job_id, self.consumer_id, common_pb2.TASK_PURPOSE_TRAIN, training_options(self._mixer.priorities, MAX_HELD_BATCHES), idle=self._idle
+        )
         self._feed = feed
         try:
             for event in self._served(feed):

@@ -87,6 +87,10 @@ class Feed(Protocol):
     @property
     def has_more(self) -> bool: ...
 
+    def next_priority(self) -> int | None:
+        """The source priority of the batch that comes next, when one is queued and the feed orders by priority."""
+        ...
+
     def reopen(self) -> None: ...
 
     def __iter__(self) -> Iterator[Served | Lost]: ...
@@ -109,6 +113,10 @@ class ReplayFeed:
     @property
     def has_more(self) -> bool:
         return self._next < len(self._served)
+
+    def next_priority(self) -> int | None:
+        """In the order they were recorded: no priority of its own."""
+        return None
 
     def reopen(self) -> None:
         """Nothing is ever lost from memory."""
@@ -165,6 +173,15 @@ class FeedOptions:
 
 
 Idle = Callable[[], bool]
+
+
+def training_options(priorities: Mapping[str, int], held: int) -> FeedOptions:
+    """A training feed's options for a mixer that holds `held` batches, given each source's priority: with sources of
+    different priorities, the queue hands the higher ones' batches over first, and the mixer may take them past its
+    window (primus.data.mixer.Mixer.ready), so there is room for twice as many."""
+    if len(set(priorities.values())) < 2:
+        return FeedOptions(held=held)
+    return FeedOptions(held=2 * held, priorities=dict(priorities))
 
 
 class BatchFeed:

@@ -150,8 +150,8 @@ class Mixer:
     queued right now, so an empty or stalled stream is skipped, never waited on, and never taken for finished (its
     rows train when they come). A batch of a higher priority than one the window holds enters it though it is full,
     up to MAX_HELD_BATCHES of its priority or above (so at most twice that in all): a stream's rows do not wait behind
-    the history the window holds (the feed hands them over first, too). A minibatch takes a source's rows from every task of it the mixer holds, each task
-    front to back, so the cursor of each task stays contiguous.
+    the history the window holds (the feed hands them over first, too). A minibatch takes a source's rows from every
+    task of it the mixer holds, each task front to back, so the cursor of each task stays contiguous.
     """
 
     def __init__(self, policies: Sequence[SourcePolicy], batch_size: int, clock: Callable[[], float] = time.monotonic) -> None:
@@ -170,6 +170,10 @@ class Mixer:
     @property
     def names(self) -> list[str]:
         return [p.name for p in self.policies]
+
+    @property
+    def priorities(self) -> dict[str, int]:
+        return {p.name: p.priority for p in self.policies}
 
     def index(self, source: str) -> int:
         """The source's index, adding an undeclared source (weight 1) the first time it is seen."""

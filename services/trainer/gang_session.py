@@ -247,7 +247,7 @@ class GangSession(TrainingSession):
         while True:
             waited = time.perf_counter()
             impatient, starved = starved and stepped, False  # starved while its peers stepped: say so again at once
-            while not exhausted and not self.mixer.ready(feed.has_more):
+            while not exhausted and not self.mixer.ready(feed.has_more, feed.next_priority()):
                 if impatient and not feed.has_more:
                     starved = True
                     break

@@ -11,7 +11,7 @@ from typing import Any
 
 from primus.batch import dense_matrix, sparse_matrix
 from primus.data.consumed import ConsumedTasks
-from primus.data.feed import BatchFeed, Discover, Feed, FeedOptions, Lost
+from primus.data.feed import BatchFeed, Discover, Feed, FeedOptions, Lost, training_options
 from primus.data.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
 from primus.data.planner_calls import to_planner
 from primus.datapath.row_identity import Purpose, RowDigests
@@ -79,7 +79,8 @@ class TrainingSession:
 
     def _batch_feed(self, purpose: int, held: int) -> Feed:
         idle = self._stop_asked if purpose == common_pb2.TASK_PURPOSE_TRAIN else None
-        return BatchFeed(self.discover, self.job_id, self.trainer_id, purpose, FeedOptions(held=held), idle=idle)
+        options = training_options(self.mixer.priorities, held) if purpose == common_pb2.TASK_PURPOSE_TRAIN else FeedOptions(held=held)
+        return BatchFeed(self.discover, self.job_id, self.trainer_id, purpose, options, idle=idle)
 
     def _stop_asked(self) -> bool:
         """While the feed waits for data (an open-ended source between batches), whether the master asks training to
@@ -191,7 +192,7 @@ class TrainingSession:
                 fresh = self.consumed.receive(event.batch, origin)
                 if fresh is not None:
                     self.mixer.add(origin.source, fresh, origin.task_id, origin.attempt, origin.last_of_task, ConsumedTasks.first_row(event.batch, fresh, origin))
-                while not stopped and self.mixer.ready(feed.has_more):
+                while not stopped and self.mixer.ready(feed.has_more, feed.next_priority()):
                     stopped = self._train(self.mixer.take())
                 if stopped:
                     break
