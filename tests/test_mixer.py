@@ -154,3 +154,10 @@ def test_a_minibatch_mixes_the_tasks_held_of_a_source_each_front_to_back() -> No
             rows[t.task_id] += values[: t.rows]
             values = values[t.rows :]
     assert rows == {"hour-1": list(range(100)), "hour-2": list(range(1000, 1100))}, "each task in order, every row once"
+
+
+def test_its_feed_orders_by_priority_and_has_room_for_twice_the_window_only_when_priorities_differ() -> None:
+    alike = Mixer([SourcePolicy("a"), SourcePolicy("b")], batch_size=10).feed_options()
+    assert alike.held == MAX_HELD_BATCHES and not alike.priorities
+    mixed = Mixer([SourcePolicy("stream", priority=10), SourcePolicy("history")], batch_size=10).feed_options()
+    assert mixed.held == 2 * MAX_HELD_BATCHES and mixed.priorities == {"stream": 10, "history": 0}

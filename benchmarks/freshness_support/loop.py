@@ -56,6 +56,11 @@ def main() -> None:
     snapshots = Path(args.out).parent / "snapshots"
     step = 0
     with open(args.out, "a", buffering=1) as log:
+
+        def snapshot() -> None:
+            export(model, snapshots, step)
+            log.write(json.dumps({"export": round(time.time() - args.epoch, 4), "step": step}) + "\n")
+
         for step, batch in enumerate(client.dataset(), start=1):
             optimizer.zero_grad()
             loss = loss_fn(model(batch.dense).squeeze(-1), batch.labels)
@@ -67,14 +72,12 @@ def main() -> None:
             marked = [[int(MARK - wave), stamp] for wave, stamp in zip(waves[stream].tolist(), batch.dense[stream, stamp_at].tolist(), strict=True)]
             log.write(json.dumps({"t": round(ended, 4), "history": int((~stream).sum()), "stream": marked}) + "\n")
             if step % args.export_every == 0:
-                export(model, snapshots, step)
-                log.write(json.dumps({"export": round(time.time() - args.epoch, 4), "step": step}) + "\n")
+                snapshot()
             if step % args.checkpoint_every == 0:
                 client.commit(client.state_dict())
         client.commit(client.state_dict())
         if step % args.export_every:
-            export(model, snapshots, step)
-            log.write(json.dumps({"export": round(time.time() - args.epoch, 4), "step": step}) + "\n")
+            snapshot()
 
 
 if __name__ == "__main__":

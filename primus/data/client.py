@@ -16,8 +16,8 @@ from primus.data.consumed import ConsumedTasks
 from primus.data.context import HOOKS, DataContext, ProgressFn
 from primus.data.databatch import DataBatch
 from primus.data.discovery import executor_discovery
-from primus.data.feed import BatchFeed, Discover, Lost, Served, training_options
-from primus.data.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
+from primus.data.feed import BatchFeed, Discover, Lost, Served
+from primus.data.mixer import Minibatch, Mixer, SourcePolicy
 from primus.datapath.row_identity import Purpose, RowDigests
 from primus.runtime import faults, rpc
 from primus.runtime.settings import WorkerSettings, from_env
@@ -184,9 +184,7 @@ class DataClient:
     def batches(self) -> Generator[DataBatch, None, None]:
         """Training batches of batchSize rows, mixed across sources, until every source is served or a stop."""
         self._resume()
-        feed = BatchFeed(
-            self._discover, self.job_id, self.consumer_id, common_pb2.TASK_PURPOSE_TRAIN, training_options(self._mixer.priorities, MAX_HELD_BATCHES), idle=self._idle
-        )
+        feed = BatchFeed(self._discover, self.job_id, self.consumer_id, common_pb2.TASK_PURPOSE_TRAIN, self._mixer.feed_options(), idle=self._idle)
         self._feed = feed
         try:
             for event in self._served(feed):

@@ -175,15 +175,6 @@ class FeedOptions:
 Idle = Callable[[], bool]
 
 
-def training_options(priorities: Mapping[str, int], held: int) -> FeedOptions:
-    """A training feed's options for a mixer that holds `held` batches, given each source's priority: with sources of
-    different priorities, the queue hands the higher ones' batches over first, and the mixer may take them past its
-    window (primus.data.mixer.Mixer.ready), so there is room for twice as many."""
-    if len(set(priorities.values())) < 2:
-        return FeedOptions(held=held)
-    return FeedOptions(held=2 * held, priorities=dict(priorities))
-
-
 class BatchFeed:
     """Yields Served batches and Lost events until every stream has ended.
 
@@ -206,6 +197,7 @@ class BatchFeed:
         self._priorities = sorted({0, *options.priorities.values()}, reverse=True) if options.priorities else []
         self._lanes = {source: self._priorities.index(priority) for source, priority in options.priorities.items()}
         self._events_lane = len(self._priorities)
+        self._unnamed_lane = self._priorities.index(0) if self._priorities else 0  # a source not named: priority 0's
         self._queue: Handoff[FeedMessage] = Handoff(options.prefetch, lanes=self._events_lane + 1)
         self._stop = threading.Event()
         self._states: dict[str, StreamState] = {}
@@ -244,6 +236,8 @@ class BatchFeed:
     def next_priority(self) -> int | None:
         """The priority of the source of the batch the consumer would get next, when one is queued and the feed has
         priorities; None otherwise."""
+        if not self._priorities:
+            return None
         lane = self._queue.next_lane()
         return self._priorities[lane] if lane is not None and lane < self._events_lane else None
 
@@ -431,8 +425,8 @@ class BatchFeed:
             time.sleep(0.005)
 
     def _lane(self, origin: data_executor_pb2.BatchOrigin) -> int:
-        """The queue lane of a batch: its source's priority's (a source not named: priority 0's)."""
-        return self._lanes.get(origin.source, self._priorities.index(0)) if self._priorities else 0
+        """The queue lane of a batch: its source's priority's."""
+        return self._lanes.get(origin.source, self._unnamed_lane)
 
     def _put(self, item: FeedMessage, lane: int | None = None) -> None:
         """Queue an item, in the events' lane unless a lane is given; waits while the queue is full."""

@@ -35,10 +35,6 @@ class Handoff(Generic[T]):
         self._producers_waiting = 0
         self._consumer_waiting = False
 
-    @property
-    def lanes(self) -> int:
-        return len(self._lanes)
-
     def empty(self) -> bool:
         return not any(self._lanes)
 

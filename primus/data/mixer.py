@@ -12,6 +12,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from primus.data.feed import FeedOptions
+
 # The mixer's window: while the feed has more queued, it takes batches until it holds this many, so that minibatches
 # mix this many tasks; it then cuts what it has, so a source that is done or slow never blocks training.
 MAX_HELD_BATCHES = 8
@@ -171,9 +173,13 @@ class Mixer:
     def names(self) -> list[str]:
         return [p.name for p in self.policies]
 
-    @property
-    def priorities(self) -> dict[str, int]:
-        return {p.name: p.priority for p in self.policies}
+    def feed_options(self) -> FeedOptions:
+        """The options of the training feed this mixer reads: room for its window, and with sources of different
+        priorities, the higher ones' batches handed over first and room for twice the window (see ready)."""
+        priorities = {p.name: p.priority for p in self.policies}
+        if len(set(priorities.values())) < 2:
+            return FeedOptions(held=MAX_HELD_BATCHES)
+        return FeedOptions(held=2 * MAX_HELD_BATCHES, priorities=priorities)
 
     def index(self, source: str) -> int:
         """The source's index, adding an undeclared source (weight 1) the first time it is seen."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from primus.batch import dense_matrix, sparse_matrix
 from primus.data.consumed import ConsumedTasks
-from primus.data.feed import BatchFeed, Discover, Feed, FeedOptions, Lost, training_options
+from primus.data.feed import BatchFeed, Discover, Feed, FeedOptions, Lost
 from primus.data.mixer import MAX_HELD_BATCHES, Minibatch, Mixer, SourcePolicy
 from primus.data.planner_calls import to_planner
 from primus.datapath.row_identity import Purpose, RowDigests
@@ -79,7 +79,7 @@ class TrainingSession:
 
     def _batch_feed(self, purpose: int, held: int) -> Feed:
         idle = self._stop_asked if purpose == common_pb2.TASK_PURPOSE_TRAIN else None
-        options = training_options(self.mixer.priorities, held) if purpose == common_pb2.TASK_PURPOSE_TRAIN else FeedOptions(held=held)
+        options = self.mixer.feed_options() if purpose == common_pb2.TASK_PURPOSE_TRAIN else FeedOptions(held=held)
         return BatchFeed(self.discover, self.job_id, self.trainer_id, purpose, options, idle=idle)
 
     def _stop_asked(self) -> bool:
