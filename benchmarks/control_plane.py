@@ -9,7 +9,8 @@ reports its result once every task is done. 500 jobs of 19 data executors and a 
 Measured: submit-to-admit (the master's admission time less the job's creation, each job), every lease's round trip
 (a LeaseTask, or a ClaimTask carrying lease_next, that leased a task; one that found nothing waits in the planner's
 long poll by design and is counted apart), the master's job-driver look (observe, reconcile, apply) and admission
-pass as the master's /metrics gives them (over its last 10,000 of each), each service's memory (peak RSS less its RSS
+pass as the master's /metrics gives them (over its last 10,000 of each), how the looks read the peers (from the
+master's watches of the planner and controller, or by a call), each service's memory (peak RSS less its RSS
 before the first submit, per job), and whether every job succeeded (none starved).
 
 Prints a table; the last line is one JSON object of the figures.
@@ -139,6 +140,9 @@ def _master_loops(metrics_address: str) -> dict[str, float]:
                 found[f"{loop}_{quantile}"] = float(value)
             if line.startswith(f"primus_master_{loop}_total "):
                 found[f"{loop}_count"] = float(line.split()[1])
+        if line.startswith("primus_master_peer_reads_total{"):
+            way = line.split('way="')[1].split('"')[0]
+            found[f"reads_{way}"] = found.get(f"reads_{way}", 0.0) + float(line.rsplit(" ", 1)[1])
     return found
 
 
@@ -264,6 +268,8 @@ def measure(
         "master_tick_p50_ms": round(loops.get("job_look_0.5", 0.0) * 1000, 2),
         "master_tick_p99_ms": round(loops.get("job_look_0.99", 0.0) * 1000, 2),
         "admission_pass_p99_ms": round(loops.get("admission_pass_0.99", 0.0) * 1000, 2),
+        "peer_reads_watched": int(loops.get("reads_watch", 0)),  # a look's reads of the plan and the executors from the master's watches
+        "peer_reads_direct": int(loops.get("reads_direct", 0)),  # ... by a call to the planner or the controller
         "memory_per_job_kib": {s.name: round((s.rss_peak - s.rss_before) / jobs / 1024, 1) for s in run.services},
         "cpu_seconds": {**{s.name: round(s.cpu_seconds, 1) for s in run.services}, "fleet": round(fleet_cpu, 1)},
         "fleet_errors": fleet.get("errors", {}),
@@ -298,6 +304,7 @@ def main() -> None:
         ("planner's own lease / claim p99 ms", f"{figures['planner_lease_p99_ms']} / {figures['planner_claim_p99_ms']} (bucket bounds)", "-"),
         ("master job look p50 / p99 ms", f"{figures['master_tick_p50_ms']} / {figures['master_tick_p99_ms']}", f"p99 <= {GOALS['master_tick_p99_ms']:g}"),
         ("admission pass p99 ms", f"{figures['admission_pass_p99_ms']}", "-"),
+        ("looks' peer reads: from watches / direct calls", f"{figures['peer_reads_watched']:,} / {figures['peer_reads_direct']:,}", "-"),
         ("submit to admit p50 / p99 ms", f"{figures['submit_to_admit_p50_ms']} / {figures['submit_to_admit_p99_ms']}", "-"),
         ("heartbeat p99 ms / per s", f"{figures['heartbeat_p99_ms']} / {figures['heartbeats_per_s']}", "-"),
         ("memory per job KiB", ", ".join(f"{k} {v}" for k, v in figures["memory_per_job_kib"].items()), "-"),

@@ -21,5 +21,6 @@ def test_a_tiny_run_finishes_every_job_and_ends_with_its_figures() -> None:
     assert figures["succeeded"] == 3 and figures["no_job_starved"] is True
     assert figures["leases"] > 0 and 0 < figures["claim_lease_p50_ms"] <= figures["claim_lease_p99_ms"]
     assert figures["heartbeats_per_s"] > 0 and figures["task_jitter"] == 0.5
+    assert figures["peer_reads_watched"] > 0 and figures["peer_reads_direct"] > 0  # idle looks read the watches; the first and those after an action, the peers
     for key in ("lease_p99_ms", "master_tick_p99_ms", "submit_to_admit_p99_ms"):
         assert figures[key] > 0, key

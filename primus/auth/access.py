@@ -40,11 +40,11 @@ AUDIENCES: dict[str, Audience] = {
     **{f"/{_MASTER}/{m}": Audience.JOB for m in ("ReportTrainingProgress", "ReportTrainingResult")},
     **{f"/{_ACCESS}/{m}": Audience.USERS for m in ("WhoAmI", "CreateToken", "RevokeToken", "ListTokens", "ListAudit")},
     **{f"/{_PLANNER}/{m}": Audience.JOB for m in _LEDGER},
-    **{f"/{_PLANNER}/{m}": Audience.SERVICES for m in ("CreatePlan", "DropPlan", "PreviewPlan", "ResolvePartitions")},
+    **{f"/{_PLANNER}/{m}": Audience.SERVICES for m in ("CreatePlan", "DropPlan", "PreviewPlan", "ResolvePartitions", "WatchPlans")},
     **{f"/{_CONTROLLER}/{m}": Audience.JOB for m in ("RegisterExecutor", "Heartbeat", "ListExecutors")},
     **{
         f"/{_CONTROLLER}/{m}": Audience.SERVICES
-        for m in ("LaunchExecutors", "ReleaseExecutors", "ResizeExecutor", "ScaleRole", "GetScalingLog", "ListBackends", "CheckPlacement")
+        for m in ("LaunchExecutors", "ReleaseExecutors", "ResizeExecutor", "ScaleRole", "GetScalingLog", "ListBackends", "CheckPlacement", "WatchExecutors")
     },
 }
 JOB_READS = frozenset({f"/{_MASTER}/GetJob", f"/{_MASTER}/WatchJob"})  # the user API a job's own processes use: their job's spec

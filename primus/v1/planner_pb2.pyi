@@ -140,7 +140,7 @@ class QuarantinedTask(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., source: _Optional[str] = ..., partition: _Optional[str] = ..., reason: _Optional[str] = ..., attempts: _Optional[int] = ...) -> None: ...
 
 class GetPlanResponse(_message.Message):
-    __slots__ = ("summary", "sources", "tasks_done", "tasks_leased", "tasks_pending", "quarantined", "recoveries")
+    __slots__ = ("summary", "sources", "tasks_done", "tasks_leased", "tasks_pending", "quarantined", "recoveries", "revision")
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
     TASKS_DONE_FIELD_NUMBER: _ClassVar[int]
@@ -148,6 +148,7 @@ class GetPlanResponse(_message.Message):
     TASKS_PENDING_FIELD_NUMBER: _ClassVar[int]
     QUARANTINED_FIELD_NUMBER: _ClassVar[int]
     RECOVERIES_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
     summary: PlanSummary
     sources: _containers.RepeatedCompositeFieldContainer[_common_pb2.SourceStats]
     tasks_done: int
@@ -155,7 +156,24 @@ class GetPlanResponse(_message.Message):
     tasks_pending: int
     quarantined: _containers.RepeatedCompositeFieldContainer[QuarantinedTask]
     recoveries: int
-    def __init__(self, summary: _Optional[_Union[PlanSummary, _Mapping]] = ..., sources: _Optional[_Iterable[_Union[_common_pb2.SourceStats, _Mapping]]] = ..., tasks_done: _Optional[int] = ..., tasks_leased: _Optional[int] = ..., tasks_pending: _Optional[int] = ..., quarantined: _Optional[_Iterable[_Union[QuarantinedTask, _Mapping]]] = ..., recoveries: _Optional[int] = ...) -> None: ...
+    revision: int
+    def __init__(self, summary: _Optional[_Union[PlanSummary, _Mapping]] = ..., sources: _Optional[_Iterable[_Union[_common_pb2.SourceStats, _Mapping]]] = ..., tasks_done: _Optional[int] = ..., tasks_leased: _Optional[int] = ..., tasks_pending: _Optional[int] = ..., quarantined: _Optional[_Iterable[_Union[QuarantinedTask, _Mapping]]] = ..., recoveries: _Optional[int] = ..., revision: _Optional[int] = ...) -> None: ...
+
+class WatchPlansRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WatchPlansResponse(_message.Message):
+    __slots__ = ("revision", "snapshot", "plans", "dropped")
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    PLANS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    snapshot: bool
+    plans: _containers.RepeatedCompositeFieldContainer[GetPlanResponse]
+    dropped: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, revision: _Optional[int] = ..., snapshot: _Optional[bool] = ..., plans: _Optional[_Iterable[_Union[GetPlanResponse, _Mapping]]] = ..., dropped: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LeaseTaskRequest(_message.Message):
     __slots__ = ("job_id", "executor_id", "purpose")

@@ -99,6 +99,11 @@ class PlannerServiceStub:
                 request_serializer=primus_dot_v1_dot_planner__pb2.ResolvePartitionsRequest.SerializeToString,
                 response_deserializer=primus_dot_v1_dot_planner__pb2.ResolvePartitionsResponse.FromString,
                 _registered_method=True)
+        self.WatchPlans = channel.unary_stream(
+                '/primus.v1.PlannerService/WatchPlans',
+                request_serializer=primus_dot_v1_dot_planner__pb2.WatchPlansRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_planner__pb2.WatchPlansResponse.FromString,
+                _registered_method=True)
 
 
 class PlannerServiceServicer:
@@ -190,6 +195,14 @@ class PlannerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchPlans(self, request, context):
+        """Every plan, then, every tick, the plans that changed and those dropped (the master's job drivers look at this
+        instead of calling GetPlan for each job on each look).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PlannerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -257,6 +270,11 @@ def add_PlannerServiceServicer_to_server(servicer, server):
                     servicer.ResolvePartitions,
                     request_deserializer=primus_dot_v1_dot_planner__pb2.ResolvePartitionsRequest.FromString,
                     response_serializer=primus_dot_v1_dot_planner__pb2.ResolvePartitionsResponse.SerializeToString,
+            ),
+            'WatchPlans': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchPlans,
+                    request_deserializer=primus_dot_v1_dot_planner__pb2.WatchPlansRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_planner__pb2.WatchPlansResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -610,6 +628,33 @@ class PlannerService:
             '/primus.v1.PlannerService/ResolvePartitions',
             primus_dot_v1_dot_planner__pb2.ResolvePartitionsRequest.SerializeToString,
             primus_dot_v1_dot_planner__pb2.ResolvePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchPlans(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/primus.v1.PlannerService/WatchPlans',
+            primus_dot_v1_dot_planner__pb2.WatchPlansRequest.SerializeToString,
+            primus_dot_v1_dot_planner__pb2.WatchPlansResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -372,10 +372,34 @@ class ListExecutorsRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ...) -> None: ...
 
 class ListExecutorsResponse(_message.Message):
-    __slots__ = ("executors",)
+    __slots__ = ("executors", "revision")
     EXECUTORS_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
     executors: _containers.RepeatedCompositeFieldContainer[Executor]
-    def __init__(self, executors: _Optional[_Iterable[_Union[Executor, _Mapping]]] = ...) -> None: ...
+    revision: int
+    def __init__(self, executors: _Optional[_Iterable[_Union[Executor, _Mapping]]] = ..., revision: _Optional[int] = ...) -> None: ...
+
+class WatchExecutorsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class JobExecutors(_message.Message):
+    __slots__ = ("job_id", "executors")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTORS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    executors: _containers.RepeatedCompositeFieldContainer[Executor]
+    def __init__(self, job_id: _Optional[str] = ..., executors: _Optional[_Iterable[_Union[Executor, _Mapping]]] = ...) -> None: ...
+
+class WatchExecutorsResponse(_message.Message):
+    __slots__ = ("revision", "snapshot", "jobs")
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    snapshot: bool
+    jobs: _containers.RepeatedCompositeFieldContainer[JobExecutors]
+    def __init__(self, revision: _Optional[int] = ..., snapshot: _Optional[bool] = ..., jobs: _Optional[_Iterable[_Union[JobExecutors, _Mapping]]] = ...) -> None: ...
 
 class ReleaseExecutorsRequest(_message.Message):
     __slots__ = ("job_id", "role", "at_once")

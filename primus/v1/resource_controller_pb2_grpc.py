@@ -84,6 +84,11 @@ class ResourceControllerServiceStub:
                 request_serializer=primus_dot_v1_dot_resource__controller__pb2.CheckPlacementRequest.SerializeToString,
                 response_deserializer=primus_dot_v1_dot_resource__controller__pb2.CheckPlacementResponse.FromString,
                 _registered_method=True)
+        self.WatchExecutors = channel.unary_stream(
+                '/primus.v1.ResourceControllerService/WatchExecutors',
+                request_serializer=primus_dot_v1_dot_resource__controller__pb2.WatchExecutorsRequest.SerializeToString,
+                response_deserializer=primus_dot_v1_dot_resource__controller__pb2.WatchExecutorsResponse.FromString,
+                _registered_method=True)
 
 
 class ResourceControllerServiceServicer:
@@ -157,6 +162,14 @@ class ResourceControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchExecutors(self, request, context):
+        """Every job's executors, then, every tick, the whole list of each job one of whose executors changed (the master's
+        job drivers look at this instead of calling ListExecutors for each job on each look).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ResourceControllerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -209,6 +222,11 @@ def add_ResourceControllerServiceServicer_to_server(servicer, server):
                     servicer.CheckPlacement,
                     request_deserializer=primus_dot_v1_dot_resource__controller__pb2.CheckPlacementRequest.FromString,
                     response_serializer=primus_dot_v1_dot_resource__controller__pb2.CheckPlacementResponse.SerializeToString,
+            ),
+            'WatchExecutors': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchExecutors,
+                    request_deserializer=primus_dot_v1_dot_resource__controller__pb2.WatchExecutorsRequest.FromString,
+                    response_serializer=primus_dot_v1_dot_resource__controller__pb2.WatchExecutorsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -481,6 +499,33 @@ class ResourceControllerService:
             '/primus.v1.ResourceControllerService/CheckPlacement',
             primus_dot_v1_dot_resource__controller__pb2.CheckPlacementRequest.SerializeToString,
             primus_dot_v1_dot_resource__controller__pb2.CheckPlacementResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchExecutors(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/primus.v1.ResourceControllerService/WatchExecutors',
+            primus_dot_v1_dot_resource__controller__pb2.WatchExecutorsRequest.SerializeToString,
+            primus_dot_v1_dot_resource__controller__pb2.WatchExecutorsResponse.FromString,
             options,
             channel_credentials,
             insecure,

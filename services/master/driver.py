@@ -26,6 +26,7 @@ from services.master.report import build_report, carry_costs, write_report
 from services.master.status import JobStatus
 from services.master.store import JobRecord, JobStore
 from services.master.timings import Durations
+from services.master.watches import Watches
 
 log = logging.getLogger(__name__)
 MAX_TRAINER_RANKS = 64  # as spec.resources.trainer.replicas
@@ -54,6 +55,9 @@ class _Looks:
     controller_away_since: float | None = None
     trainers_gone_since: float | None = None
     last_plan: planner_pb2.GetPlanResponse | None = None
+    plan_read_at: int = 0  # the planner's revision of the driver's last direct read of the plan: a watch older than it is not read
+    executors_read_at: int = 0  # ... the controller's, of its executors
+    read_directly: bool = True  # the next look reads the peers directly (the first, and each after the driver's own actions)
     full_since: float | None = None  # since when what the job writes finds the disk full
     peer_failing_since: float | None = None  # since when a peer's calls fail as a restarting peer's do
 
@@ -74,6 +78,12 @@ class JobDriver:
         self._plans_seen: dict[str, planner_pb2.GetPlanResponse] = {}  # each driven job's plan as last seen at the planner
         self.looks = Durations()  # each look of any job's driver: read its record, observe its peers, reconcile
         self.on_job_change: Callable[[], None] = lambda: None  # a job ended or released its executors (admission looks again)
+        self.watches = Watches(
+            lambda: peers.rc.WatchExecutors(rc_pb2.WatchExecutorsRequest()),
+            lambda: peers.planner.WatchPlans(planner_pb2.WatchPlansRequest()),
+            store.wake,
+            self._settings.master_poll_seconds,
+        )
 
     def plan_seen(self, job_id: str) -> planner_pb2.GetPlanResponse | None:
         """The job's plan as its driver last saw it at the planner (None before the first look, or after this master started)."""
@@ -110,6 +120,7 @@ class JobDriver:
     def start(self, job_id: str, resume: bool = False, relaunch: bool = False) -> None:
         """Drive a job in a thread of its own until it ends or is suspended (resume, relaunch: kept for callers; the
         stored status says what is left to do)."""
+        self.watches.start()  # on the first job driven (a standby master watches nothing)
         thread = threading.Thread(target=self._drive, args=(job_id,), name=f"job-{job_id}", daemon=True)
         self._threads[job_id] = thread
         thread.start()
@@ -229,6 +240,7 @@ class JobDriver:
                         actions = rc.reconcile(status, self._observe(record, status, spec, looks), self._settings)
                         self.looks.record(time.perf_counter() - started)  # the tick: read, observe, decide (not the actions' own work)
                         for action in actions:
+                            looks.read_directly = looks.read_directly or not isinstance(action, rc.Wait)
                             self._apply(record, action, looks)
                     except StorageFullError as exc:  # nothing decided can be kept: the same look again once there is room
                         self._wait_for_room(job_id, exc, looks)
@@ -295,24 +307,38 @@ class JobDriver:
             return rc.Observed(result=result, plan=self._last_plan_view(record.job_id, looks))  # nothing trained: were the tasks quarantined?
         if status.cancel_requested or status.suspend_requested or result is not None or status.state is JobState.SUSPENDED:
             return rc.Observed(result=result)  # decided without looking further
-        try:
-            plan = self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=record.job_id), timeout=10)
-            looks.planner_away_since = None
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.NOT_FOUND:  # not planned yet, or a planner without its journal restarted
-                looks.planner_away_since = None
-                return rc.Observed()
-            if exc.code() not in AWAY_CODES:
-                raise
-            looks.planner_away_since = looks.planner_away_since or time.monotonic()
-            return rc.Observed(planner_away_for=_since(looks.planner_away_since))
+        directly, looks.read_directly = looks.read_directly, False
+        watched = None if directly else self.watches.plans.view(record.job_id, looks.plan_read_at)
+        self.watches.reads.add("planner", watched is not None)
+        if watched is not None:
+            if watched.entry is None:
+                return rc.Observed()  # as a direct read's NOT_FOUND
+            plan = watched.entry
+        else:
+            try:
+                plan = self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=record.job_id), timeout=10)
+                looks.planner_away_since, looks.plan_read_at = None, plan.revision
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.NOT_FOUND:  # not planned yet, or a planner without its journal restarted
+                    looks.planner_away_since = None
+                    return rc.Observed()
+                if exc.code() not in AWAY_CODES:
+                    raise
+                looks.planner_away_since = looks.planner_away_since or time.monotonic()
+                return rc.Observed(planner_away_for=_since(looks.planner_away_since))
         looks.last_plan = self._plans_seen[record.job_id] = plan
         if record.status.training.tasks_done != plan.tasks_done and record.state is JobState.RUNNING:
             self._store.update(record.job_id, lambda status: status.with_tasks_done(plan.tasks_done))
         view = _plan_view(plan)
         fail_on_quarantine = spec.data.on_quarantine == "fail"
+        known = None if directly else self.watches.executors.view(record.job_id, looks.executors_read_at)
+        self.watches.reads.add("resource_controller", known is not None)
         try:
-            listed = self._peers.rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=record.job_id), timeout=10).executors
+            if known is not None:
+                listed = known.entry or []
+            else:
+                reply = self._peers.rc.ListExecutors(rc_pb2.ListExecutorsRequest(job_id=record.job_id), timeout=10)
+                listed, looks.executors_read_at = list(reply.executors), reply.revision
             looks.controller_away_since = None
         except grpc.RpcError as exc:
             if exc.code() not in AWAY_CODES:

@@ -12,13 +12,17 @@ from services.master.admission import Resources
 from services.master.queueing import QueueUsage, Snapshot
 from services.master.store import JobStore
 from services.master.timings import Durations
+from services.master.watches import PeerReads
 
 STATES = [v.name.removeprefix("JOB_STATE_") for v in common_pb2.DESCRIPTOR.enum_types_by_name["JobState"].values if v.number != common_pb2.JOB_STATE_UNSPECIFIED]
 
 
-def master_metrics(store: JobStore, admission: Snapshot | None = None, loops: dict[str, Durations] | None = None) -> Iterator[Metric]:
-    """Jobs by state (every state, zeros too), restarts by role summed over the jobs in the store, and each queue's
-    quota, usage, borrowed and lent per resource and its pending and admitted jobs (as the last admission pass saw them)."""
+def master_metrics(
+    store: JobStore, admission: Snapshot | None = None, loops: dict[str, Durations] | None = None, peer_reads: PeerReads | None = None
+) -> Iterator[Metric]:
+    """Jobs by state (every state, zeros too), restarts by role summed over the jobs in the store, each queue's quota,
+    usage, borrowed and lent per resource and its pending and admitted jobs (as the last admission pass saw them), the
+    loops' durations, and how the job drivers read their peers (from the watches, or directly)."""
     states: dict[str, int] = dict.fromkeys(STATES, 0)
     restarts: dict[str, int] = {}
     for job_state, by_role in store.states_and_restarts():
@@ -41,6 +45,11 @@ def master_metrics(store: JobStore, admission: Snapshot | None = None, loops: di
             family.add_metric([str(q)], durations.quantile(q))
         yield family
         yield CounterMetricFamily(f"primus_master_{name}", f"The master's {name.replace('_', ' ')}s so far", value=durations.count)
+    if peer_reads is not None:
+        reads = CounterMetricFamily("primus_master_peer_reads", "The job drivers' reads of a peer, from its watch or directly", labels=["peer", "way"])
+        for (peer, way), count in sorted(peer_reads.counts().items()):
+            reads.add_metric([peer, way], count)
+        yield reads
 
 
 def queue_metrics(admission: Snapshot) -> Iterator[Metric]:

@@ -240,6 +240,12 @@ class JobStore:
         event.wait(timeout)
         event.clear()
 
+    def wake(self, job_id: str) -> None:
+        """Wake the job's driver as a write to the job would (what it watches at a peer changed)."""
+        with self._lock:
+            event = self._job_event(job_id)
+        event.set()
+
     def _job_event(self, job_id: str) -> threading.Event:
         event = self._job_changed.get(job_id)
         if event is None:

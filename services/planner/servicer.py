@@ -5,13 +5,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 
 import grpc
 
 from primus.errors import InvalidRequestError, PrimusError
 from primus.records.counters import REPORTED
+from primus.runtime import watch
 from primus.runtime.settings import PlannerSettings
 from primus.sources.wire import piece_to_split
 from primus.spec import load_job_text, spec_of_text
@@ -107,6 +108,26 @@ def _summary(job_plan: JobPlan) -> planner_pb2.PlanSummary:
     return summary
 
 
+def _plan_reply(job_plan: JobPlan, revision: int) -> planner_pb2.GetPlanResponse:
+    """A plan's summary, its per-source accounts and task counts, and its quarantined tasks, as read now."""
+    ledger = job_plan.ledger
+    counts = ledger.counts()
+    pending = ledger.pending_rows()
+    return planner_pb2.GetPlanResponse(
+        summary=_summary(job_plan),
+        sources=[common_pb2.SourceStats(source=name, pending_rows=pending.get(name, 0), **vars(account)) for name, account in sorted(ledger.snapshot().items())],
+        tasks_done=counts[TaskStatus.DONE],
+        tasks_leased=counts[TaskStatus.LEASED] + counts[TaskStatus.SERVED],
+        tasks_pending=counts[TaskStatus.PENDING],
+        quarantined=[
+            planner_pb2.QuarantinedTask(task_id=e.spec.task_id, source=e.spec.source, partition=e.spec.partition, reason=e.errors[-1], attempts=len(e.errors))
+            for e in ledger.quarantined()
+        ],
+        recoveries=job_plan.recoveries,
+        revision=revision,
+    )
+
+
 def _lease(ledger: TaskLedger, job_id: str, executor_id: str, purpose: int) -> planner_pb2.LeaseTaskResponse | None:
     """A leased task, or exhausted; None when nothing is runnable yet."""
     lease = ledger.lease(purpose, executor_id)
@@ -133,6 +154,7 @@ def _lease_outcome(reply: planner_pb2.LeaseTaskResponse) -> str:
 # empty lease is answered at once with retry_after, so that thousands of idle executors never take every thread from
 # the claims, reports and commits that make progress.
 LONG_POLLS = 16
+WATCH_TICK_SECONDS = 0.25  # how often a WatchPlans stream sends the plans that changed
 
 
 class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
@@ -143,6 +165,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         self._timed = timed
         self._settings = settings or PlannerSettings()
         self._long_polls = threading.BoundedSemaphore(LONG_POLLS)
+        self._revisions = watch.Revisions()
         self._pacer = EmptyLeasePacer(self._settings.retry_after_seconds, self._settings.retry_after_cap_seconds)
 
     def CreatePlan(self, request: planner_pb2.CreatePlanRequest, context: grpc.ServicerContext) -> planner_pb2.CreatePlanResponse:
@@ -165,22 +188,29 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         return planner_pb2.ResolvePartitionsResponse(partitions=[partition_to_proto(p) for p in partitions])
 
     def GetPlan(self, request: planner_pb2.GetPlanRequest, context: grpc.ServicerContext) -> planner_pb2.GetPlanResponse:
-        job_plan = self._registry.get(request.job_id)
-        ledger = job_plan.ledger
-        counts = ledger.counts()
-        pending = ledger.pending_rows()
-        return planner_pb2.GetPlanResponse(
-            summary=_summary(job_plan),
-            sources=[common_pb2.SourceStats(source=name, pending_rows=pending.get(name, 0), **vars(account)) for name, account in sorted(ledger.snapshot().items())],
-            tasks_done=counts[TaskStatus.DONE],
-            tasks_leased=counts[TaskStatus.LEASED] + counts[TaskStatus.SERVED],
-            tasks_pending=counts[TaskStatus.PENDING],
-            quarantined=[
-                planner_pb2.QuarantinedTask(task_id=e.spec.task_id, source=e.spec.source, partition=e.spec.partition, reason=e.errors[-1], attempts=len(e.errors))
-                for e in ledger.quarantined()
-            ],
-            recoveries=job_plan.recoveries,
-        )
+        revision = self._revisions.next()  # before the read: a watch at this revision or later holds the plan as read
+        return _plan_reply(self._registry.get(request.job_id), revision)
+
+    def WatchPlans(self, request: planner_pb2.WatchPlansRequest, context: grpc.ServicerContext) -> Iterator[planner_pb2.WatchPlansResponse]:
+        sent: dict[str, tuple[object, ...]] = {}  # per job, what its plan's last answer was made of
+
+        def answer(first: bool) -> planner_pb2.WatchPlansResponse:
+            revision = self._revisions.next()
+            reply = planner_pb2.WatchPlansResponse(revision=revision, snapshot=first)
+            held = set()
+            for job_plan in self._registry.plans():
+                job_id = job_plan.plan.job_id
+                held.add(job_id)
+                made_of = (id(job_plan.ledger), len(job_plan.plan.tasks), job_plan.recoveries, *job_plan.ledger.counts().values())
+                if sent.get(job_id) != made_of:
+                    sent[job_id] = made_of
+                    reply.plans.append(_plan_reply(job_plan, revision))
+            for job_id in [j for j in sent if j not in held]:
+                del sent[job_id]
+                reply.dropped.append(job_id)
+            return reply
+
+        return watch.stream(context, WATCH_TICK_SECONDS, answer)
 
     def LeaseTask(self, request: planner_pb2.LeaseTaskRequest, context: grpc.ServicerContext) -> planner_pb2.LeaseTaskResponse:
         started = time.perf_counter()

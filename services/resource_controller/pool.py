@@ -23,10 +23,11 @@ from primus.errors import ConflictError, InvalidRequestError, NotFoundError, dis
 from primus.runtime import run_store
 from primus.runtime.run_store import RunStore
 from primus.runtime.settings import ControllerSettings
+from primus.runtime.watch import ChangedKeys, Revisions
 from primus.spec.backend_kinds import BackendKind, parse_backend
 from primus.spec.roles import Role
 from primus.v1 import resource_controller_pb2 as rc_pb2
-from services.resource_controller import heartbeat_pacing
+from services.resource_controller import heartbeat_pacing, registration_log
 from services.resource_controller.backends.contract import EventKind, ExecutorEvent, ExecutorHandle, ExitReason, LaunchSpec, RoleSize, SchedulerBackend
 from services.resource_controller.control import ExecutorControl
 from services.resource_controller.decisions import DecisionLog, LoggedAction, LoggedDecision
@@ -91,6 +92,7 @@ class ExecutorPool:
         self._state_path = state_path
         self._unsaved_since: float | None = None  # since when the state file cannot be written (a full disk)
         self._records: dict[str, ExecutorRecord] = {}
+        self.changed = ChangedKeys(Revisions())  # when each job's executors last changed (WatchExecutors)
         self._by_job: dict[str, dict[str, ExecutorRecord]] = {}  # the same records by job: a job's calls never scan every job's
         self._changes = 0  # state changes so far; the state file holds those up to _saved
         self._saved = 0
@@ -184,6 +186,8 @@ class ExecutorPool:
     def _add(self, record: ExecutorRecord) -> None:
         self._records[record.executor_id] = record
         self._by_job.setdefault(record.job_id, {})[record.executor_id] = record
+        record.on_change(self.changed.mark)
+        self.changed.mark(record.job_id)
 
     def _of_job(self, job_id: str) -> Iterable[ExecutorRecord]:
         return self._by_job.get(job_id, {}).values()
@@ -258,7 +262,7 @@ class ExecutorPool:
             {"executor_id": record.executor_id, "address": record.address, "data_address": record.data_address, "pid": record.pid, "host_id": record.host_id}
         )
         try:
-            with _registrations(self._state_path).open("a") as log_file:
+            with registration_log.path_of(self._state_path).open("a") as log_file:
                 log_file.write(line + "\n")
         except OSError as exc:
             if not disk_full(exc):
@@ -286,6 +290,13 @@ class ExecutorPool:
         with self._lock:
             records = self._of_job(job_id) if job_id else self._records.values()
             return [r.view() for r in records if role is None or r.role is role]
+
+    def changed_since(self, revision: int, every_job: bool = False) -> tuple[int, dict[str, list[ExecutorRecord]]]:
+        """(a revision now, the executors of each job one of whose executors changed at or after `revision`; of every
+        job when every_job): what a watch sends each tick."""
+        now, jobs = self.changed.since(revision)
+        with self._lock:
+            return now, {job_id: [r.view() for r in self._of_job(job_id)] for job_id in (list(self._by_job) if every_job else jobs)}
 
     def live_jobs_records(self) -> list[ExecutorRecord]:
         """Every executor of the jobs that have one live (what the autoscaler weighs; ended jobs' are left out)."""
@@ -597,7 +608,7 @@ class ExecutorPool:
                 "decisions": self.decisions.to_state(),
             }
             executors = ", ".join(r.state_text() for r in self._records.values())
-            taken_in = _rotate(_registrations(self._state_path))  # what the log holds is in this snapshot
+            taken_in = registration_log.rotate(registration_log.path_of(self._state_path))  # what the log holds is in this snapshot
         tmp = self._state_path.with_suffix(".tmp")
         try:
             self._state_path.parent.mkdir(parents=True, exist_ok=True)
@@ -631,7 +642,7 @@ class ExecutorPool:
         self._timeouts = {k: float(v) for k, v in data.get("timeouts", {}).items()}
         self.decisions.load(data.get("decisions", {}))
         adopted = 0
-        registered = _logged_registrations(self._state_path)
+        registered = registration_log.logged(self._state_path)
         for item in data["executors"]:
             record = ExecutorRecord.from_state(item)
             logged = registered.get(record.executor_id)
@@ -652,39 +663,6 @@ class ExecutorPool:
             record.handle, record.launched_at, record.heartbeat_at = handle, now, now  # a fresh grace period to heartbeat again
             adopted += 1
         log.info("re-adopted %d running executor(s) of %d job(s) from %s", adopted, len(self._jobs), self._state_path)
-
-
-def _registrations(state_path: Path) -> Path:
-    return state_path.with_name(state_path.name + ".registrations")
-
-
-def _rotate(log_path: Path) -> Path:
-    """Move the registrations log aside (appended to what an unfinished write left aside); the path it is now at."""
-    aside = log_path.with_name(log_path.name + ".taken")
-    if log_path.exists():
-        if aside.exists():
-            with aside.open("a") as kept:
-                kept.write(log_path.read_text())
-            log_path.unlink()
-        else:
-            log_path.replace(aside)
-    return aside
-
-
-def _logged_registrations(state_path: Path) -> dict[str, dict[str, Any]]:
-    """The registrations logged since the state file was written, by executor (the later line wins)."""
-    found: dict[str, dict[str, Any]] = {}
-    log_path = _registrations(state_path)
-    for path in (log_path.with_name(log_path.name + ".taken"), log_path):
-        if not path.exists():
-            continue
-        for line in path.read_text().splitlines():
-            try:
-                item = json.loads(line)
-            except ValueError:
-                continue  # a line cut short by a crash mid-append
-            found[item["executor_id"]] = item
-    return found
 
 
 def _release_message(reason: ExitReason) -> str:

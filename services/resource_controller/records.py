@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -145,6 +146,14 @@ class ExecutorRecord:
             object.__setattr__(self, "_state_text", None)  # what the state file holds of it changed: written anew
             object.__setattr__(self, "_ended_text", None)
         object.__setattr__(self, name, value)
+        if name in _STATE_FIELDS:
+            on_change = self.__dict__.get("_on_change")  # set by the pool that holds it: the job's watchers hear of it
+            if on_change is not None:
+                on_change(self.job_id)
+
+    def on_change(self, hook: Callable[[str], None]) -> None:
+        """Call hook(job_id) after each change of a field the state file and ListExecutors hold (not on heartbeats)."""
+        object.__setattr__(self, "_on_change", hook)
 
     def view(self) -> ExecutorRecord:
         """A copy for readers outside the pool's lock (the beats are copied too): a shallow copy of its fields, made

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
 
 from primus.errors import InvalidRequestError
+from primus.runtime import watch
 from primus.runtime.placement_proto import placement_of_proto
 from primus.spec.backend_kinds import BackendKind, backend_of_proto, backend_to_proto
 from primus.spec.resources import placement_dict
@@ -18,6 +20,7 @@ from services.resource_controller.backends.contract import ExitReason, LimitMech
 from services.resource_controller.pool import ExecutorPool, LaunchRequest
 from services.resource_controller.records import ExecutorRecord
 
+WATCH_TICK_SECONDS = 0.1  # how often a WatchExecutors stream sends what changed (an executor's crash reaches the master within it)
 EXIT_REASONS: dict[ExitReason, Any] = {reason: rc_pb2.ExitReason.Value(f"EXIT_REASON_{reason.name}") for reason in ExitReason}
 LIMITS: dict[LimitMechanism, Any] = {mechanism: rc_pb2.LimitMechanism.Value(f"LIMIT_MECHANISM_{mechanism.name}") for mechanism in LimitMechanism}
 
@@ -120,8 +123,20 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
         return rc_pb2.RegisterExecutorResponse()
 
     def ListExecutors(self, request: rc_pb2.ListExecutorsRequest, context: grpc.ServicerContext) -> rc_pb2.ListExecutorsResponse:
+        revision = self._pool.changed.revisions.next()  # before the read: a watch at this revision or later holds it
         records = self._pool.records(request.job_id, _role(request.role) if request.role else None)
-        return rc_pb2.ListExecutorsResponse(executors=self._protos(records))
+        return rc_pb2.ListExecutorsResponse(executors=self._protos(records), revision=revision)
+
+    def WatchExecutors(self, request: rc_pb2.WatchExecutorsRequest, context: grpc.ServicerContext) -> Iterator[rc_pb2.WatchExecutorsResponse]:
+        since = 0
+
+        def answer(first: bool) -> rc_pb2.WatchExecutorsResponse:
+            nonlocal since
+            since, jobs = self._pool.changed_since(since, every_job=first)
+            changed = [rc_pb2.JobExecutors(job_id=job_id, executors=self._protos(records)) for job_id, records in jobs.items()]
+            return rc_pb2.WatchExecutorsResponse(revision=since, snapshot=first, jobs=changed)
+
+        return watch.stream(context, WATCH_TICK_SECONDS, answer)
 
     def ReleaseExecutors(self, request: rc_pb2.ReleaseExecutorsRequest, context: grpc.ServicerContext) -> rc_pb2.ReleaseExecutorsResponse:
         role = _role(request.role) if request.role else None

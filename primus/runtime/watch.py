@@ -1,0 +1,61 @@
+"""Watch streams: a service's state as one snapshot, then what changed each tick, stamped with revisions of its clock."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import grpc
+
+Answer = TypeVar("Answer")
+
+
+class Revisions:
+    """Revisions of one process: microseconds of its wall clock, never going back (across a restart too, unless the
+    clock does), so that a reader compares a watch's revision with one a direct read gave."""
+
+    def __init__(self, clock: Callable[[], int] = time.time_ns) -> None:
+        self._clock = clock
+        self._last = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        with self._lock:
+            self._last = max(self._last + 1, self._clock() // 1000)
+            return self._last
+
+
+class ChangedKeys:
+    """When each key (a job id) last changed, as revisions: a watcher asks which keys changed since its last tick."""
+
+    def __init__(self, revisions: Revisions) -> None:
+        self.revisions = revisions
+        self._changed_at: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def mark(self, key: str) -> None:
+        with self._lock:
+            self._changed_at[key] = self.revisions.next()
+
+    def since(self, revision: int) -> tuple[int, list[str]]:
+        """(a revision now, the keys marked at or after `revision`): a change marked before the returned revision is in
+        this answer or an earlier one; one marked later is in the next."""
+        with self._lock:
+            now = self.revisions.next()
+            return now, [key for key, at in self._changed_at.items() if at >= revision]
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._changed_at.pop(key, None)
+
+
+def stream(context: grpc.ServicerContext, tick_seconds: float, answer: Callable[[bool], Answer]) -> Iterator[Answer]:
+    """A watch's answers: answer(True) (the snapshot) at once, then answer(False) every tick until the caller leaves or
+    the server stops (which cancels the call)."""
+    first = True
+    while context.is_active():
+        yield answer(first)
+        first = False
+        time.sleep(tick_seconds)

@@ -1,0 +1,41 @@
+"""The resource controller's registrations log: one line per registration, taken into the state file at its next write."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def path_of(state_path: Path) -> Path:
+    """Where registrations are appended between writes of the state file."""
+    return state_path.with_name(state_path.name + ".registrations")
+
+
+def rotate(log_path: Path) -> Path:
+    """Move the registrations log aside (appended to what an unfinished write left aside); the path it is now at."""
+    aside = log_path.with_name(log_path.name + ".taken")
+    if log_path.exists():
+        if aside.exists():
+            with aside.open("a") as kept:
+                kept.write(log_path.read_text())
+            log_path.unlink()
+        else:
+            log_path.replace(aside)
+    return aside
+
+
+def logged(state_path: Path) -> dict[str, dict[str, Any]]:
+    """The registrations logged since the state file was written, by executor (the later line wins)."""
+    found: dict[str, dict[str, Any]] = {}
+    log_path = path_of(state_path)
+    for path in (log_path.with_name(log_path.name + ".taken"), log_path):
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a crash mid-append
+            found[item["executor_id"]] = item
+    return found

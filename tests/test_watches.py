@@ -1,0 +1,107 @@
+"""Watch streams' pieces with plain values: revisions, changed keys, the master's cache of a peer, the records' hook."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import pytest
+
+from primus.runtime.watch import ChangedKeys, Revisions
+from primus.spec.roles import Role
+from services.master.watches import PeerReads, WatchCache
+from services.resource_controller.records import ExecutorRecord, ExecutorState
+
+pytestmark = pytest.mark.unit
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_revisions_follow_the_clock_in_microseconds_and_never_go_back() -> None:
+    wall = [5_000_000_000]
+    revisions = Revisions(lambda: wall[0])
+    first = revisions.next()
+    assert first == 5_000_000
+    wall[0] = 1_000_000_000  # the clock stepped back
+    assert revisions.next() == first + 1
+    wall[0] = 9_000_000_000
+    assert revisions.next() == 9_000_000
+
+
+def test_changed_keys_answer_each_change_once_tick_after_tick() -> None:
+    changed = ChangedKeys(Revisions())
+    changed.mark("a")
+    changed.mark("b")
+    first, keys = changed.since(0)
+    assert sorted(keys) == ["a", "b"]
+    assert changed.since(first)[1] == []
+    changed.mark("b")
+    second, keys = changed.since(first)
+    assert keys == ["b"] and second > first
+    changed.forget("b")
+    changed.mark("c")
+    assert changed.since(second)[1] == ["c"]
+
+
+def _states(entry: list[str] | None) -> Hashable:
+    return tuple(entry or ())
+
+
+def test_a_cache_is_read_only_once_it_holds_a_snapshot_as_new_as_the_drivers_last_direct_read() -> None:
+    clock = Clock()
+    cache: WatchCache[list[str]] = WatchCache(_states, clock, stale_after=10.0)
+    assert cache.view("job-1", 0) is None  # nothing heard yet
+    assert cache.apply(50, False, {"job-1": ["READY"]}) == []  # changes without their snapshot are not taken
+    assert cache.view("job-1", 0) is None
+    assert cache.apply(100, True, {"job-1": ["STARTING"], "job-2": []}) == ["job-1"]  # job-2: nothing its driver reacts to
+    seen = cache.view("job-1", 90)
+    assert seen is not None and seen.entry == ["STARTING"]
+    absent = cache.view("job-3", 90)
+    assert absent is not None and absent.entry is None  # held by nobody: the peer has nothing of it
+    assert cache.view("job-1", 101) is None  # the driver read the peer after this revision: read it again
+    assert cache.apply(120, False, {"job-1": ["READY"]}) == ["job-1"]
+    assert cache.apply(130, False, {"job-1": ["READY"]}) == []  # the same states: no wake
+    seen = cache.view("job-1", 101)
+    assert seen is not None and seen.entry == ["READY"]
+
+
+def test_a_cache_drops_what_the_peer_dropped_goes_stale_when_quiet_and_forgets_all_when_the_stream_breaks() -> None:
+    clock = Clock()
+    cache: WatchCache[list[str]] = WatchCache(_states, clock, stale_after=10.0)
+    cache.apply(100, True, {"job-1": ["READY"], "job-2": ["READY"]})
+    assert cache.apply(110, False, {}, dropped=["job-2"]) == ["job-2"]
+    dropped = cache.view("job-2", 0)
+    assert dropped is not None and dropped.entry is None
+    clock.now += 10.5
+    assert cache.stale() and cache.view("job-1", 0) is None  # quiet past stale_after: read directly
+    cache.apply(120, False, {})
+    assert not cache.stale() and cache.view("job-1", 0) is not None
+    cache.lost()
+    assert cache.view("job-1", 0) is None and not cache.stale()
+    assert cache.apply(130, True, {"job-1": ["READY"]}) == ["job-1"]  # a new snapshot wakes every job it holds
+
+
+def test_peer_reads_count_by_peer_and_way() -> None:
+    reads = PeerReads()
+    reads.add("planner", True)
+    reads.add("planner", True)
+    reads.add("planner", False)
+    reads.add("resource_controller", False)
+    assert reads.counts() == {("planner", "watch"): 2, ("planner", "direct"): 1, ("resource_controller", "direct"): 1}
+
+
+def test_a_record_tells_its_pool_of_a_change_of_state_but_not_of_a_heartbeat() -> None:
+    heard: list[str] = []
+    record = ExecutorRecord("job-1/data_executor-0", "job-1", Role.DATA_EXECUTOR, 0, ExecutorState.STARTING, 1.0, 256, "/tmp/log")
+    record.on_change(heard.append)
+    record.heartbeat_at = 5.0
+    record.heartbeat_unix = 1_800_000_000.0
+    assert heard == []
+    record.state = ExecutorState.READY
+    record.exit_code = 0
+    assert heard == ["job-1", "job-1"]
