@@ -50,6 +50,7 @@ GOALS = {"lease_p99_ms": 10.0, "master_tick_p99_ms": 100.0}
 # plane's saturation. A task is 32 MiB of Parquet, about 250k Criteo-shaped rows; a CPU trainer taking 80k rows/s from
 # 19 executors leaves each one a task a minute: --task-seconds 60 is that steady state.
 TASK_SECONDS = 0.0
+WINDOW_SECONDS = 30  # the claims' lease p99 is also given per window of the run this long: when the slow ones came
 FINAL = (common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED)
 
 
@@ -126,6 +127,14 @@ def _job_yaml(dataset: Path, index: int, executors: int) -> str:
 def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] if ordered else 0.0
+
+
+def _by_window(at: list[float], ms: list[float]) -> dict[str, float]:
+    """The p99 of the calls made in each WINDOW_SECONDS of the run: {"0s": ms, "30s": ms, ...}."""
+    windows: dict[int, list[float]] = {}
+    for when, took in zip(at, ms, strict=True):
+        windows.setdefault(int(when // WINDOW_SECONDS), []).append(took)
+    return {f"{k * WINDOW_SECONDS}s": round(_quantile(v, 0.99), 1) for k, v in sorted(windows.items())}
 
 
 def _master_loops(metrics_address: str) -> dict[str, float]:
@@ -259,6 +268,8 @@ def measure(
         "lease_p99_ms": round(_quantile(lease, 0.99), 2),
         "claim_lease_p50_ms": round(_quantile(fleet.get("claim_lease_ms", []), 0.5), 2),
         "claim_lease_p99_ms": round(_quantile(fleet.get("claim_lease_ms", []), 0.99), 2),
+        "claim_lease_p99_ms_by_window": _by_window(fleet.get("claim_lease_at", []), fleet.get("claim_lease_ms", [])),
+        "heartbeat_p99_ms_by_window": _by_window(fleet.get("heartbeat_at", []), fleet.get("heartbeat_ms", [])),
         "heartbeat_p99_ms": round(_quantile(fleet.get("heartbeat_ms", []), 0.99), 2),
         "heartbeats_per_s": round(len(fleet.get("heartbeat_ms", [])) / wall, 1) if wall else 0.0,
         "planner_lease_p99_ms": round(served["lease"] * 1000, 2),  # the planner's own handling time, at its histogram's bucket bound
@@ -301,12 +312,14 @@ def main() -> None:
         ("task held / leases per s", f"{figures['task_seconds']:g} s / {figures['leases_per_s']}", "-"),
         ("lease p50 / p99 ms", f"{figures['lease_p50_ms']} / {figures['lease_p99_ms']} ({figures['leases']:,} leases)", f"p99 <= {GOALS['lease_p99_ms']:g}"),
         ("leases riding a claim (after the start) p50 / p99 ms", f"{figures['claim_lease_p50_ms']} / {figures['claim_lease_p99_ms']}", "-"),
+        ("... p99 ms by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["claim_lease_p99_ms_by_window"].items()), "-"),
         ("planner's own lease / claim p99 ms", f"{figures['planner_lease_p99_ms']} / {figures['planner_claim_p99_ms']} (bucket bounds)", "-"),
         ("master job look p50 / p99 ms", f"{figures['master_tick_p50_ms']} / {figures['master_tick_p99_ms']}", f"p99 <= {GOALS['master_tick_p99_ms']:g}"),
         ("admission pass p99 ms", f"{figures['admission_pass_p99_ms']}", "-"),
         ("looks' peer reads: from watches / direct calls", f"{figures['peer_reads_watched']:,} / {figures['peer_reads_direct']:,}", "-"),
         ("submit to admit p50 / p99 ms", f"{figures['submit_to_admit_p50_ms']} / {figures['submit_to_admit_p99_ms']}", "-"),
         ("heartbeat p99 ms / per s", f"{figures['heartbeat_p99_ms']} / {figures['heartbeats_per_s']}", "-"),
+        ("... p99 ms by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["heartbeat_p99_ms_by_window"].items()), "-"),
         ("memory per job KiB", ", ".join(f"{k} {v}" for k, v in figures["memory_per_job_kib"].items()), "-"),
         ("CPU seconds", ", ".join(f"{k} {v}" for k, v in figures["cpu_seconds"].items()), "-"),
     ]

@@ -49,8 +49,10 @@ class JobSim:
 class Measured:
     lease_ms: list[float] = field(default_factory=list)  # a LeaseTask, or a ClaimTask with lease_next, that leased a task
     claim_lease_ms: list[float] = field(default_factory=list)  # of those, the ClaimTasks: an executor's leases after its first, past the start's burst
+    claim_lease_at: list[float] = field(default_factory=list)  # when each of those was asked, seconds after the fleet started
     empty_polls: int = 0  # LeaseTasks that found nothing runnable (the planner holds these up to its long poll: not timed)
     heartbeat_ms: list[float] = field(default_factory=list)
+    heartbeat_at: list[float] = field(default_factory=list)  # when each was sent, seconds after the fleet started
     commit_ms: list[float] = field(default_factory=list)
     registered: int = 0
     errors: dict[str, int] = field(default_factory=dict)
@@ -64,6 +66,7 @@ class Fleet:
         self.measured = Measured()
         self._stopping = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._began = time.perf_counter()
 
     async def run(self) -> None:
         options = [("grpc.max_concurrent_streams", 100_000)]
@@ -125,6 +128,7 @@ class Fleet:
                     self._error("Heartbeat", exc)
                     continue
                 self.measured.heartbeat_ms.append((time.perf_counter() - started) * 1000)
+                self.measured.heartbeat_at.append(started - self._began)
                 every = max(self._args.heartbeat_seconds, reply.next_heartbeat_seconds)  # as HeartbeatSender: the controller may space the beats
                 if not reply.known:
                     released.set()
@@ -162,6 +166,7 @@ class Fleet:
                 if answer.next.HasField("task"):
                     self.measured.lease_ms.append((time.perf_counter() - started) * 1000)
                     self.measured.claim_lease_ms.append(self.measured.lease_ms[-1])
+                    self.measured.claim_lease_at.append(started - self._began)
                 if self._args.task_seconds:  # serving the claimed task (the next one is leased meanwhile), for about task_seconds
                     await asyncio.sleep(self._args.task_seconds * random.uniform(1 - self._args.task_jitter, 1 + self._args.task_jitter))
                 job.served.append(planner_pb2.TaskProgress(task_id=task.task_id, attempt=task.attempt, rows_consumed=task.rows, finished=True, source=task.source))

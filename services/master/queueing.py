@@ -79,12 +79,16 @@ class Snapshot:
     pass_seconds: float = 0.0
 
 
+POLL_SECONDS = 5.0  # a pass at least this often: a safety net, as every change that can move a decision wakes a pass at once
+
+
 class Admitter:
     """One thread: a pass when woken (a job submitted, ended or released its executors) and each poll, its decisions
     carried out through the store and the driver; a preempted job is suspended, and resumed from its last committed
-    checkpoint once admitted again."""
+    checkpoint once admitted again. A pass reads every unfinished job: with 500 of them it takes tens of milliseconds
+    of the master's store and CPU, so it is not run on a short poll."""
 
-    def __init__(self, store: JobStore, driver: JobDriver, book: QueueBook, records: AccessRecords | None = None, poll_seconds: float = 1.0) -> None:
+    def __init__(self, store: JobStore, driver: JobDriver, book: QueueBook, records: AccessRecords | None = None, poll_seconds: float = POLL_SECONDS) -> None:
         self._store = store
         self._driver = driver
         self.book = book

@@ -61,7 +61,7 @@ def create_server(
         return common_pb2.ServiceInfo(name="master", pid=os.getpid(), address=advertise or running.address, version=rpc.VERSION, metrics_address=running.metrics_address)
 
     driver = JobDriver(store, Peers(planner_address, rc_address), own_info, settings)
-    admitter = Admitter(store, driver, queues or QueueBook(), records, settings.master_poll_seconds)
+    admitter = Admitter(store, driver, queues or QueueBook(), records)
     driver.on_job_change = admitter.wake
     servicer = MasterServicer(store, driver, runs_dir, settings, gate, records, admitter=admitter)
     secret = tokens.read_secret(credentials.token_secret_file) if credentials.token_secret_file else None
