@@ -22,7 +22,7 @@ from services.resource_controller.jobs import JobSpecs
 from services.resource_controller.policy import Action, Decision, PolicyState, decide
 from services.resource_controller.pool import ExecutorPool, LaunchRequest
 from services.resource_controller.records import ExecutorRecord, ExecutorState
-from services.resource_controller.signals import QueueQuota, held, quota_view, role_signals, throughput
+from services.resource_controller.signals import QueueQuota, quota_view, role_signals, throughput
 
 log = logging.getLogger(__name__)
 
@@ -78,30 +78,25 @@ class Autoscaler:
         """One pass over every job. Holdings per job and per queue are summed once per tick, so a tick stays linear in
         the executors however many jobs share them."""
         now = self._clock()
-        by_job: dict[str, list[ExecutorRecord]] = {}
-        for record in self._pool.live_jobs_records():
-            by_job.setdefault(record.job_id, []).append(record)
-        specs = {job_id: spec for job_id in by_job if (spec := self.spec(job_id)) is not None}
-        holdings = {job_id: held(records) for job_id, records in by_job.items()}
+        holdings = self._pool.live_holdings()
+        specs = {job_id: spec for job_id in holdings if (spec := self.spec(job_id)) is not None}
         queues: dict[str, tuple[float, int]] = {}
         for job_id, spec in specs.items():
             cores, memory = queues.get(spec.spec.resources.queue, (0.0, 0))
             queues[spec.spec.resources.queue] = (cores + holdings[job_id][0], memory + holdings[job_id][1])
         free = max(0.0, self._cores - sum(cores for cores, _ in holdings.values()))
         for job_id, spec in specs.items():
-            records = by_job[job_id]
-            if not any(r.state.live for r in records):
-                continue
             if spec.spec.resources.heartbeat_timeout_seconds is not None:  # the job's own wins over the controller's default
                 self._pool.set_heartbeat_timeout(job_id, spec.spec.resources.heartbeat_timeout_seconds)
+            configs = {role: config for role in Role if (config := self._config(spec, role)) is not None and config.enabled}
+            if not configs and not self._pool.decisions.unmeasured(job_id):
+                continue  # nothing to decide or measure: its records are not copied
+            records = self._pool.records(job_id)
             samples, _ = throughput([r for r in records if r.role is Role.TRAINER], now)
             self._pool.decisions.measure(job_id, now, samples)
             queue = spec.spec.resources.queue
             quota = quota_view(spec, holdings[job_id], queues[queue], self._queue_quotas.get(queue, (None, None)))
-            for role in Role:
-                config = self._config(spec, role)
-                if config is None or not config.enabled:
-                    continue
+            for role, config in configs.items():
                 if (job_id, role) in self._bounds:
                     low, high = self._bounds[job_id, role]
                     config = config.model_copy(update={"min_replicas": low, "max_replicas": high})

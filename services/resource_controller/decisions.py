@@ -101,6 +101,11 @@ class DecisionLog:
                 if not entry.measured and entry.action is not LoggedAction.HOLD and now - entry.at >= self.measure_after_seconds:
                     entry.throughput_after, entry.measured = samples_per_second, True
 
+    def unmeasured(self, job_id: str) -> bool:
+        """Whether an action of the job still waits for its effect to be measured."""
+        with self._lock:
+            return any(not entry.measured and entry.action is not LoggedAction.HOLD for entry in self._entries.get(job_id, []))
+
     def counts(self) -> dict[tuple[str, str, bool], int]:
         """Decisions logged, over every job, per (role, action, automatic)."""
         with self._lock:

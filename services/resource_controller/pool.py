@@ -33,7 +33,7 @@ from services.resource_controller.control import ExecutorControl
 from services.resource_controller.decisions import DecisionLog, LoggedAction, LoggedDecision
 from services.resource_controller.gang import Gang
 from services.resource_controller.records import Beat, ExecutorRecord, ExecutorState, JobContext, state_after_exit
-from services.resource_controller.signals import executor_signals
+from services.resource_controller.signals import executor_signals, held
 from services.resource_controller.slots import SlotHealth, blames_slot
 
 log = logging.getLogger(__name__)
@@ -298,10 +298,11 @@ class ExecutorPool:
         with self._lock:
             return now, {job_id: [r.view() for r in self._of_job(job_id)] for job_id in (list(self._by_job) if every_job else jobs)}
 
-    def live_jobs_records(self) -> list[ExecutorRecord]:
-        """Every executor of the jobs that have one live (what the autoscaler weighs; ended jobs' are left out)."""
+    def live_holdings(self) -> dict[str, tuple[float, int]]:
+        """The cores and MiB held (signals.held) by each job that has an executor live, read without copying any
+        record: the autoscaler weighs every job each tick, and copies the records of those it decides for only."""
         with self._lock:
-            return [r.view() for records in self._by_job.values() if any(r.state.live for r in records.values()) for r in records.values()]
+            return {job_id: held(records.values()) for job_id, records in self._by_job.items() if any(r.state.live for r in records.values())}
 
     def record(self, executor_id: str) -> ExecutorRecord:
         with self._lock:

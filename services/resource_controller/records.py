@@ -31,9 +31,11 @@ class ExecutorState(Enum):
     LOST = "LOST"  # missed its heartbeats, or vanished while the controller was away
     RELEASED = "RELEASED"  # stopped by the controller: the job ended, a scale-in, a migration
 
-    @property
-    def live(self) -> bool:
-        return self in (ExecutorState.STARTING, ExecutorState.READY, ExecutorState.DRAINING)
+    live: bool  # STARTING, READY or DRAINING: set on each member below (a plain attribute: the watcher asks 40,000 times a second)
+
+
+for _state in ExecutorState:
+    _state.live = _state.name in ("STARTING", "READY", "DRAINING")
 
 
 def state_after_exit(reason: ExitReason) -> ExecutorState:
