@@ -10,8 +10,9 @@ Measured: submit-to-admit (the master's admission time less the job's creation, 
 (a LeaseTask, or a ClaimTask carrying lease_next, that leased a task; one that found nothing waits in the planner's
 long poll by design and is counted apart), the master's job-driver look (observe, reconcile, apply) and admission
 pass as the master's /metrics gives them (over its last 10,000 of each), how the looks read the peers (from the
-master's watches of the planner and controller, or by a call), each service's memory (peak RSS less its RSS
-before the first submit, per job), and whether every job succeeded (none starved).
+master's watches of the planner and controller, or by a call), the claims' lease and the heartbeats' p99 per 30 s of
+the run with the fleet's own event-loop lag beside them (part of every round trip the fleet times), each service's
+memory (peak RSS less its RSS before the first submit, per job), and whether every job succeeded (none starved).
 
 Prints a table; the last line is one JSON object of the figures.
 """
@@ -270,6 +271,7 @@ def measure(
         "claim_lease_p99_ms": round(_quantile(fleet.get("claim_lease_ms", []), 0.99), 2),
         "claim_lease_p99_ms_by_window": _by_window(fleet.get("claim_lease_at", []), fleet.get("claim_lease_ms", [])),
         "heartbeat_p99_ms_by_window": _by_window(fleet.get("heartbeat_at", []), fleet.get("heartbeat_ms", [])),
+        "fleet_loop_lag_p99_ms_by_window": _by_window(fleet.get("loop_lag_at", []), fleet.get("loop_lag_ms", [])),
         "heartbeat_p99_ms": round(_quantile(fleet.get("heartbeat_ms", []), 0.99), 2),
         "heartbeats_per_s": round(len(fleet.get("heartbeat_ms", [])) / wall, 1) if wall else 0.0,
         "planner_lease_p99_ms": round(served["lease"] * 1000, 2),  # the planner's own handling time, at its histogram's bucket bound
@@ -320,6 +322,7 @@ def main() -> None:
         ("submit to admit p50 / p99 ms", f"{figures['submit_to_admit_p50_ms']} / {figures['submit_to_admit_p99_ms']}", "-"),
         ("heartbeat p99 ms / per s", f"{figures['heartbeat_p99_ms']} / {figures['heartbeats_per_s']}", "-"),
         ("... p99 ms by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["heartbeat_p99_ms_by_window"].items()), "-"),
+        ("the fleet's own loop lag, p99 ms by 30 s", ", ".join(f"{k} {v}" for k, v in figures["fleet_loop_lag_p99_ms_by_window"].items()), "-"),
         ("memory per job KiB", ", ".join(f"{k} {v}" for k, v in figures["memory_per_job_kib"].items()), "-"),
         ("CPU seconds", ", ".join(f"{k} {v}" for k, v in figures["cpu_seconds"].items()), "-"),
     ]

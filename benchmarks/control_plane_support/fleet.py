@@ -35,6 +35,7 @@ AWAY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.Sta
 ATTEMPTS = 20
 T = TypeVar("T")
 FOLLOW_SECONDS = 0.05
+LAG_PROBE_SECONDS = 0.1  # the loop-lag probe sleeps this long, again and again
 
 
 @dataclass
@@ -53,6 +54,8 @@ class Measured:
     empty_polls: int = 0  # LeaseTasks that found nothing runnable (the planner holds these up to its long poll: not timed)
     heartbeat_ms: list[float] = field(default_factory=list)
     heartbeat_at: list[float] = field(default_factory=list)  # when each was sent, seconds after the fleet started
+    loop_lag_ms: list[float] = field(default_factory=list)  # how late the fleet's own event loop woke a 0.1 s sleep: part of every round trip it times
+    loop_lag_at: list[float] = field(default_factory=list)
     commit_ms: list[float] = field(default_factory=list)
     registered: int = 0
     errors: dict[str, int] = field(default_factory=dict)
@@ -75,6 +78,7 @@ class Fleet:
         self._master = master_pb2_grpc.MasterServiceStub(grpc.aio.insecure_channel(self._args.master, options=options))
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stopping.set)
+        lag = asyncio.create_task(self._loop_lag())
         launches = Path(self._args.launches)
         launches.touch()
         with launches.open() as follow:
@@ -89,9 +93,16 @@ class Fleet:
                 task = asyncio.create_task(client(launched["job_id"], launched["executor_id"]))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-        for task in list(self._tasks):
+        for task in [*self._tasks, lag]:
             task.cancel()
         Path(self._args.out).write_text(json.dumps(self.measured.__dict__))
+
+    async def _loop_lag(self) -> None:
+        while True:
+            asked = time.perf_counter()
+            await asyncio.sleep(LAG_PROBE_SECONDS)
+            self.measured.loop_lag_ms.append((time.perf_counter() - asked - LAG_PROBE_SECONDS) * 1000)
+            self.measured.loop_lag_at.append(asked - self._began)
 
     def _error(self, what: str, exc: grpc.aio.AioRpcError) -> None:
         key = f"{what}: {exc.code().name}"
