@@ -105,3 +105,18 @@ def test_a_record_tells_its_pool_of_a_change_of_state_but_not_of_a_heartbeat() -
     record.state = ExecutorState.READY
     record.exit_code = 0
     assert heard == ["job-1", "job-1"]
+
+
+def test_a_state_text_made_while_a_field_changes_is_not_kept() -> None:
+    record = ExecutorRecord("job-1/data_executor-0", "job-1", Role.DATA_EXECUTOR, 0, ExecutorState.STARTING, 1.0, 256, "/tmp/log")
+    fields_state = record._fields_state
+
+    def racing() -> dict[str, object]:
+        made = fields_state()
+        record.state = ExecutorState.READY  # another thread's change lands while the text is made (outside the pool's lock)
+        return made
+
+    object.__setattr__(record, "_fields_state", racing)
+    assert '"STARTING"' in record.state_text()  # made from the fields as they were: returned, not kept
+    object.__delattr__(record, "_fields_state")
+    assert '"READY"' in record.state_text()

@@ -594,7 +594,9 @@ class ExecutorPool:
             self._write_state()
 
     def _write_state(self) -> None:
-        """A snapshot taken under the lock (copies), written outside it: heartbeats and launches go on meanwhile."""
+        """A snapshot taken under the lock (copies of the jobs' fields, the list of records), the records' texts made
+        and written outside it: heartbeats, registrations and launches go on meanwhile. A record changed after the
+        snapshot was taken may be written either way; its change's own save writes it again."""
         if self._state_path is None:
             return
         with self._lock:
@@ -608,8 +610,9 @@ class ExecutorPool:
                 "timeouts": dict(self._timeouts),
                 "decisions": self.decisions.to_state(),
             }
-            executors = ", ".join(r.state_text() for r in self._records.values())
+            records = list(self._records.values())
             taken_in = registration_log.rotate(registration_log.path_of(self._state_path))  # what the log holds is in this snapshot
+        executors = ", ".join(r.state_text() for r in records)
         tmp = self._state_path.with_suffix(".tmp")
         try:
             self._state_path.parent.mkdir(parents=True, exist_ok=True)

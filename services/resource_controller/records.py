@@ -147,6 +147,7 @@ class ExecutorRecord:
         if name in _STATE_FIELDS or name == "handle":
             object.__setattr__(self, "_state_text", None)  # what the state file holds of it changed: written anew
             object.__setattr__(self, "_ended_text", None)
+            object.__setattr__(self, "_version", self.__dict__.get("_version", 0) + 1)  # a text made meanwhile is not kept
         object.__setattr__(self, name, value)
         if name in _STATE_FIELDS:
             on_change = self.__dict__.get("_on_change")  # set by the pool that holds it: the job's watchers hear of it
@@ -166,21 +167,25 @@ class ExecutorRecord:
 
     def state_text(self) -> str:
         """to_state() as JSON; all but the handle kept from the last call until one of its fields changes (the state
-        file of 10,000 executors is rewritten from these, not serialised anew, on every launch and release)."""
+        file of 10,000 executors is rewritten from these, not serialised anew, on every launch and release). Safe to
+        call outside the pool's lock: a text made while a field changed is returned but not kept (the change's own
+        save writes it again)."""
         ended = self.__dict__.get("_ended_text")
         if ended is not None:
             return str(ended)  # an ended executor's handle changes no more: its whole text is kept
+        version = self.__dict__.get("_version", 0)
         rest = self.__dict__.get("_state_text")
         if rest is None:
             rest = json.dumps(self._fields_state())
-            object.__setattr__(self, "_state_text", rest)
+            if self.__dict__.get("_version", 0) == version:
+                object.__setattr__(self, "_state_text", rest)
         handle_state = self.handle.to_state() if self.handle is not None else None
         known = self.__dict__.get("_handle_text")
         if known is None or known[0] != handle_state:  # a backend may change its handle in place (a pod's uid, a Slurm job id)
             known = (handle_state, json.dumps(handle_state))
             object.__setattr__(self, "_handle_text", known)
         text = f'{{"handle": {known[1]}, {rest[1:]}'
-        if not self.state.live:
+        if not self.state.live and self.__dict__.get("_version", 0) == version:
             object.__setattr__(self, "_ended_text", text)
         return text
 
