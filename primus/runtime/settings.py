@@ -67,7 +67,9 @@ S = TypeVar("S", bound=Settings)
 
 @dataclass(frozen=True)
 class MasterSettings(Settings):
-    master_poll_seconds: float = seconds(0.5, "a job's driver with nothing to do looks at the job again after this long (at once when its record, or what it watches at a peer, changes)")
+    master_poll_seconds: float = seconds(
+        0.5, "a job's driver with nothing to do looks at the job again after this long (at once when its record, or what it watches at a peer, changes)"
+    )
     watch_poll_seconds: float = seconds(1.0, "a watch of a job looks for news after this long when no change of its record woke it")
     log_poll_seconds: float = seconds(0.5, "a follower of a job's logs looks for new lines this often")
     leader_poll_seconds: float = seconds(1.0, "a standby master (shared PostgreSQL store) tries to take the lead this often")
