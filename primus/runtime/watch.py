@@ -46,10 +46,6 @@ class ChangedKeys:
             now = self.revisions.next()
             return now, [key for key, at in self._changed_at.items() if at >= revision]
 
-    def forget(self, key: str) -> None:
-        with self._lock:
-            self._changed_at.pop(key, None)
-
 
 def stream(context: grpc.ServicerContext, tick_seconds: float, answer: Callable[[bool], Answer]) -> Iterator[Answer]:
     """A watch's answers: answer(True) (the snapshot) at once, then answer(False) every tick until the caller leaves or
