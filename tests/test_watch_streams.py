@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from queue import Empty, Queue
@@ -113,3 +114,12 @@ def test_watch_plans_sends_every_plan_then_those_that_changed_and_those_dropped(
         listener.call.cancel()
     finally:
         planner.stop(grace=0)
+
+
+def test_a_server_that_stops_ends_its_watch_streams_at_once_not_after_its_grace(tmp_path: Path) -> None:
+    planner = create_planner("127.0.0.1:0", PlanRegistry())
+    listener = Listener(planner_pb2_grpc.PlannerServiceStub(rpc.connect(planner.address)).WatchPlans(planner_pb2.WatchPlansRequest()))
+    assert listener.until(lambda a: True).snapshot
+    started = time.monotonic()
+    planner.stop(grace=60)  # a watch is open for good: without ending it, the stop would wait the whole minute
+    assert time.monotonic() - started < 30

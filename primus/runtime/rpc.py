@@ -11,7 +11,7 @@ import threading
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -231,6 +231,7 @@ class RunningServer:
     health: health.HealthServicer
     metrics: MetricsEndpoint | None = None
     guard: Guard | None = None  # None: security is off
+    stopping: threading.Event = field(default_factory=threading.Event)  # set as stop() begins: its watch streams end at once
 
     @property
     def metrics_address(self) -> str:
@@ -238,6 +239,7 @@ class RunningServer:
         return self.metrics.address if self.metrics is not None else ""
 
     def stop(self, grace: float = 5.0) -> None:
+        self.stopping.set()  # a stream open for good (a watch) would otherwise hold the stop for the whole grace
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
         if self.metrics is not None:

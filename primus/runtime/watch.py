@@ -47,11 +47,11 @@ class ChangedKeys:
             return now, [key for key, at in self._changed_at.items() if at >= revision]
 
 
-def stream(context: grpc.ServicerContext, tick_seconds: float, answer: Callable[[bool], Answer]) -> Iterator[Answer]:
+def stream(context: grpc.ServicerContext, tick_seconds: float, answer: Callable[[bool], Answer], stopping: threading.Event) -> Iterator[Answer]:
     """A watch's answers: answer(True) (the snapshot) at once, then answer(False) every tick until the caller leaves or
-    the server stops (which cancels the call)."""
+    the server begins to stop (stopping: its RunningServer.stopping; the watcher opens the stream again elsewhere)."""
     first = True
-    while context.is_active():
+    while context.is_active() and not stopping.is_set():
         yield answer(first)
         first = False
-        time.sleep(tick_seconds)
+        stopping.wait(tick_seconds)

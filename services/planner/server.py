@@ -21,4 +21,6 @@ def create_server(
     metrics = metrics_http.serve(metrics_http.host_of(bind), metrics_port)
     servicer = PlannerServicer(registry, latency_histograms(metrics.registry), settings)
     metrics.add(lambda: planner_metrics(registry))
-    return rpc.start_server("planner", bind, [lambda s: planner_pb2_grpc.add_PlannerServiceServicer_to_server(servicer, s)], [SERVICE_NAME], metrics=metrics)
+    running = rpc.start_server("planner", bind, [lambda s: planner_pb2_grpc.add_PlannerServiceServicer_to_server(servicer, s)], [SERVICE_NAME], metrics=metrics)
+    servicer.stopping = running.stopping
+    return running

@@ -166,6 +166,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         self._settings = settings or PlannerSettings()
         self._long_polls = threading.BoundedSemaphore(LONG_POLLS)
         self._revisions = watch.Revisions()
+        self.stopping = threading.Event()  # the server's (RunningServer.stopping) once it serves: its watch streams end as it stops
         self._pacer = EmptyLeasePacer(self._settings.retry_after_seconds, self._settings.retry_after_cap_seconds)
 
     def CreatePlan(self, request: planner_pb2.CreatePlanRequest, context: grpc.ServicerContext) -> planner_pb2.CreatePlanResponse:
@@ -210,7 +211,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
                 reply.dropped.append(job_id)
             return reply
 
-        return watch.stream(context, WATCH_TICK_SECONDS, answer)
+        return watch.stream(context, WATCH_TICK_SECONDS, answer, self.stopping)
 
     def LeaseTask(self, request: planner_pb2.LeaseTaskRequest, context: grpc.ServicerContext) -> planner_pb2.LeaseTaskResponse:
         started = time.perf_counter()

@@ -72,6 +72,7 @@ def create_server(
     running = rpc.start_server(
         "resource_controller", bind, [lambda s: rc_grpc.add_ResourceControllerServiceServicer_to_server(servicer, s)], [SERVICE_NAME], metrics=metrics
     )
+    servicer.stopping = running.stopping
     pool.start(running.address)
     autoscaler.start()
     return ResourceController(running, pool, autoscaler)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -74,6 +75,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
     def __init__(self, pool: ExecutorPool, autoscaler: Autoscaler) -> None:
         self._pool = pool
         self._autoscaler = autoscaler
+        self.stopping = threading.Event()  # the server's (RunningServer.stopping) once it serves: its watch streams end as it stops
 
     def _protos(self, records: list[ExecutorRecord]) -> list[rc_pb2.Executor]:
         return [executor_proto(r) for r in records]
@@ -136,7 +138,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
             changed = [rc_pb2.JobExecutors(job_id=job_id, executors=self._protos(records)) for job_id, records in jobs.items()]
             return rc_pb2.WatchExecutorsResponse(revision=since, snapshot=first, jobs=changed)
 
-        return watch.stream(context, WATCH_TICK_SECONDS, answer)
+        return watch.stream(context, WATCH_TICK_SECONDS, answer, self.stopping)
 
     def ReleaseExecutors(self, request: rc_pb2.ReleaseExecutorsRequest, context: grpc.ServicerContext) -> rc_pb2.ReleaseExecutorsResponse:
         role = _role(request.role) if request.role else None
