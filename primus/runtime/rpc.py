@@ -324,6 +324,7 @@ def run_until_signalled(
         os.replace(tmp, ready_file)
     while not stopping.wait(0.5):
         pass
+    running.stopping.set()  # its watch streams end now, not at the end of the grace
     running.health.enter_graceful_shutdown()
     if handover.is_set() and on_handover is not None:
         on_handover()

@@ -61,7 +61,7 @@ def main() -> None:
         access_policy=args.access_policy,
         queues=queues,
     )
-    rpc.run_until_signalled(master.running, ready_file=args.ready_file)
+    rpc.run_until_signalled(master.running, on_stop=master.driver.close, ready_file=args.ready_file)
 
 
 if __name__ == "__main__":

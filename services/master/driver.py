@@ -85,6 +85,10 @@ class JobDriver:
             self._settings.master_poll_seconds,
         )
 
+    def close(self) -> None:
+        """The master is stopping: its watches are cancelled (no stream is left open as the process exits)."""
+        self.watches.close()
+
     def plan_seen(self, job_id: str) -> planner_pb2.GetPlanResponse | None:
         """The job's plan as its driver last saw it at the planner (None before the first look, or after this master started)."""
         return self._plans_seen.get(job_id)

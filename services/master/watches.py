@@ -96,6 +96,7 @@ class PeerWatch(Generic[Entry]):
         self._retry_seconds = retry_seconds
         self._call: Any = None
         self._started = False
+        self._closed = threading.Event()
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -111,21 +112,29 @@ class PeerWatch(Generic[Entry]):
             self._call.cancel()  # a stream gone quiet (a peer cut off without a reset): open it again
         return found
 
+    def close(self) -> None:
+        """Stop watching: the stream is cancelled and not opened again (the master is stopping)."""
+        self._closed.set()
+        if self._call is not None:
+            self._call.cancel()
+
     def _run(self) -> None:
         said = False
-        while True:
+        while not self._closed.is_set():
             try:
                 self._call = self._open()
+                if self._closed.is_set():
+                    self._call.cancel()  # closed while it opened
                 for message in self._call:
                     for job_id in self.cache.apply(*self._answer(message)):
                         self._wake(job_id)
                     said = False
             except grpc.RpcError as exc:
-                if not said:
+                if not said and not self._closed.is_set():
                     log.info("the %s watch broke (%s); job drivers read directly until it is back", self._name, exc.code().name)
                     said = True
             self.cache.lost()
-            time.sleep(self._retry_seconds)
+            self._closed.wait(self._retry_seconds)
 
 
 def _executors_answer(message: rc_pb2.WatchExecutorsResponse) -> tuple[int, bool, dict[str, list[rc_pb2.Executor]], list[str]]:
@@ -175,3 +184,7 @@ class Watches:
     def start(self) -> None:
         self.executors.start()
         self.plans.start()
+
+    def close(self) -> None:
+        self.executors.close()
+        self.plans.close()
