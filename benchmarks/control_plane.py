@@ -138,12 +138,20 @@ def _by_window(at: list[float], ms: list[float]) -> dict[str, float]:
     return {f"{k * WINDOW_SECONDS}s": round(_quantile(v, 0.99), 1) for k, v in sorted(windows.items())}
 
 
+def _count_by_window(at: list[float]) -> dict[str, int]:
+    """How many events came in each WINDOW_SECONDS of the run: {"0s": n, "30s": n, ...}."""
+    windows: dict[int, int] = {}
+    for when in at:
+        windows[int(when // WINDOW_SECONDS)] = windows.get(int(when // WINDOW_SECONDS), 0) + 1
+    return {f"{k * WINDOW_SECONDS}s": n for k, n in sorted(windows.items())}
+
+
 def _master_loops(metrics_address: str) -> dict[str, float]:
     """The master's loop quantiles from its /metrics: {job_look_0.99: seconds, ...}."""
     text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read().decode()
     found: dict[str, float] = {}
     for line in text.splitlines():
-        for loop in ("job_look", "admission_pass"):
+        for loop in ("job_look", "admission_pass", "launch_wait"):
             prefix = f'primus_master_{loop}_seconds{{quantile="'
             if line.startswith(prefix):
                 quantile, value = line[len(prefix) :].split('"} ')
@@ -170,7 +178,14 @@ def _histogram_p99(metrics_address: str, name: str, outcome: str) -> float:
 
 
 def measure(
-    jobs: int, executors: int, timeout: float, heartbeat_seconds: float, task_seconds: float, heartbeat_spacing: float | None = None, task_jitter: float = 0.0
+    jobs: int,
+    executors: int,
+    timeout: float,
+    heartbeat_seconds: float,
+    task_seconds: float,
+    heartbeat_spacing: float | None = None,
+    task_jitter: float = 0.0,
+    launch_spacing: float | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="primus-control-plane-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
@@ -191,6 +206,8 @@ def measure(
             queues = work / "queues.yaml"
             _queues_file(queues, jobs, executors * 0.5 + 1)
             master_args = ["--bind", "127.0.0.1:0", "--runs-dir", str(runs), "--planner", planner.address, "--resource-controller", controller.address]
+            if launch_spacing is not None:
+                master_args += ["--launch-spacing-seconds", str(launch_spacing)]
             master = _start(run, "master", "services.master", [*master_args, "--queues", str(queues)], state, env)
             out = work / "fleet.json"
             fleet_args = ["--launches", str(launches), "--out", str(out), "--planner", planner.address, "--controller", controller.address, "--master", master.address]
@@ -267,6 +284,9 @@ def measure(
         "leases_per_s": round(len(lease) / wall, 1) if wall else 0.0,
         "lease_p50_ms": round(_quantile(lease, 0.5), 2),
         "lease_p99_ms": round(_quantile(lease, 0.99), 2),
+        "lease_p99_ms_by_window": _by_window(fleet.get("lease_at", []), lease),
+        "leases_by_window": _count_by_window(fleet.get("lease_at", [])),
+        "registered_by_window": _count_by_window(fleet.get("registered_at", [])),
         "claim_lease_p50_ms": round(_quantile(fleet.get("claim_lease_ms", []), 0.5), 2),
         "claim_lease_p99_ms": round(_quantile(fleet.get("claim_lease_ms", []), 0.99), 2),
         "claim_lease_p99_ms_by_window": _by_window(fleet.get("claim_lease_at", []), fleet.get("claim_lease_ms", [])),
@@ -280,6 +300,7 @@ def measure(
         "submit_to_admit_p99_ms": round(_quantile(admit_ms, 0.99), 1),
         "master_tick_p50_ms": round(loops.get("job_look_0.5", 0.0) * 1000, 2),
         "master_tick_p99_ms": round(loops.get("job_look_0.99", 0.0) * 1000, 2),
+        "launch_wait_p99_ms": round(loops.get("launch_wait_0.99", 0.0) * 1000, 1),  # a launch's wait for its turn (the master's launch pacing)
         "admission_pass_p99_ms": round(loops.get("admission_pass_0.99", 0.0) * 1000, 2),
         "peer_reads_watched": int(loops.get("reads_watch", 0)),  # a look's reads of the plan and the executors from the master's watches
         "peer_reads_direct": int(loops.get("reads_direct", 0)),  # ... by a call to the planner or the controller
@@ -299,6 +320,7 @@ def main() -> None:
     parser.add_argument(
         "--task-jitter", type=float, default=0.0, help="each task is held task-seconds x uniform(1 - j, 1 + j): real tasks vary (tasks of one length come back in waves)"
     )
+    parser.add_argument("--launch-spacing", type=float, default=None, help="the master's --launch-spacing-seconds (default: its own; 0: unpaced)")
     parser.add_argument("--heartbeat-spacing", type=float, default=None, help="the controller's --heartbeat-spacing-seconds (default: its own; 0: no spacing)")
     parser.add_argument(
         "--task-seconds",
@@ -307,17 +329,23 @@ def main() -> None:
         help="how long a simulated executor holds each task, as serving it takes a real one (0: claims at once, the control plane's saturation)",
     )
     args = parser.parse_args()
-    figures = measure(args.jobs, args.executors_per_job, args.timeout, args.heartbeat_seconds, args.task_seconds, args.heartbeat_spacing, args.task_jitter)
+    figures = measure(
+        args.jobs, args.executors_per_job, args.timeout, args.heartbeat_seconds, args.task_seconds, args.heartbeat_spacing, args.task_jitter, args.launch_spacing
+    )
     rows = [
         ("jobs / executors", f"{figures['jobs']} / {figures['executors']} ({figures['registered']} registered)", "-"),
         ("jobs succeeded", f"{figures['succeeded']} in {figures['wall_s']} s", "all: none starved"),
         ("task held / leases per s", f"{figures['task_seconds']:g} s / {figures['leases_per_s']}", "-"),
         ("lease p50 / p99 ms", f"{figures['lease_p50_ms']} / {figures['lease_p99_ms']} ({figures['leases']:,} leases)", f"p99 <= {GOALS['lease_p99_ms']:g}"),
+        ("... p99 ms by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["lease_p99_ms_by_window"].items()), "-"),
+        ("... leases by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["leases_by_window"].items()), "-"),
+        ("registrations by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["registered_by_window"].items()), "-"),
         ("leases riding a claim (after the start) p50 / p99 ms", f"{figures['claim_lease_p50_ms']} / {figures['claim_lease_p99_ms']}", "-"),
         ("... p99 ms by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["claim_lease_p99_ms_by_window"].items()), "-"),
         ("planner's own lease / claim p99 ms", f"{figures['planner_lease_p99_ms']} / {figures['planner_claim_p99_ms']} (bucket bounds)", "-"),
         ("master job look p50 / p99 ms", f"{figures['master_tick_p50_ms']} / {figures['master_tick_p99_ms']}", f"p99 <= {GOALS['master_tick_p99_ms']:g}"),
         ("admission pass p99 ms", f"{figures['admission_pass_p99_ms']}", "-"),
+        ("a launch's wait for its turn p99 ms", f"{figures['launch_wait_p99_ms']}", "-"),
         ("looks' peer reads: from watches / direct calls", f"{figures['peer_reads_watched']:,} / {figures['peer_reads_direct']:,}", "-"),
         ("submit to admit p50 / p99 ms", f"{figures['submit_to_admit_p50_ms']} / {figures['submit_to_admit_p99_ms']}", "-"),
         ("heartbeat p99 ms / per s", f"{figures['heartbeat_p99_ms']} / {figures['heartbeats_per_s']}", "-"),

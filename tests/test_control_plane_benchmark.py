@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_a_tiny_run_finishes_every_job_and_ends_with_its_figures() -> None:
     command = [sys.executable, str(ROOT / "benchmarks" / "control_plane.py"), "--jobs", "3", "--executors-per-job", "2", "--task-seconds", "0.2", "--task-jitter", "0.5"]
-    command += ["--heartbeat-seconds", "1", "--timeout", "120"]
+    command += ["--heartbeat-seconds", "1", "--timeout", "120", "--launch-spacing", "0.5"]  # 2 launches at once, then one each 0.5 s: some wait
     done = subprocess.run(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
@@ -22,5 +22,6 @@ def test_a_tiny_run_finishes_every_job_and_ends_with_its_figures() -> None:
     assert figures["leases"] > 0 and 0 < figures["claim_lease_p50_ms"] <= figures["claim_lease_p99_ms"]
     assert figures["heartbeats_per_s"] > 0 and figures["task_jitter"] == 0.5
     assert figures["peer_reads_watched"] > 0 and figures["peer_reads_direct"] > 0  # idle looks read the watches; the first and those after an action, the peers
+    assert figures["launch_wait_p99_ms"] > 0  # the master paced its launches
     for key in ("lease_p99_ms", "master_tick_p99_ms", "submit_to_admit_p99_ms"):
         assert figures[key] > 0, key

@@ -49,6 +49,7 @@ class JobSim:
 @dataclass
 class Measured:
     lease_ms: list[float] = field(default_factory=list)  # a LeaseTask, or a ClaimTask with lease_next, that leased a task
+    lease_at: list[float] = field(default_factory=list)  # when each was asked, seconds after the fleet started
     claim_lease_ms: list[float] = field(default_factory=list)  # of those, the ClaimTasks: an executor's leases after its first, past the start's burst
     claim_lease_at: list[float] = field(default_factory=list)  # when each of those was asked, seconds after the fleet started
     empty_polls: int = 0  # LeaseTasks that found nothing runnable (the planner holds these up to its long poll: not timed)
@@ -58,6 +59,7 @@ class Measured:
     loop_lag_at: list[float] = field(default_factory=list)
     commit_ms: list[float] = field(default_factory=list)
     registered: int = 0
+    registered_at: list[float] = field(default_factory=list)  # when each registration was answered
     errors: dict[str, int] = field(default_factory=dict)
     jobs_reported: int = 0
 
@@ -104,6 +106,10 @@ class Fleet:
             self.measured.loop_lag_ms.append((time.perf_counter() - asked - LAG_PROBE_SECONDS) * 1000)
             self.measured.loop_lag_at.append(asked - self._began)
 
+    def _leased(self, started: float) -> None:
+        self.measured.lease_ms.append((time.perf_counter() - started) * 1000)
+        self.measured.lease_at.append(started - self._began)
+
     def _error(self, what: str, exc: grpc.aio.AioRpcError) -> None:
         key = f"{what}: {exc.code().name}"
         self.measured.errors[key] = self.measured.errors.get(key, 0) + 1
@@ -126,6 +132,7 @@ class Fleet:
         register = rc_pb2.RegisterExecutorRequest(job_id=job_id, executor_id=executor_id, address="simulated:0", host_id="simulated")
         await self._call("RegisterExecutor", self._controller.RegisterExecutor, register)
         self.measured.registered += 1
+        self.measured.registered_at.append(time.perf_counter() - self._began)
         released = asyncio.Event()
 
         async def beat() -> None:
@@ -164,7 +171,7 @@ class Fleet:
                 await asyncio.sleep(1.0)
                 continue
             if reply.HasField("task"):
-                self.measured.lease_ms.append((time.perf_counter() - started) * 1000)
+                self._leased(started)
             else:
                 self.measured.empty_polls += 1
             while reply.HasField("task"):
@@ -175,7 +182,7 @@ class Fleet:
                 started = time.perf_counter()
                 answer = await self._call("ClaimTask", self._planner.ClaimTask, claim)
                 if answer.next.HasField("task"):
-                    self.measured.lease_ms.append((time.perf_counter() - started) * 1000)
+                    self._leased(started)
                     self.measured.claim_lease_ms.append(self.measured.lease_ms[-1])
                     self.measured.claim_lease_at.append(started - self._began)
                 if self._args.task_seconds:  # serving the claimed task (the next one is leased meanwhile), for about task_seconds

@@ -70,6 +70,9 @@ class MasterSettings(Settings):
     master_poll_seconds: float = seconds(
         0.5, "a job's driver with nothing to do looks at the job again after this long (at once when its record, or what it watches at a peer, changes)"
     )
+    launch_spacing_seconds: float = seconds(
+        0.005, "the master launches executors, across all jobs, one per this long after a first second's worth (0.005: 200, then 200 a second); 0: unpaced", zero_ok=True
+    )
     watch_poll_seconds: float = seconds(1.0, "a watch of a job looks for news after this long when no change of its record woke it")
     log_poll_seconds: float = seconds(0.5, "a follower of a job's logs looks for new lines this often")
     leader_poll_seconds: float = seconds(1.0, "a standby master (shared PostgreSQL store) tries to take the lead this often")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import grpc
@@ -21,6 +21,7 @@ from primus.spec.roles import ROLES, Role, of_proto, role_to_proto
 from primus.v1 import common_pb2, planner_pb2
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from services.master import reconcile as rc
+from services.master.pacing import CONTROLLER_WRITES_AT_ONCE, PLANS_AT_ONCE, LaunchPacer
 from services.master.peers import Peers
 from services.master.report import build_report, carry_costs, write_report
 from services.master.status import JobStatus
@@ -77,6 +78,10 @@ class JobDriver:
         self._threads: dict[str, threading.Thread] = {}
         self._plans_seen: dict[str, planner_pb2.GetPlanResponse] = {}  # each driven job's plan as last seen at the planner
         self.looks = Durations()  # each look of any job's driver: read its record, observe its peers, reconcile
+        self.launch_waits = Durations()  # each launch's wait for its turn (launch pacing)
+        self._pacer = LaunchPacer(self._settings.launch_spacing_seconds)
+        self._planning = threading.BoundedSemaphore(PLANS_AT_ONCE)
+        self._controller_writes = threading.BoundedSemaphore(CONTROLLER_WRITES_AT_ONCE)
         self.on_job_change: Callable[[], None] = lambda: None  # a job ended or released its executors (admission looks again)
         self.watches = Watches(
             lambda: peers.rc.WatchExecutors(rc_pb2.WatchExecutorsRequest()),
@@ -407,7 +412,8 @@ class JobDriver:
 
     def _create_plan(self, job: JobRecord) -> planner_pb2.PlanSummary:
         try:
-            reply = self._peers.planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job.job_id, spec_yaml=job.spec_yaml), timeout=600)
+            with self._planning:
+                reply = self._peers.planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job.job_id, spec_yaml=job.spec_yaml), timeout=600)
         except grpc.RpcError as exc:
             raise JobFailedError(f"planning failed: {exc.details()}") from None
         summary: planner_pb2.PlanSummary = reply.summary
@@ -418,7 +424,17 @@ class JobDriver:
     def _relaunch(self, job: JobRecord, role: Role, replicas: int, replaces: str = "", join_gang: bool = False) -> None:
         """Launch `replicas` executors of `role` for the job (replaces: the crashed executor they stand in for; join_gang:
         trainer ranks joining the running elastic gang). The one way the driver launches; a caller that restarts a whole
-        role releases its executors first."""
+        role releases its executors first. Launches are paced (pacing.py): they wait their turn, a replacement excepted."""
+        wait = self._pacer.reserve(replicas, urgent=bool(replaces))  # a replacement goes at once: its job runs short meanwhile
+        self.launch_waits.record(wait)
+        if wait:
+            if wait >= 1.0:
+                log.info("job %s: %d %s executor(s) wait %.1f s for their turn to launch (launch_spacing_seconds)", job.job_id, replicas, role.value, wait)
+            time.sleep(wait)
+        with self._controller_writes:
+            self._launch(job, role, replicas, replaces, join_gang)
+
+    def _launch(self, job: JobRecord, role: Role, replicas: int, replaces: str, join_gang: bool) -> None:
         spec = job_spec(job.job_id, job.spec_yaml).spec
         resources = spec.resources.trainer if role is Role.TRAINER else spec.resources.data_executor
         self._peers.rc.LaunchExecutors(
@@ -439,11 +455,17 @@ class JobDriver:
             timeout=60,
         )
 
+    def _release(self, request: rc_pb2.ReleaseExecutorsRequest) -> Sequence[rc_pb2.Executor]:
+        """Release executors at the controller, a few calls at a time with the launches (pacing.py); the ones released."""
+        with self._controller_writes:
+            reply: rc_pb2.ReleaseExecutorsResponse = self._peers.rc.ReleaseExecutors(request, timeout=60)
+        return reply.executors
+
     def _restart_gang(self, job: JobRecord, replaces: str, why: str, ranks: tuple[str, ...]) -> None:
         """Release every trainer rank and launch the gang again; it resumes from the last committed checkpoint (the model
         and the merged per-task offsets together), so the counts stay exact."""
         at_once = rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id, role=ROLES[Role.TRAINER].proto, at_once=True)
-        released = self._peers.rc.ReleaseExecutors(at_once, timeout=60).executors  # the survivors: nothing kept past the checkpoint
+        released = self._release(at_once)  # the survivors: nothing kept past the checkpoint
         name = ROLES[Role.TRAINER].restart_key
         handled = [replaces, *ranks, *(e.executor_id for e in released)]
         replicas = rc.JobView.of(self._store.get(job.job_id), job_spec(job.job_id, job.spec_yaml).spec).replicas[Role.TRAINER]
@@ -460,7 +482,7 @@ class JobDriver:
         log.warning("job %s: %s", job.job_id, message)
 
     def _suspend(self, job: JobRecord) -> None:
-        released = self._peers.rc.ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id), timeout=60).executors
+        released = self._release(rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id))
         handled = [e.executor_id for e in released]
         if job.status.admission is not None and job.status.admission.queued:  # preempted: its queue resumes it
             message = f"preempted: {len(released)} executors released; it resumes from its last committed checkpoint once its queue admits it again"
@@ -479,7 +501,7 @@ class JobDriver:
         (as last seen) is carried over so that the report still adds up.
         """
         log.warning("job %s: the planner no longer holds its plan; planning again and restarting from the last checkpoint", job.job_id)
-        released = self._peers.rc.ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id), timeout=60).executors
+        released = self._release(rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id))
         handled = [e.executor_id for e in released]
         summary = self._create_plan(job)
 
@@ -507,7 +529,7 @@ class JobDriver:
             if plan is not None:
                 self._count_recoveries(job_id, plan.recoveries)
             try:
-                executors = list(self._peers.rc.ReleaseExecutors(rc_pb2.ReleaseExecutorsRequest(job_id=job_id), timeout=60).executors)
+                executors = list(self._release(rc_pb2.ReleaseExecutorsRequest(job_id=job_id)))
             except grpc.RpcError as exc:
                 log.warning("job %s: could not release executors: %s", job_id, exc.details())
                 executors = []

@@ -68,7 +68,8 @@ def create_server(
     access = AccessServicer(records, gate, secret)
     jwt = jwt_tokens.settings_from_env()
     metrics = metrics_http.serve(metrics_http.host_of(bind), metrics_port)
-    metrics.add(lambda: master_metrics(store, admitter.snapshot, {"job_look": driver.looks, "admission_pass": admitter.passes}, driver.watches.reads))
+    loops = {"job_look": driver.looks, "admission_pass": admitter.passes, "launch_wait": driver.launch_waits}
+    metrics.add(lambda: master_metrics(store, admitter.snapshot, loops, driver.watches.reads))
     registrations = [
         lambda s: master_pb2_grpc.add_MasterServiceServicer_to_server(servicer, s),
         lambda s: access_pb2_grpc.add_AccessServiceServicer_to_server(access, s),
