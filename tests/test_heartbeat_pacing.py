@@ -67,3 +67,21 @@ def test_unspaced_executors_are_lost_after_the_base_timeout(tmp_path: Path) -> N
     pool.watch_once()
     pool.watch_once()
     assert ExecutorState.READY not in _states(pool)
+
+
+def test_the_watcher_sweeps_every_executor_within_5_percent_of_the_shortest_timeout_at_least_once_a_second() -> None:
+    assert heartbeat_pacing.sweep_seconds(0.25, 40.0) == 1.0  # 10,000 executors paced: a sweep a second, not four
+    assert heartbeat_pacing.sweep_seconds(0.25, 10.0) == 0.5
+    assert heartbeat_pacing.sweep_seconds(0.05, 3.0) == pytest.approx(0.15)  # a job's own short timeout
+    assert heartbeat_pacing.sweep_seconds(0.25, 1.0) == 0.25  # never more often than the watcher polls
+
+
+def test_a_pass_that_does_not_sweep_applies_the_backends_events_but_judges_no_silence(tmp_path: Path) -> None:
+    clock = ManualClock()
+    pool, ids = _pool(tmp_path, 0.0, clock)
+    clock.now += 11.0  # past the 10 s timeout
+    pool.watch_once(sweep=False)
+    assert _states(pool) == {ExecutorState.READY}
+    pool.watch_once()  # ends them
+    pool.watch_once(sweep=False)  # hears that they ended: the backend's events are applied on every pass
+    assert ExecutorState.READY not in _states(pool)

@@ -440,27 +440,38 @@ class ExecutorPool:
     # --- watching -------------------------------------------------------------------------------
 
     def _watch(self, poll_seconds: float) -> None:
+        swept = float("-inf")
         while not self._stop.wait(poll_seconds):
             try:
-                self.watch_once()
+                with self._lock:
+                    shortest = min([self.settings.heartbeat_timeout_seconds, *self._timeouts.values()])
+                sweep = time.monotonic() - swept >= heartbeat_pacing.sweep_seconds(poll_seconds, shortest)
+                swept = time.monotonic() if sweep else swept
+                self.watch_once(sweep)
             except Exception:
                 log.exception("executor watcher step failed; it goes on")
 
-    def watch_once(self) -> None:
-        """One level-triggered pass: apply the backend's events, then judge heartbeats, drains and pending launches."""
+    def watch_once(self, sweep: bool = True) -> None:
+        """One level-triggered pass: apply the backend's events, then (a sweep) judge heartbeats, drains and pending launches."""
         changed = False
         for backend in self.backends.values():
             for event in backend.poll():
                 changed |= self._apply(event)
+        if sweep:
+            changed |= self._sweep()
+        if changed or self._unsaved_since is not None:
+            self._save()
+
+    def _sweep(self) -> bool:
         now = self._clock()
         default = self.settings.heartbeat_timeout_seconds
         with self._lock:  # one look at every executor that may be due, taken at once (10,000 of them: not 10,000 lock turns)
             due = [(r, r.state, r.handle, self._timeouts.get(r.job_id, default)) for r in self._records.values() if r.state.live or r.state is ExecutorState.PENDING]
             paced = self._paced = heartbeat_pacing.interval(sum(1 for _, state, _, _ in due if state.live), self.settings.heartbeat_spacing_seconds)
+        changed = False
         for record, state, handle, timeout in due:
             changed |= self._judge(record, state, handle, heartbeat_pacing.timeout(timeout, record.heartbeat_every, paced), now)
-        if changed or self._unsaved_since is not None:
-            self._save()
+        return changed
 
     def _apply(self, event: ExecutorEvent) -> bool:
         if event.kind is EventKind.RESIZE_FAILED:
