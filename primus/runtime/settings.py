@@ -101,7 +101,9 @@ class ControllerSettings(Settings):
     register_timeout_seconds: float = seconds(120.0, "an executor launched but not registered within this long is ended as failed")
     drain_timeout_seconds: float = seconds(120.0, "a drain taking longer is cut short (its streams break; the trainer commits them as lost)")
     release_grace_seconds: float = seconds(10.0, "a released executor has this long to exit after SIGTERM before it is killed", zero_ok=True)
-    pool_poll_seconds: float = seconds(0.25, "the executor watcher reads backend events, heartbeat timeouts and drains this often")
+    pool_poll_seconds: float = seconds(
+        0.25, "the executor watcher reads backend events this often (silences, drains: each twentieth of the shortest heartbeat timeout, at most 1 s)"
+    )
     heartbeat_spacing_seconds: float = seconds(
         0.004, "executors beat no more often than this times the executors live (250 beats a second in all), lost after 4 such intervals; 0: unspaced", zero_ok=True
     )
