@@ -2,7 +2,7 @@
 
 The master admits them through its queues (five queues of a cohort, room for every job), plans each at the planner and
 launches its executors at the resource controller, whose backend starts no process: each executor is a light client
-of benchmarks/control_plane_support/fleet.py (one process, one event loop), which registers, heartbeats, and leases,
+of benchmarks/control_plane_support/fleet.py (one process, one event loop, 50 connections to each service), which registers, heartbeats, and leases,
 claims and reports its job's tasks as a real one does, reading nothing; each job's trainer commits what was served and
 reports its result once every task is done. 500 jobs of 19 data executors and a trainer: 10,000 executors in all.
 

@@ -78,7 +78,7 @@ def test_the_watcher_sweeps_every_executor_within_5_percent_of_the_shortest_time
 
 def test_a_pass_that_does_not_sweep_applies_the_backends_events_but_judges_no_silence(tmp_path: Path) -> None:
     clock = ManualClock()
-    pool, ids = _pool(tmp_path, 0.0, clock)
+    pool, _ = _pool(tmp_path, 0.0, clock)
     clock.now += 11.0  # past the 10 s timeout
     pool.watch_once(sweep=False)
     assert _states(pool) == {ExecutorState.READY}

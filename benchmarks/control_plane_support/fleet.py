@@ -36,6 +36,9 @@ ATTEMPTS = 20
 T = TypeVar("T")
 FOLLOW_SECONDS = 0.05
 LAG_PROBE_SECONDS = 0.1  # the loop-lag probe sleeps this long, again and again
+# Connections per service, each job's clients on one of them: real executors each have their own, and thousands of
+# calls in flight on one HTTP/2 connection come back CANCELLED from the gRPC runtime (benchmarks/grpc_servers.py).
+CONNECTIONS = 50
 
 
 @dataclass
@@ -74,10 +77,13 @@ class Fleet:
         self._began = time.perf_counter()
 
     async def run(self) -> None:
-        options = [("grpc.max_concurrent_streams", 100_000)]
-        self._planner = planner_pb2_grpc.PlannerServiceStub(grpc.aio.insecure_channel(self._args.planner, options=options))
-        self._controller = rc_grpc.ResourceControllerServiceStub(grpc.aio.insecure_channel(self._args.controller, options=options))
-        self._master = master_pb2_grpc.MasterServiceStub(grpc.aio.insecure_channel(self._args.master, options=options))
+        def channels(address: str) -> list[grpc.aio.Channel]:
+            options = [("grpc.max_concurrent_streams", 100_000), ("grpc.use_local_subchannel_pool", 1)]  # a connection each
+            return [grpc.aio.insecure_channel(address, options=options) for _ in range(CONNECTIONS)]
+
+        self._planners = [planner_pb2_grpc.PlannerServiceStub(c) for c in channels(self._args.planner)]
+        self._controllers = [rc_grpc.ResourceControllerServiceStub(c) for c in channels(self._args.controller)]
+        self._masters = [master_pb2_grpc.MasterServiceStub(c) for c in channels(self._args.master)]
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stopping.set)
         lag = asyncio.create_task(self._loop_lag())
@@ -98,6 +104,15 @@ class Fleet:
         for task in [*self._tasks, lag]:
             task.cancel()
         Path(self._args.out).write_text(json.dumps(self.measured.__dict__))
+
+    def _planner(self, job_id: str) -> planner_pb2_grpc.PlannerServiceStub:
+        return self._planners[hash(job_id) % CONNECTIONS]
+
+    def _controller(self, job_id: str) -> rc_grpc.ResourceControllerServiceStub:
+        return self._controllers[hash(job_id) % CONNECTIONS]
+
+    def _master(self, job_id: str) -> master_pb2_grpc.MasterServiceStub:
+        return self._masters[hash(job_id) % CONNECTIONS]
 
     async def _loop_lag(self) -> None:
         while True:
@@ -130,7 +145,7 @@ class Fleet:
     async def _register(self, job_id: str, executor_id: str) -> asyncio.Event:
         """Register, then heartbeat in the background; the event is set once the controller no longer knows it."""
         register = rc_pb2.RegisterExecutorRequest(job_id=job_id, executor_id=executor_id, address="simulated:0", host_id="simulated")
-        await self._call("RegisterExecutor", self._controller.RegisterExecutor, register)
+        await self._call("RegisterExecutor", self._controller(job_id).RegisterExecutor, register)
         self.measured.registered += 1
         self.measured.registered_at.append(time.perf_counter() - self._began)
         released = asyncio.Event()
@@ -141,7 +156,7 @@ class Fleet:
                 await asyncio.sleep(every)
                 started = time.perf_counter()
                 try:
-                    reply = await self._controller.Heartbeat(rc_pb2.HeartbeatRequest(job_id=job_id, executor_id=executor_id), timeout=30)
+                    reply = await self._controller(job_id).Heartbeat(rc_pb2.HeartbeatRequest(job_id=job_id, executor_id=executor_id), timeout=30)
                 except grpc.aio.AioRpcError as exc:
                     self._error("Heartbeat", exc)
                     continue
@@ -163,7 +178,8 @@ class Fleet:
         while not released.is_set():
             started = time.perf_counter()
             try:
-                reply = await self._call("LeaseTask", self._planner.LeaseTask, planner_pb2.LeaseTaskRequest(job_id=job_id, executor_id=executor_id, purpose=TRAIN))
+                lease = planner_pb2.LeaseTaskRequest(job_id=job_id, executor_id=executor_id, purpose=TRAIN)
+                reply = await self._call("LeaseTask", self._planner(job_id).LeaseTask, lease)
             except grpc.aio.AioRpcError as exc:
                 self._error("LeaseTask", exc)
                 if exc.code() == grpc.StatusCode.NOT_FOUND:
@@ -180,7 +196,7 @@ class Fleet:
                     job_id=job_id, task_id=task.task_id, attempt=task.attempt, executor_id=executor_id, lease_next=True, purpose=TRAIN, completed=reports
                 )
                 started = time.perf_counter()
-                answer = await self._call("ClaimTask", self._planner.ClaimTask, claim)
+                answer = await self._call("ClaimTask", self._planner(job_id).ClaimTask, claim)
                 if answer.next.HasField("task"):
                     self._leased(started)
                     self.measured.claim_lease_ms.append(self.measured.lease_ms[-1])
@@ -193,7 +209,7 @@ class Fleet:
                 reports = [planner_pb2.CompleteTaskRequest(job_id=job_id, task_id=task.task_id, attempt=task.attempt, executor_id=executor_id, stats=stats)]
                 reply = answer.next
             if reports:
-                await self._call("CompleteTasks", self._planner.CompleteTasks, planner_pb2.CompleteTasksRequest(job_id=job_id, tasks=reports))
+                await self._call("CompleteTasks", self._planner(job_id).CompleteTasks, planner_pb2.CompleteTasksRequest(job_id=job_id, tasks=reports))
                 reports = []
             if reply.exhausted:
                 break
@@ -205,7 +221,7 @@ class Fleet:
         says how many are), as a real trainer is once its streams end."""
         job = self._jobs.setdefault(job_id, JobSim())
         released = await self._register(job_id, trainer_id)
-        tasks = (await self._call("GetPlan", self._planner.GetPlan, planner_pb2.GetPlanRequest(job_id=job_id))).summary.task_count
+        tasks = (await self._call("GetPlan", self._planner(job_id).GetPlan, planner_pb2.GetPlanRequest(job_id=job_id))).summary.task_count
         sequence, trained, committed = 0, 0, 0
         while not released.is_set() and committed < tasks:
             await asyncio.sleep(self._args.commit_seconds)
@@ -215,13 +231,13 @@ class Fleet:
             sequence += 1
             started = time.perf_counter()
             commit = planner_pb2.CommitProgressRequest(job_id=job_id, trainer_id=trainer_id, checkpoint_seq=sequence, progress=progress)
-            committed += (await self._call("CommitProgress", self._planner.CommitProgress, commit)).tasks_committed  # done by this commit
+            committed += (await self._call("CommitProgress", self._planner(job_id).CommitProgress, commit)).tasks_committed  # done by this commit
             self.measured.commit_ms.append((time.perf_counter() - started) * 1000)
             trained += sum(p.rows_consumed for p in progress)
             report = master_pb2.ReportTrainingProgressRequest(job_id=job_id, trainer_id=trainer_id, phase="training", step=sequence, samples=trained)
-            await self._call("ReportTrainingProgress", self._master.ReportTrainingProgress, report)
+            await self._call("ReportTrainingProgress", self._master(job_id).ReportTrainingProgress, report)
         result = master_pb2.ReportTrainingResultRequest(job_id=job_id, trainer_id=trainer_id, steps=sequence, train_samples=trained, minibatches=sequence)
-        await self._call("ReportTrainingResult", self._master.ReportTrainingResult, result)
+        await self._call("ReportTrainingResult", self._master(job_id).ReportTrainingResult, result)
         self.measured.jobs_reported += 1
         await released.wait()
 
