@@ -61,6 +61,7 @@ class _Looks:
     read_directly: bool = True  # the next look reads the peers directly (the first, and each after the driver's own actions)
     full_since: float | None = None  # since when what the job writes finds the disk full
     peer_failing_since: float | None = None  # since when a peer's calls fail as a restarting peer's do
+    tasks_done_seen: int | None = None  # a count of tasks done the last look saw at the planner, not yet in the job's status
 
 
 def _since(start: float | None) -> float | None:
@@ -248,6 +249,7 @@ class JobDriver:
                         status = rc.JobView.of(record, spec)
                         actions = rc.reconcile(status, self._observe(record, status, spec, looks), self._settings)
                         self.looks.record(time.perf_counter() - started)  # the tick: read, observe, decide (not the actions' own work)
+                        self._keep_tasks_done(job_id, looks)
                         for action in actions:
                             looks.read_directly = looks.read_directly or not isinstance(action, rc.Wait)
                             self._apply(record, action, looks)
@@ -272,6 +274,12 @@ class JobDriver:
             finally:
                 if self._threads.get(job_id) is threading.current_thread():  # a resume may have started its next driver
                     del self._threads[job_id]
+
+    def _keep_tasks_done(self, job_id: str, looks: _Looks) -> None:
+        """Write the tasks done that the look saw at the planner (get and list jobs show them) into the job's status."""
+        done, looks.tasks_done_seen = looks.tasks_done_seen, None
+        if done is not None:
+            self._store.update(job_id, lambda status: status.with_tasks_done(done))
 
     def _poll_seconds(self) -> float:
         """How long a driver with nothing to do waits before it looks again (at once when its job's record changes):
@@ -337,7 +345,7 @@ class JobDriver:
                 return rc.Observed(planner_away_for=_since(looks.planner_away_since))
         looks.last_plan = self._plans_seen[record.job_id] = plan
         if record.status.training.tasks_done != plan.tasks_done and record.state is JobState.RUNNING:
-            self._store.update(record.job_id, lambda status: status.with_tasks_done(plan.tasks_done))
+            looks.tasks_done_seen = plan.tasks_done  # written after the look, with its actions: a look only reads
         view = _plan_view(plan)
         fail_on_quarantine = spec.data.on_quarantine == "fail"
         known = None if directly else self.watches.executors.view(record.job_id, looks.executors_read_at)
