@@ -99,11 +99,12 @@ def _complete(ledger: TaskLedger, tasks: Iterable[planner_pb2.CompleteTaskReques
 def _summary(job_plan: JobPlan) -> planner_pb2.PlanSummary:
     """The plan's summary, made again only once the plan changed (new tasks or decisions): a master looks at each job's
     plan about every second, and a summary walks every task."""
-    plan = job_plan.plan
-    key = (plan.fingerprint, len(plan.tasks))
-    cached = job_plan.summary
-    if cached is None or cached[0] != key:
-        cached = job_plan.summary = (key, summary_proto(plan))
+    with job_plan.lock:  # extend() adds the tasks, then sets the fingerprint, under it: never a summary of half a change
+        plan = job_plan.plan
+        key = (plan.fingerprint, len(plan.tasks))
+        cached = job_plan.summary
+        if cached is None or cached[0] != key:
+            cached = job_plan.summary = (key, summary_proto(plan))
     summary: planner_pb2.PlanSummary = cached[1]
     return summary
 
