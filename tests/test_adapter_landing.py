@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,10 +17,12 @@ from primus.sources import Partition
 from primus.sources.landing import LandingAdapter, stamp_hour
 from primus.spec import Source, TrainingJob, parse_job
 from primus.tools.demo_data import generate_dataset
+from primus.v1 import planner_pb2
 from services.data_executor.reader import read_task
 from services.planner.ledger import TRAIN
 from services.planner.plan import required_columns
 from services.planner.registry import PlanRegistry
+from services.planner.servicer import _summary as plan_summary
 from services.planner.servicer import task_proto
 from tests.conftest import START, job_document
 
@@ -161,3 +164,26 @@ def test_slot_rules_stamp_mtime_and_markers(parts: list[Path], tmp_path: Path) -
     assert [m.location for m in over.manifest] == [str(rolled), str(early), str(late)], "rolled, early-stamped and late files, in landing order"
     assert not adapter.resolve(source, NOW - 3 * HOUR, []).manifest, "a late file is planned by its landing hour, not its stamp"
     assert not adapter.resolve(source, NOW, []).ready
+
+
+def test_a_plan_summary_is_never_read_from_half_an_extension(parts: list[Path], tmp_path: Path) -> None:
+    """extend() adds the new tasks, then sets the new fingerprint, under the plan's lock; a GetPlan in between must not
+    answer (and cache) the new task count with the old fingerprint."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    land(parts[0], landing, "batch-0.parquet", FIRST + timedelta(minutes=10))
+    registry = PlanRegistry(resolve=resolver(LandingAdapter(now=Clock(NOW))), settings=PlannerSettings(replan_seconds=3600))
+    try:
+        job_plan = registry.create("half-job", stream_job(landing).to_yaml())
+        plan, tasks = job_plan.plan, len(job_plan.plan.tasks)
+        read: list[planner_pb2.PlanSummary] = []
+        reader = threading.Thread(target=lambda: read.append(plan_summary(job_plan)))
+        with job_plan.lock:  # as extend() holds it
+            plan.tasks.append(plan.tasks[-1])
+            reader.start()
+            reader.join(0.5)  # a reader that does not take the lock reads the half-made change meanwhile
+            plan.fingerprint = "after the extension"
+        reader.join(30)
+        assert [(s.fingerprint, s.task_count) for s in read] == [("after the extension", tasks + 1)]
+    finally:
+        registry.close()
