@@ -2,12 +2,11 @@
 
 A watcher thread reads the backend's events (exits with their reasons), ends executors whose heartbeats stopped,
 releases drained executors once their streams have ended, and starts launches whose slot was blacklisted once the
-blacklist lapses. Every change is written to a state file, so a restarted controller re-adopts what still runs.
+blacklist lapses. Every change is written to its state (state_file.py), so a restarted controller re-adopts what still runs.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -19,7 +18,7 @@ from typing import Any
 
 from primus.auth.security import JobCredentials
 from primus.datapath.dataplane import remove_shared_memory
-from primus.errors import ConflictError, InvalidRequestError, NotFoundError, disk_full
+from primus.errors import ConflictError, InvalidRequestError, NotFoundError
 from primus.runtime import run_store
 from primus.runtime.run_store import RunStore
 from primus.runtime.settings import ControllerSettings
@@ -27,7 +26,7 @@ from primus.runtime.watch import ChangedKeys, Revisions
 from primus.spec.backend_kinds import BackendKind, parse_backend
 from primus.spec.roles import Role
 from primus.v1 import resource_controller_pb2 as rc_pb2
-from services.resource_controller import heartbeat_pacing, registration_log
+from services.resource_controller import heartbeat_pacing
 from services.resource_controller.backends.contract import EventKind, ExecutorEvent, ExecutorHandle, ExitReason, LaunchSpec, RoleSize, SchedulerBackend
 from services.resource_controller.control import ExecutorControl
 from services.resource_controller.decisions import DecisionLog, LoggedAction, LoggedDecision
@@ -35,6 +34,7 @@ from services.resource_controller.gang import Gang
 from services.resource_controller.records import Beat, ExecutorRecord, ExecutorState, JobContext, state_after_exit
 from services.resource_controller.signals import executor_signals, held
 from services.resource_controller.slots import SlotHealth, blames_slot
+from services.resource_controller.state_file import StateFile, is_ended
 
 log = logging.getLogger(__name__)
 QUEUED_PREFIX = "queued by the scheduler: "  # the message of an executor its scheduler holds pending
@@ -89,8 +89,7 @@ class ExecutorPool:
             window_seconds=settings.failure_window_seconds, blacklist_seconds=settings.blacklist_seconds, cap_seconds=settings.blacklist_cap_seconds
         )
         self._clock = clock
-        self._state_path = state_path
-        self._unsaved_since: float | None = None  # since when the state file cannot be written (a full disk)
+        self._state = StateFile(state_path) if state_path is not None else None
         self._records: dict[str, ExecutorRecord] = {}
         self.changed = ChangedKeys(Revisions())  # when each job's executors last changed (WatchExecutors)
         self._by_job: dict[str, dict[str, ExecutorRecord]] = {}  # the same records by job: a job's calls never scan every job's
@@ -256,18 +255,8 @@ class ExecutorPool:
         """One line appended to the registrations log, not the whole state file rewritten: 10,000 executors registering
         at once cost 10,000 short appends. The next full write takes them in and starts the log anew (see _write_state);
         a restart reads the state file, then the log over it."""
-        if self._state_path is None:
-            return
-        line = json.dumps(
-            {"executor_id": record.executor_id, "address": record.address, "data_address": record.data_address, "pid": record.pid, "host_id": record.host_id}
-        )
-        try:
-            with registration_log.path_of(self._state_path).open("a") as log_file:
-                log_file.write(line + "\n")
-        except OSError as exc:
-            if not disk_full(exc):
-                raise
-            self._unsaved_since = self._unsaved_since or time.monotonic()  # the watcher writes the whole state once there is room
+        if self._state is not None:
+            self._state.log_registration(record)
 
     def heartbeat(self, executor_id: str, telemetry: rc_pb2.ExecutorTelemetry) -> float | None:
         """Record a heartbeat; the interval to ask of the executor (0: its own), or None when it is unknown or no longer
@@ -375,7 +364,7 @@ class ExecutorPool:
                     done.result()
         if role is None:
             self._slots.forget_job(job_id)
-        self._save()
+        self._keep_ended(records)
         return [r.view() for r in records]
 
     def _release_one(self, executor_id: str, reason: ExitReason, grace_seconds: float | None = None, save: bool = True) -> None:
@@ -395,7 +384,7 @@ class ExecutorPool:
         self._control.forget(record.address)
         self._keep_log(record)
         if save:
-            self._save()
+            self._keep_ended([record])
 
     def _keep_log(self, record: ExecutorRecord) -> None:
         """An ended executor's output, put to its job's run folder when that is on an object store (logs/ID.log)."""
@@ -459,7 +448,7 @@ class ExecutorPool:
                 changed |= self._apply(event)
         if sweep:
             changed |= self._sweep()
-        if changed or self._unsaved_since is not None:
+        if changed or (self._state is not None and self._state.unsaved_since is not None):
             self._save()
 
     def _sweep(self) -> bool:
@@ -593,7 +582,7 @@ class ExecutorPool:
     def _save(self) -> None:
         """Write the state file with every change made so far; returns once a write holds this caller's change (a
         write under way when it came does not: the next one does, and covers every caller waiting meanwhile)."""
-        if self._state_path is None:
+        if self._state is None:
             return
         with self._lock:
             self._changes += 1
@@ -608,7 +597,7 @@ class ExecutorPool:
         """A snapshot taken under the lock (copies of the jobs' fields, the list of records), the records' texts made
         and written outside it: heartbeats, registrations and launches go on meanwhile. A record changed after the
         snapshot was taken may be written either way; its change's own save writes it again."""
-        if self._state_path is None:
+        if self._state is None:
             return
         with self._lock:
             taken = self._changes
@@ -622,33 +611,24 @@ class ExecutorPool:
                 "decisions": self.decisions.to_state(),
             }
             records = list(self._records.values())
-            taken_in = registration_log.rotate(registration_log.path_of(self._state_path))  # what the log holds is in this snapshot
-        executors = ", ".join(r.state_text() for r in records)
-        tmp = self._state_path.with_suffix(".tmp")
-        try:
-            self._state_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(f'{json.dumps(data)[:-1]}, "executors": [{executors}]}}')
-            tmp.replace(self._state_path)
-            taken_in.unlink(missing_ok=True)
-        except OSError as exc:
-            if not disk_full(exc):
-                raise
-            tmp.unlink(missing_ok=True)
-            if self._unsaved_since is None:  # said once; the watcher writes it again each pass until it is written
-                log.warning("the state file %s cannot be written (%s): kept in memory until there is room", self._state_path, exc)
-                self._unsaved_since = time.monotonic()
-            return
-        self._saved = taken
-        if self._unsaved_since is not None:
-            log.info("the state file %s is written again after %.1f s", self._state_path, time.monotonic() - self._unsaved_since)
-            self._unsaved_since = None
+            taken_in = self._state.take_registrations()  # what the log holds is in this snapshot
+        if self._state.write(data, records, taken_in):
+            self._saved = taken
+
+    def _keep_ended(self, records: Iterable[ExecutorRecord]) -> None:
+        """Executors that ended (a release) are appended to the ended log, not written with a snapshot of every
+        running one; on a full disk the watcher writes the whole state (them with it) once there is room."""
+        if self._state is not None:
+            with self._save_lock:
+                self._state.archive(records)
 
     def _load(self) -> None:
         """After a restart: take back the jobs and executors of the state file; re-adopt those still running."""
-        if self._state_path is None or not self._state_path.exists():
+        state = self._state
+        loaded = state.load() if state is not None else None
+        if state is None or loaded is None:
             return
-        data = json.loads(self._state_path.read_text())
-        now = self._clock()
+        data, now = loaded.data, self._clock()
         self._jobs = {
             job_id: JobContext(job_id, str(j["run_dir"]), j["planner"], j["master"], parse_backend(j.get("backend", BackendKind.LOCAL)), j.get("placement", {}))
             for job_id, j in data["jobs"].items()
@@ -657,16 +637,17 @@ class ExecutorPool:
         self._timeouts = {k: float(v) for k, v in data.get("timeouts", {}).items()}
         self.decisions.load(data.get("decisions", {}))
         adopted = 0
-        registered = registration_log.logged(self._state_path)
-        for item in data["executors"]:
+        for item in loaded.executors:
             record = ExecutorRecord.from_state(item)
-            logged = registered.get(record.executor_id)
+            logged = loaded.registered.get(record.executor_id)
             if logged is not None:
                 record.address, record.data_address, record.host_id = logged["address"], logged["data_address"], logged["host_id"]
                 record.pid = int(logged["pid"]) or record.pid
                 if record.state is ExecutorState.STARTING:
                     record.state = ExecutorState.READY
             self._add(record)
+            if record.executor_id in loaded.archived and is_ended(record):
+                state.mark_archived(record)
             if not record.state.live:
                 continue
             backend = self.backends.get(record.backend)
@@ -677,7 +658,7 @@ class ExecutorPool:
                 continue
             record.handle, record.launched_at, record.heartbeat_at = handle, now, now  # a fresh grace period to heartbeat again
             adopted += 1
-        log.info("re-adopted %d running executor(s) of %d job(s) from %s", adopted, len(self._jobs), self._state_path)
+        log.info("re-adopted %d running executor(s) of %d job(s) from %s", adopted, len(self._jobs), state.path)
 
 
 def _release_message(reason: ExitReason) -> str:
