@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
@@ -18,6 +19,7 @@ import pytest
 import yaml
 
 from primus.client import PrimusClient
+from primus.errors import NotFoundError
 from primus.job_state import JobState
 from primus.records.training_result import TrainingResult
 from primus.runtime.masters import grpc_target
@@ -26,7 +28,7 @@ from primus.spec.roles import Role
 from primus.tools.cluster import ClusterState, stop_services
 from services.master.leader import Leadership
 from services.master.status import AdmissionState, JobStatus, Restarts, TrainingProgress
-from services.master.store import JobRecord, JobStore, StaleVersionError
+from services.master.store import READERS, JobRecord, JobStore, StaleVersionError
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 from tests.faults_helpers import assert_dataset_rows_exact
 from tests.stores import POSTGRES, require_port
@@ -73,6 +75,40 @@ def test_postgres_versions(pg_url: str) -> None:
     finally:
         first.close()
         second.close()
+
+
+def _reads_beside_the_writer(store: JobStore) -> None:
+    store.insert(_record("a"))
+    readers = ThreadPoolExecutor(max_workers=READERS + 1)
+    try:
+        with store._lock:  # as a write holds it through its commit (and the commit's fsync)
+            reads = [readers.submit(store.get, "a") for _ in range(3 * READERS)]
+            done = [read.result(timeout=10) for read in reads]  # reads that wait for the lock instead: a TimeoutError here
+            unfinished = readers.submit(store.list, unfinished=True).result(timeout=10)
+    finally:
+        readers.shutdown()
+    assert {r.version for r in done} == {1} and [r.job_id for r in unfinished] == ["a"]
+    for version in range(2, 6):  # each write is read at once by whichever read connection is free
+        store.update("a", message=f"write {version}")
+        assert store.get("a").version == version and store.list()[0].version == version
+    with pytest.raises(NotFoundError, match="no job 'b'"):
+        store.get("b")
+
+
+def test_sqlite_reads_need_not_wait_for_a_write_and_see_each_at_once(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs.db")
+    try:
+        _reads_beside_the_writer(store)
+    finally:
+        store.close()
+
+
+def test_postgres_reads_need_not_wait_for_a_write_and_see_each_at_once(pg_url: str) -> None:
+    store = JobStore(pg_url)
+    try:
+        _reads_beside_the_writer(store)
+    finally:
+        store.close()
 
 
 def test_one_master_leads(pg_url: str) -> None:

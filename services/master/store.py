@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import builtins
 import json
+import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,9 @@ _ADDED_COLUMNS = {  # for a store written before them
     "namespace": "TEXT NOT NULL DEFAULT 'default'",
     "owner": "TEXT NOT NULL DEFAULT ''",
 }
+
+
+READERS = 4  # connections that read beside the writer's: a job's look is never queued behind another's commit and its fsync
 
 
 class StaleVersionError(ConflictError):
@@ -93,18 +98,46 @@ class JobStore:
         self._lock = threading.Lock()
         self.changed = threading.Condition(self._lock)
         self._job_changed: dict[str, threading.Event] = {}  # per job: set by a write that its driver must see
-        if self._pg:
-            self._conn: Any = psycopg.connect(self.url, autocommit=True)
-        else:
-            path = Path(store)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        if not self._pg:
+            Path(store).parent.mkdir(parents=True, exist_ok=True)
+        self._conn: Any = self._connect()
+        if not self._pg:
             self._conn.execute("PRAGMA journal_mode=WAL")
+        self._readers: queue.SimpleQueue[Any] = queue.SimpleQueue()  # idle read connections, made on demand up to READERS
+        self._reader_count = 0
+        self._readers_lock = threading.Lock()
         self._execute(_SCHEMA)
         have = {r[0] for r in self._rows("SELECT * FROM jobs WHERE 1 = 0", description=True)}
         for column, kind in _ADDED_COLUMNS.items():
             if column not in have:
                 self._execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
+
+    def _connect(self) -> Any:
+        return psycopg.connect(self.url, autocommit=True) if self._pg else sqlite3.connect(self.url, check_same_thread=False, isolation_level=None)
+
+    @contextmanager
+    def _reader(self) -> Iterator[Any]:
+        """A read connection of the pool: reads see every committed write (each write commits before it returns) and
+        never wait for the writer's lock. One that failed is closed, not handed out again."""
+        try:
+            conn = self._readers.get_nowait()
+        except queue.Empty:
+            with self._readers_lock:
+                make = self._reader_count < READERS
+                self._reader_count += int(make)
+            conn = self._connect() if make else self._readers.get()
+        try:
+            yield conn
+        except BaseException:
+            with self._readers_lock:
+                self._reader_count -= 1
+            conn.close()
+            raise
+        self._readers.put(conn)
+
+    def _read(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._reader() as conn:
+            return list(conn.execute(query.replace("?", "%s") if self._pg else query, params).fetchall())
 
     def _execute(self, query: str, params: tuple[Any, ...] = ()) -> int:
         """Run one statement; the number of rows it changed. A full disk is a StorageFullError (callers try again)."""
@@ -145,26 +178,21 @@ class JobStore:
             self._job_event(record.job_id).set()
 
     def _get(self, job_id: str) -> JobRecord:
-        rows = self._rows(f"SELECT {_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,))
-        if not rows:
-            raise NotFoundError(f"no job {job_id!r}")
-        return _record(rows[0])
+        """The job as the writer's connection reads it (under the lock: a read-modify-write)."""
+        return _only(job_id, self._rows(_ONE_JOB, (job_id,)))
 
     def get(self, job_id: str) -> JobRecord:
-        with self._lock:
-            return self._get(job_id)
+        return _only(job_id, self._read(_ONE_JOB, (job_id,)))
 
     def states_and_restarts(self) -> list[tuple[JobState, Restarts]]:
         """Each job's state and its restarts by role (what the master's metrics read: no specs, no results)."""
-        with self._lock:
-            rows = self._rows("SELECT state, progress FROM jobs")
+        rows = self._read("SELECT state, progress FROM jobs")
         return [(_state(state), JobStatus.from_json(json.loads(progress)).restarts) for state, progress in rows]
 
     def list(self, unfinished: bool = False) -> list[JobRecord]:
         """Every job, oldest first; unfinished: only those not in a final state (what admission weighs)."""
         where = f" WHERE state NOT IN ({', '.join(repr(s.value) for s in JobState if s.final)})" if unfinished else ""
-        with self._lock:
-            rows = self._rows(f"SELECT {_COLUMNS} FROM jobs{where} ORDER BY created")
+        rows = self._read(f"SELECT {_COLUMNS} FROM jobs{where} ORDER BY created")
         return [_record(r) for r in rows]
 
     def update(
@@ -255,9 +283,21 @@ class JobStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+        while True:
+            try:
+                self._readers.get_nowait().close()
+            except queue.Empty:
+                break
 
 
 _COLUMNS = "job_id, name, state, message, spec_yaml, run_dir, report_path, progress, result, cancel_requested, created, updated, error, version, namespace, owner"
+_ONE_JOB = f"SELECT {_COLUMNS} FROM jobs WHERE job_id = ?"
+
+
+def _only(job_id: str, rows: list[tuple[Any, ...]]) -> JobRecord:
+    if not rows:
+        raise NotFoundError(f"no job {job_id!r}")
+    return _record(rows[0])
 
 
 def _state(text: str) -> JobState:
