@@ -19,6 +19,7 @@ from primus.spec import load_job_file
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
+from services.master.watches import WatchCache, _executors_answer, _plans_answer
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server as create_planner
 from services.resource_controller.server import create_server as create_controller
@@ -113,6 +114,54 @@ def test_watch_plans_sends_every_plan_then_those_that_changed_and_those_dropped(
         assert list(dropped.dropped) == ["job-p"] and not dropped.plans
         listener.call.cancel()
     finally:
+        planner.stop(grace=0)
+
+
+def _cached_until(listener: Listener, cache: WatchCache[Any], answer_of: Any, revision: int) -> None:
+    """Take the watch's answers into the master's cache, as its watch thread does, until one at `revision` or later."""
+
+    def taken(answer: Any) -> bool:
+        cache.apply(*answer_of(answer))
+        return bool(answer.revision >= revision)
+
+    listener.until(taken)
+
+
+def test_a_watch_at_the_revision_a_launch_or_a_plan_answered_holds_it(controller: Any, tmp_path: Path, dataset: Path) -> None:
+    """What lets a job's driver read the watch after its own action (not the peer): the action's answer names a revision,
+    and the master's cache of the watch, once at that revision, holds the action's effect."""
+    stub = rc_grpc.ResourceControllerServiceStub(rpc.connect(controller.address))
+    executors: WatchCache[Any] = WatchCache(lambda entry: 0)
+    listener = Listener(stub.WatchExecutors(rc_pb2.WatchExecutorsRequest()))
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job_document(dataset)))
+    planner = create_planner("127.0.0.1:0", PlanRegistry())
+    plans_stub = planner_pb2_grpc.PlannerServiceStub(rpc.connect(planner.address))
+    plans: WatchCache[Any] = WatchCache(lambda entry: 0)
+    planned = Listener(plans_stub.WatchPlans(planner_pb2.WatchPlansRequest()))
+    try:
+        for count in range(1, 4):  # launch after launch, each read from the cache once it is at the launch's revision
+            launch = rc_pb2.LaunchExecutorsRequest(
+                job_id="job-r",
+                role=rc_pb2.EXECUTOR_ROLE_DATA_EXECUTOR,
+                count=1,
+                resources=rc_pb2.ExecutorResources(cpu=0.5, memory_mib=256),
+                run_dir=str(tmp_path / "run"),
+            )
+            reply = stub.LaunchExecutors(launch, timeout=30)
+            assert reply.revision > 0
+            _cached_until(listener, executors, _executors_answer, reply.revision)
+            held = executors.view("job-r", reply.revision)
+            assert held is not None and held.entry is not None
+            assert reply.executors[0].executor_id in {e.executor_id for e in held.entry} and len(held.entry) == count
+        made = plans_stub.CreatePlan(planner_pb2.CreatePlanRequest(job_id="job-r", spec_yaml=load_job_file(path).to_yaml()), timeout=60)
+        assert made.revision > 0
+        _cached_until(planned, plans, _plans_answer, made.revision)
+        plan = plans.view("job-r", made.revision)
+        assert plan is not None and plan.entry is not None and plan.entry.summary.fingerprint == made.summary.fingerprint
+    finally:
+        listener.call.cancel()
+        planned.call.cancel()
         planner.stop(grace=0)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -83,6 +84,25 @@ def test_a_cache_drops_what_the_peer_dropped_goes_stale_when_quiet_and_forgets_a
     cache.lost()
     assert cache.view("job-1", 0) is None and not cache.stale()
     assert cache.apply(130, True, {"job-1": ["READY"]}) == ["job-1"]  # a new snapshot wakes every job it holds
+
+
+def test_a_driver_waits_for_the_watch_to_hold_its_own_change_and_no_longer_than_it_may() -> None:
+    cache: WatchCache[list[str]] = WatchCache(_states)
+    assert not cache.wait_for(100, timeout=30.0), "not connected: False at once (a 30 s wait here would be the bug)"
+    cache.apply(100, True, {"job-1": ["STARTING"]})
+    assert cache.wait_for(100, timeout=0.0) and cache.wait_for(90, timeout=0.0)
+    assert not cache.wait_for(150, timeout=0.01), "behind the revision asked for: False once the timeout has passed"
+    waiting = ThreadPoolExecutor(max_workers=1)
+    try:
+        caught_up = waiting.submit(cache.wait_for, 150, 30.0)
+        cache.apply(140, False, {})
+        cache.apply(150, False, {"job-1": ["READY"]})  # the answer that holds it wakes the waiter
+        assert caught_up.result(timeout=30)
+        broken = waiting.submit(cache.wait_for, 200, 30.0)
+        cache.lost()  # the stream broke while it waited: read directly at once
+        assert broken.result(timeout=30) is False
+    finally:
+        waiting.shutdown()
 
 
 def test_peer_reads_count_by_peer_and_way() -> None:

@@ -114,10 +114,12 @@ class CreatePlanRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., spec_yaml: _Optional[str] = ...) -> None: ...
 
 class CreatePlanResponse(_message.Message):
-    __slots__ = ("summary",)
+    __slots__ = ("summary", "revision")
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
     summary: PlanSummary
-    def __init__(self, summary: _Optional[_Union[PlanSummary, _Mapping]] = ...) -> None: ...
+    revision: int
+    def __init__(self, summary: _Optional[_Union[PlanSummary, _Mapping]] = ..., revision: _Optional[int] = ...) -> None: ...
 
 class GetPlanRequest(_message.Message):
     __slots__ = ("job_id",)

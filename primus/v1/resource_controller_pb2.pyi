@@ -338,10 +338,12 @@ class LaunchExecutorsRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., role: _Optional[_Union[ExecutorRole, str]] = ..., count: _Optional[int] = ..., resources: _Optional[_Union[ExecutorResources, _Mapping]] = ..., run_dir: _Optional[str] = ..., planner_address: _Optional[str] = ..., master_address: _Optional[str] = ..., replaces_executor_id: _Optional[str] = ..., backend_kind: _Optional[_Union[BackendKind, str]] = ..., placement: _Optional[_Union[Placement, _Mapping]] = ..., elastic: _Optional[bool] = ..., join_gang: _Optional[bool] = ...) -> None: ...
 
 class LaunchExecutorsResponse(_message.Message):
-    __slots__ = ("executors",)
+    __slots__ = ("executors", "revision")
     EXECUTORS_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
     executors: _containers.RepeatedCompositeFieldContainer[Executor]
-    def __init__(self, executors: _Optional[_Iterable[_Union[Executor, _Mapping]]] = ...) -> None: ...
+    revision: int
+    def __init__(self, executors: _Optional[_Iterable[_Union[Executor, _Mapping]]] = ..., revision: _Optional[int] = ...) -> None: ...
 
 class RegisterExecutorRequest(_message.Message):
     __slots__ = ("job_id", "executor_id", "address", "data_address", "pid", "host_id")

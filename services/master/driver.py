@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 MAX_TRAINER_RANKS = 64  # as spec.resources.trainer.replicas
 AUTOSCALE_FREE = (1, 64)  # a role's replica bounds without autoscaling
 LOOKS_PER_SECOND = 200  # the most looks all of a master's idle job drivers make together (see _poll_seconds)
+CATCH_UP_SECONDS = 2.0  # after its own plan or launch, how long a driver waits for the watch to hold it before reading directly
+WATCHED_AFTER = (rc.Wait, rc.Plan, rc.Launch, rc.Relaunch, rc.Launched)  # actions after which the next look may read the watches
 AFTER_LAUNCH = "master.after_launch"  # fault points (primus.runtime.faults, tests only): right after launching a job's executors
 AFTER_RELAUNCH = "master.after_relaunch"  # ... right after relaunching a crashed one
 _LIVE = (rc_pb2.EXECUTOR_STATE_STARTING, rc_pb2.EXECUTOR_STATE_READY, rc_pb2.EXECUTOR_STATE_DRAINING, rc_pb2.EXECUTOR_STATE_PENDING)
@@ -58,7 +60,7 @@ class _Looks:
     last_plan: planner_pb2.GetPlanResponse | None = None
     plan_read_at: int = 0  # the planner's revision of the driver's last direct read of the plan: a watch older than it is not read
     executors_read_at: int = 0  # ... the controller's, of its executors
-    read_directly: bool = True  # the next look reads the peers directly (the first, and each after the driver's own actions)
+    read_directly: bool = True  # the next look reads the peers directly (the first, and each after an action not in WATCHED_AFTER)
     full_since: float | None = None  # since when what the job writes finds the disk full
     peer_failing_since: float | None = None  # since when a peer's calls fail as a restarting peer's do
     tasks_done_seen: int | None = None  # a count of tasks done the last look saw at the planner, not yet in the job's status
@@ -244,14 +246,15 @@ class JobDriver:
             try:
                 while True:
                     try:
+                        self._catch_up(looks)
                         started = time.perf_counter()
                         record = self._store.get(job_id)
                         status = rc.JobView.of(record, spec)
                         actions = rc.reconcile(status, self._observe(record, status, spec, looks), self._settings)
-                        self.looks.record(time.perf_counter() - started)  # the tick: read, observe, decide (not the actions' own work)
+                        self.looks.record(time.perf_counter() - started)  # the tick: read, observe, decide (not the actions' work, nor _catch_up)
                         self._keep_tasks_done(job_id, looks)
                         for action in actions:
-                            looks.read_directly = looks.read_directly or not isinstance(action, rc.Wait)
+                            looks.read_directly = looks.read_directly or not isinstance(action, WATCHED_AFTER)
                             self._apply(record, action, looks)
                     except StorageFullError as exc:  # nothing decided can be kept: the same look again once there is room
                         self._wait_for_room(job_id, exc, looks)
@@ -274,6 +277,23 @@ class JobDriver:
             finally:
                 if self._threads.get(job_id) is threading.current_thread():  # a resume may have started its next driver
                     del self._threads[job_id]
+
+    def _catch_up(self, looks: _Looks) -> None:
+        """Before a look after the driver's own plan or launch: wait (up to CATCH_UP_SECONDS) for the watches to hold
+        what it changed, as a controller waits for its informer's cache. A watch not there by then, or not connected,
+        is not read: the look reads directly (view() compares the same revisions)."""
+        if looks.read_directly:
+            return
+        for watch, revision in ((self.watches.plans, looks.plan_read_at), (self.watches.executors, looks.executors_read_at)):
+            if revision and not watch.cache.wait_for(revision, CATCH_UP_SECONDS):
+                return
+
+    def _changed_at(self, looks: _Looks, plan: int = 0, executors: int = 0) -> None:
+        """The peers' revisions once the driver's own action there was done: the next look reads a watch only once it
+        holds them. A peer that gave none (0: a version without revisions on its answers) is read directly."""
+        if (plan, executors) == (0, 0):
+            looks.read_directly = True
+        looks.plan_read_at, looks.executors_read_at = max(looks.plan_read_at, plan), max(looks.executors_read_at, executors)
 
     def _keep_tasks_done(self, job_id: str, looks: _Looks) -> None:
         """Write the tasks done that the look saw at the planner (get and list jobs show them) into the job's status."""
@@ -385,11 +405,12 @@ class JobDriver:
                 pass
             case rc.Plan():
                 self._store.update(job_id, state=JobState.PLANNING, message="expanding sources into a task graph")
-                summary = self._create_plan(record)
+                summary, revision = self._create_plan(record)
+                self._changed_at(looks, plan=revision)
                 planned = summary.fingerprint, summary.task_count  # the launch intent is recorded with the plan, before the launch
                 self._store.update(job_id, lambda status: status.planned(*planned), message=f"planned {summary.task_count} tasks, fingerprint {summary.fingerprint}")
             case rc.Launch(role, count):
-                self._relaunch(record, role, count)
+                self._changed_at(looks, executors=self._relaunch(record, role, count))
             case rc.Launched():
                 faults.exit_point(AFTER_LAUNCH)
                 message = "executors launched" if record.state is not JobState.RUNNING else record.message
@@ -398,7 +419,7 @@ class JobDriver:
                 name = ROLES[role].restart_key
                 self._store.update(job_id, lambda status: status.restarted(name, [replaces]), message=f"{replaces}: {why}; relaunched a {name}")
                 log.warning("job %s: %s: %s; relaunching", job_id, replaces, why)
-                self._relaunch(record, role, 1, replaces=replaces)
+                self._changed_at(looks, executors=self._relaunch(record, role, 1, replaces=replaces))
                 faults.exit_point(AFTER_RELAUNCH)
             case rc.RestartGang(replaces, why, ranks):
                 self._restart_gang(record, replaces, why, ranks)
@@ -418,7 +439,8 @@ class JobDriver:
 
     # The actions.
 
-    def _create_plan(self, job: JobRecord) -> planner_pb2.PlanSummary:
+    def _create_plan(self, job: JobRecord) -> tuple[planner_pb2.PlanSummary, int]:
+        """Plan the job at the planner: its summary, and the planner's revision once it was made."""
         try:
             with self._planning:
                 reply = self._peers.planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job.job_id, spec_yaml=job.spec_yaml), timeout=600)
@@ -427,12 +449,13 @@ class JobDriver:
         summary: planner_pb2.PlanSummary = reply.summary
         if summary.task_count == 0:
             raise JobFailedError("the plan has no tasks: no partition of any source is ready (see `primus plan --explain`)")
-        return summary
+        return summary, reply.revision
 
-    def _relaunch(self, job: JobRecord, role: Role, replicas: int, replaces: str = "", join_gang: bool = False) -> None:
+    def _relaunch(self, job: JobRecord, role: Role, replicas: int, replaces: str = "", join_gang: bool = False) -> int:
         """Launch `replicas` executors of `role` for the job (replaces: the crashed executor they stand in for; join_gang:
         trainer ranks joining the running elastic gang). The one way the driver launches; a caller that restarts a whole
-        role releases its executors first. Launches are paced (pacing.py): they wait their turn, a replacement excepted."""
+        role releases its executors first. Launches are paced (pacing.py): they wait their turn, a replacement excepted.
+        The controller's revision once they were launched."""
         wait = self._pacer.reserve(replicas, urgent=bool(replaces))  # a replacement goes at once: its job runs short meanwhile
         self.launch_waits.record(wait)
         if wait:
@@ -440,12 +463,12 @@ class JobDriver:
                 log.info("job %s: %d %s executor(s) wait %.1f s for their turn to launch (launch_spacing_seconds)", job.job_id, replicas, role.value, wait)
             time.sleep(wait)
         with self._controller_writes:
-            self._launch(job, role, replicas, replaces, join_gang)
+            return self._launch(job, role, replicas, replaces, join_gang)
 
-    def _launch(self, job: JobRecord, role: Role, replicas: int, replaces: str, join_gang: bool) -> None:
+    def _launch(self, job: JobRecord, role: Role, replicas: int, replaces: str, join_gang: bool) -> int:
         spec = job_spec(job.job_id, job.spec_yaml).spec
         resources = spec.resources.trainer if role is Role.TRAINER else spec.resources.data_executor
-        self._peers.rc.LaunchExecutors(
+        reply: rc_pb2.LaunchExecutorsResponse = self._peers.rc.LaunchExecutors(
             rc_pb2.LaunchExecutorsRequest(
                 job_id=job.job_id,
                 role=ROLES[role].proto,
@@ -462,6 +485,7 @@ class JobDriver:
             ),
             timeout=60,
         )
+        return reply.revision
 
     def _release(self, request: rc_pb2.ReleaseExecutorsRequest) -> Sequence[rc_pb2.Executor]:
         """Release executors at the controller, a few calls at a time with the launches (pacing.py); the ones released."""
@@ -511,7 +535,7 @@ class JobDriver:
         log.warning("job %s: the planner no longer holds its plan; planning again and restarting from the last checkpoint", job.job_id)
         released = self._release(rc_pb2.ReleaseExecutorsRequest(job_id=job.job_id))
         handled = [e.executor_id for e in released]
-        summary = self._create_plan(job)
+        summary, _ = self._create_plan(job)
 
         def replanned(status: JobStatus) -> JobStatus:
             return status.replanned(summary.fingerprint, summary.task_count, handled, carry_costs(status.earlier_ledgers, last_plan))

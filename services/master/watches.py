@@ -1,8 +1,9 @@
 """The master's watches of its peers: each job's executors and plan as the controller and planner stream them.
 
 A job's driver reads its job's entry here instead of calling ListExecutors and GetPlan on each look, when the watch is
-connected, fresh, and at least as new as what the driver last read directly (a read right after the driver's own
-action is always direct); otherwise it reads directly, as without a watch."""
+connected, fresh, and at least as new as what the driver last read directly or last changed there (after a plan or a
+launch it waits for the watch to hold its change; after its other actions it reads directly); otherwise it reads
+directly, as without a watch."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class WatchCache(Generic[Entry]):
         self._revision = 0  # 0: not connected, or no snapshot yet
         self._heard_at = 0.0
         self._lock = threading.Lock()
+        self._caught_up = threading.Condition(self._lock)  # notified on every answer taken in, and when the stream breaks
 
     def apply(self, revision: int, snapshot: bool, entries: dict[str, Entry], dropped: Iterable[str] = ()) -> list[str]:
         """Take one answer of the watch in; the jobs whose drivers should look again (what they react to changed)."""
@@ -55,6 +57,7 @@ class WatchCache(Generic[Entry]):
             for job_id in dropped:
                 self._entries.pop(job_id, None)
             self._revision, self._heard_at = revision, self._clock()
+            self._caught_up.notify_all()
             touched = set(before) | set(entries)
             return sorted(job_id for job_id in touched if self._wakes(before.get(job_id)) != self._wakes(self._entries.get(job_id)))
 
@@ -62,10 +65,17 @@ class WatchCache(Generic[Entry]):
         """The stream broke: nothing is known until the next snapshot."""
         with self._lock:
             self._entries, self._revision = {}, 0
+            self._caught_up.notify_all()
 
     def stale(self) -> bool:
         with self._lock:
             return bool(self._revision) and self._clock() - self._heard_at > self._stale_after
+
+    def wait_for(self, revision: int, timeout: float) -> bool:
+        """Wait until the watch holds `revision` of the peer (what a driver's own action there changed) or the timeout;
+        False at once where it is not connected (the driver reads directly)."""
+        with self._lock:
+            return self._caught_up.wait_for(lambda: not self._revision or self._revision >= revision, timeout) and self._revision >= revision
 
     def view(self, job_id: str, read_revision: int) -> Known[Entry] | None:
         """The job's entry, if the watch may be read: connected, heard from lately, and as new as the driver's last

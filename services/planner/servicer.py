@@ -171,7 +171,8 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         self._pacer = EmptyLeasePacer(self._settings.retry_after_seconds, self._settings.retry_after_cap_seconds)
 
     def CreatePlan(self, request: planner_pb2.CreatePlanRequest, context: grpc.ServicerContext) -> planner_pb2.CreatePlanResponse:
-        return planner_pb2.CreatePlanResponse(summary=summary_proto(self._registry.create(request.job_id, request.spec_yaml).plan))
+        made = self._registry.create(request.job_id, request.spec_yaml).plan
+        return planner_pb2.CreatePlanResponse(summary=summary_proto(made), revision=self._revisions.next())  # after: a watch there holds it
 
     def PreviewPlan(self, request: planner_pb2.PreviewPlanRequest, context: grpc.ServicerContext) -> planner_pb2.PreviewPlanResponse:
         job = load_job_text(request.spec_yaml, "previewed spec")

@@ -100,7 +100,8 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
             elastic=request.elastic,
             join_gang=request.join_gang,
         )
-        return rc_pb2.LaunchExecutorsResponse(executors=self._protos(self._pool.launch(launch)))
+        launched = self._pool.launch(launch)
+        return rc_pb2.LaunchExecutorsResponse(executors=self._protos(launched), revision=self._pool.changed.revisions.next())  # after: a watch there holds them
 
     def ListBackends(self, request: rc_pb2.ListBackendsRequest, context: grpc.ServicerContext) -> rc_pb2.ListBackendsResponse:
         return rc_pb2.ListBackendsResponse(
