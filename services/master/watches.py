@@ -47,19 +47,23 @@ class WatchCache(Generic[Entry]):
 
     def apply(self, revision: int, snapshot: bool, entries: dict[str, Entry], dropped: Iterable[str] = ()) -> list[str]:
         """Take one answer of the watch in; the jobs whose drivers should look again (what they react to changed)."""
-        with self._lock:
+        gone = list(dropped)
+        with self._lock:  # dictionary steps only: the drivers' looks read under this lock
             if not snapshot and not self._revision:
                 return []  # changes without the snapshot they follow: not a view of anything
-            before = dict(self._entries) if snapshot else {job_id: self._entries.get(job_id) for job_id in [*entries, *dropped]}
+            before: dict[str, Entry | None]
             if snapshot:
-                self._entries = {}
-            self._entries.update(entries)
-            for job_id in dropped:
-                self._entries.pop(job_id, None)
+                before, self._entries = dict(self._entries), dict(entries)
+            else:
+                before = {job_id: self._entries.get(job_id) for job_id in [*entries, *gone]}
+                self._entries.update(entries)
+                for job_id in gone:
+                    self._entries.pop(job_id, None)
             self._revision, self._heard_at = revision, self._clock()
             self._caught_up.notify_all()
-            touched = set(before) | set(entries)
-            return sorted(job_id for job_id in touched if self._wakes(before.get(job_id)) != self._wakes(self._entries.get(job_id)))
+        after: dict[str, Entry | None] = {**entries, **dict.fromkeys(gone)}
+        touched = set(before) | set(after)
+        return sorted(job_id for job_id in touched if self._wakes(before.get(job_id)) != self._wakes(after.get(job_id)))  # outside the lock
 
     def lost(self) -> None:
         """The stream broke: nothing is known until the next snapshot."""
