@@ -111,6 +111,30 @@ def test_postgres_reads_need_not_wait_for_a_write_and_see_each_at_once(pg_url: s
         store.close()
 
 
+def test_latest_is_the_job_as_this_store_last_wrote_or_read_it_and_a_racing_read_never_undoes_a_write(tmp_path: Path) -> None:
+    store, other = JobStore(tmp_path / "jobs.db"), JobStore(tmp_path / "jobs.db")
+    try:
+        store.insert(_record("a"))
+        assert store.latest("a").version == 1, "read from the database the first time"
+        other.update("a", message="written by another process")
+        assert store.latest("a").version == 1, "not read again: a master's jobs have one writer, itself"
+        assert store.get("a").version == 2 and store.latest("a").message == "written by another process", "get() reads, and latest() keeps what it read"
+        stale = store.get("a")
+        written = store.update("a", state=JobState.RUNNING)
+        assert store.latest("a") == written and written.version == 3
+        store._remember(stale)  # a read that raced the write, remembered after it
+        assert store.latest("a") == written, "the newer version stays"
+        ended = store.update("a", state=JobState.SUCCEEDED)
+        store._remember(written)  # a read from before the end, remembered after it
+        assert store.latest("a") == ended and store.latest("a").final, "a finished job is read from the database, never brought back"
+        store.delete("a")
+        with pytest.raises(NotFoundError, match="no job 'a'"):
+            store.latest("a")
+    finally:
+        store.close()
+        other.close()
+
+
 def test_one_master_leads(pg_url: str) -> None:
     leader, standby = Leadership(pg_url), Leadership(pg_url)
     try:

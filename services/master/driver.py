@@ -248,7 +248,7 @@ class JobDriver:
                     try:
                         self._catch_up(looks)
                         started = time.perf_counter()
-                        record = self._store.get(job_id)
+                        record = self._store.latest(job_id)  # as this master last wrote or read it: no database read
                         status = rc.JobView.of(record, spec)
                         actions = rc.reconcile(status, self._observe(record, status, spec, looks), self._settings)
                         self.looks.record(time.perf_counter() - started)  # the tick: read, observe, decide (not the actions' work, nor _catch_up)

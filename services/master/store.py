@@ -106,6 +106,9 @@ class JobStore:
         self._readers: queue.SimpleQueue[Any] = queue.SimpleQueue()  # idle read connections, made on demand up to READERS
         self._reader_count = 0
         self._readers_lock = threading.Lock()
+        self._latest: dict[str, JobRecord] = {}  # each unfinished job as this store last wrote or read it (latest())
+        self._finished: dict[str, int] = {}  # each finished job's version: no read that raced its end brings it back
+        self._latest_lock = threading.Lock()
         self._execute(_SCHEMA)
         have = {r[0] for r in self._rows("SELECT * FROM jobs WHERE 1 = 0", description=True)}
         for column, kind in _ADDED_COLUMNS.items():
@@ -182,7 +185,31 @@ class JobStore:
         return _only(job_id, self._rows(_ONE_JOB, (job_id,)))
 
     def get(self, job_id: str) -> JobRecord:
-        return _only(job_id, self._read(_ONE_JOB, (job_id,)))
+        return self._remember(_only(job_id, self._read(_ONE_JOB, (job_id,))))
+
+    def latest(self, job_id: str) -> JobRecord:
+        """The job as this store last wrote or read it; from the database only when it holds nothing of it yet: what a
+        job's driver reads on each look (no read of the database, which gave the looks' tail under load). Exact while
+        every write to the job goes through this store, as in a master: the one that leads is its jobs' one writer
+        (a standby serves nothing); get() reads the database."""
+        with self._latest_lock:
+            known = self._latest.get(job_id)
+        return known if known is not None else self.get(job_id)
+
+    def _remember(self, record: JobRecord) -> JobRecord:
+        """Keep the newer of a job's record and what latest() holds (a read that raced a write must not undo it);
+        a finished job is let go."""
+        job_id = record.job_id
+        with self._latest_lock:
+            known = self._latest.get(job_id)
+            if record.version <= max(known.version if known is not None else 0, self._finished.get(job_id, 0)):
+                return record
+            if record.final:
+                self._latest.pop(job_id, None)
+                self._finished[job_id] = record.version
+            else:
+                self._latest[job_id] = record
+        return record
 
     def states_and_restarts(self) -> list[tuple[JobState, Restarts]]:
         """Each job's state and its restarts by role (what the master's metrics read: no specs, no results)."""
@@ -206,7 +233,7 @@ class JobStore:
         in between makes it fail with StaleVersionError; with expected_version, so does a caller's stale read.
         """
         with self._lock:
-            current = self._get(job_id)
+            current = self._remember(self._get(job_id))
             if expected_version is not None and current.version != expected_version:
                 raise StaleVersionError(f"job {job_id} is at resource version {current.version}, not {expected_version}: read it again")
             if change is not None:
@@ -232,6 +259,7 @@ class JobStore:
             )
             if written != 1:
                 raise StaleVersionError(f"job {job_id} changed under this write (resource version {current.version} is stale)")
+            self._remember(updated)
             if not quiet:
                 self._job_event(job_id).set()
             self.changed.notify_all()
@@ -244,6 +272,9 @@ class JobStore:
             if not record.final:
                 raise ConflictError(f"job {job_id} is {record.state}: cancel or stop it first, then delete it")
             self._execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
+            with self._latest_lock:
+                self._latest.pop(job_id, None)
+                self._finished.pop(job_id, None)
             self.changed.notify_all()
         return record
 
