@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from primus.runtime.watch import ChangedKeys, Revisions
+from primus.runtime.watch import ChangedKeys, Nudge, Revisions, stream
 from primus.spec.roles import Role
 from services.master.watches import PeerReads, WatchCache
 from services.resource_controller.records import ExecutorRecord, ExecutorState
@@ -46,6 +47,32 @@ def test_changed_keys_answer_each_change_once_tick_after_tick() -> None:
     assert keys == ["b"] and second > first
     changed.mark("c")
     assert changed.since(second)[1] == ["c"]
+
+
+class _Active:
+    """A call's context that stays active (a watch stream's caller that never leaves)."""
+
+    def is_active(self) -> bool:
+        return True
+
+
+def test_a_nudge_sends_a_watch_answer_at_once_not_at_the_next_tick() -> None:
+    nudge, stopping, asked = Nudge(), threading.Event(), []
+    answers = stream(_Active(), 600.0, lambda first: asked.append(first) or len(asked), stopping, nudge)  # type: ignore[arg-type]
+    assert next(answers) == 1 and asked == [True], "the snapshot at once"
+    waiting = ThreadPoolExecutor(max_workers=1)
+    try:
+        second = waiting.submit(next, answers)
+        assert not second.done()
+        nudge()  # a launch or a plan made: without the nudge the answer would wait its 600 s tick
+        assert second.result(timeout=30) == 2 and asked == [True, False]
+        nudge()  # a nudge while no one waits is not lost: the next wait returns at once
+        assert waiting.submit(next, answers).result(timeout=30) == 3
+    finally:
+        stopping.set()
+        nudge()
+        waiting.shutdown()
+    assert nudge.wait(nudge.count, 0.0) == nudge.count, "no nudge since: the timeout"
 
 
 def _states(entry: list[str] | None) -> Hashable:

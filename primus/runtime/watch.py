@@ -47,11 +47,42 @@ class ChangedKeys:
             return now, [key for key, at in self._changed_at.items() if at >= revision]
 
 
-def stream(context: grpc.ServicerContext, tick_seconds: float, answer: Callable[[bool], Answer], stopping: threading.Event) -> Iterator[Answer]:
-    """A watch's answers: answer(True) (the snapshot) at once, then answer(False) every tick until the caller leaves or
-    the server begins to stop (stopping: its RunningServer.stopping; the watcher opens the stream again elsewhere)."""
-    first = True
+class Nudge:
+    """Wakes a service's watch streams before their tick: a caller's own change there (a launch, a plan) reaches its
+    watch at once, not up to a tick later (a job's driver waits for its watch to hold what it did)."""
+
+    def __init__(self) -> None:
+        self._nudged = threading.Condition()
+        self._count = 0
+
+    def __call__(self) -> None:
+        with self._nudged:
+            self._count += 1
+            self._nudged.notify_all()
+
+    @property
+    def count(self) -> int:
+        with self._nudged:
+            return self._count
+
+    def wait(self, seen: int, timeout: float) -> int:
+        """Until a nudge after `seen` (the count this returned last) or the timeout; the count now."""
+        with self._nudged:
+            self._nudged.wait_for(lambda: self._count != seen, timeout)
+            return self._count
+
+
+def stream(
+    context: grpc.ServicerContext, tick_seconds: float, answer: Callable[[bool], Answer], stopping: threading.Event, nudge: Nudge | None = None
+) -> Iterator[Answer]:
+    """A watch's answers: answer(True) (the snapshot) at once, then answer(False) every tick, or at once when nudged,
+    until the caller leaves or the server begins to stop (stopping: its RunningServer.stopping; the watcher opens the
+    stream again elsewhere; with a nudge, seen within a tick)."""
+    first, seen = True, nudge.count if nudge is not None else 0
     while context.is_active() and not stopping.is_set():
         yield answer(first)
         first = False
-        stopping.wait(tick_seconds)
+        if nudge is None:
+            stopping.wait(tick_seconds)
+        else:
+            seen = nudge.wait(seen, tick_seconds)

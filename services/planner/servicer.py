@@ -167,12 +167,15 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
         self._settings = settings or PlannerSettings()
         self._long_polls = threading.BoundedSemaphore(LONG_POLLS)
         self._revisions = watch.Revisions()
+        self._nudge = watch.Nudge()  # a plan made wakes the watch streams
         self.stopping = threading.Event()  # the server's (RunningServer.stopping) once it serves: its watch streams end as it stops
         self._pacer = EmptyLeasePacer(self._settings.retry_after_seconds, self._settings.retry_after_cap_seconds)
 
     def CreatePlan(self, request: planner_pb2.CreatePlanRequest, context: grpc.ServicerContext) -> planner_pb2.CreatePlanResponse:
         made = self._registry.create(request.job_id, request.spec_yaml).plan
-        return planner_pb2.CreatePlanResponse(summary=summary_proto(made), revision=self._revisions.next())  # after: a watch there holds it
+        revision = self._revisions.next()  # after: a watch answer at it holds the plan
+        self._nudge()  # and the watches send it now, not at their next tick
+        return planner_pb2.CreatePlanResponse(summary=summary_proto(made), revision=revision)
 
     def PreviewPlan(self, request: planner_pb2.PreviewPlanRequest, context: grpc.ServicerContext) -> planner_pb2.PreviewPlanResponse:
         job = load_job_text(request.spec_yaml, "previewed spec")
@@ -213,7 +216,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
                 reply.dropped.append(job_id)
             return reply
 
-        return watch.stream(context, WATCH_TICK_SECONDS, answer, self.stopping)
+        return watch.stream(context, WATCH_TICK_SECONDS, answer, self.stopping, self._nudge)
 
     def LeaseTask(self, request: planner_pb2.LeaseTaskRequest, context: grpc.ServicerContext) -> planner_pb2.LeaseTaskResponse:
         started = time.perf_counter()

@@ -76,6 +76,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
         self._pool = pool
         self._autoscaler = autoscaler
         self.stopping = threading.Event()  # the server's (RunningServer.stopping) once it serves: its watch streams end as it stops
+        self._nudge = watch.Nudge()  # a launch wakes the watch streams
 
     def _protos(self, records: list[ExecutorRecord]) -> list[rc_pb2.Executor]:
         return [executor_proto(r) for r in records]
@@ -101,7 +102,9 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
             join_gang=request.join_gang,
         )
         launched = self._pool.launch(launch)
-        return rc_pb2.LaunchExecutorsResponse(executors=self._protos(launched), revision=self._pool.changed.revisions.next())  # after: a watch there holds them
+        revision = self._pool.changed.revisions.next()  # after: a watch answer at it holds them
+        self._nudge()  # and the watches send it now, not at their next tick
+        return rc_pb2.LaunchExecutorsResponse(executors=self._protos(launched), revision=revision)
 
     def ListBackends(self, request: rc_pb2.ListBackendsRequest, context: grpc.ServicerContext) -> rc_pb2.ListBackendsResponse:
         return rc_pb2.ListBackendsResponse(
@@ -139,7 +142,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
             changed = [rc_pb2.JobExecutors(job_id=job_id, executors=self._protos(records)) for job_id, records in jobs.items()]
             return rc_pb2.WatchExecutorsResponse(revision=since, snapshot=first, jobs=changed)
 
-        return watch.stream(context, WATCH_TICK_SECONDS, answer, self.stopping)
+        return watch.stream(context, WATCH_TICK_SECONDS, answer, self.stopping, self._nudge)
 
     def ReleaseExecutors(self, request: rc_pb2.ReleaseExecutorsRequest, context: grpc.ServicerContext) -> rc_pb2.ReleaseExecutorsResponse:
         role = _role(request.role) if request.role else None
