@@ -154,6 +154,11 @@ class ExecutorRecord:
             if on_change is not None:
                 on_change(self.job_id)
 
+    @property
+    def version(self) -> int:
+        """One more on each change of a field the state file holds: a text made at one version is of that version."""
+        return int(self.__dict__.get("_version", 0))
+
     def on_change(self, hook: Callable[[str], None]) -> None:
         """Call hook(job_id) after each change of a field the state file and ListExecutors hold (not on heartbeats)."""
         object.__setattr__(self, "_on_change", hook)
@@ -173,11 +178,11 @@ class ExecutorRecord:
         ended = self.__dict__.get("_ended_text")
         if ended is not None:
             return str(ended)  # an ended executor's handle changes no more: its whole text is kept
-        version = self.__dict__.get("_version", 0)
+        version = self.version
         rest = self.__dict__.get("_state_text")
         if rest is None:
             rest = json.dumps(self._fields_state())
-            if self.__dict__.get("_version", 0) == version:
+            if self.version == version:
                 object.__setattr__(self, "_state_text", rest)
         handle_state = self.handle.to_state() if self.handle is not None else None
         known = self.__dict__.get("_handle_text")
@@ -185,7 +190,7 @@ class ExecutorRecord:
             known = (handle_state, json.dumps(handle_state))
             object.__setattr__(self, "_handle_text", known)
         text = f'{{"handle": {known[1]}, {rest[1:]}'
-        if not self.state.live and self.__dict__.get("_version", 0) == version:
+        if not self.state.live and self.version == version:
             object.__setattr__(self, "_ended_text", text)
         return text
 

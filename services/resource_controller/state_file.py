@@ -69,7 +69,7 @@ class StateFile:
         """Append the ended ones of `records` the ended log does not hold as they are now; False on a full disk."""
         lines = []
         for record in records:
-            version = record.__dict__.get("_version", 0)  # read before the text: a change made meanwhile is appended again
+            version = record.version  # read before the text: a change made meanwhile is appended again
             if is_ended(record) and self._archived.get(record.executor_id) != version:
                 lines.append((record.executor_id, version, record.state_text()))
         if not lines:
@@ -87,7 +87,7 @@ class StateFile:
 
     def mark_archived(self, record: ExecutorRecord) -> None:
         """A record read back from the ended log: the log holds it as it is."""
-        self._archived[record.executor_id] = record.__dict__.get("_version", 0)
+        self._archived[record.executor_id] = record.version
 
     def write(self, data: dict[str, Any], records: list[ExecutorRecord], taken_in: Path) -> bool:
         """Archive the ended records, then write the snapshot of `data` and the others (a temporary file, then a
