@@ -6,13 +6,17 @@ of benchmarks/control_plane_support/fleet.py (one process, one event loop, 50 co
 claims and reports its job's tasks as a real one does, reading nothing; each job's trainer commits what was served and
 reports its result once every task is done. 500 jobs of 19 data executors and a trainer: 10,000 executors in all.
 
+The clients are split between two fleet processes by job: a probe of one job in PROBE_ONE_IN, whose event loop is
+nearly idle as a real executor's process is, and the bulk, one loop behind 9,000 clients, whose own lag is part of
+every round trip it times. The lease goal is judged on the probe's leases; the bulk's are printed beside them.
+
 Measured: submit-to-admit (the master's admission time less the job's creation, each job), every lease's round trip
 (a LeaseTask, or a ClaimTask carrying lease_next, that leased a task; one that found nothing waits in the planner's
 long poll by design and is counted apart), the master's job-driver look (observe, reconcile, apply) and admission
 pass as the master's /metrics gives them (over its last 10,000 of each), how the looks read the peers (from the
 master's watches of the planner and controller, or by a call), the claims' lease and the heartbeats' p99 per 30 s of
-the run with the fleet's own event-loop lag beside them (part of every round trip the fleet times), each service's
-memory (peak RSS less its RSS before the first submit, per job), and whether every job succeeded (none starved).
+the run with each fleet's own event-loop lag beside them, each process's CPU per 30 s, each service's memory (peak RSS
+less its RSS before the first submit, per job), and whether every job succeeded (none starved).
 
 Prints a table; the last line is one JSON object of the figures.
 """
@@ -20,6 +24,7 @@ Prints a table; the last line is one JSON object of the figures.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -51,6 +56,8 @@ GOALS = {"lease_p99_ms": 10.0, "master_tick_p99_ms": 100.0}
 # plane's saturation. A task is 32 MiB of Parquet, about 250k Criteo-shaped rows; a CPU trainer taking 80k rows/s from
 # 19 executors leaves each one a task a minute: --task-seconds 60 is that steady state.
 TASK_SECONDS = 0.0
+# One job in this many is the probe fleet's: 50 jobs, 1,000 clients, enough leases for a p99 (about 3,000 a run).
+PROBE_ONE_IN = 10
 WINDOW_SECONDS = 30  # the claims' lease p99 is also given per window of the run this long: when the slow ones came
 FINAL = (common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED)
 
@@ -67,9 +74,32 @@ class Service:
 
 
 @dataclass
+class Fleet:
+    share: str  # "probe" or "bulk"
+    process: subprocess.Popen[bytes]
+    out: Path
+
+
+@dataclass
 class Run:
     services: list[Service] = field(default_factory=list)
-    fleet: subprocess.Popen[bytes] | None = None
+    fleets: list[Fleet] = field(default_factory=list)
+    cpu_at: list[tuple[float, dict[str, float]]] = field(default_factory=list)  # (seconds into the run, CPU seconds so far per process)
+
+    def sample_cpu(self, at: float) -> None:
+        processes = [(s.name, s.process.pid) for s in self.services] + [(f"fleet {f.share}", f.process.pid) for f in self.fleets]
+        self.cpu_at.append((at, {**{name: _cpu_seconds(pid) for name, pid in processes}, "machine": _machine_busy_seconds()}))
+
+    def cpu_by_window(self) -> dict[str, list[float]]:
+        """CPU seconds each process used in each WINDOW_SECONDS of the run (from the samples nearest each window's edges)."""
+        if not self.cpu_at:
+            return {}
+        edges: list[dict[str, float]] = []
+        for at, used in self.cpu_at:
+            while len(edges) <= at // WINDOW_SECONDS:
+                edges.append(used)
+        edges.append(self.cpu_at[-1][1])
+        return {name: [round(b[name] - a[name], 1) for a, b in itertools.pairwise(edges)] for name in edges[0]}
 
 
 def _start(run: Run, name: str, module: str, args: list[str], state: Path, env: dict[str, str]) -> Service:
@@ -106,6 +136,12 @@ def _cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_busy_seconds() -> float:
+    """CPU seconds this machine's cores have spent busy (not idle nor waiting for I/O) since boot, every process's and the kernel's."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait; guest time is in user
 
 
 def _queues_file(path: Path, jobs: int, cores_per_job: float) -> None:
@@ -186,6 +222,7 @@ def measure(
     heartbeat_spacing: float | None = None,
     task_jitter: float = 0.0,
     launch_spacing: float | None = None,
+    probe_one_in: int = PROBE_ONE_IN,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="primus-control-plane-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
@@ -209,22 +246,25 @@ def measure(
             if launch_spacing is not None:
                 master_args += ["--launch-spacing-seconds", str(launch_spacing)]
             master = _start(run, "master", "services.master", [*master_args, "--queues", str(queues)], state, env)
-            out = work / "fleet.json"
-            fleet_args = ["--launches", str(launches), "--out", str(out), "--planner", planner.address, "--controller", controller.address, "--master", master.address]
+            fleet_args = ["--launches", str(launches), "--planner", planner.address, "--controller", controller.address, "--master", master.address]
             fleet_args += ["--heartbeat-seconds", str(heartbeat_seconds), "--task-seconds", str(task_seconds), "--task-jitter", str(task_jitter)]
-            fleet_log = (state / "fleet.log").open("ab")
-            run.fleet = subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.control_plane_support.fleet", *fleet_args],
-                stdout=fleet_log,
-                stderr=subprocess.STDOUT,
-                cwd=ROOT,
-                env=env,
-            )
+            fleet_args += ["--probe-one-in", str(probe_one_in)]
+            for share in ("probe", "bulk"):
+                out = work / f"fleet-{share}.json"
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "benchmarks.control_plane_support.fleet", *fleet_args, "--share", share, "--out", str(out)],
+                    stdout=(state / f"fleet-{share}.log").open("ab"),
+                    stderr=subprocess.STDOUT,
+                    cwd=ROOT,
+                    env=env,
+                )
+                run.fleets.append(Fleet(share, process, out))
             for service in run.services:
                 service.rss_before = service.rss_peak = _rss(service.process.pid)
             specs = [_job_yaml(dataset, i, executors) for i in range(jobs)]
             stub = master_pb2_grpc.MasterServiceStub(rpc.connect(master.address))
             started = time.monotonic()
+            run.sample_cpu(0.0)
             with ThreadPoolExecutor(16) as pool:
                 ids = list(pool.map(lambda spec: stub.SubmitJob(master_pb2.SubmitJobRequest(spec_yaml=spec), timeout=120).job_id, specs))
             submitted_s = time.monotonic() - started
@@ -239,6 +279,7 @@ def measure(
                     continue
                 for service in run.services:
                     service.rss_peak = max(service.rss_peak, _rss(service.process.pid))
+                run.sample_cpu(time.monotonic() - started)
                 ended = sum(1 for j in listed if j.state in FINAL)
                 if time.monotonic() - last_print > 10:
                     admitted = sum(1 for j in listed if j.admitted_unix)
@@ -255,45 +296,64 @@ def measure(
             }
             for service in run.services:
                 service.cpu_seconds = _cpu_seconds(service.process.pid)
-            fleet_cpu = _cpu_seconds(run.fleet.pid)
+            run.sample_cpu(time.monotonic() - started)
+            fleet_cpu = {f"fleet {f.share}": _cpu_seconds(f.process.pid) for f in run.fleets}
         finally:
-            if run.fleet is not None:
-                run.fleet.send_signal(signal.SIGTERM)
-                run.fleet.wait(30)
+            for each in run.fleets:
+                each.process.send_signal(signal.SIGTERM)
+                each.process.wait(30)
             for service in reversed(run.services):  # nothing to keep: the executors are the fleet's
                 service.process.kill()
                 service.process.wait(30)
-        fleet = json.loads(out.read_text()) if out.exists() else {}
-        if not fleet:  # the fleet died: say why (its log goes with the temporary folder)
-            print(f"the fleet wrote no figures (exit code {run.fleet.returncode if run.fleet else None}); its log ends:", flush=True)
-            print("\n".join((state / "fleet.log").read_text(errors="replace").splitlines()[-20:]), flush=True)
+        measured: dict[str, dict[str, Any]] = {}
+        for each in run.fleets:
+            measured[each.share] = json.loads(each.out.read_text()) if each.out.exists() else {}
+            if not measured[each.share]:  # a fleet died: say why (its log goes with the temporary folder)
+                print(f"the {each.share} fleet wrote no figures (exit code {each.process.returncode}); its log ends:", flush=True)
+                print("\n".join((state / f"fleet-{each.share}.log").read_text(errors="replace").splitlines()[-20:]), flush=True)
     mine = {j.job_id: j for j in listed if j.job_id in set(ids)}
     admit_ms = [(j.admitted_unix - j.created_unix) * 1000 for j in mine.values() if j.admitted_unix]
     succeeded = sum(1 for j in mine.values() if j.state == common_pb2.JOB_STATE_SUCCEEDED)
-    lease = fleet.get("lease_ms", [])
+    probe, bulk = measured.get("probe", {}), measured.get("bulk", {})
+
+    def both(key: str) -> list[float]:
+        return [*probe.get(key, []), *bulk.get(key, [])]
+
+    lease, bulk_lease = probe.get("lease_ms", []), bulk.get("lease_ms", [])
+    errors: dict[str, int] = {}
+    for figures in (probe, bulk):
+        for key, count in figures.get("errors", {}).items():
+            errors[key] = errors.get(key, 0) + count
     return {
         "jobs": jobs,
         "executors": jobs * (executors + 1),
-        "registered": fleet.get("registered", 0),
+        "registered": probe.get("registered", 0) + bulk.get("registered", 0),
         "succeeded": succeeded,
         "wall_s": round(wall, 1),
         "submit_s": round(submitted_s, 1),
         "task_seconds": task_seconds,
         "task_jitter": task_jitter,
-        "leases": len(lease),
-        "leases_per_s": round(len(lease) / wall, 1) if wall else 0.0,
+        "probe_one_in": probe_one_in,
+        "leases": len(lease),  # the probe's: its clients' round trips, timed by a nearly idle loop
+        "leases_per_s": round(len(lease + bulk_lease) / wall, 1) if wall else 0.0,
         "lease_p50_ms": round(_quantile(lease, 0.5), 2),
         "lease_p99_ms": round(_quantile(lease, 0.99), 2),
-        "lease_p99_ms_by_window": _by_window(fleet.get("lease_at", []), lease),
-        "leases_by_window": _count_by_window(fleet.get("lease_at", [])),
-        "registered_by_window": _count_by_window(fleet.get("registered_at", [])),
-        "claim_lease_p50_ms": round(_quantile(fleet.get("claim_lease_ms", []), 0.5), 2),
-        "claim_lease_p99_ms": round(_quantile(fleet.get("claim_lease_ms", []), 0.99), 2),
-        "claim_lease_p99_ms_by_window": _by_window(fleet.get("claim_lease_at", []), fleet.get("claim_lease_ms", [])),
-        "heartbeat_p99_ms_by_window": _by_window(fleet.get("heartbeat_at", []), fleet.get("heartbeat_ms", [])),
-        "fleet_loop_lag_p99_ms_by_window": _by_window(fleet.get("loop_lag_at", []), fleet.get("loop_lag_ms", [])),
-        "heartbeat_p99_ms": round(_quantile(fleet.get("heartbeat_ms", []), 0.99), 2),
-        "heartbeats_per_s": round(len(fleet.get("heartbeat_ms", [])) / wall, 1) if wall else 0.0,
+        "lease_p99_ms_by_window": _by_window(probe.get("lease_at", []), lease),
+        "bulk_leases": len(bulk_lease),  # the bulk fleet's: its own loop's lag is part of each
+        "bulk_lease_p50_ms": round(_quantile(bulk_lease, 0.5), 2),
+        "bulk_lease_p99_ms": round(_quantile(bulk_lease, 0.99), 2),
+        "bulk_lease_p99_ms_by_window": _by_window(bulk.get("lease_at", []), bulk_lease),
+        "empty_lease_polls_per_s": round((probe.get("empty_polls", 0) + bulk.get("empty_polls", 0)) / wall, 1) if wall else 0.0,  # LeaseTasks that found nothing
+        "leases_by_window": _count_by_window(both("lease_at")),
+        "registered_by_window": _count_by_window(both("registered_at")),
+        "claim_lease_p50_ms": round(_quantile(probe.get("claim_lease_ms", []), 0.5), 2),
+        "claim_lease_p99_ms": round(_quantile(probe.get("claim_lease_ms", []), 0.99), 2),
+        "claim_lease_p99_ms_by_window": _by_window(probe.get("claim_lease_at", []), probe.get("claim_lease_ms", [])),
+        "heartbeat_p99_ms_by_window": _by_window(both("heartbeat_at"), both("heartbeat_ms")),
+        "probe_loop_lag_p99_ms_by_window": _by_window(probe.get("loop_lag_at", []), probe.get("loop_lag_ms", [])),
+        "bulk_loop_lag_p99_ms_by_window": _by_window(bulk.get("loop_lag_at", []), bulk.get("loop_lag_ms", [])),
+        "heartbeat_p99_ms": round(_quantile(both("heartbeat_ms"), 0.99), 2),
+        "heartbeats_per_s": round(len(both("heartbeat_ms")) / wall, 1) if wall else 0.0,
         "planner_lease_p99_ms": round(served["lease"] * 1000, 2),  # the planner's own handling time, at its histogram's bucket bound
         "planner_claim_p99_ms": round(served["claim"] * 1000, 2),
         "submit_to_admit_p50_ms": round(_quantile(admit_ms, 0.5), 1),
@@ -305,8 +365,9 @@ def measure(
         "peer_reads_watched": int(loops.get("reads_watch", 0)),  # a look's reads of the plan and the executors from the master's watches
         "peer_reads_direct": int(loops.get("reads_direct", 0)),  # ... by a call to the planner or the controller
         "memory_per_job_kib": {s.name: round((s.rss_peak - s.rss_before) / jobs / 1024, 1) for s in run.services},
-        "cpu_seconds": {**{s.name: round(s.cpu_seconds, 1) for s in run.services}, "fleet": round(fleet_cpu, 1)},
-        "fleet_errors": fleet.get("errors", {}),
+        "cpu_seconds": {**{s.name: round(s.cpu_seconds, 1) for s in run.services}, **{k: round(v, 1) for k, v in fleet_cpu.items()}},
+        "cpu_seconds_by_window": run.cpu_by_window(),
+        "fleet_errors": errors,
         "no_job_starved": succeeded == jobs,
     }
 
@@ -320,6 +381,7 @@ def main() -> None:
     parser.add_argument(
         "--task-jitter", type=float, default=0.0, help="each task is held task-seconds x uniform(1 - j, 1 + j): real tasks vary (tasks of one length come back in waves)"
     )
+    parser.add_argument("--probe-one-in", type=int, default=PROBE_ONE_IN, help="the probe fleet takes one job in this many (1: every job)")
     parser.add_argument("--launch-spacing", type=float, default=None, help="the master's --launch-spacing-seconds (default: its own; 0: unpaced)")
     parser.add_argument("--heartbeat-spacing", type=float, default=None, help="the controller's --heartbeat-spacing-seconds (default: its own; 0: no spacing)")
     parser.add_argument(
@@ -329,18 +391,34 @@ def main() -> None:
         help="how long a simulated executor holds each task, as serving it takes a real one (0: claims at once, the control plane's saturation)",
     )
     args = parser.parse_args()
+    if args.probe_one_in < 1:
+        parser.error(f"--probe-one-in must be 1 or more (the probe takes one job in that many), not {args.probe_one_in}")
     figures = measure(
-        args.jobs, args.executors_per_job, args.timeout, args.heartbeat_seconds, args.task_seconds, args.heartbeat_spacing, args.task_jitter, args.launch_spacing
+        args.jobs,
+        args.executors_per_job,
+        args.timeout,
+        args.heartbeat_seconds,
+        args.task_seconds,
+        args.heartbeat_spacing,
+        args.task_jitter,
+        args.launch_spacing,
+        args.probe_one_in,
     )
     rows = [
         ("jobs / executors", f"{figures['jobs']} / {figures['executors']} ({figures['registered']} registered)", "-"),
         ("jobs succeeded", f"{figures['succeeded']} in {figures['wall_s']} s", "all: none starved"),
-        ("task held / leases per s", f"{figures['task_seconds']:g} s / {figures['leases_per_s']}", "-"),
-        ("lease p50 / p99 ms", f"{figures['lease_p50_ms']} / {figures['lease_p99_ms']} ({figures['leases']:,} leases)", f"p99 <= {GOALS['lease_p99_ms']:g}"),
+        ("task held / leases per s / empty lease polls per s", f"{figures['task_seconds']:g} s / {figures['leases_per_s']} / {figures['empty_lease_polls_per_s']}", "-"),
+        (
+            f"lease p50 / p99 ms (the probe: 1 job in {figures['probe_one_in']})",
+            f"{figures['lease_p50_ms']} / {figures['lease_p99_ms']} ({figures['leases']:,} leases)",
+            f"p99 <= {GOALS['lease_p99_ms']:g}",
+        ),
         ("... p99 ms by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["lease_p99_ms_by_window"].items()), "-"),
+        ("lease p50 / p99 ms timed by the bulk fleet", f"{figures['bulk_lease_p50_ms']} / {figures['bulk_lease_p99_ms']} ({figures['bulk_leases']:,} leases)", "-"),
+        ("... p99 ms by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["bulk_lease_p99_ms_by_window"].items()), "-"),
         ("... leases by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["leases_by_window"].items()), "-"),
         ("registrations by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["registered_by_window"].items()), "-"),
-        ("leases riding a claim (after the start) p50 / p99 ms", f"{figures['claim_lease_p50_ms']} / {figures['claim_lease_p99_ms']}", "-"),
+        ("the probe's leases riding a claim p50 / p99 ms", f"{figures['claim_lease_p50_ms']} / {figures['claim_lease_p99_ms']}", "-"),
         ("... p99 ms by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["claim_lease_p99_ms_by_window"].items()), "-"),
         ("planner's own lease / claim p99 ms", f"{figures['planner_lease_p99_ms']} / {figures['planner_claim_p99_ms']} (bucket bounds)", "-"),
         ("master job look p50 / p99 ms", f"{figures['master_tick_p50_ms']} / {figures['master_tick_p99_ms']}", f"p99 <= {GOALS['master_tick_p99_ms']:g}"),
@@ -350,9 +428,16 @@ def main() -> None:
         ("submit to admit p50 / p99 ms", f"{figures['submit_to_admit_p50_ms']} / {figures['submit_to_admit_p99_ms']}", "-"),
         ("heartbeat p99 ms / per s", f"{figures['heartbeat_p99_ms']} / {figures['heartbeats_per_s']}", "-"),
         ("... p99 ms by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["heartbeat_p99_ms_by_window"].items()), "-"),
-        ("the fleet's own loop lag, p99 ms by 30 s", ", ".join(f"{k} {v}" for k, v in figures["fleet_loop_lag_p99_ms_by_window"].items()), "-"),
+        ("the probe's own loop lag, p99 ms by 30 s", ", ".join(f"{k} {v}" for k, v in figures["probe_loop_lag_p99_ms_by_window"].items()), "-"),
+        ("the bulk fleet's own loop lag, p99 ms by 30 s", ", ".join(f"{k} {v}" for k, v in figures["bulk_loop_lag_p99_ms_by_window"].items()), "-"),
         ("memory per job KiB", ", ".join(f"{k} {v}" for k, v in figures["memory_per_job_kib"].items()), "-"),
         ("CPU seconds", ", ".join(f"{k} {v}" for k, v in figures["cpu_seconds"].items()), "-"),
+        *[(f"... {name} by 30 s", ", ".join(f"{v:g}" for v in used), "-") for name, used in figures["cpu_seconds_by_window"].items() if name != "machine"],
+        (
+            f"the machine's busy CPU s by 30 s (of {WINDOW_SECONDS * (os.cpu_count() or 1)})",
+            ", ".join(f"{v:g}" for v in figures["cpu_seconds_by_window"].get("machine", [])),
+            "-",
+        ),
     ]
     width = max(len(r[0]) for r in rows)
     for name, value, goal in rows:

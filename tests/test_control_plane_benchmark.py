@@ -14,12 +14,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_a_tiny_run_finishes_every_job_and_ends_with_its_figures() -> None:
     command = [sys.executable, str(ROOT / "benchmarks" / "control_plane.py"), "--jobs", "3", "--executors-per-job", "2", "--task-seconds", "0.2", "--task-jitter", "0.5"]
     command += ["--heartbeat-seconds", "1", "--timeout", "120", "--launch-spacing", "0.5"]  # 2 launches at once, then one each 0.5 s: some wait
+    command += ["--probe-one-in", "1"]  # every job is the probe's: the bulk fleet stands in for none
     done = subprocess.run(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["jobs"] == 3 and figures["executors"] == 9 and figures["registered"] == 9
     assert figures["succeeded"] == 3 and figures["no_job_starved"] is True
     assert figures["leases"] > 0 and 0 < figures["claim_lease_p50_ms"] <= figures["claim_lease_p99_ms"]
+    assert figures["bulk_leases"] == 0 and figures["probe_one_in"] == 1  # each client in one fleet process only
+    assert set(figures["cpu_seconds_by_window"]) == {"planner", "resource_controller", "master", "fleet probe", "fleet bulk", "machine"}
     assert figures["heartbeats_per_s"] > 0 and figures["task_jitter"] == 0.5
     assert figures["peer_reads_watched"] > 0 and figures["peer_reads_direct"] > 0  # idle looks read the watches; the first and those after an action, the peers
     assert figures["launch_wait_p99_ms"] > 0  # the master paced its launches

@@ -73,6 +73,19 @@ def _serve(ledger: TaskLedger, lease: Lease, now: float = 1.0) -> None:
     assert ledger.served(lease.spec.task_id, lease.attempt, WorkDone(rows=lease.spec.rows), now=now)
 
 
+def test_changes_counts_each_task_added_and_each_move_and_nothing_else() -> None:
+    ledger, heard = _ledger(_task("a", 0), _task("a", 1))
+    assert ledger.changes == 2  # two tasks added
+    ledger.counts(), ledger.snapshot(), ledger.pending_rows()
+    assert ledger.changes == 2  # reads change nothing
+    lease = _lease(ledger)
+    ledger.release(lease.spec.task_id, lease.attempt)
+    assert ledger.counts()[P] == 2 and ledger.changes == 4  # the counts are back where they were; the changes are not
+    _serve(ledger, _lease(ledger))
+    assert ledger.changes == 4 + len(heard.moves) - 2 == 6  # one per move the observer heard: leased, then served
+    assert ledger.add_tasks([_task("a", 1), _task("a", 2)]) == 1 and ledger.changes == 7  # a task already known is no change
+
+
 # --- the table ---------------------------------------------------------------------------------
 
 

@@ -82,7 +82,7 @@ def main() -> None:
     launches = Path(argv[at + 1])
     sys.argv = [sys.argv[0], *argv[:at], *argv[at + 2 :]]
 
-    def simulated(config: BackendConfig, local: SchedulerBackend | None = None, hosts: HostHealth | None = None) -> dict[str, SchedulerBackend]:
+    def simulated(config: BackendConfig, local: SchedulerBackend | None = None, hosts: HostHealth | None = None) -> dict[BackendKind, SchedulerBackend]:
         return registry.build_backends(config, local=SimulatedBackend(launches), hosts=hosts)
 
     controller_main.build_backends = simulated  # type: ignore[attr-defined]

@@ -9,6 +9,10 @@ It follows the launches file; each line starts a client in this process's event 
 - a trainer registers, heartbeats, commits what its job's executors served (CommitProgress, each commit interval) and
   reports progress; once the planner counts every task done it reports its result, which ends the job.
 On SIGTERM it writes what it measured (every lease and claim's round trip, the heartbeats') to --out as JSON.
+
+With --probe-one-in N the jobs are split between two such processes by a hash of the job id: `--share probe` takes one
+job in N, `--share bulk` the others. The probe's loop is nearly idle, as a real executor's process is, so the round
+trips it times are the services' and the wire's; the bulk's include its own loop's lag behind thousands of clients.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import json
 import random
 import signal
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,6 +102,8 @@ class Fleet:
                     await asyncio.sleep(FOLLOW_SECONDS)
                     continue
                 launched, partial = json.loads(partial), ""
+                if not self._mine(launched["job_id"]):
+                    continue
                 client = self._trainer if launched["role"] == "trainer" else self._executor
                 task = asyncio.create_task(client(launched["job_id"], launched["executor_id"]))
                 self._tasks.add(task)
@@ -104,6 +111,14 @@ class Fleet:
         for task in [*self._tasks, lag]:
             task.cancel()
         Path(self._args.out).write_text(json.dumps(self.measured.__dict__))
+
+    def _mine(self, job_id: str) -> bool:
+        """Whether this process stands in for the job's clients (every job unless the jobs are shared with a probe)."""
+        if not self._args.probe_one_in:
+            return True
+        probe: bool = zlib.crc32(job_id.encode()) % int(self._args.probe_one_in) == 0
+        probing: bool = self._args.share == "probe"
+        return probe == probing
 
     def _planner(self, job_id: str) -> planner_pb2_grpc.PlannerServiceStub:
         return self._planners[hash(job_id) % CONNECTIONS]
@@ -253,6 +268,8 @@ def main() -> None:
     parser.add_argument("--commit-seconds", type=float, default=1.0)
     parser.add_argument("--task-seconds", type=float, default=0.0)
     parser.add_argument("--task-jitter", type=float, default=0.0, help="each task is held task-seconds x uniform(1 - j, 1 + j)")
+    parser.add_argument("--probe-one-in", type=int, default=0, help="share the jobs with another fleet process: one job in N is the probe's (0: every job is this one's)")
+    parser.add_argument("--share", choices=("probe", "bulk"), default="bulk", help="with --probe-one-in: which jobs this process takes")
     asyncio.run(Fleet(parser.parse_args()).run())
 
 

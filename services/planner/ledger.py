@@ -617,6 +617,11 @@ class TaskLedger:
         with self._lock:
             return self._states.counts()
 
+    @property
+    def changes(self) -> int:
+        """Tasks added and status changes so far (read without the lock: a read racing a change sees it next time)."""
+        return self._states.changes
+
     def counts_by_source(self) -> dict[tuple[str, int, TaskStatus], int]:
         """Tasks per (source, purpose, status), for the combinations that have any."""
         with self._lock:
