@@ -56,7 +56,7 @@ GOALS = {"lease_p99_ms": 10.0, "master_tick_p99_ms": 100.0}
 # plane's saturation. A task is 32 MiB of Parquet, about 250k Criteo-shaped rows; a CPU trainer taking 80k rows/s from
 # 19 executors leaves each one a task a minute: --task-seconds 60 is that steady state.
 TASK_SECONDS = 0.0
-# One job in this many is the probe fleet's: 50 jobs, 1,000 clients, enough leases for a p99 (about 3,000 a run).
+# One job in this many is the probe fleet's: 50 jobs, 1,000 clients, enough leases for a p99 (2,000 to 3,000 a run).
 PROBE_ONE_IN = 10
 WINDOW_SECONDS = 30  # the claims' lease p99 is also given per window of the run this long: when the slow ones came
 FINAL = (common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED)
@@ -74,7 +74,7 @@ class Service:
 
 
 @dataclass
-class Fleet:
+class FleetProcess:
     share: str  # "probe" or "bulk"
     process: subprocess.Popen[bytes]
     out: Path
@@ -83,7 +83,7 @@ class Fleet:
 @dataclass
 class Run:
     services: list[Service] = field(default_factory=list)
-    fleets: list[Fleet] = field(default_factory=list)
+    fleets: list[FleetProcess] = field(default_factory=list)
     cpu_at: list[tuple[float, dict[str, float]]] = field(default_factory=list)  # (seconds into the run, CPU seconds so far per process)
 
     def sample_cpu(self, at: float) -> None:
@@ -258,7 +258,7 @@ def measure(
                     cwd=ROOT,
                     env=env,
                 )
-                run.fleets.append(Fleet(share, process, out))
+                run.fleets.append(FleetProcess(share, process, out))
             for service in run.services:
                 service.rss_before = service.rss_peak = _rss(service.process.pid)
             specs = [_job_yaml(dataset, i, executors) for i in range(jobs)]
