@@ -33,6 +33,27 @@ pytestmark = pytest.mark.xdist_group("ray")
 LONG_DAYS = 8  # the scaling test's job: long enough that three executors, a kill and a scale-in land mid-training
 GIB = 1024**3
 NAMESPACE = "primus"
+RAY_START_TRIES = 3
+
+
+def _start_cluster() -> Cluster:
+    """The head and the second raylet. Ray gives a raylet a fixed 30 s to register with its GCS (ray._private.node):
+    on a machine busy with the other tests a start can miss it, and is then stopped and tried again."""
+    for attempt in range(1, RAY_START_TRIES + 1):
+        try:
+            cluster = Cluster(
+                initialize_head=True,
+                head_node_args={"num_cpus": 2, "memory": 6 * GIB, "object_store_memory": 128 * 1024**2, "include_dashboard": False},
+            )
+            cluster.add_node(num_cpus=2, num_gpus=1, memory=6 * GIB, object_store_memory=128 * 1024**2)
+            cluster.wait_for_nodes()
+            return cluster
+        except Exception as exc:  # Ray raises a bare Exception for it
+            if "timed out during startup" not in str(exc) or attempt == RAY_START_TRIES:
+                raise
+            print(f"Ray's start timed out (try {attempt} of {RAY_START_TRIES}): stopping what started and trying again", file=sys.stderr)
+            subprocess.run([str(Path(sys.executable).parent / "ray"), "stop", "--force"], capture_output=True, timeout=120, check=False)  # only this group runs Ray
+    raise AssertionError("not reached")
 
 
 @pytest.fixture(scope="module")
@@ -40,12 +61,7 @@ NAMESPACE = "primus"
 def ray_cluster() -> Iterator[str]:
     """A head and a second raylet, 2 CPUs and 6 GiB (logical) each, the second with a (logical) GPU; the test process
     joins it to kill actors."""
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 2, "memory": 6 * GIB, "object_store_memory": 128 * 1024**2, "include_dashboard": False},
-    )
-    cluster.add_node(num_cpus=2, num_gpus=1, memory=6 * GIB, object_store_memory=128 * 1024**2)
-    cluster.wait_for_nodes()
+    cluster = _start_cluster()
     ray.init(address=cluster.address, namespace=NAMESPACE, logging_level="WARNING", log_to_driver=False)
     try:
         yield str(cluster.address)
