@@ -70,7 +70,6 @@ class Service:
     metrics_address: str
     rss_before: int = 0
     rss_peak: int = 0
-    cpu_seconds: float = 0.0
 
 
 @dataclass
@@ -294,10 +293,7 @@ def measure(
                 "lease": _histogram_p99(planner.metrics_address, "primus_planner_lease_seconds", "task"),
                 "claim": _histogram_p99(planner.metrics_address, "primus_planner_claim_seconds", "granted"),
             }
-            for service in run.services:
-                service.cpu_seconds = _cpu_seconds(service.process.pid)
-            run.sample_cpu(time.monotonic() - started)
-            fleet_cpu = {f"fleet {f.share}": _cpu_seconds(f.process.pid) for f in run.fleets}
+            run.sample_cpu(time.monotonic() - started)  # the last sample: each process's CPU seconds over the run
         finally:
             for each in run.fleets:
                 each.process.send_signal(signal.SIGTERM)
@@ -365,7 +361,7 @@ def measure(
         "peer_reads_watched": int(loops.get("reads_watch", 0)),  # a look's reads of the plan and the executors from the master's watches
         "peer_reads_direct": int(loops.get("reads_direct", 0)),  # ... by a call to the planner or the controller
         "memory_per_job_kib": {s.name: round((s.rss_peak - s.rss_before) / jobs / 1024, 1) for s in run.services},
-        "cpu_seconds": {**{s.name: round(s.cpu_seconds, 1) for s in run.services}, **{k: round(v, 1) for k, v in fleet_cpu.items()}},
+        "cpu_seconds": {name: round(used, 1) for name, used in run.cpu_at[-1][1].items() if name != "machine"},
         "cpu_seconds_by_window": run.cpu_by_window(),
         "fleet_errors": errors,
         "no_job_starved": succeeded == jobs,

@@ -123,7 +123,7 @@ class TaskMoved:
 
 TransitionObserver = Callable[[TaskMoved], None]
 ALL_EVENTS = frozenset(Event)
-_STATUSES = tuple(TaskStatus)  # iterating the enum class itself is ten times slower, and counts() runs per plan per watch tick
+_STATUSES = tuple(TaskStatus)  # iterating the enum class itself is about ten times slower
 _INDEX = {status: i for i, status in enumerate(_STATUSES)}
 _PENDING = _INDEX[_P]
 
