@@ -10,7 +10,10 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 from primus.spec.roles import Role
+from services.resource_controller import changes_log, state_file
 from services.resource_controller.backends.contract import ExitReason, LimitMechanism
 from services.resource_controller.backends.local import LocalProcessBackend
 from services.resource_controller.pool import ExecutorPool, LaunchRequest
@@ -93,6 +96,110 @@ def test_a_release_appends_its_executors_and_a_restarted_pool_knows_them_ended(t
             (after,) = second.launch(LaunchRequest("job", Role.DATA_EXECUTOR, 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
             assert [e["executor_id"] for e in json.loads(path.read_text())["executors"]] == [after.executor_id], "the snapshot holds what runs"
             assert len(_ended_lines(path)) == 2, "what the ended log held is not appended again after a restart"
+            second.release("job", grace_seconds=1)
+        finally:
+            second.close()
+    finally:
+        for record in launched:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(record.pid, signal.SIGKILL)
+
+
+def _appending(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every save past the first snapshot appends (the size from which it does is 64 KiB by default)."""
+    monkeypatch.setattr(state_file, "APPEND_FROM_BYTES", 0)
+
+
+def _job(run_dir: str) -> dict[str, object]:
+    return {"run_dir": run_dir, "planner": "127.0.0.1:1", "master": "127.0.0.1:2", "backend": "local", "placement": {}}
+
+
+def test_past_its_size_a_save_appends_only_what_changed_and_a_restart_reads_it_over_the_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _appending(monkeypatch)
+    state = StateFile(tmp_path / "state.json")
+    first, second = _record("e-1", ExecutorState.READY), _record("e-2", ExecutorState.STARTING)
+    data = {"jobs": {"a": _job("/runs/a")}, "next_index": {"a/data_executor": 2}, "timeouts": {}, "decisions": {}}
+    assert not state.appends(), "there is no snapshot yet"
+    assert state.write(dict(data), [first, second], state.take_logs())
+    snapshot = state.path.read_text()
+    assert state.appends()
+    second.state, second.address = ExecutorState.READY, "127.0.0.1:9"
+    third = _record("e-3", ExecutorState.STARTING)
+    data = {**data, "jobs": {**data["jobs"], "b": _job("/runs/b")}, "next_index": {"a/data_executor": 3}}
+    assert state.append(data, [second, third])
+    assert state.path.read_text() == snapshot, "a save that appends rewrites no snapshot"
+    (line,) = [json.loads(text) for text in changes_log.path_of(state.path).read_text().splitlines()]
+    assert line["data"] == {"jobs": {"b": _job("/runs/b")}, "next_index": {"a/data_executor": 3}}, "only the entries that changed"
+    assert [e["executor_id"] for e in line["executors"]] == ["e-2", "e-3"]
+    assert state.append(data, []) and len(changes_log.path_of(state.path).read_text().splitlines()) == 1, "nothing changed: nothing appended"
+    loaded = StateFile(state.path).load()
+    assert loaded is not None
+    assert sorted(loaded.data["jobs"]) == ["a", "b"] and loaded.data["next_index"] == {"a/data_executor": 3}
+    assert {e["executor_id"]: (e["state"], e["address"]) for e in loaded.executors} == {"e-1": ("READY", ""), "e-2": ("READY", "127.0.0.1:9"), "e-3": ("STARTING", "")}
+
+
+def test_an_executor_that_ended_goes_to_the_ended_log_and_appends_stop_once_they_outweigh_the_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _appending(monkeypatch)
+    state = StateFile(tmp_path / "state.json")
+    record = _record("e-1", ExecutorState.READY)
+    assert state.write(dict(DATA), [record], state.take_logs())
+    record.state = ExecutorState.RELEASED
+    assert state.append(dict(DATA), [record])
+    assert not changes_log.path_of(state.path).exists() and [e["state"] for e in _ended_lines(state.path)] == ["RELEASED"]
+    size = len(state.path.read_text())
+    while state.appends():
+        record = _record(f"e-{size}", ExecutorState.STARTING)
+        assert state.append(dict(DATA), [record])
+        size += 1
+    assert len(changes_log.path_of(state.path).read_text()) >= len(state.path.read_text()), "appends stop once they outweigh the snapshot"
+
+
+def test_lines_older_than_the_snapshot_are_skipped_and_lines_after_a_snapshot_that_failed_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _appending(monkeypatch)
+    state = StateFile(tmp_path / "state.json")
+    record = _record("e-1", ExecutorState.STARTING)
+    assert state.write(dict(DATA), [record], state.take_logs())
+    record.state = ExecutorState.READY
+    assert state.append(dict(DATA), [record])
+    lines = changes_log.path_of(state.path).read_text()
+    record.message = "resized"
+    taken = state.take_logs()
+    assert state.write(dict(DATA), [record], taken)
+    changes_log.aside_of(state.path).write_text(lines)  # a crash after the new snapshot's rename, before the lines aside were removed
+    loaded = StateFile(state.path).load()
+    assert loaded is not None and [(e["state"], e["message"]) for e in loaded.executors] == [("READY", "resized")], "the older line does not win"
+    snapshot_before = state.path.read_text()
+    restarted = StateFile(state.path)
+    restarted.load()
+    assert not restarted.appends(), "after a restart the next save takes a snapshot (no line goes after one a crash may have cut)"
+    changes_log.aside_of(state.path).unlink()
+    state.path.write_text(snapshot_before.replace('"READY"', '"STARTING"').replace('"resized"', '""').replace('"seq": 2', '"seq": 1'))
+    changes_log.aside_of(state.path).write_text(lines + '{"seq": 1, "data": {}, "executors": [{"executor_id": "e-1", "sta')  # and a torn line
+    loaded = StateFile(state.path).load()  # a crash before the new snapshot's rename: the older snapshot and its lines
+    assert loaded is not None and [e["state"] for e in loaded.executors] == ["READY"]
+
+
+def test_a_pool_that_appends_knows_every_launch_after_a_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _appending(monkeypatch)
+    path = tmp_path / "state.json"
+    request = LaunchRequest("job", Role.DATA_EXECUTOR, 2, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2")
+    first = ExecutorPool(_sleeping(), own_address="127.0.0.1:3", state_path=path)
+    launched = first.launch(request)
+    try:
+        snapshot = path.read_text()
+        launched += first.launch(LaunchRequest("job", Role.DATA_EXECUTOR, 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
+        first.register(launched[2].executor_id, "127.0.0.1:7", "", launched[2].pid)
+        assert path.read_text() == snapshot and changes_log.path_of(path).exists(), "the second launch was appended"
+        first.close()
+        second = ExecutorPool(_sleeping(), own_address="127.0.0.1:3", state_path=path)
+        try:
+            again = {r.executor_id: second.record(r.executor_id) for r in launched}
+            assert [r.state for r in again.values()] == [ExecutorState.STARTING, ExecutorState.STARTING, ExecutorState.READY]
+            assert again[launched[2].executor_id].address == "127.0.0.1:7" and all(r.handle is not None for r in again.values()), "re-adopted"
+            (fourth,) = second.launch(LaunchRequest("job", Role.DATA_EXECUTOR, 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
+            assert fourth.executor_id.endswith("-3"), "the next index came back from the appended line"
+            launched.append(fourth)
+            assert not changes_log.path_of(path).exists(), "a restarted pool's first save takes a snapshot"
             second.release("job", grace_seconds=1)
         finally:
             second.close()

@@ -144,7 +144,7 @@ def test_peer_reads_count_by_peer_and_way() -> None:
 def test_a_record_tells_its_pool_of_a_change_of_state_but_not_of_a_heartbeat() -> None:
     heard: list[str] = []
     record = ExecutorRecord("job-1/data_executor-0", "job-1", Role.DATA_EXECUTOR, 0, ExecutorState.STARTING, 1.0, 256, "/tmp/log")
-    record.on_change(heard.append)
+    record.on_change(lambda changed: heard.append(changed.job_id))
     record.heartbeat_at = 5.0
     record.heartbeat_unix = 1_800_000_000.0
     assert heard == []

@@ -93,6 +93,7 @@ class ExecutorPool:
         self._records: dict[str, ExecutorRecord] = {}
         self.changed = ChangedKeys(Revisions())  # when each job's executors last changed (WatchExecutors)
         self._by_job: dict[str, dict[str, ExecutorRecord]] = {}  # the same records by job: a job's calls never scan every job's
+        self._dirty: set[str] = set()  # executors changed since the last save took them (a save appends only these)
         self._changes = 0  # state changes so far; the state file holds those up to _saved
         self._saved = 0
         self._save_lock = threading.Lock()  # one writer: callers whose change a write already holds do not write again
@@ -185,7 +186,12 @@ class ExecutorPool:
     def _add(self, record: ExecutorRecord) -> None:
         self._records[record.executor_id] = record
         self._by_job.setdefault(record.job_id, {})[record.executor_id] = record
-        record.on_change(self.changed.mark)
+        record.on_change(self._record_changed)
+        self._record_changed(record)
+
+    def _record_changed(self, record: ExecutorRecord) -> None:
+        """A field the state file holds changed (any thread): the job's watchers hear of it, the next save writes it."""
+        self._dirty.add(record.executor_id)
         self.changed.mark(record.job_id)
 
     def _of_job(self, job_id: str) -> Iterable[ExecutorRecord]:
@@ -446,6 +452,7 @@ class ExecutorPool:
         for backend in self.backends.values():
             for event in backend.poll():
                 changed |= self._apply(event)
+                self._dirty.add(event.executor_id)  # the backend may have changed its handle in place
         if sweep:
             changed |= self._sweep()
         if changed or (self._state is not None and self._state.unsaved_since is not None):
@@ -594,9 +601,10 @@ class ExecutorPool:
             self._write_state()
 
     def _write_state(self) -> None:
-        """A snapshot taken under the lock (copies of the jobs' fields, the list of records), the records' texts made
-        and written outside it: heartbeats, registrations and launches go on meanwhile. A record changed after the
-        snapshot was taken may be written either way; its change's own save writes it again."""
+        """What is written is taken under the lock (copies of the jobs' fields, the records changed since the last
+        write or every record), the records' texts made and written outside it: heartbeats, registrations and launches
+        go on meanwhile. A record changed after it was taken may be written either way; it is taken again by the next
+        save. While the state file appends (StateFile.appends), only the changed records are written."""
         if self._state is None:
             return
         with self._lock:
@@ -610,9 +618,12 @@ class ExecutorPool:
                 "timeouts": dict(self._timeouts),
                 "decisions": self.decisions.to_state(),
             }
-            records = list(self._records.values())
-            taken_in = self._state.take_registrations()  # what the log holds is in this snapshot
-        if self._state.write(data, records, taken_in):
+            appending = self._state.appends()
+            changed = [self._dirty.pop() for _ in range(len(self._dirty))]  # pop: a change made meanwhile stays for the next
+            records = [self._records[i] for i in changed if i in self._records] if appending else list(self._records.values())
+            taken_in = None if appending else self._state.take_logs()  # what the logs hold is in this snapshot
+        written = self._state.append(data, records) if taken_in is None else self._state.write(data, records, taken_in)
+        if written:
             self._saved = taken
 
     def _keep_ended(self, records: Iterable[ExecutorRecord]) -> None:

@@ -152,15 +152,15 @@ class ExecutorRecord:
         if name in _STATE_FIELDS:
             on_change = self.__dict__.get("_on_change")  # set by the pool that holds it: the job's watchers hear of it
             if on_change is not None:
-                on_change(self.job_id)
+                on_change(self)
 
     @property
     def version(self) -> int:
         """One more on each change of a field the state file holds: a text made at one version is of that version."""
         return int(self.__dict__.get("_version", 0))
 
-    def on_change(self, hook: Callable[[str], None]) -> None:
-        """Call hook(job_id) after each change of a field the state file and ListExecutors hold (not on heartbeats)."""
+    def on_change(self, hook: Callable[[ExecutorRecord], None]) -> None:
+        """Call hook(record) after each change of a field the state file and ListExecutors hold (not on heartbeats)."""
         object.__setattr__(self, "_on_change", hook)
 
     def view(self) -> ExecutorRecord:

@@ -13,12 +13,14 @@ def path_of(state_path: Path) -> Path:
 
 
 def rotate(log_path: Path) -> Path:
-    """Move the registrations log aside (appended to what an unfinished write left aside); the path it is now at."""
+    """Move a log aside (appended to what an unfinished write left aside); the path it is now at."""
     aside = log_path.with_name(log_path.name + ".taken")
     if log_path.exists():
         if aside.exists():
+            kept_text = aside.read_text()
+            torn = bool(kept_text) and not kept_text.endswith("\n")  # a crash cut its last line: the next line starts anew
             with aside.open("a") as kept:
-                kept.write(log_path.read_text())
+                kept.write(("\n" if torn else "") + log_path.read_text())
             log_path.unlink()
         else:
             log_path.replace(aside)
