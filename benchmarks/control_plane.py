@@ -14,8 +14,8 @@ Measured: submit-to-admit (the master's admission time less the job's creation, 
 (a LeaseTask, or a ClaimTask carrying lease_next, that leased a task; one that found nothing waits in the planner's
 long poll by design and is counted apart), the master's job-driver look (observe, reconcile, apply) and admission
 pass as the master's /metrics gives them (over its last 10,000 of each), how the looks read the peers (from the
-master's watches of the planner and controller, or by a call), the claims' lease and the heartbeats' p99 per 30 s of
-the run with each fleet's own event-loop lag beside them, each process's CPU per 30 s, each service's memory (peak RSS
+master's watches of the planner and controller, or by a call), the claims' lease and the heartbeats' p99 per window of
+the run (30 s; --window-seconds) with each fleet's own event-loop lag beside them, each process's CPU per window, each service's memory (peak RSS
 less its RSS before the first submit, per job), and whether every job succeeded (none starved).
 
 Prints a table; the last line is one JSON object of the figures.
@@ -58,7 +58,7 @@ GOALS = {"lease_p99_ms": 10.0, "master_tick_p99_ms": 100.0}
 TASK_SECONDS = 0.0
 # One job in this many is the probe fleet's: 50 jobs, 1,000 clients, enough leases for a p99 (2,000 to 3,000 a run).
 PROBE_ONE_IN = 10
-WINDOW_SECONDS = 30  # the claims' lease p99 is also given per window of the run this long: when the slow ones came
+WINDOW_SECONDS = 30  # the default window: the leases' p99, the CPU and the counts are also given per window of the run this long
 FINAL = (common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED)
 
 
@@ -84,18 +84,19 @@ class Run:
     services: list[Service] = field(default_factory=list)
     fleets: list[FleetProcess] = field(default_factory=list)
     cpu_at: list[tuple[float, dict[str, float]]] = field(default_factory=list)  # (seconds into the run, CPU seconds so far per process)
+    window: float = WINDOW_SECONDS
 
     def sample_cpu(self, at: float) -> None:
         processes = [(s.name, s.process.pid) for s in self.services] + [(f"fleet {f.share}", f.process.pid) for f in self.fleets]
         self.cpu_at.append((at, {**{name: _cpu_seconds(pid) for name, pid in processes}, "machine": _machine_busy_seconds()}))
 
     def cpu_by_window(self) -> dict[str, list[float]]:
-        """CPU seconds each process used in each WINDOW_SECONDS of the run (from the samples nearest each window's edges)."""
+        """CPU seconds each process used in each window of the run (from the samples nearest each window's edges)."""
         if not self.cpu_at:
             return {}
         edges: list[dict[str, float]] = []
         for at, used in self.cpu_at:
-            while len(edges) <= at // WINDOW_SECONDS:
+            while len(edges) <= at // self.window:
                 edges.append(used)
         edges.append(self.cpu_at[-1][1])
         return {name: [round(b[name] - a[name], 1) for a, b in itertools.pairwise(edges)] for name in edges[0]}
@@ -165,20 +166,20 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] if ordered else 0.0
 
 
-def _by_window(at: list[float], ms: list[float]) -> dict[str, float]:
-    """The p99 of the calls made in each WINDOW_SECONDS of the run: {"0s": ms, "30s": ms, ...}."""
+def _by_window(at: list[float], ms: list[float], window: float) -> dict[str, float]:
+    """The p99 of the calls made in each window of the run: {"0s": ms, "30s": ms, ...}."""
     windows: dict[int, list[float]] = {}
     for when, took in zip(at, ms, strict=True):
-        windows.setdefault(int(when // WINDOW_SECONDS), []).append(took)
-    return {f"{k * WINDOW_SECONDS}s": round(_quantile(v, 0.99), 1) for k, v in sorted(windows.items())}
+        windows.setdefault(int(when // window), []).append(took)
+    return {f"{k * window:g}s": round(_quantile(v, 0.99), 1) for k, v in sorted(windows.items())}
 
 
-def _count_by_window(at: list[float]) -> dict[str, int]:
-    """How many events came in each WINDOW_SECONDS of the run: {"0s": n, "30s": n, ...}."""
+def _count_by_window(at: list[float], window: float) -> dict[str, int]:
+    """How many events came in each window of the run: {"0s": n, "30s": n, ...}."""
     windows: dict[int, int] = {}
     for when in at:
-        windows[int(when // WINDOW_SECONDS)] = windows.get(int(when // WINDOW_SECONDS), 0) + 1
-    return {f"{k * WINDOW_SECONDS}s": n for k, n in sorted(windows.items())}
+        windows[int(when // window)] = windows.get(int(when // window), 0) + 1
+    return {f"{k * window:g}s": n for k, n in sorted(windows.items())}
 
 
 def _master_loops(metrics_address: str) -> dict[str, float]:
@@ -222,6 +223,7 @@ def measure(
     task_jitter: float = 0.0,
     launch_spacing: float | None = None,
     probe_one_in: int = PROBE_ONE_IN,
+    window: float = WINDOW_SECONDS,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="primus-control-plane-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
@@ -231,7 +233,7 @@ def measure(
         state.mkdir()
         runs = work / "runs"
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        run = Run()
+        run = Run(window=window)
         try:
             planner = _start(run, "planner", "services.planner", ["--bind", "127.0.0.1:0", "--runs-dir", str(runs), "--journal", "off"], state, env)
             launches = work / "launches.jsonl"
@@ -329,25 +331,26 @@ def measure(
         "submit_s": round(submitted_s, 1),
         "task_seconds": task_seconds,
         "task_jitter": task_jitter,
+        "window_s": window,
         "probe_one_in": probe_one_in,
         "leases": len(lease),  # the probe's: its clients' round trips, timed by a nearly idle loop
         "leases_per_s": round(len(lease + bulk_lease) / wall, 1) if wall else 0.0,
         "lease_p50_ms": round(_quantile(lease, 0.5), 2),
         "lease_p99_ms": round(_quantile(lease, 0.99), 2),
-        "lease_p99_ms_by_window": _by_window(probe.get("lease_at", []), lease),
+        "lease_p99_ms_by_window": _by_window(probe.get("lease_at", []), lease, window),
         "bulk_leases": len(bulk_lease),  # the bulk fleet's: its own loop's lag is part of each
         "bulk_lease_p50_ms": round(_quantile(bulk_lease, 0.5), 2),
         "bulk_lease_p99_ms": round(_quantile(bulk_lease, 0.99), 2),
-        "bulk_lease_p99_ms_by_window": _by_window(bulk.get("lease_at", []), bulk_lease),
+        "bulk_lease_p99_ms_by_window": _by_window(bulk.get("lease_at", []), bulk_lease, window),
         "empty_lease_polls_per_s": round((probe.get("empty_polls", 0) + bulk.get("empty_polls", 0)) / wall, 1) if wall else 0.0,  # LeaseTasks that found nothing
-        "leases_by_window": _count_by_window(both("lease_at")),
-        "registered_by_window": _count_by_window(both("registered_at")),
+        "leases_by_window": _count_by_window(both("lease_at"), window),
+        "registered_by_window": _count_by_window(both("registered_at"), window),
         "claim_lease_p50_ms": round(_quantile(probe.get("claim_lease_ms", []), 0.5), 2),
         "claim_lease_p99_ms": round(_quantile(probe.get("claim_lease_ms", []), 0.99), 2),
-        "claim_lease_p99_ms_by_window": _by_window(probe.get("claim_lease_at", []), probe.get("claim_lease_ms", [])),
-        "heartbeat_p99_ms_by_window": _by_window(both("heartbeat_at"), both("heartbeat_ms")),
-        "probe_loop_lag_p99_ms_by_window": _by_window(probe.get("loop_lag_at", []), probe.get("loop_lag_ms", [])),
-        "bulk_loop_lag_p99_ms_by_window": _by_window(bulk.get("loop_lag_at", []), bulk.get("loop_lag_ms", [])),
+        "claim_lease_p99_ms_by_window": _by_window(probe.get("claim_lease_at", []), probe.get("claim_lease_ms", []), window),
+        "heartbeat_p99_ms_by_window": _by_window(both("heartbeat_at"), both("heartbeat_ms"), window),
+        "probe_loop_lag_p99_ms_by_window": _by_window(probe.get("loop_lag_at", []), probe.get("loop_lag_ms", []), window),
+        "bulk_loop_lag_p99_ms_by_window": _by_window(bulk.get("loop_lag_at", []), bulk.get("loop_lag_ms", []), window),
         "heartbeat_p99_ms": round(_quantile(both("heartbeat_ms"), 0.99), 2),
         "heartbeats_per_s": round(len(both("heartbeat_ms")) / wall, 1) if wall else 0.0,
         "planner_lease_p99_ms": round(served["lease"] * 1000, 2),  # the planner's own handling time, at its histogram's bucket bound
@@ -377,6 +380,7 @@ def main() -> None:
     parser.add_argument(
         "--task-jitter", type=float, default=0.0, help="each task is held task-seconds x uniform(1 - j, 1 + j): real tasks vary (tasks of one length come back in waves)"
     )
+    parser.add_argument("--window-seconds", type=float, default=WINDOW_SECONDS, help="the per-window figures' window (5: the start's seconds apart)")
     parser.add_argument("--probe-one-in", type=int, default=PROBE_ONE_IN, help="the probe fleet takes one job in this many (1: every job)")
     parser.add_argument("--launch-spacing", type=float, default=None, help="the master's --launch-spacing-seconds (default: its own; 0: unpaced)")
     parser.add_argument("--heartbeat-spacing", type=float, default=None, help="the controller's --heartbeat-spacing-seconds (default: its own; 0: no spacing)")
@@ -389,6 +393,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.probe_one_in < 1:
         parser.error(f"--probe-one-in must be 1 or more (the probe takes one job in that many), not {args.probe_one_in}")
+    if args.window_seconds <= 0:
+        parser.error(f"--window-seconds must be above 0, not {args.window_seconds:g}")
     figures = measure(
         args.jobs,
         args.executors_per_job,
@@ -399,7 +405,9 @@ def main() -> None:
         args.task_jitter,
         args.launch_spacing,
         args.probe_one_in,
+        args.window_seconds,
     )
+    window = f"{args.window_seconds:g} s"
     rows = [
         ("jobs / executors", f"{figures['jobs']} / {figures['executors']} ({figures['registered']} registered)", "-"),
         ("jobs succeeded", f"{figures['succeeded']} in {figures['wall_s']} s", "all: none starved"),
@@ -409,13 +417,13 @@ def main() -> None:
             f"{figures['lease_p50_ms']} / {figures['lease_p99_ms']} ({figures['leases']:,} leases)",
             f"p99 <= {GOALS['lease_p99_ms']:g}",
         ),
-        ("... p99 ms by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["lease_p99_ms_by_window"].items()), "-"),
+        (f"... p99 ms by {window} of the run", ", ".join(f"{k} {v}" for k, v in figures["lease_p99_ms_by_window"].items()), "-"),
         ("lease p50 / p99 ms timed by the bulk fleet", f"{figures['bulk_lease_p50_ms']} / {figures['bulk_lease_p99_ms']} ({figures['bulk_leases']:,} leases)", "-"),
-        ("... p99 ms by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["bulk_lease_p99_ms_by_window"].items()), "-"),
-        ("... leases by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["leases_by_window"].items()), "-"),
-        ("registrations by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["registered_by_window"].items()), "-"),
+        (f"... p99 ms by {window} of the run", ", ".join(f"{k} {v}" for k, v in figures["bulk_lease_p99_ms_by_window"].items()), "-"),
+        (f"... leases by {window} of the run", ", ".join(f"{k} {v}" for k, v in figures["leases_by_window"].items()), "-"),
+        (f"registrations by {window} of the run", ", ".join(f"{k} {v}" for k, v in figures["registered_by_window"].items()), "-"),
         ("the probe's leases riding a claim p50 / p99 ms", f"{figures['claim_lease_p50_ms']} / {figures['claim_lease_p99_ms']}", "-"),
-        ("... p99 ms by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["claim_lease_p99_ms_by_window"].items()), "-"),
+        (f"... p99 ms by {window} of the run", ", ".join(f"{k} {v}" for k, v in figures["claim_lease_p99_ms_by_window"].items()), "-"),
         ("planner's own lease / claim p99 ms", f"{figures['planner_lease_p99_ms']} / {figures['planner_claim_p99_ms']} (bucket bounds)", "-"),
         ("master job look p50 / p99 ms", f"{figures['master_tick_p50_ms']} / {figures['master_tick_p99_ms']}", f"p99 <= {GOALS['master_tick_p99_ms']:g}"),
         ("admission pass p99 ms", f"{figures['admission_pass_p99_ms']}", "-"),
@@ -423,14 +431,14 @@ def main() -> None:
         ("looks' peer reads: from watches / direct calls", f"{figures['peer_reads_watched']:,} / {figures['peer_reads_direct']:,}", "-"),
         ("submit to admit p50 / p99 ms", f"{figures['submit_to_admit_p50_ms']} / {figures['submit_to_admit_p99_ms']}", "-"),
         ("heartbeat p99 ms / per s", f"{figures['heartbeat_p99_ms']} / {figures['heartbeats_per_s']}", "-"),
-        ("... p99 ms by 30 s of the run", ", ".join(f"{k} {v}" for k, v in figures["heartbeat_p99_ms_by_window"].items()), "-"),
-        ("the probe's own loop lag, p99 ms by 30 s", ", ".join(f"{k} {v}" for k, v in figures["probe_loop_lag_p99_ms_by_window"].items()), "-"),
-        ("the bulk fleet's own loop lag, p99 ms by 30 s", ", ".join(f"{k} {v}" for k, v in figures["bulk_loop_lag_p99_ms_by_window"].items()), "-"),
+        (f"... p99 ms by {window} of the run", ", ".join(f"{k} {v}" for k, v in figures["heartbeat_p99_ms_by_window"].items()), "-"),
+        (f"the probe's own loop lag, p99 ms by {window}", ", ".join(f"{k} {v}" for k, v in figures["probe_loop_lag_p99_ms_by_window"].items()), "-"),
+        (f"the bulk fleet's own loop lag, p99 ms by {window}", ", ".join(f"{k} {v}" for k, v in figures["bulk_loop_lag_p99_ms_by_window"].items()), "-"),
         ("memory per job KiB", ", ".join(f"{k} {v}" for k, v in figures["memory_per_job_kib"].items()), "-"),
         ("CPU seconds", ", ".join(f"{k} {v}" for k, v in figures["cpu_seconds"].items()), "-"),
-        *[(f"... {name} by 30 s", ", ".join(f"{v:g}" for v in used), "-") for name, used in figures["cpu_seconds_by_window"].items() if name != "machine"],
+        *[(f"... {name} by {window}", ", ".join(f"{v:g}" for v in used), "-") for name, used in figures["cpu_seconds_by_window"].items() if name != "machine"],
         (
-            f"the machine's busy CPU s by 30 s (of {WINDOW_SECONDS * (os.cpu_count() or 1)})",
+            f"the machine's busy CPU s by {window} (of {args.window_seconds * (os.cpu_count() or 1):g})",
             ", ".join(f"{v:g}" for v in figures["cpu_seconds_by_window"].get("machine", [])),
             "-",
         ),
