@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.metrics_core import Metric
 from prometheus_client.process_collector import ProcessCollector
 
-from primus.runtime import hosts
+from primus.runtime import gc_policy, hosts
 
 log = logging.getLogger(__name__)
 PORT_ENV = "PRIMUS_METRICS_PORT"  # a launched executor's or trainer's metrics port: 0 (default) a free one, -1 none
@@ -91,10 +91,11 @@ def host_of(bind: str) -> str:
 def serve(host: str, port: int = 0, process: bool = True) -> MetricsEndpoint:
     """A new registry (never the global one: tests run several services in one process) served on host:port; port
     0 takes a free one, OFF serves nothing. process: also export this process's CPU, memory and open files as
-    primus_process_*."""
+    primus_process_* and its collector's pauses as primus_gc_pause_seconds (once the service settled, gc_policy)."""
     registry = CollectorRegistry()
     if process:
         ProcessCollector(namespace="primus", registry=registry)
+        registry.register(Scrape(gc_policy.pause_metrics))
     if port == OFF:
         return MetricsEndpoint(registry)
     server, thread = start_http_server(port, _listen_host(host), registry=registry)
