@@ -213,6 +213,17 @@ def _histogram_p99(metrics_address: str, name: str, outcome: str) -> float:
     return next((bound for bound, count in buckets if count >= 0.99 * total), 0.0) if total else 0.0
 
 
+def _full_collections(metrics_address: str) -> dict[str, float]:
+    """A service's full garbage collections from its /metrics (primus_gc_pause_seconds, generation 2): how many, seconds in all."""
+    text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read().decode()
+    found = {"count": 0.0, "seconds": 0.0}
+    for line in text.splitlines():
+        for name, key in (("primus_gc_pause_seconds_count", "count"), ("primus_gc_pause_seconds_sum", "seconds")):
+            if line.startswith(f'{name}{{generation="2"}} '):
+                found[key] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
 def measure(
     jobs: int,
     executors: int,
@@ -224,6 +235,7 @@ def measure(
     launch_spacing: float | None = None,
     probe_one_in: int = PROBE_ONE_IN,
     window: float = WINDOW_SECONDS,
+    bulk_nice: int = 0,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="primus-control-plane-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
@@ -252,8 +264,9 @@ def measure(
             fleet_args += ["--probe-one-in", str(probe_one_in)]
             for share in ("probe", "bulk"):
                 out = work / f"fleet-{share}.json"
+                niced = ["nice", "-n", str(bulk_nice)] if share == "bulk" and bulk_nice else []  # nice runs the fleet in its own process (exec)
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "benchmarks.control_plane_support.fleet", *fleet_args, "--share", share, "--out", str(out)],
+                    [*niced, sys.executable, "-m", "benchmarks.control_plane_support.fleet", *fleet_args, "--share", share, "--out", str(out)],
                     stdout=(state / f"fleet-{share}.log").open("ab"),
                     stderr=subprocess.STDOUT,
                     cwd=ROOT,
@@ -296,6 +309,7 @@ def measure(
                 "claim": _histogram_p99(planner.metrics_address, "primus_planner_claim_seconds", "granted"),
             }
             run.sample_cpu(time.monotonic() - started)  # the last sample: each process's CPU seconds over the run
+            collections = {service.name: _full_collections(service.metrics_address) for service in run.services}
         finally:
             for each in run.fleets:
                 each.process.send_signal(signal.SIGTERM)
@@ -332,6 +346,7 @@ def measure(
         "task_seconds": task_seconds,
         "task_jitter": task_jitter,
         "window_s": window,
+        "bulk_nice": bulk.get("nice"),  # as the bulk fleet found itself (--bulk-nice)
         "probe_one_in": probe_one_in,
         "leases": len(lease),  # the probe's: its clients' round trips, timed by a nearly idle loop
         "leases_per_s": round(len(lease + bulk_lease) / wall, 1) if wall else 0.0,
@@ -363,6 +378,7 @@ def measure(
         "admission_pass_p99_ms": round(loops.get("admission_pass_0.99", 0.0) * 1000, 2),
         "peer_reads_watched": int(loops.get("reads_watch", 0)),  # a look's reads of the plan and the executors from the master's watches
         "peer_reads_direct": int(loops.get("reads_direct", 0)),  # ... by a call to the planner or the controller
+        "full_gc": {name: {"count": int(c["count"]), "seconds": round(c["seconds"], 3)} for name, c in collections.items()},  # pauses of every call
         "memory_per_job_kib": {s.name: round((s.rss_peak - s.rss_before) / jobs / 1024, 1) for s in run.services},
         "cpu_seconds": {name: round(used, 1) for name, used in run.cpu_at[-1][1].items() if name != "machine"},
         "cpu_seconds_by_window": run.cpu_by_window(),
@@ -381,6 +397,12 @@ def main() -> None:
         "--task-jitter", type=float, default=0.0, help="each task is held task-seconds x uniform(1 - j, 1 + j): real tasks vary (tasks of one length come back in waves)"
     )
     parser.add_argument("--window-seconds", type=float, default=WINDOW_SECONDS, help="the per-window figures' window (5: the start's seconds apart)")
+    parser.add_argument(
+        "--bulk-nice",
+        type=int,
+        default=0,
+        help="run the bulk fleet at this nice value (1 to 19): it stands in for executors on other machines, and then takes only the cores the services leave",
+    )
     parser.add_argument("--probe-one-in", type=int, default=PROBE_ONE_IN, help="the probe fleet takes one job in this many (1: every job)")
     parser.add_argument("--launch-spacing", type=float, default=None, help="the master's --launch-spacing-seconds (default: its own; 0: unpaced)")
     parser.add_argument("--heartbeat-spacing", type=float, default=None, help="the controller's --heartbeat-spacing-seconds (default: its own; 0: no spacing)")
@@ -393,6 +415,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.probe_one_in < 1:
         parser.error(f"--probe-one-in must be 1 or more (the probe takes one job in that many), not {args.probe_one_in}")
+    if not 0 <= args.bulk_nice <= 19:
+        parser.error(f"--bulk-nice must be 0 to 19 (a lower priority than the services'), not {args.bulk_nice}")
     if args.window_seconds <= 0:
         parser.error(f"--window-seconds must be above 0, not {args.window_seconds:g}")
     figures = measure(
@@ -406,11 +430,13 @@ def main() -> None:
         args.launch_spacing,
         args.probe_one_in,
         args.window_seconds,
+        args.bulk_nice,
     )
     window = f"{args.window_seconds:g} s"
     rows = [
         ("jobs / executors", f"{figures['jobs']} / {figures['executors']} ({figures['registered']} registered)", "-"),
         ("jobs succeeded", f"{figures['succeeded']} in {figures['wall_s']} s", "all: none starved"),
+        ("the bulk fleet's nice value", f"{figures['bulk_nice']}", "-"),
         ("task held / leases per s / empty lease polls per s", f"{figures['task_seconds']:g} s / {figures['leases_per_s']} / {figures['empty_lease_polls_per_s']}", "-"),
         (
             f"lease p50 / p99 ms (the probe: 1 job in {figures['probe_one_in']})",
@@ -434,6 +460,7 @@ def main() -> None:
         (f"... p99 ms by {window} of the run", ", ".join(f"{k} {v}" for k, v in figures["heartbeat_p99_ms_by_window"].items()), "-"),
         (f"the probe's own loop lag, p99 ms by {window}", ", ".join(f"{k} {v}" for k, v in figures["probe_loop_lag_p99_ms_by_window"].items()), "-"),
         (f"the bulk fleet's own loop lag, p99 ms by {window}", ", ".join(f"{k} {v}" for k, v in figures["bulk_loop_lag_p99_ms_by_window"].items()), "-"),
+        ("full garbage collections: count, seconds", ", ".join(f"{k} {v['count']}, {v['seconds']:g}" for k, v in figures["full_gc"].items()), "-"),
         ("memory per job KiB", ", ".join(f"{k} {v}" for k, v in figures["memory_per_job_kib"].items()), "-"),
         ("CPU seconds", ", ".join(f"{k} {v}" for k, v in figures["cpu_seconds"].items()), "-"),
         *[(f"... {name} by {window}", ", ".join(f"{v:g}" for v in used), "-") for name, used in figures["cpu_seconds_by_window"].items() if name != "machine"],

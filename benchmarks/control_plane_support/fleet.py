@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import signal
 import time
@@ -70,6 +71,7 @@ class Measured:
     registered_at: list[float] = field(default_factory=list)  # when each registration was answered
     errors: dict[str, int] = field(default_factory=dict)
     jobs_reported: int = 0
+    nice: int = field(default_factory=lambda: os.nice(0))  # the process's nice value (the benchmark may run the bulk fleet niced)
 
 
 class Fleet:

@@ -62,7 +62,6 @@ class Replayed:
     data_changes: list[dict[str, Any]] = field(default_factory=list)
     executors: dict[str, dict[str, Any]] = field(default_factory=dict)  # the later line of an executor wins
     seq: int = 0  # the highest generation read
-    size: int = 0  # bytes of the logs read
 
 
 def replay(state_path: Path, snapshot_seq: int) -> Replayed:
@@ -73,9 +72,7 @@ def replay(state_path: Path, snapshot_seq: int) -> Replayed:
     for path in (aside_of(state_path), path_of(state_path)):
         if not path.exists():
             continue
-        text = path.read_text()
-        found.size += len(text)
-        for raw in text.splitlines():
+        for raw in path.read_text().splitlines():
             try:
                 item = json.loads(raw)
             except ValueError:
