@@ -102,10 +102,11 @@ class Run:
         return {name: [round(b[name] - a[name], 1) for a, b in itertools.pairwise(edges)] for name in edges[0]}
 
 
-def _start(run: Run, name: str, module: str, args: list[str], state: Path, env: dict[str, str]) -> Service:
+def _start(run: Run, name: str, module: str, args: list[str], state: Path, env: dict[str, str], nice: int = 0) -> Service:
     ready = state / f"{name}.ready.json"
     log = (state / f"{name}.log").open("ab")
-    process = subprocess.Popen([sys.executable, "-m", module, "--ready-file", str(ready), *args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    niced = ["nice", "-n", str(nice)] if nice else []  # nice runs the service in its own process (exec): the pid is the service's
+    process = subprocess.Popen([*niced, sys.executable, "-m", module, "--ready-file", str(ready), *args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     deadline = time.monotonic() + 60
     while not ready.exists():
         if process.poll() is not None or time.monotonic() > deadline:
@@ -116,6 +117,18 @@ def _start(run: Run, name: str, module: str, args: list[str], state: Path, env: 
     service = Service(name, process, said["address"], said.get("metrics_address", ""))
     run.services.append(service)
     return service
+
+
+SERVICES = ("planner", "resource_controller", "master")
+NICEABLE = (*SERVICES, "probe", "bulk")
+
+
+def _nice(text: str) -> tuple[str, int]:
+    """--nice PROCESS=N."""
+    name, _, value = text.partition("=")
+    if name not in NICEABLE or not value.lstrip("-").isdigit() or not -20 <= int(value) <= 19:
+        raise argparse.ArgumentTypeError(f"{text!r}: PROCESS=N, PROCESS one of {', '.join(NICEABLE)} and N from -20 to 19")
+    return name, int(value)
 
 
 def _rss(pid: int) -> int:
@@ -235,8 +248,9 @@ def measure(
     launch_spacing: float | None = None,
     probe_one_in: int = PROBE_ONE_IN,
     window: float = WINDOW_SECONDS,
-    bulk_nice: int = 0,
+    nice: dict[str, int] | None = None,
 ) -> dict[str, Any]:
+    nice = nice or {}
     with tempfile.TemporaryDirectory(prefix="primus-control-plane-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         dataset = work / "data"
@@ -247,24 +261,27 @@ def measure(
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         run = Run(window=window)
         try:
-            planner = _start(run, "planner", "services.planner", ["--bind", "127.0.0.1:0", "--runs-dir", str(runs), "--journal", "off"], state, env)
+            planner_args = ["--bind", "127.0.0.1:0", "--runs-dir", str(runs), "--journal", "off"]
+            planner = _start(run, "planner", "services.planner", planner_args, state, env, nice.get("planner", 0))
             launches = work / "launches.jsonl"
             controller_args = ["--bind", "127.0.0.1:0", "--runs-dir", str(runs), "--launches", str(launches), "--heartbeat-timeout-seconds", str(heartbeat_seconds * 4)]
             if heartbeat_spacing is not None:
                 controller_args += ["--heartbeat-spacing-seconds", str(heartbeat_spacing)]
-            controller = _start(run, "resource_controller", "benchmarks.control_plane_support.controller", controller_args, state, env)
+            controller = _start(
+                run, "resource_controller", "benchmarks.control_plane_support.controller", controller_args, state, env, nice.get("resource_controller", 0)
+            )
             queues = work / "queues.yaml"
             _queues_file(queues, jobs, executors * 0.5 + 1)
             master_args = ["--bind", "127.0.0.1:0", "--runs-dir", str(runs), "--planner", planner.address, "--resource-controller", controller.address]
             if launch_spacing is not None:
                 master_args += ["--launch-spacing-seconds", str(launch_spacing)]
-            master = _start(run, "master", "services.master", [*master_args, "--queues", str(queues)], state, env)
+            master = _start(run, "master", "services.master", [*master_args, "--queues", str(queues)], state, env, nice.get("master", 0))
             fleet_args = ["--launches", str(launches), "--planner", planner.address, "--controller", controller.address, "--master", master.address]
             fleet_args += ["--heartbeat-seconds", str(heartbeat_seconds), "--task-seconds", str(task_seconds), "--task-jitter", str(task_jitter)]
             fleet_args += ["--probe-one-in", str(probe_one_in)]
             for share in ("probe", "bulk"):
                 out = work / f"fleet-{share}.json"
-                niced = ["nice", "-n", str(bulk_nice)] if share == "bulk" and bulk_nice else []  # nice runs the fleet in its own process (exec)
+                niced = ["nice", "-n", str(nice[share])] if nice.get(share) else []  # nice runs the fleet in its own process (exec)
                 process = subprocess.Popen(
                     [*niced, sys.executable, "-m", "benchmarks.control_plane_support.fleet", *fleet_args, "--share", share, "--out", str(out)],
                     stdout=(state / f"fleet-{share}.log").open("ab"),
@@ -346,7 +363,7 @@ def measure(
         "task_seconds": task_seconds,
         "task_jitter": task_jitter,
         "window_s": window,
-        "bulk_nice": bulk.get("nice"),  # as the bulk fleet found itself (--bulk-nice)
+        "nice": {"probe": probe.get("nice"), "bulk": bulk.get("nice"), **{k: v for k, v in nice.items() if k in SERVICES}},  # the fleets': as each found itself
         "probe_one_in": probe_one_in,
         "leases": len(lease),  # the probe's: its clients' round trips, timed by a nearly idle loop
         "leases_per_s": round(len(lease + bulk_lease) / wall, 1) if wall else 0.0,
@@ -398,10 +415,12 @@ def main() -> None:
     )
     parser.add_argument("--window-seconds", type=float, default=WINDOW_SECONDS, help="the per-window figures' window (5: the start's seconds apart)")
     parser.add_argument(
-        "--bulk-nice",
-        type=int,
-        default=0,
-        help="run the bulk fleet at this nice value (1 to 19): it stands in for executors on other machines, and then takes only the cores the services leave",
+        "--nice",
+        type=_nice,
+        action="append",
+        default=[],
+        metavar="PROCESS=N",
+        help=f"run a process at a nice value (-20 to 19; below 0 needs root), once per process: {', '.join(NICEABLE)} (planner=-10: as on cores of its own)",
     )
     parser.add_argument("--probe-one-in", type=int, default=PROBE_ONE_IN, help="the probe fleet takes one job in this many (1: every job)")
     parser.add_argument("--launch-spacing", type=float, default=None, help="the master's --launch-spacing-seconds (default: its own; 0: unpaced)")
@@ -415,8 +434,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.probe_one_in < 1:
         parser.error(f"--probe-one-in must be 1 or more (the probe takes one job in that many), not {args.probe_one_in}")
-    if not 0 <= args.bulk_nice <= 19:
-        parser.error(f"--bulk-nice must be 0 to 19 (a lower priority than the services'), not {args.bulk_nice}")
     if args.window_seconds <= 0:
         parser.error(f"--window-seconds must be above 0, not {args.window_seconds:g}")
     figures = measure(
@@ -430,13 +447,13 @@ def main() -> None:
         args.launch_spacing,
         args.probe_one_in,
         args.window_seconds,
-        args.bulk_nice,
+        dict(args.nice),
     )
     window = f"{args.window_seconds:g} s"
     rows = [
         ("jobs / executors", f"{figures['jobs']} / {figures['executors']} ({figures['registered']} registered)", "-"),
         ("jobs succeeded", f"{figures['succeeded']} in {figures['wall_s']} s", "all: none starved"),
-        ("the bulk fleet's nice value", f"{figures['bulk_nice']}", "-"),
+        ("nice values (--nice)", ", ".join(f"{k} {v}" for k, v in figures["nice"].items()), "-"),
         ("task held / leases per s / empty lease polls per s", f"{figures['task_seconds']:g} s / {figures['leases_per_s']} / {figures['empty_lease_polls_per_s']}", "-"),
         (
             f"lease p50 / p99 ms (the probe: 1 job in {figures['probe_one_in']})",

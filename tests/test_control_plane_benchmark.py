@@ -15,7 +15,7 @@ def test_a_tiny_run_finishes_every_job_and_ends_with_its_figures() -> None:
     command = [sys.executable, str(ROOT / "benchmarks" / "control_plane.py"), "--jobs", "3", "--executors-per-job", "2", "--task-seconds", "0.2", "--task-jitter", "0.5"]
     command += ["--heartbeat-seconds", "1", "--timeout", "120", "--launch-spacing", "0.5"]  # 2 launches at once, then one each 0.5 s: some wait
     command += ["--probe-one-in", "1"]  # every job is the probe's: the bulk fleet stands in for none
-    command += ["--window-seconds", "2", "--bulk-nice", "5"]
+    command += ["--window-seconds", "2", "--nice", "bulk=5", "--nice", "master=3"]
     done = subprocess.run(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
@@ -23,7 +23,7 @@ def test_a_tiny_run_finishes_every_job_and_ends_with_its_figures() -> None:
     assert figures["succeeded"] == 3 and figures["no_job_starved"] is True
     assert figures["leases"] > 0 and 0 < figures["claim_lease_p50_ms"] <= figures["claim_lease_p99_ms"]
     assert figures["bulk_leases"] == 0 and figures["probe_one_in"] == 1  # each client in one fleet process only
-    assert figures["bulk_nice"] == 5, "the bulk fleet ran niced"
+    assert figures["nice"] == {"probe": 0, "bulk": 5, "master": 3}, "the bulk fleet found itself niced as asked"
     assert set(figures["full_gc"]) == {"planner", "resource_controller", "master"}, "each service's full collections, from its /metrics"
     assert set(figures["cpu_seconds_by_window"]) == {"planner", "resource_controller", "master", "fleet probe", "fleet bulk", "machine"}
     assert figures["window_s"] == 2 and len(figures["cpu_seconds_by_window"]["machine"]) >= figures["wall_s"] // 2, "a figure per 2 s of the run"
@@ -39,7 +39,8 @@ def test_a_probe_of_no_job_and_a_window_of_no_time_are_refused_with_one_line() -
     for flag, value, said in (
         ("--probe-one-in", "0", "--probe-one-in must be 1 or more"),
         ("--window-seconds", "0", "--window-seconds must be above 0"),
-        ("--bulk-nice", "-5", "--bulk-nice must be 0 to 19"),
+        ("--nice", "fleet=5", "'fleet=5': PROCESS=N, PROCESS one of planner"),
+        ("--nice", "master=40", "'master=40': PROCESS=N"),
     ):
         done = subprocess.run(
             [sys.executable, str(ROOT / "benchmarks" / "control_plane.py"), flag, value],

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,26 @@ def _record(executor_id: str, state: ExecutorState) -> ExecutorRecord:
 
 def _sleeping() -> LocalProcessBackend:
     return LocalProcessBackend(LimitMechanism.AFFINITY_WATCHDOG, commands={Role.DATA_EXECUTOR: (sys.executable, "-c", "import time; time.sleep(60)")}).start()
+
+
+@contextlib.contextmanager
+def _killed_after(launched: list[ExecutorRecord]) -> Iterator[None]:
+    """Whatever happens, the executors launched (the list as it is at the end) are killed: they sleep a minute."""
+    try:
+        yield
+    finally:
+        for record in launched:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(record.pid, signal.SIGKILL)
+
+
+def _request(tmp_path: Path, count: int) -> LaunchRequest:
+    return LaunchRequest("job", Role.DATA_EXECUTOR, count, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2")
+
+
+def _pool(path: Path) -> ExecutorPool:
+    """A pool whose executors sleep a minute, its state at path."""
+    return ExecutorPool(_sleeping(), own_address="127.0.0.1:3", state_path=path)
 
 
 def _ended_lines(state: Path) -> list[dict[str, object]]:
@@ -78,36 +99,40 @@ def test_a_line_cut_short_by_a_crash_leaves_the_earlier_state_standing(tmp_path:
 
 def test_a_release_appends_its_executors_and_a_restarted_pool_knows_them_ended(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
-    request = LaunchRequest("job", Role.DATA_EXECUTOR, 2, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2")
-    first = ExecutorPool(_sleeping(), own_address="127.0.0.1:3", state_path=path)
-    launched = first.launch(request)
-    try:
+    first = _pool(path)
+    launched = first.launch(_request(tmp_path, 2))
+    with _killed_after(launched):
         snapshot = path.read_text()
         released = first.release("job", grace_seconds=1)
         assert all(r.state is ExecutorState.RELEASED for r in released)
         assert path.read_text() == snapshot, "a release rewrites no snapshot"
         assert sorted(e["executor_id"] for e in _ended_lines(path)) == sorted(r.executor_id for r in launched)
         first.close()
-        second = ExecutorPool(_sleeping(), own_address="127.0.0.1:3", state_path=path)
+        second = _pool(path)
         try:
             for record in launched:
                 again = second.record(record.executor_id)
                 assert again.state is ExecutorState.RELEASED and again.exit_reason is ExitReason.RELEASED and again.handle is None
-            (after,) = second.launch(LaunchRequest("job", Role.DATA_EXECUTOR, 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
+            (after,) = second.launch(_request(tmp_path, 1))
             assert [e["executor_id"] for e in json.loads(path.read_text())["executors"]] == [after.executor_id], "the snapshot holds what runs"
             assert len(_ended_lines(path)) == 2, "what the ended log held is not appended again after a restart"
             second.release("job", grace_seconds=1)
         finally:
             second.close()
-    finally:
-        for record in launched:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(record.pid, signal.SIGKILL)
 
 
 def _appending(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every save past the first snapshot appends (the size from which it does is 64 KiB by default)."""
     monkeypatch.setattr(state_file, "APPEND_FROM_BYTES", 0)
+
+
+def _appending_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: ExecutorState) -> tuple[StateFile, ExecutorRecord]:
+    """A state file that appends every save after its first snapshot, which holds one executor in `state`."""
+    _appending(monkeypatch)
+    file = StateFile(tmp_path / "state.json")
+    record = _record("e-1", state)
+    assert file.write(dict(DATA), [record], file.take_logs())
+    return file, record
 
 
 def _job(run_dir: str) -> dict[str, object]:
@@ -139,10 +164,7 @@ def test_past_its_size_a_save_appends_only_what_changed_and_a_restart_reads_it_o
 
 
 def test_an_executor_that_ended_goes_to_the_ended_log_and_appends_stop_once_they_outweigh_the_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _appending(monkeypatch)
-    state = StateFile(tmp_path / "state.json")
-    record = _record("e-1", ExecutorState.READY)
-    assert state.write(dict(DATA), [record], state.take_logs())
+    state, record = _appending_state(tmp_path, monkeypatch, ExecutorState.READY)
     record.state = ExecutorState.RELEASED
     assert state.append(dict(DATA), [record])
     assert not changes_log.path_of(state.path).exists() and [e["state"] for e in _ended_lines(state.path)] == ["RELEASED"]
@@ -155,10 +177,7 @@ def test_an_executor_that_ended_goes_to_the_ended_log_and_appends_stop_once_they
 
 
 def test_lines_older_than_the_snapshot_are_skipped_and_lines_after_a_snapshot_that_failed_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _appending(monkeypatch)
-    state = StateFile(tmp_path / "state.json")
-    record = _record("e-1", ExecutorState.STARTING)
-    assert state.write(dict(DATA), [record], state.take_logs())
+    state, record = _appending_state(tmp_path, monkeypatch, ExecutorState.STARTING)
     record.state = ExecutorState.READY
     assert state.append(dict(DATA), [record])
     lines = changes_log.path_of(state.path).read_text()
@@ -182,28 +201,23 @@ def test_lines_older_than_the_snapshot_are_skipped_and_lines_after_a_snapshot_th
 def test_a_pool_that_appends_knows_every_launch_after_a_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _appending(monkeypatch)
     path = tmp_path / "state.json"
-    request = LaunchRequest("job", Role.DATA_EXECUTOR, 2, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2")
-    first = ExecutorPool(_sleeping(), own_address="127.0.0.1:3", state_path=path)
-    launched = first.launch(request)
-    try:
+    first = _pool(path)
+    launched = first.launch(_request(tmp_path, 2))
+    with _killed_after(launched):
         snapshot = path.read_text()
-        launched += first.launch(LaunchRequest("job", Role.DATA_EXECUTOR, 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
+        launched += first.launch(_request(tmp_path, 1))
         first.register(launched[2].executor_id, "127.0.0.1:7", "", launched[2].pid)
         assert path.read_text() == snapshot and changes_log.path_of(path).exists(), "the second launch was appended"
         first.close()
-        second = ExecutorPool(_sleeping(), own_address="127.0.0.1:3", state_path=path)
+        second = _pool(path)
         try:
             again = {r.executor_id: second.record(r.executor_id) for r in launched}
             assert [r.state for r in again.values()] == [ExecutorState.STARTING, ExecutorState.STARTING, ExecutorState.READY]
             assert again[launched[2].executor_id].address == "127.0.0.1:7" and all(r.handle is not None for r in again.values()), "re-adopted"
-            (fourth,) = second.launch(LaunchRequest("job", Role.DATA_EXECUTOR, 1, 1.0, 256, tmp_path / "runs" / "job", "127.0.0.1:1", "127.0.0.1:2"))
+            (fourth,) = second.launch(_request(tmp_path, 1))
             assert fourth.executor_id.endswith("-3"), "the next index came back from the appended line"
             launched.append(fourth)
             assert not changes_log.path_of(path).exists(), "a restarted pool's first save takes a snapshot"
             second.release("job", grace_seconds=1)
         finally:
             second.close()
-    finally:
-        for record in launched:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(record.pid, signal.SIGKILL)

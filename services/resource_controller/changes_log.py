@@ -25,7 +25,7 @@ def rotate(state_path: Path) -> Path:
 
 
 def aside_of(state_path: Path) -> Path:
-    """Where rotate moves the log."""
+    """Where rotate moves the log (registration_log.rotate)."""
     return path_of(state_path).with_name(path_of(state_path).name + ".taken")
 
 
@@ -69,19 +69,12 @@ def replay(state_path: Path, snapshot_seq: int) -> Replayed:
     earlier generation are older than the snapshot (a crash after its write, before the aside was removed) and skipped,
     as is a line cut short by a crash mid-append."""
     found = Replayed(seq=snapshot_seq)
-    for path in (aside_of(state_path), path_of(state_path)):
-        if not path.exists():
+    for item in registration_log.read_lines(path_of(state_path)):
+        if item["seq"] < snapshot_seq:
             continue
-        for raw in path.read_text().splitlines():
-            try:
-                item = json.loads(raw)
-            except ValueError:
-                continue
-            if item["seq"] < snapshot_seq:
-                continue
-            found.seq = max(found.seq, int(item["seq"]))
-            found.data_changes.append(item["data"])
-            found.executors.update((e["executor_id"], e) for e in item["executors"])
+        found.seq = max(found.seq, int(item["seq"]))
+        found.data_changes.append(item["data"])
+        found.executors.update((e["executor_id"], e) for e in item["executors"])
     return found
 
 

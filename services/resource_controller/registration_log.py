@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +30,17 @@ def rotate(log_path: Path) -> Path:
 
 def logged(state_path: Path) -> dict[str, dict[str, Any]]:
     """The registrations logged since the state file was written, by executor (the later line wins)."""
-    found: dict[str, dict[str, Any]] = {}
-    log_path = path_of(state_path)
+    return {item["executor_id"]: item for item in read_lines(path_of(state_path))}
+
+
+def read_lines(log_path: Path) -> Iterator[dict[str, Any]]:
+    """The lines of a log rotate() moved aside, then of the log itself, each parsed; a line cut short by a crash
+    mid-append is skipped."""
     for path in (log_path.with_name(log_path.name + ".taken"), log_path):
         if not path.exists():
             continue
         for line in path.read_text().splitlines():
             try:
-                item = json.loads(line)
+                yield json.loads(line)
             except ValueError:
-                continue  # a line cut short by a crash mid-append
-            found[item["executor_id"]] = item
-    return found
+                continue
