@@ -227,13 +227,17 @@ def _histogram_p99(metrics_address: str, name: str, outcome: str) -> float:
 
 
 def _full_collections(metrics_address: str) -> dict[str, float]:
-    """A service's full garbage collections from its /metrics (primus_gc_pause_seconds, generation 2): how many, seconds in all."""
+    """A service's garbage collections from its /metrics (primus_gc_pause_seconds): the full ones (generation 2), how
+    many and seconds in all, and every generation's count (absent: the service did not settle its collector)."""
     text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read().decode()
-    found = {"count": 0.0, "seconds": 0.0}
+    found = {"count": 0.0, "seconds": 0.0, "all": 0.0}
     for line in text.splitlines():
-        for name, key in (("primus_gc_pause_seconds_count", "count"), ("primus_gc_pause_seconds_sum", "seconds")):
-            if line.startswith(f'{name}{{generation="2"}} '):
-                found[key] = float(line.rsplit(" ", 1)[1])
+        if line.startswith('primus_gc_pause_seconds_count{generation="2"} '):
+            found["count"] = float(line.rsplit(" ", 1)[1])
+        if line.startswith('primus_gc_pause_seconds_sum{generation="2"} '):
+            found["seconds"] = float(line.rsplit(" ", 1)[1])
+        if line.startswith("primus_gc_pause_seconds_count{"):
+            found["all"] += float(line.rsplit(" ", 1)[1])
     return found
 
 
@@ -395,7 +399,7 @@ def measure(
         "admission_pass_p99_ms": round(loops.get("admission_pass_0.99", 0.0) * 1000, 2),
         "peer_reads_watched": int(loops.get("reads_watch", 0)),  # a look's reads of the plan and the executors from the master's watches
         "peer_reads_direct": int(loops.get("reads_direct", 0)),  # ... by a call to the planner or the controller
-        "full_gc": {name: {"count": int(c["count"]), "seconds": round(c["seconds"], 3)} for name, c in collections.items()},  # pauses of every call
+        "full_gc": {name: {"count": int(c["count"]), "seconds": round(c["seconds"], 3), "collections": int(c["all"])} for name, c in collections.items()},
         "memory_per_job_kib": {s.name: round((s.rss_peak - s.rss_before) / jobs / 1024, 1) for s in run.services},
         "cpu_seconds": {name: round(used, 1) for name, used in run.cpu_at[-1][1].items() if name != "machine"},
         "cpu_seconds_by_window": run.cpu_by_window(),

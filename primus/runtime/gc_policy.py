@@ -1,9 +1,11 @@
-"""A service process's cyclic garbage collector: what start-up made is frozen out of its walks, full collections are rare,
-and every collection's pause is counted (primus_gc_pause_seconds).
+"""A control-plane service's garbage collector: start-up's objects frozen, full collections rare, every pause counted.
+
+The master, the planner and the resource controller call settle() once serving; each collection's pause is then on
+their /metrics (primus_gc_pause_seconds).
 
 A full collection walks every long-lived object while holding the interpreter lock: with 500 jobs the master's, the
-planner's and the resource controller's took 40 to 195 ms each, 14 to 36 times a run, every call waiting meanwhile, and
-freed nothing (their long-lived state holds no cycles). Young collections run as CPython's do, so cycles that die young
+planner's and the resource controller's took 40 to 195 ms each, 14 to 36 times a run, every call waiting meanwhile,
+and freed nothing (their long-lived state holds no cycles). Young collections run as CPython's do, so cycles that die young
 are still freed; a cycle that outlives them waits for the next full collection, which comes after FULL_AFTER
 collections of the middle generation instead of CPython's 10 (and, as in CPython, once the long-lived objects grew by
 a quarter since the last).
@@ -62,8 +64,8 @@ _pauses: Pauses | None = None
 
 
 def settle() -> Pauses:
-    """Call once a service has started (its modules imported, its server built): collect, freeze what is left, make full
-    collections rare and count every pause. Again: the same counts."""
+    """Call once a service has started (its modules imported, its server built), from its main: collect, freeze what is
+    left, make full collections rare and count every pause. Again: the same counts."""
     global _pauses
     with _lock:
         if _pauses is None:
@@ -77,5 +79,5 @@ def settle() -> Pauses:
 
 
 def pause_metrics() -> Iterable[Metric]:
-    """primus_gc_pause_seconds for a service's /metrics: nothing in a process that did not settle (a test's)."""
+    """primus_gc_pause_seconds for a service's /metrics: nothing in a process that did not settle (a test's, an executor's)."""
     return _pauses.metrics() if _pauses is not None else []

@@ -24,7 +24,7 @@ from primus.auth.access import Audience
 from primus.auth.guards import CALLER, Guard
 from primus.auth.identity import Principal, Verifier
 from primus.errors import PrimusError
-from primus.runtime import gc_policy, hosts, telemetry
+from primus.runtime import hosts, telemetry
 from primus.runtime.metrics_http import MetricsEndpoint
 from primus.v1 import common_pb2, common_pb2_grpc
 
@@ -317,7 +317,6 @@ def run_until_signalled(
     signal.signal(signal.SIGINT, _request_stop)
     if on_handover is not None:
         signal.signal(HANDOVER_SIGNAL, _request_stop)
-    gc_policy.settle()  # started: what start-up made is frozen, full collections rare (gc_policy)
     if ready_file:
         tmp = f"{ready_file}.tmp"
         with open(tmp, "w") as handle:

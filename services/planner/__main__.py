@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from primus.errors import InvalidRequestError, UnavailableError
-from primus.runtime import metrics_http, rpc, run_store, telemetry
+from primus.runtime import gc_policy, metrics_http, rpc, run_store, telemetry
 from primus.runtime.settings import JOURNAL_ENV, PlannerSettings, add_arguments, from_args_or_exit
 from primus.sources.files import set_metadata_latency
 from services.planner.distributed import DistributedResolver
@@ -82,6 +82,7 @@ def main() -> None:
     if journal is not None:
         log.info("journal at %s: %d plan(s) recovered", journal.where, registry.recover())  # before serving: no call finds a plan missing
     running = create_server(args.bind, registry, metrics_port=args.metrics_port, settings=settings)
+    gc_policy.settle()  # serving: start-up's objects frozen, full collections rare (a 40 to 195 ms pause each with 500 jobs)
     rpc.run_until_signalled(running, on_stop=_closer(resolve), ready_file=args.ready_file)
     registry.close()  # after the server stopped: the last calls' records are written too
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from primus.runtime import metrics_http, rpc, run_store, telemetry
+from primus.runtime import gc_policy, metrics_http, rpc, run_store, telemetry
 from primus.runtime.settings import ControllerSettings, from_args_or_exit
 from primus.runtime.settings import add_arguments as add_timing_arguments
 from services.resource_controller.backends.contract import BackendUnavailableError
@@ -64,6 +64,7 @@ def main() -> None:
     except OSError as exc:
         print(f"error: resource controller: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    gc_policy.settle()  # serving: start-up's objects frozen, full collections rare (a 40 to 195 ms pause each with 500 jobs)
     rpc.run_until_signalled(controller.server, on_stop=controller.release_all, ready_file=args.ready_file, on_handover=controller.handover)
 
 
