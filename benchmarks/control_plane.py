@@ -41,6 +41,8 @@ from typing import Any
 
 import grpc
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from primus.runtime import rpc
 from primus.spec import parse_job
@@ -105,8 +107,7 @@ class Run:
 def _start(run: Run, name: str, module: str, args: list[str], state: Path, env: dict[str, str], nice: int = 0) -> Service:
     ready = state / f"{name}.ready.json"
     log = (state / f"{name}.log").open("ab")
-    niced = ["nice", "-n", str(nice)] if nice else []  # nice runs the service in its own process (exec): the pid is the service's
-    process = subprocess.Popen([*niced, sys.executable, "-m", module, "--ready-file", str(ready), *args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    process = subprocess.Popen([*_niced(nice), sys.executable, "-m", module, "--ready-file", str(ready), *args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     deadline = time.monotonic() + 60
     while not ready.exists():
         if process.poll() is not None or time.monotonic() > deadline:
@@ -129,6 +130,11 @@ def _nice(text: str) -> tuple[str, int]:
     if name not in NICEABLE or not value.lstrip("-").isdigit() or not -20 <= int(value) <= 19:
         raise argparse.ArgumentTypeError(f"{text!r}: PROCESS=N, PROCESS one of {', '.join(NICEABLE)} and N from -20 to 19")
     return name, int(value)
+
+
+def _niced(value: int) -> list[str]:
+    """The prefix that runs a command at a nice value ([] for 0): nice execs it, so the pid is the command's own."""
+    return ["nice", "-n", str(value)] if value else []
 
 
 def _rss(pid: int) -> int:
@@ -179,66 +185,63 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] if ordered else 0.0
 
 
+def _windows(at: list[float], values: list[float], window: float) -> dict[int, list[float]]:
+    """The values of the events in each window of the run, by the window's index, in order."""
+    windows: dict[int, list[float]] = {}
+    for when, value in zip(at, values, strict=True):
+        windows.setdefault(int(when // window), []).append(value)
+    return dict(sorted(windows.items()))
+
+
 def _by_window(at: list[float], ms: list[float], window: float) -> dict[str, float]:
     """The p99 of the calls made in each window of the run: {"0s": ms, "30s": ms, ...}."""
-    windows: dict[int, list[float]] = {}
-    for when, took in zip(at, ms, strict=True):
-        windows.setdefault(int(when // window), []).append(took)
-    return {f"{k * window:g}s": round(_quantile(v, 0.99), 1) for k, v in sorted(windows.items())}
+    return {f"{k * window:g}s": round(_quantile(v, 0.99), 1) for k, v in _windows(at, ms, window).items()}
 
 
 def _count_by_window(at: list[float], window: float) -> dict[str, int]:
     """How many events came in each window of the run: {"0s": n, "30s": n, ...}."""
-    windows: dict[int, int] = {}
-    for when in at:
-        windows[int(when // window)] = windows.get(int(when // window), 0) + 1
-    return {f"{k * window:g}s": n for k, n in sorted(windows.items())}
+    return {f"{k * window:g}s": len(v) for k, v in _windows(at, at, window).items()}
 
 
-def _master_loops(metrics_address: str) -> dict[str, float]:
-    """The master's loop quantiles from its /metrics: {job_look_0.99: seconds, ...}."""
+def _scrape(metrics_address: str) -> list[Sample]:
+    """Every sample a service's /metrics serves now."""
     text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read().decode()
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def _master_loops(samples: list[Sample]) -> dict[str, float]:
+    """The master's loop quantiles and counts: {job_look_0.99: seconds, job_look_count: n, ...}, and its looks' peer
+    reads by way ({reads_watch: n, reads_direct: n})."""
     found: dict[str, float] = {}
-    for line in text.splitlines():
+    for sample in samples:
         for loop in ("job_look", "admission_pass", "launch_wait"):
-            prefix = f'primus_master_{loop}_seconds{{quantile="'
-            if line.startswith(prefix):
-                quantile, value = line[len(prefix) :].split('"} ')
-                found[f"{loop}_{quantile}"] = float(value)
-            if line.startswith(f"primus_master_{loop}_total "):
-                found[f"{loop}_count"] = float(line.split()[1])
-        if line.startswith("primus_master_peer_reads_total{"):
-            way = line.split('way="')[1].split('"')[0]
-            found[f"reads_{way}"] = found.get(f"reads_{way}", 0.0) + float(line.rsplit(" ", 1)[1])
+            if sample.name == f"primus_master_{loop}_seconds" and "quantile" in sample.labels:
+                found[f"{loop}_{sample.labels['quantile']}"] = sample.value
+            if sample.name == f"primus_master_{loop}_total":
+                found[f"{loop}_count"] = sample.value
+        if sample.name == "primus_master_peer_reads_total":
+            way = f"reads_{sample.labels['way']}"
+            found[way] = found.get(way, 0.0) + sample.value
     return found
 
 
-def _histogram_p99(metrics_address: str, name: str, outcome: str) -> float:
+def _histogram_p99(samples: list[Sample], name: str, outcome: str) -> float:
     """The upper bound (seconds) of the bucket holding the 99th percentile of a planner latency histogram."""
-    text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read().decode()
-    buckets: list[tuple[float, float]] = []
-    for line in text.splitlines():
-        if line.startswith(f"{name}_bucket{{") and f'outcome="{outcome}"' in line:
-            bound = line.split('le="')[1].split('"')[0]
-            buckets.append((float("inf") if bound == "+Inf" else float(bound), float(line.rsplit(" ", 1)[1])))
-    buckets.sort()
+    buckets = sorted((float(s.labels["le"]), s.value) for s in samples if s.name == f"{name}_bucket" and s.labels.get("outcome") == outcome)
     total = buckets[-1][1] if buckets else 0.0
     return next((bound for bound, count in buckets if count >= 0.99 * total), 0.0) if total else 0.0
 
 
-def _full_collections(metrics_address: str) -> dict[str, float]:
-    """A service's garbage collections from its /metrics (primus_gc_pause_seconds): the full ones (generation 2), how
-    many and seconds in all, and every generation's count (absent: the service did not settle its collector)."""
-    text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read().decode()
-    found = {"count": 0.0, "seconds": 0.0, "all": 0.0}
-    for line in text.splitlines():
-        if line.startswith('primus_gc_pause_seconds_count{generation="2"} '):
-            found["count"] = float(line.rsplit(" ", 1)[1])
-        if line.startswith('primus_gc_pause_seconds_sum{generation="2"} '):
-            found["seconds"] = float(line.rsplit(" ", 1)[1])
-        if line.startswith("primus_gc_pause_seconds_count{"):
-            found["all"] += float(line.rsplit(" ", 1)[1])
-    return found
+def _full_collections(samples: list[Sample]) -> dict[str, float]:
+    """A service's garbage collections (primus_gc_pause_seconds): the full ones (generation 2), how many and seconds in
+    all, and every generation's count (0: the service did not settle its collector)."""
+    pauses = [s for s in samples if s.name in ("primus_gc_pause_seconds_count", "primus_gc_pause_seconds_sum")]
+    full = {s.name: s.value for s in pauses if s.labels.get("generation") == "2"}
+    return {
+        "count": full.get("primus_gc_pause_seconds_count", 0.0),
+        "seconds": full.get("primus_gc_pause_seconds_sum", 0.0),
+        "all": sum(s.value for s in pauses if s.name == "primus_gc_pause_seconds_count"),
+    }
 
 
 def measure(
@@ -285,9 +288,8 @@ def measure(
             fleet_args += ["--probe-one-in", str(probe_one_in)]
             for share in ("probe", "bulk"):
                 out = work / f"fleet-{share}.json"
-                niced = ["nice", "-n", str(nice[share])] if nice.get(share) else []  # nice runs the fleet in its own process (exec)
                 process = subprocess.Popen(
-                    [*niced, sys.executable, "-m", "benchmarks.control_plane_support.fleet", *fleet_args, "--share", share, "--out", str(out)],
+                    [*_niced(nice.get(share, 0)), sys.executable, "-m", "benchmarks.control_plane_support.fleet", *fleet_args, "--share", share, "--out", str(out)],
                     stdout=(state / f"fleet-{share}.log").open("ab"),
                     stderr=subprocess.STDOUT,
                     cwd=ROOT,
@@ -324,13 +326,14 @@ def measure(
                     break
                 time.sleep(1.0)
             wall = time.monotonic() - started
-            loops = _master_loops(master.metrics_address)
+            scraped = {service.name: _scrape(service.metrics_address) for service in run.services}  # once each
+            loops = _master_loops(scraped["master"])
             served = {
-                "lease": _histogram_p99(planner.metrics_address, "primus_planner_lease_seconds", "task"),
-                "claim": _histogram_p99(planner.metrics_address, "primus_planner_claim_seconds", "granted"),
+                "lease": _histogram_p99(scraped["planner"], "primus_planner_lease_seconds", "task"),
+                "claim": _histogram_p99(scraped["planner"], "primus_planner_claim_seconds", "granted"),
             }
             run.sample_cpu(time.monotonic() - started)  # the last sample: each process's CPU seconds over the run
-            collections = {service.name: _full_collections(service.metrics_address) for service in run.services}
+            collections = {name: _full_collections(samples) for name, samples in scraped.items()}
         finally:
             for each in run.fleets:
                 each.process.send_signal(signal.SIGTERM)
