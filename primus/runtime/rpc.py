@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import itertools
 import json
 import logging
 import os
@@ -60,15 +61,50 @@ _SERVICE_CONFIG = json.dumps(
     }
 )
 VERSION = "0.1.0"
+# The calls every executor makes every few seconds. With 10,000 executors a span apiece was a fifth of the planner's GIL
+# time, and a lease waits behind the spans of the calls before it (docs/benchmarks/README.md): one call of each such method
+# in HOT_TRACE_ONE_IN is traced, the rest only counted in the services' metrics. PRIMUS_TRACE_HOT_ONE_IN=1 traces them all.
+HOT_METHODS = frozenset(
+    {
+        "/primus.v1.PlannerService/LeaseTask",
+        "/primus.v1.PlannerService/ClaimTask",
+        "/primus.v1.PlannerService/CompleteTasks",
+        "/primus.v1.ResourceControllerService/Heartbeat",
+    }
+)
+HOT_TRACE_ONE_IN = 100
+HOT_TRACE_ENV = "PRIMUS_TRACE_HOT_ONE_IN"
 
 
-def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], streaming: bool, guard: Guard | None) -> Callable[..., Any]:
+def hot_trace_one_in() -> int:
+    """How many calls of a hot method go to each one traced: PRIMUS_TRACE_HOT_ONE_IN, else HOT_TRACE_ONE_IN (a value
+    that is not a whole number from 1 is said in the log and ignored)."""
+    text = os.environ.get(HOT_TRACE_ENV, "").strip()
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    if text:
+        log.warning("%s=%r is not a whole number of calls from 1 (1: every call traced); tracing one in %d", HOT_TRACE_ENV, text, HOT_TRACE_ONE_IN)
+    return HOT_TRACE_ONE_IN
+
+
+def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], streaming: bool, guard: Guard | None, tracing: bool = True) -> Callable[..., Any]:
     """Wrap one handler: admit the caller (with a guard), join the caller's trace, open a server span, map domain
-    errors to statuses. The caller is primus.guard.caller() inside the handler."""
+    errors to statuses. The caller is primus.guard.caller() inside the handler. tracing=False (a unary call of a hot
+    method not sampled): the same without the trace and the span."""
     tracer = telemetry.tracer("primus.rpc")
 
     def admitted(request: Any, ctx: grpc.ServicerContext) -> contextvars.Token[Principal] | None:
         return None if guard is None else CALLER.set(guard.admit_call(method, headers, ctx, request))
+
+    def untraced(request: Any, ctx: grpc.ServicerContext) -> Any:
+        caller = admitted(request, ctx)
+        try:
+            return fn(request, ctx)
+        except PrimusError as exc:
+            ctx.abort(exc.code, str(exc))
+        finally:
+            if caller is not None:
+                CALLER.reset(caller)
 
     def unary(request: Any, ctx: grpc.ServicerContext) -> Any:
         caller = admitted(request, ctx)
@@ -99,12 +135,16 @@ def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], stream
             if caller is not None:
                 CALLER.reset(caller)
 
+    if not tracing:
+        return untraced
     return stream if streaming else unary
 
 
 class _ServerInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
     def __init__(self, guard: Guard | None) -> None:
         self._guard = guard
+        self._hot_one_in = hot_trace_one_in()
+        self._hot_calls = itertools.count()  # next() is one step under the GIL: no two calls get the same number
 
     def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
         handler = continuation(details)
@@ -114,7 +154,8 @@ class _ServerInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         headers = {k: v for k, v in (details.invocation_metadata or ()) if isinstance(v, str)}
         guard = None if access.audience(method) is Audience.OPEN else self._guard
         if handler.unary_unary is not None:
-            return handler._replace(unary_unary=_traced(method, headers, handler.unary_unary, False, guard))
+            tracing = method not in HOT_METHODS or next(self._hot_calls) % self._hot_one_in == 0
+            return handler._replace(unary_unary=_traced(method, headers, handler.unary_unary, False, guard, tracing))
         if handler.unary_stream is not None:
             return handler._replace(unary_stream=_traced(method, headers, handler.unary_stream, True, guard))
         if guard is not None:  # a client-streaming method no Primus API has yet: refuse rather than let it through unchecked
