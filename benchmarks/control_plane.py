@@ -372,6 +372,7 @@ def measure(
         "window_s": window,
         "nice": {"probe": probe.get("nice"), "bulk": bulk.get("nice"), **{k: v for k, v in nice.items() if k in SERVICES}},  # the fleets': as each found itself
         "probe_one_in": probe_one_in,
+        "hot_trace_one_in": rpc.hot_trace_one_in(),  # as the services read it from the environment they were given
         "leases": len(lease),  # the probe's: its clients' round trips, timed by a nearly idle loop
         "leases_per_s": round(len(lease + bulk_lease) / wall, 1) if wall else 0.0,
         "lease_p50_ms": round(_quantile(lease, 0.5), 2),
@@ -461,6 +462,7 @@ def main() -> None:
         ("jobs / executors", f"{figures['jobs']} / {figures['executors']} ({figures['registered']} registered)", "-"),
         ("jobs succeeded", f"{figures['succeeded']} in {figures['wall_s']} s", "all: none starved"),
         ("nice values (--nice)", ", ".join(f"{k} {v}" for k, v in figures["nice"].items()), "-"),
+        (f"hot calls traced ({rpc.HOT_TRACE_ENV})", f"one in {figures['hot_trace_one_in']}", "-"),
         ("task held / leases per s / empty lease polls per s", f"{figures['task_seconds']:g} s / {figures['leases_per_s']} / {figures['empty_lease_polls_per_s']}", "-"),
         (
             f"lease p50 / p99 ms (the probe: 1 job in {figures['probe_one_in']})",

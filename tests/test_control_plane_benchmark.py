@@ -16,9 +16,11 @@ def test_a_tiny_run_finishes_every_job_and_ends_with_its_figures() -> None:
     command += ["--heartbeat-seconds", "1", "--timeout", "120", "--launch-spacing", "0.5"]  # 2 launches at once, then one each 0.5 s: some wait
     command += ["--probe-one-in", "1"]  # every job is the probe's: the bulk fleet stands in for none
     command += ["--window-seconds", "2", "--nice", "bulk=5", "--nice", "master=3"]
-    done = subprocess.run(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300, check=False)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PRIMUS_TRACE_HOT_ONE_IN": "7"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["hot_trace_one_in"] == 7 and "hot calls traced (PRIMUS_TRACE_HOT_ONE_IN)" in done.stdout
     assert figures["jobs"] == 3 and figures["executors"] == 9 and figures["registered"] == 9
     assert figures["succeeded"] == 3 and figures["no_job_starved"] is True
     assert figures["leases"] > 0 and 0 < figures["claim_lease_p50_ms"] <= figures["claim_lease_p99_ms"]

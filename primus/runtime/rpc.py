@@ -63,7 +63,7 @@ _SERVICE_CONFIG = json.dumps(
 VERSION = "0.1.0"
 # The calls every executor makes every few seconds. With 10,000 executors a span apiece was a fifth of the planner's GIL
 # time, and a lease waits behind the spans of the calls before it (docs/benchmarks/README.md): one call of each such method
-# in HOT_TRACE_ONE_IN is traced, the rest only counted in the services' metrics. PRIMUS_TRACE_HOT_ONE_IN=1 traces them all.
+# in HOT_TRACE_ONE_IN is traced, the rest are served without a span. PRIMUS_TRACE_HOT_ONE_IN=1 traces them all.
 HOT_METHODS = frozenset(
     {
         "/primus.v1.PlannerService/LeaseTask",
