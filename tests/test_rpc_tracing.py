@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -68,9 +69,9 @@ def test_one_call_of_a_hot_method_in_n_is_traced_and_every_call_is_answered_the_
     assert names[DROP] == 2, "every call of any other method"
 
 
-def test_an_untraced_hot_call_is_still_authenticated_and_authorised(spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+def test_an_untraced_hot_call_is_still_authenticated_and_authorised(spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv(rpc.HOT_TRACE_ENV, "1000")
-    secret_file = tmp_path / "token.secret"  # type: ignore[operator]
+    secret_file = tmp_path / "token.secret"
     secret_file.write_bytes(SECRET)
     running = _planner(security.Settings(token_secret_file=str(secret_file)))
 
