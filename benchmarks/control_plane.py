@@ -15,8 +15,9 @@ Measured: submit-to-admit (the master's admission time less the job's creation, 
 long poll by design and is counted apart), the master's job-driver look (observe, reconcile, apply) and admission
 pass as the master's /metrics gives them (over its last 10,000 of each), how the looks read the peers (from the
 master's watches of the planner and controller, or by a call), the claims' lease and the heartbeats' p99 per window of
-the run (30 s; --window-seconds) with each fleet's own event-loop lag beside them, each process's CPU per window, each service's memory (peak RSS
-less its RSS before the first submit, per job), and whether every job succeeded (none starved).
+the run (30 s; --window-seconds) with each fleet's own event-loop lag beside them, each process's CPU per window (the
+planner's resolver workers beside it), each service's memory (peak RSS less its RSS before the first submit, per
+job), and whether every job succeeded (none starved).
 
 Prints a table; the last line is one JSON object of the figures.
 """
@@ -90,7 +91,8 @@ class Run:
 
     def sample_cpu(self, at: float) -> None:
         processes = [(s.name, s.process.pid) for s in self.services] + [(f"fleet {f.share}", f.process.pid) for f in self.fleets]
-        self.cpu_at.append((at, {**{name: _cpu_seconds(pid) for name, pid in processes}, "machine": _machine_busy_seconds()}))
+        workers = {f"{s.name} workers": sum(map(_cpu_seconds, _children(s.process.pid))) for s in self.services if s.name in WITH_WORKERS}
+        self.cpu_at.append((at, {**{name: _cpu_seconds(pid) for name, pid in processes}, **workers, "machine": _machine_busy_seconds()}))
 
     def cpu_by_window(self) -> dict[str, list[float]]:
         """CPU seconds each process used in each window of the run (from the samples nearest each window's edges)."""
@@ -121,6 +123,7 @@ def _start(run: Run, name: str, module: str, args: list[str], state: Path, env: 
 
 
 SERVICES = ("planner", "resource_controller", "master")
+WITH_WORKERS = ("planner",)  # it resolves partitions in worker processes: their CPU is given beside its own
 NICEABLE = (*SERVICES, "probe", "bulk")
 
 
@@ -146,6 +149,17 @@ def _rss(pid: int) -> int:
     except OSError:
         return 0
     return 0
+
+
+def _children(pid: int) -> list[int]:
+    """The live child processes of a process (each of its threads lists those it started)."""
+    found: list[int] = []
+    for listed in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            found += [int(child) for child in listed.read_text().split()]
+        except OSError:
+            continue  # the thread ended
+    return found
 
 
 def _cpu_seconds(pid: int) -> float:

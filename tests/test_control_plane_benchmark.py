@@ -28,7 +28,8 @@ def test_a_tiny_run_finishes_every_job_and_ends_with_its_figures() -> None:
     assert figures["nice"] == {"probe": 0, "bulk": 5, "master": 3}, "the bulk fleet found itself niced as asked"
     assert set(figures["full_gc"]) == {"planner", "resource_controller", "master"}, "each service's full collections, from its /metrics"
     assert all(c["collections"] > 0 for c in figures["full_gc"].values()), "each service settled its collector and counts its pauses"
-    assert set(figures["cpu_seconds_by_window"]) == {"planner", "resource_controller", "master", "fleet probe", "fleet bulk", "machine"}
+    assert set(figures["cpu_seconds_by_window"]) == {"planner", "planner workers", "resource_controller", "master", "fleet probe", "fleet bulk", "machine"}
+    assert figures["cpu_seconds"]["planner workers"] > 0, "the resolver's worker processes, which the planner's own figure leaves out"
     assert figures["window_s"] == 2 and len(figures["cpu_seconds_by_window"]["machine"]) >= figures["wall_s"] // 2, "a figure per 2 s of the run"
     assert all(float(start[:-1]) % 2 == 0 for start in [*figures["heartbeat_p99_ms_by_window"], *figures["leases_by_window"]])
     assert figures["heartbeats_per_s"] > 0 and figures["task_jitter"] == 0.5
