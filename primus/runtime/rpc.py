@@ -91,7 +91,6 @@ def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], stream
     """Wrap one handler: admit the caller (with a guard), join the caller's trace, open a server span, map domain
     errors to statuses. The caller is primus.guard.caller() inside the handler. tracing=False (a unary call of a hot
     method not sampled): the same without the trace and the span."""
-    tracer = telemetry.tracer("primus.rpc")
 
     def admitted(request: Any, ctx: grpc.ServicerContext) -> contextvars.Token[Principal] | None:
         return None if guard is None else CALLER.set(guard.admit_call(method, headers, ctx, request))
@@ -105,6 +104,10 @@ def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], stream
         finally:
             if caller is not None:
                 CALLER.reset(caller)
+
+    if not tracing:  # an unsampled hot call: a wrapper is made per call, so nothing more is built for it
+        return untraced
+    tracer = telemetry.tracer("primus.rpc")
 
     def unary(request: Any, ctx: grpc.ServicerContext) -> Any:
         caller = admitted(request, ctx)
@@ -135,8 +138,6 @@ def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], stream
             if caller is not None:
                 CALLER.reset(caller)
 
-    if not tracing:
-        return untraced
     return stream if streaming else unary
 
 

@@ -25,8 +25,8 @@ def rotate(state_path: Path) -> Path:
 
 
 def aside_of(state_path: Path) -> Path:
-    """Where rotate moves the log (registration_log.rotate)."""
-    return path_of(state_path).with_name(path_of(state_path).name + ".taken")
+    """Where rotate moves the log."""
+    return registration_log.aside_of(path_of(state_path))
 
 
 def data_changes(on_disk: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:

@@ -13,9 +13,14 @@ def path_of(state_path: Path) -> Path:
     return state_path.with_name(state_path.name + ".registrations")
 
 
+def aside_of(log_path: Path) -> Path:
+    """Where rotate moves a log."""
+    return log_path.with_name(log_path.name + ".taken")
+
+
 def rotate(log_path: Path) -> Path:
     """Move a log aside (appended to what an unfinished write left aside); the path it is now at."""
-    aside = log_path.with_name(log_path.name + ".taken")
+    aside = aside_of(log_path)
     if log_path.exists():
         if aside.exists():
             kept_text = aside.read_text()
@@ -36,7 +41,7 @@ def logged(state_path: Path) -> dict[str, dict[str, Any]]:
 def read_lines(log_path: Path) -> Iterator[dict[str, Any]]:
     """The lines of a log rotate() moved aside, then of the log itself, each parsed; a line cut short by a crash
     mid-append is skipped."""
-    for path in (log_path.with_name(log_path.name + ".taken"), log_path):
+    for path in (aside_of(log_path), log_path):
         if not path.exists():
             continue
         for line in path.read_text().splitlines():
