@@ -35,6 +35,32 @@ def test_valid_spec_resolves_relative_paths(dataset: Path, tmp_path: Path) -> No
     assert load_job_text(job.to_yaml()) == job
 
 
+def test_the_json_services_hand_each_other_reads_as_the_same_job_as_its_yaml(dataset: Path) -> None:
+    job = parse_job(job_document(dataset))
+    text = job.to_json()
+    assert text.startswith("{") and yaml.safe_load(text) == yaml.safe_load(job.to_yaml()), "the same document, and YAML reads it too"
+    assert load_job_text(text) == load_job_text(job.to_yaml()) == job
+
+
+def test_json_is_read_without_the_yaml_parser(dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = parse_job(job_document(dataset))
+
+    def slow(*args: object, **kwargs: object) -> object:
+        raise AssertionError("the YAML parser read a JSON text")
+
+    monkeypatch.setattr(yaml, "load", slow)
+    assert load_job_text(job.to_json()) == job
+
+
+def test_a_text_that_starts_like_json_but_is_not_is_read_as_yaml(dataset: Path) -> None:
+    job = parse_job(job_document(dataset))
+    flow = yaml.safe_dump(job.document(), default_flow_style=True)  # YAML's flow style: a "{" but not JSON
+    assert flow.startswith("{") and load_job_text(flow) == job
+    with pytest.raises(SpecError) as caught:
+        load_job_text(job.to_json()[:-1], "submitted spec")  # cut short: neither JSON nor YAML
+    assert caught.value.problems == ["submitted spec: line 2 not valid YAML: did not find expected ',' or '}'"]
+
+
 def test_unknown_field_names_its_path(dataset: Path, tmp_path: Path) -> None:
     document = job_document(dataset)
     document["spec"]["data"]["sources"][0]["compression"] = "zstd"  # type: ignore[index]

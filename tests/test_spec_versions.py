@@ -42,6 +42,7 @@ def test_a_v2_job_is_written_back_in_v2_and_a_v1_job_in_v1(dataset: Path) -> Non
     written = yaml.safe_load(job.to_yaml())
     assert written["apiVersion"] == "primus/v2" and written["spec"]["resources"]["roles"]["dataExecutor"]["replicas"] == 2
     assert load_job_text(job.to_yaml()).api_version == "primus/v2"
+    assert load_job_text(job.to_json()) == job and json.loads(job.to_json())["apiVersion"] == "primus/v2"
     assert yaml.safe_load(parse_job(v1).to_yaml())["apiVersion"] == "primus/v1"
 
 

@@ -78,7 +78,7 @@ class DistributedResolver:
         channels = {address: rpc.connect(address) for address in self.addresses}
         try:
             stubs = {address: planner_pb2_grpc.PlannerServiceStub(channel) for address, channel in channels.items()}
-            results = iter(self._resolve_shards(stubs, job.to_yaml(), work))
+            results = iter(self._resolve_shards(stubs, job.to_json(), work))
         finally:
             for channel in channels.values():
                 channel.close()
