@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from rich.table import Table
 
 from primus.sources.files import set_metadata_latency
+from primus.sources.footers import FOOTER_CACHE_ENV, FOOTERS
 from primus.sources.metadata import IN_FLIGHT
 from primus.spec import TrainingJob, parse_job
 from primus.tools.cluster import ServiceProcess, start_planner, stop_services
@@ -390,6 +391,8 @@ def _exit_on_sigterm() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
     _exit_on_sigterm()
+    os.environ[FOOTER_CACHE_ENV] = "0"  # every plan reads its footers, as a table's first does (workers and replicas inherit it)
+    FOOTERS.resize(0)
     root = ensure_dataset(settings)
     local, _ = run_model(settings, "local", 0.0, root)
     remote, year = run_model(settings, "remote", settings.latency_ms, root, year=settings.year)

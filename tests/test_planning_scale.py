@@ -15,6 +15,7 @@ import pytest
 
 from primus.errors import DataError
 from primus.sources import files
+from primus.sources.footers import FooterCache, file_key
 from primus.sources.metadata import MetadataPipeline, metadata_calls, set_metadata_latency
 from primus.spec import TrainingJob, parse_job
 from primus.tools.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES
@@ -178,9 +179,11 @@ def _calls(job: TrainingJob, resolver: PartitionResolver) -> int:
     return metadata_calls() - before
 
 
-def test_every_call_a_store_needs_is_counted(tree: Path) -> None:
+def test_every_call_a_store_needs_is_counted(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Serial: a stat per slot, a marker stat where the folder is there, a listing where the marker is, a read per
-    footer. Batched: a listing per day of an hourly source (a folder's for a daily one), the same footer reads."""
+    footer. Batched: a listing per day of an hourly source (a folder's for a daily one), the same footer reads. (No
+    footer kept from one plan to the next here: the next test keeps them.)"""
+    monkeypatch.setattr(files, "FOOTERS", FooterCache(0))
     job = _job(tree)
     parquet_files = (2 * 24 - 3) * FILES + 1 + 3 * 24 + 2  # clicks' ready hours (less the missing, empty and waiting ones; plus broken), views, daily
     big_footer = 1  # its footer is longer than the first read: a second one
@@ -192,6 +195,47 @@ def test_every_call_a_store_needs_is_counted(tree: Path) -> None:
     assert _calls(job, PartitionResolver(concurrency=1)) == serial
     day_listings = 3 + 3 + 3 + 1  # clicks, views: 3 days each (one of them not there); daily: 3 folders; text: 1 day
     assert _calls(job, PartitionResolver()) == day_listings + parquet_files + big_footer
+
+
+def test_a_footer_read_once_is_not_read_again_until_its_file_changes(tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans of one table read each footer once (the one unreadable footer excepted: it is not kept); a rewritten file
+    is read again and planned as it is now; past its capacity the least recently read footer goes first."""
+    monkeypatch.setattr(files, "FOOTERS", FooterCache(10_000))
+    job = _job(tree)
+    parquet_files = (2 * 24 - 3) * FILES + 1 + 3 * 24 + 2
+    day_listings = 3 + 3 + 3 + 1
+    first = build_plan("first", job, PartitionResolver())
+    assert _calls(job, PartitionResolver()) == day_listings + 1, "the listings, and the footer that could not be read"
+    serial = PartitionResolver(concurrency=1)
+    assert build_plan("again", job, serial).fingerprint == build_plan("fresh", job, PartitionResolver(concurrency=1)).fingerprint == first.fingerprint
+    assert len(files.FOOTERS) == parquet_files - 1  # every footer read (the long one too) but the broken one
+
+    copy = tmp_path / "clicks"  # a table of its own, one file of which is rewritten with more row groups
+    for source in (tree / "clicks").rglob("*"):
+        target = copy / source.relative_to(tree / "clicks")
+        if source.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.write_bytes(source.read_bytes())
+    only = _job(tmp_path, only="clicks", days=2)
+    before = build_plan("copy", only, PartitionResolver())
+    rewritten = copy / "date=2026-03-01" / "hour=06" / "part-0.parquet"
+    pq.write_table(_table(40, seed=1), rewritten, row_group_size=8)
+    calls = _calls(only, PartitionResolver())
+    after = build_plan("rewritten", only, PartitionResolver())
+    assert calls == 2 + 1 + 1, "two days' listings, the rewritten file's footer, the broken one's"
+
+    def row_groups(plan: Plan) -> int:
+        return sum(len(piece.row_groups) for task in plan.tasks for piece in task.pieces if piece.location == str(rewritten))
+
+    assert (row_groups(before), row_groups(after)) == (1, 5) and after.fingerprint != before.fingerprint
+
+    small = FooterCache(2)
+    for name, size in (("a", 1), ("b", 2), ("a", 1), ("c", 3)):  # "a" read again before "c": "b" goes
+        if small.get(file_key("local:parquet", name, size, 7)) is None:
+            small.put(file_key("local:parquet", name, size, 7), ["x"], None, [])
+    assert (small.hits, len(small)) == (1, 2) and small.get(file_key("local:parquet", "b", 2, 7)) is None
+    assert file_key("s3:parquet", "bucket/x", 10, None) is None and small.get(None) is None, "a store that lists no time: never kept"
 
 
 def test_the_pipeline_answers_no_sooner_than_the_latency_after_sending() -> None:

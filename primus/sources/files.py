@@ -24,6 +24,7 @@ from primus.datapath import arena
 from primus.errors import DataError, UnavailableError
 from primus.sources import csv_text
 from primus.sources.base import ManifestEntry, Partition, Piece, hourly_or_daily, register_adapter, render_uri
+from primus.sources.footers import FOOTERS, FileKey, file_key
 from primus.sources.metadata import IN_FLIGHT, MetadataPipeline, list_pages, metadata_call
 from primus.sources.metadata import set_metadata_latency as set_metadata_latency
 from primus.sources.schema import SCHEMA_VERSION_KEY, pick_schema_version
@@ -111,12 +112,12 @@ class SchemaCache:
         self.seen.append((schema, names))
         return names
 
-    def version(self, names: list[str], pinned: int | None, key: str) -> int:
+    def version(self, names: Sequence[str], pinned: int | None, key: str) -> int:
         """pick_schema_version, once per distinct (names, pinned); a misfit raises every time, naming its partition."""
         entry = (tuple(names), pinned)
         version = self.versions.get(entry)
         if version is None:
-            version = self.versions[entry] = pick_schema_version(self.source, names, self.required, pinned, key)
+            version = self.versions[entry] = pick_schema_version(self.source, list(names), self.required, pinned, key)
         return version
 
 
@@ -131,8 +132,7 @@ class _Folder:
 
 @dataclass
 class _Draft:
-    """A ready partition whose files' footers are being read. Their answers come in the order the reads were sent,
-    so the partition is done with the answer of its last file."""
+    """A ready partition whose files' footers are being read (or were read before): it is done with its last file's."""
 
     batch: _Batch
     index: int
@@ -140,11 +140,18 @@ class _Draft:
     location: str
     key: str
     entries: list[pafs.FileInfo]
-    described: list[tuple[list[Piece], int]] = field(default_factory=list)
+    described: list[tuple[list[Piece], int] | None] = field(default_factory=list)
+    missing: int = 0
 
-    def take(self, described: tuple[list[Piece], int]) -> None:
-        self.described.append(described)
-        if len(self.described) == len(self.entries):
+    def __post_init__(self) -> None:
+        self.described = [None] * len(self.entries)
+        self.missing = len(self.entries)
+
+    def take(self, position: int, described: tuple[list[Piece], int]) -> None:
+        """The footer of the entry at `position`."""
+        self.described[position] = described
+        self.missing -= 1
+        if not self.missing:
             self.batch.finish(self)
 
 
@@ -305,12 +312,22 @@ class _Batch:
             self.out[index] = _ready(source, slot, location, entries, pieces, manifest, version)
             return
         draft = _Draft(self, index, slot, location, key, entries)
-        for entry in entries:
-            self.pipeline.submit(partial(adapter.footer, fs, source, entry, self.cache, key), draft.take)
+        for position, entry in enumerate(entries):
+            known = adapter.known_footer(fs, source, entry, self.cache, key)
+            if known is not None:  # read before: no call
+                draft.take(position, known)
+            else:
+                self.pipeline.submit(partial(adapter.footer, fs, source, entry, self.cache, key), partial(draft.take, position))
 
     def finish(self, draft: _Draft) -> None:
-        pieces, manifest, version = self.adapter.assemble(self.source, draft.entries, draft.described, draft.key)
+        described = [d for d in draft.described if d is not None]
+        pieces, manifest, version = self.adapter.assemble(self.source, draft.entries, described, draft.key)
         self.out[draft.index] = _ready(self.source, draft.slot, draft.location, draft.entries, pieces, manifest, version)
+
+
+def _footer_key(fs: pafs.FileSystem, source: Source, entry: pafs.FileInfo) -> FileKey | None:
+    """The file as FOOTERS knows it: its file system's kind and its format with the path, its size and time."""
+    return file_key(f"{fs.type_name}:{source.format}", entry.path, entry.size, entry.mtime_ns)
 
 
 class FilesAdapter:
@@ -391,11 +408,20 @@ class FilesAdapter:
             chunk = self.text_chunk_bytes
             ranges = [(start, min(start + chunk, size)) for start in range(0, max(size, 1), chunk)]
             return [Piece(path, byte_start=a, byte_end=b, bytes=b - a) for a, b in ranges], source.schema_version
+        known = self.known_footer(fs, source, entry, cache, key)
+        if known is not None:
+            return known
         metadata_call()
         return self.footer(fs, source, entry, cache, key)
 
+    def known_footer(self, fs: pafs.FileSystem, source: Source, entry: pafs.FileInfo, cache: SchemaCache, key: str) -> tuple[list[Piece], int] | None:
+        """footer()'s answer for a file whose footer was read before, unchanged since (FOOTERS), without a call; else None."""
+        footer = FOOTERS.get(_footer_key(fs, source, entry))
+        return None if footer is None else (list(footer.pieces), cache.version(footer.names, footer.pinned, key))
+
     def footer(self, fs: pafs.FileSystem, source: Source, entry: pafs.FileInfo, cache: SchemaCache, key: str) -> tuple[list[Piece], int]:
-        """The pieces of a Parquet (row groups) or ORC (stripes) file from its footer: the call itself, charged by the caller."""
+        """The pieces of a Parquet (row groups) or ORC (stripes) file from its footer: the call itself, charged by the
+        caller. What it read is kept in FOOTERS for the next plan of the same file."""
         path, size = entry.path, entry.size or 0
         try:
             if source.format == "orc":
@@ -416,6 +442,7 @@ class FilesAdapter:
             raise
         except Exception:  # noqa: BLE001 - an unreadable footer fails the task that reads it, which retries, then quarantines
             return [Piece(path, bytes=size)], source.schema_version
+        FOOTERS.put(_footer_key(fs, source, entry), names, pinned, pieces)
         return pieces, cache.version(names, pinned, key)
 
     def read(self, source: Source, piece: Piece, columns: list[str]) -> pa.Table:
