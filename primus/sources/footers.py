@@ -13,8 +13,9 @@ from primus.sources.base import Piece
 
 log = logging.getLogger(__name__)
 
-FOOTER_CACHE_FILES = 20_000  # a few MB per resolving process; the least recently read footer goes first past it
+FOOTER_CACHE_FILES = 20_000  # about 12 MB per resolving process (600 bytes a one-row-group file); least recently read go first
 FOOTER_CACHE_ENV = "PRIMUS_FOOTER_CACHE_FILES"
+SCHEMAS_SHARED = 1_000  # distinct column lists kept to share between footers (a table has a few)
 FileKey = tuple[str, str, int, int]  # the file system's kind, the file's path, its size, its modification time (ns)
 
 
@@ -43,6 +44,7 @@ class FooterCache:
         self.capacity = max(0, capacity)
         self._footers: OrderedDict[FileKey, Footer] = OrderedDict()
         self._lock = threading.Lock()
+        self._schemas: dict[tuple[str, ...], tuple[str, ...]] = {}  # one tuple of names per schema, shared by its files' footers
         self.hits = 0
 
     def resize(self, capacity: int) -> None:
@@ -66,7 +68,10 @@ class FooterCache:
         if key is None or not self.capacity:
             return
         with self._lock:
-            self._footers[key] = Footer(tuple(names), pinned, tuple(pieces))
+            if len(self._schemas) > SCHEMAS_SHARED:
+                self._schemas.clear()
+            shared = self._schemas.setdefault(tuple(names), tuple(names))
+            self._footers[key] = Footer(shared, pinned, tuple(pieces))
             while len(self._footers) > self.capacity:
                 self._footers.popitem(last=False)
 
