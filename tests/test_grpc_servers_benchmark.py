@@ -24,3 +24,23 @@ def test_a_tiny_run_answers_calls_on_every_server_kind_and_ends_with_its_figures
 def test_an_unknown_kind_is_refused_with_one_line() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "grpc_servers.py"), "--kinds", "sync,fast"], cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 2 and "--kinds: fast is not one of sync, aio_thread_pool, aio_async" in done.stderr
+
+
+def test_bursts_are_timed_on_a_bare_server_and_on_the_real_planner() -> None:
+    command = [sys.executable, str(ROOT / "benchmarks" / "grpc_servers.py"), "--burst", "5", "--bursts", "3", "--kinds", "sync,planner"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    figures = json.loads(lines[-1])
+    assert (figures["burst"], figures["bursts"]) == (5, 3) and lines[0].startswith("3 bursts of 5 calls sent at once")
+    assert [s["kind"] for s in figures["servers"]] == ["sync", "planner"]
+    for server in figures["servers"]:
+        assert server["calls"] == 15 and 0 < server["p50_ms"] <= server["p90_ms"] <= server["p99_ms"] and server["server_cpu_ms_per_call"] > 0, server
+
+
+def test_the_planner_kind_and_a_bad_burst_are_refused_with_one_line() -> None:
+    script = str(ROOT / "benchmarks" / "grpc_servers.py")
+    without_burst = subprocess.run([sys.executable, script, "--kinds", "planner"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert without_burst.returncode == 2 and "--kinds: planner is not one of sync, aio_thread_pool, aio_async" in without_burst.stderr
+    negative = subprocess.run([sys.executable, script, "--burst", "-1"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert negative.returncode == 2 and "--burst -1 --bursts 60: a burst is 0 (off) or more calls" in negative.stderr
