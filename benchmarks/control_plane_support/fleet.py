@@ -10,9 +10,10 @@ It follows the launches file; each line starts a client in this process's event 
   reports progress; once the planner counts every task done it reports its result, which ends the job.
 On SIGTERM it writes what it measured (every lease and claim's round trip, the heartbeats') to --out as JSON.
 
-With --probe-one-in N the jobs are split between two such processes by a hash of the job id: `--share probe` takes one
-job in N, `--share bulk` the others. The probe's loop is nearly idle, as a real executor's process is, so the round
-trips it times are the services' and the wire's; the bulk's include its own loop's lag behind thousands of clients.
+With --probe-one-in N the jobs are split between two such processes by their submission number: `--share probe` takes
+one job in N (bench-0, bench-N, ...: the same jobs in every run), `--share bulk` the others. The probe's loop is nearly
+idle, as a real executor's process is, so the round trips it times are the services' and the wire's; the bulk's
+include its own loop's lag behind thousands of clients.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import signal
 import time
 import zlib
@@ -45,6 +47,7 @@ LAG_PROBE_SECONDS = 0.1  # the loop-lag probe sleeps this long, again and again
 # Connections per service, each job's clients on one of them: real executors each have their own, and thousands of
 # calls in flight on one HTTP/2 connection come back CANCELLED from the gRPC runtime (benchmarks/grpc_servers.py).
 CONNECTIONS = 50
+BENCH_JOB = re.compile(r"bench-(\d+)-")  # benchmarks/control_plane.py names its jobs bench-0, bench-1, ...
 
 
 @dataclass
@@ -72,6 +75,13 @@ class Measured:
     errors: dict[str, int] = field(default_factory=dict)
     jobs_reported: int = 0
     nice: int = field(default_factory=lambda: os.nice(0))  # the process's nice value (the benchmark may run the bulk fleet niced)
+
+
+def job_number(job_id: str) -> int:
+    """The benchmark's job's submission number (its name is bench-N; its id, the name and a time and random suffix),
+    so that the probe takes the same jobs in every run; a hash of the id for a job named otherwise."""
+    matched = BENCH_JOB.match(job_id)
+    return int(matched.group(1)) if matched else zlib.crc32(job_id.encode())
 
 
 class Fleet:
@@ -118,7 +128,7 @@ class Fleet:
         """Whether this process stands in for the job's clients (every job unless the jobs are shared with a probe)."""
         if not self._args.probe_one_in:
             return True
-        probe: bool = zlib.crc32(job_id.encode()) % int(self._args.probe_one_in) == 0
+        probe: bool = job_number(job_id) % int(self._args.probe_one_in) == 0
         probing: bool = self._args.share == "probe"
         return probe == probing
 
