@@ -17,7 +17,9 @@ pass as the master's /metrics gives them (over its last 10,000 of each), how the
 master's watches of the planner and controller, or by a call), the claims' lease and the heartbeats' p99 per window of
 the run (30 s; --window-seconds) with each fleet's own event-loop lag beside them, each process's CPU per window (the
 planner's resolver workers beside it), each service's memory (peak RSS less its RSS before the first submit, per
-job), and whether every job succeeded (none starved).
+job), and whether every job succeeded (none starved). Before the run, the floor the lease goal meets at a job's start:
+the p99 of a bare Python gRPC server (a handler that does nothing) answering a job's start, each executor's lease and
+claim (38 calls) sent at once (benchmarks/grpc_servers.py --burst; --no-floor skips it).
 
 Prints a table; the last line is one JSON object of the figures.
 """
@@ -45,6 +47,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from benchmarks.grpc_servers import measure_bursts
 from primus.runtime import rpc
 from primus.spec import parse_job
 from primus.tools.demo import demo_job
@@ -61,6 +64,7 @@ GOALS = {"lease_p99_ms": 10.0, "master_tick_p99_ms": 100.0}
 TASK_SECONDS = 0.0
 # One job in this many is the probe fleet's: 50 jobs, 1,000 clients, enough leases for a p99 (2,000 to 3,000 a run).
 PROBE_ONE_IN = 10
+FLOOR_BURSTS = 40  # the floor's bursts of a job's start (each executor's lease and claim at once)
 WINDOW_SECONDS = 30  # the default window: the leases' p99, the CPU and the counts are also given per window of the run this long
 FINAL = (common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED)
 
@@ -447,6 +451,7 @@ def main() -> None:
     parser.add_argument("--probe-one-in", type=int, default=PROBE_ONE_IN, help="the probe fleet takes one job in this many (1: every job)")
     parser.add_argument("--launch-spacing", type=float, default=None, help="the master's --launch-spacing-seconds (default: its own; 0: unpaced)")
     parser.add_argument("--heartbeat-spacing", type=float, default=None, help="the controller's --heartbeat-spacing-seconds (default: its own; 0: no spacing)")
+    parser.add_argument("--no-floor", action="store_true", help="skip timing a bare server's answer to a job's start before the run")
     parser.add_argument(
         "--task-seconds",
         type=float,
@@ -458,6 +463,7 @@ def main() -> None:
         parser.error(f"--probe-one-in must be 1 or more (the probe takes one job in that many), not {args.probe_one_in}")
     if args.window_seconds <= 0:
         parser.error(f"--window-seconds must be above 0, not {args.window_seconds:g}")
+    floor = None if args.no_floor else measure_bursts("sync", 2 * args.executors_per_job, FLOOR_BURSTS)  # before the services start: an idle machine
     figures = measure(
         args.jobs,
         args.executors_per_job,
@@ -471,6 +477,7 @@ def main() -> None:
         args.window_seconds,
         dict(args.nice),
     )
+    figures["start_floor"] = floor  # the bare server's figures for a job's start, or None
     window = f"{args.window_seconds:g} s"
     rows = [
         ("jobs / executors", f"{figures['jobs']} / {figures['executors']} ({figures['registered']} registered)", "-"),
@@ -484,6 +491,11 @@ def main() -> None:
             f"p99 <= {GOALS['lease_p99_ms']:g}",
         ),
         (f"... p99 ms by {window} of the run", ", ".join(f"{k} {v}" for k, v in figures["lease_p99_ms_by_window"].items()), "-"),
+        (
+            f"floor: a job's start ({2 * args.executors_per_job} calls at once), bare server p50 / p99 ms",
+            "skipped (--no-floor)" if floor is None else f"{floor['p50_ms']} / {floor['p99_ms']} ({floor['server_cpu_ms_per_call']} ms CPU a call)",
+            "-",
+        ),
         ("lease p50 / p99 ms timed by the bulk fleet", f"{figures['bulk_lease_p50_ms']} / {figures['bulk_lease_p99_ms']} ({figures['bulk_leases']:,} leases)", "-"),
         (f"... p99 ms by {window} of the run", ", ".join(f"{k} {v}" for k, v in figures["bulk_lease_p99_ms_by_window"].items()), "-"),
         (f"... leases by {window} of the run", ", ".join(f"{k} {v}" for k, v in figures["leases_by_window"].items()), "-"),
