@@ -60,10 +60,13 @@ def test_a_probe_of_no_job_and_a_window_of_no_time_are_refused_with_one_line() -
         assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
-def test_the_probe_takes_the_same_jobs_in_every_run() -> None:
-    from benchmarks.control_plane_support.fleet import job_number
+def test_the_probe_takes_the_same_jobs_in_every_run_from_every_queue() -> None:
+    from benchmarks.control_plane_support.fleet import job_name, probe_key
 
-    ids = [f"bench-{n}-20261206-1724{n % 60:02d}-{n * 7919 % 65536:04x}" for n in range(500)]  # ids as the master makes them
-    assert [job_number(job_id) for job_id in ids] == list(range(500))
-    assert [n for n in range(500) if job_number(ids[n]) % 10 == 0] == list(range(0, 500, 10)), "one job in ten: bench-0, bench-10, ..."
-    assert job_number("nightly-ctr-20261206-172400-ab12") == job_number("nightly-ctr-20261206-172400-ab12") >= 0, "another name: a hash of its id"
+    def ids(run: int) -> list[str]:  # as the master makes them: the name, the time, a random suffix
+        return [f"bench-{n}-20261206-17{run:02d}{n % 60:02d}-{(n * 7919 + run) % 65536:04x}" for n in range(500)]
+
+    assert job_name(ids(1)[17]) == "bench-17"
+    first, second = ([n for n, job_id in enumerate(ids(run)) if probe_key(job_id) % 10 == 0] for run in (1, 2))
+    assert first == second and 40 <= len(first) <= 60, "about one job in ten, the same ones whatever their ids' suffixes"
+    assert {n % 5 for n in first} == set(range(5)) and first[0] < 50 and first[-1] > 450, "from every queue, over the whole submission"

@@ -10,8 +10,8 @@ It follows the launches file; each line starts a client in this process's event 
   reports progress; once the planner counts every task done it reports its result, which ends the job.
 On SIGTERM it writes what it measured (every lease and claim's round trip, the heartbeats') to --out as JSON.
 
-With --probe-one-in N the jobs are split between two such processes by their submission number: `--share probe` takes
-one job in N (bench-0, bench-N, ...: the same jobs in every run), `--share bulk` the others. The probe's loop is nearly
+With --probe-one-in N the jobs are split between two such processes by a hash of their names: `--share probe` takes
+about one job in N (the same jobs in every run), `--share bulk` the others. The probe's loop is nearly
 idle, as a real executor's process is, so the round trips it times are the services' and the wire's; the bulk's
 include its own loop's lag behind thousands of clients.
 """
@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import random
-import re
 import signal
 import time
 import zlib
@@ -47,7 +46,6 @@ LAG_PROBE_SECONDS = 0.1  # the loop-lag probe sleeps this long, again and again
 # Connections per service, each job's clients on one of them: real executors each have their own, and thousands of
 # calls in flight on one HTTP/2 connection come back CANCELLED from the gRPC runtime (benchmarks/grpc_servers.py).
 CONNECTIONS = 50
-BENCH_JOB = re.compile(r"bench-(\d+)-")  # benchmarks/control_plane.py names its jobs bench-0, bench-1, ...
 
 
 @dataclass
@@ -77,11 +75,15 @@ class Measured:
     nice: int = field(default_factory=lambda: os.nice(0))  # the process's nice value (the benchmark may run the bulk fleet niced)
 
 
-def job_number(job_id: str) -> int:
-    """The benchmark's job's submission number (its name is bench-N; its id, the name and a time and random suffix),
-    so that the probe takes the same jobs in every run; a hash of the id for a job named otherwise."""
-    matched = BENCH_JOB.match(job_id)
-    return int(matched.group(1)) if matched else zlib.crc32(job_id.encode())
+def job_name(job_id: str) -> str:
+    """The job's name: its id less the time and random suffix the master adds (name-YYYYmmdd-HHMMSS-xxxx)."""
+    return job_id.rsplit("-", 3)[0]
+
+
+def probe_key(job_id: str) -> int:
+    """A hash of the job's name, the same in every run (its id's suffix is not), spread over the queues and the submission
+    order (the benchmark's queue is the job's number modulo 5: every tenth job would all be one queue's)."""
+    return zlib.crc32(job_name(job_id).encode())
 
 
 class Fleet:
@@ -128,7 +130,7 @@ class Fleet:
         """Whether this process stands in for the job's clients (every job unless the jobs are shared with a probe)."""
         if not self._args.probe_one_in:
             return True
-        probe: bool = job_number(job_id) % int(self._args.probe_one_in) == 0
+        probe: bool = probe_key(job_id) % int(self._args.probe_one_in) == 0
         probing: bool = self._args.share == "probe"
         return probe == probing
 
