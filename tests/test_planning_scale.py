@@ -15,7 +15,7 @@ import pytest
 
 from primus.errors import DataError
 from primus.sources import files
-from primus.sources.footers import FooterCache, file_key
+from primus.sources.footers import FOOTER_CACHE_ENV, FOOTER_CACHE_FILES, FooterCache, capacity_from_env, file_key
 from primus.sources.metadata import MetadataPipeline, metadata_calls, set_metadata_latency
 from primus.spec import TrainingJob, parse_job
 from primus.tools.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES
@@ -206,8 +206,7 @@ def test_a_footer_read_once_is_not_read_again_until_its_file_changes(tree: Path,
     day_listings = 3 + 3 + 3 + 1
     first = build_plan("first", job, PartitionResolver())
     assert _calls(job, PartitionResolver()) == day_listings + 1, "the listings, and the footer that could not be read"
-    serial = PartitionResolver(concurrency=1)
-    assert build_plan("again", job, serial).fingerprint == build_plan("fresh", job, PartitionResolver(concurrency=1)).fingerprint == first.fingerprint
+    assert build_plan("serial", job, PartitionResolver(concurrency=1)).fingerprint == build_plan("batched", job, PartitionResolver()).fingerprint == first.fingerprint
     assert len(files.FOOTERS) == parquet_files - 1  # every footer read (the long one too) but the broken one
 
     copy = tmp_path / "clicks"  # a table of its own, one file of which is rewritten with more row groups
@@ -236,6 +235,18 @@ def test_a_footer_read_once_is_not_read_again_until_its_file_changes(tree: Path,
             small.put(file_key("local:parquet", name, size, 7), ["x"], None, [])
     assert (small.hits, len(small)) == (1, 2) and small.get(file_key("local:parquet", "b", 2, 7)) is None
     assert file_key("s3:parquet", "bucket/x", 10, None) is None and small.get(None) is None, "a store that lists no time: never kept"
+
+
+def test_the_footers_kept_are_set_by_the_environment(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    for text, capacity in (("0", 0), ("500", 500), ("", FOOTER_CACHE_FILES), ("lots", FOOTER_CACHE_FILES), ("-3", FOOTER_CACHE_FILES)):
+        monkeypatch.setenv(FOOTER_CACHE_ENV, text)
+        assert capacity_from_env() == capacity, text
+    assert "PRIMUS_FOOTER_CACHE_FILES='lots' is not a whole number of files (0: no cache); keeping 20000" in caplog.text
+    kept = FooterCache(3)
+    for name in "abcd":
+        kept.put(file_key("local:parquet", name, 1, 1), ["x"], None, [])
+    kept.resize(1)
+    assert len(kept) == 1 and kept.get(file_key("local:parquet", "d", 1, 1)) is not None, "the most recently read stays"
 
 
 def test_the_pipeline_answers_no_sooner_than_the_latency_after_sending() -> None:
