@@ -26,7 +26,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent import futures
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -77,8 +79,8 @@ def _serve(kind: str, port: int) -> None:
     asyncio.run(run())
 
 
-async def _drive(port: int, calls: int, in_flight: int) -> tuple[float, list[float], dict[str, int]]:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+async def _drive(address: str, calls: int, in_flight: int) -> tuple[float, list[float], dict[str, int]]:
+    async with grpc.aio.insecure_channel(address) as channel:
         await channel.channel_ready()
         beat = channel.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
         took: list[float] = []
@@ -100,9 +102,10 @@ async def _drive(port: int, calls: int, in_flight: int) -> tuple[float, list[flo
         return time.perf_counter() - began, took, errors
 
 
-async def _drive_bursts(address: str, burst: int, bursts: int, requests: Any) -> list[float]:
+async def _drive_bursts(address: str, burst: int, bursts: int, requests: Any, pid: int) -> tuple[list[float], float]:
     """`bursts` rounds of `burst` calls sent at once on one channel (a job's executors share one connection in the
-    control-plane fleet), the round trips of every call; requests(round, index) gives each call's (method, bytes)."""
+    control-plane fleet): the round trips of every call, and the CPU seconds the server (pid) spent on them, its start
+    and first calls left out; requests(round, index) gives each call's (method, bytes)."""
     async with grpc.aio.insecure_channel(address) as channel:
         await channel.channel_ready()
         callers: dict[str, Any] = {}
@@ -117,10 +120,11 @@ async def _drive_bursts(address: str, burst: int, bursts: int, requests: Any) ->
         for warm in range(min(bursts, 3)):  # the channel's and the server's first calls are not a burst's
             await one(*requests(warm, 0))
         took.clear()
+        before = _cpu_seconds(pid)
         for round_ in range(bursts):
             await asyncio.gather(*(one(*requests(round_, index)) for index in range(burst)))
             await asyncio.sleep(BURST_PAUSE_SECONDS)
-        return took
+        return took, _cpu_seconds(pid) - before
 
 
 def _free_port() -> int:
@@ -139,15 +143,22 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] if ordered else 0.0
 
 
-def measure(kind: str, calls: int, in_flight: int) -> dict[str, Any]:
+@contextmanager
+def _bare_server(kind: str) -> Iterator[tuple[str, int]]:
+    """A server of this kind in a process of its own: its address and process id while the block runs."""
     port = _free_port()
     server = subprocess.Popen([sys.executable, __file__, "--serve", kind, "--port", str(port)])
     try:
-        wall, took, errors = asyncio.run(_drive(port, calls, in_flight))
-        cpu = _cpu_seconds(server.pid)
+        yield f"127.0.0.1:{port}", server.pid
     finally:
         server.kill()
         server.wait(30)
+
+
+def measure(kind: str, calls: int, in_flight: int) -> dict[str, Any]:
+    with _bare_server(kind) as (address, pid):
+        wall, took, errors = asyncio.run(_drive(address, calls, in_flight))
+        cpu = _cpu_seconds(pid)
     return {
         "kind": kind,
         "answered": len(took),
@@ -174,15 +185,8 @@ def measure_bursts(kind: str, burst: int, bursts: int) -> dict[str, Any]:
     """One kind's bursts: a bare server of that kind, or the real planner holding a plan per burst."""
     if kind == "planner":
         return _planner_bursts(burst, bursts)
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, __file__, "--serve", kind, "--port", str(port)])
-    try:
-        before = _cpu_seconds(server.pid)
-        took = asyncio.run(_drive_bursts(f"127.0.0.1:{port}", burst, bursts, lambda round_, index: (METHOD, b"executor-%010d" % index)))
-        cpu = _cpu_seconds(server.pid) - before
-    finally:
-        server.kill()
-        server.wait(30)
+    with _bare_server(kind) as (address, pid):
+        took, cpu = asyncio.run(_drive_bursts(address, burst, bursts, lambda round_, index: (METHOD, b"executor-%010d" % index), pid))
     return _burst_row(kind, took, cpu)
 
 
@@ -191,6 +195,7 @@ def _planner_bursts(burst: int, bursts: int) -> dict[str, Any]:
     import tempfile
 
     from primus.spec import parse_job
+    from primus.tools.cluster import start_planner, stop_services
     from primus.tools.demo import demo_job
     from primus.tools.demo_data import generate_dataset
     from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
@@ -198,18 +203,9 @@ def _planner_bursts(burst: int, bursts: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="primus-bursts-") as folder:
         work = Path(folder)
         generate_dataset(work / "data", PLANNED_FROM, 3, rows_per_hour=50, seed=1)  # the control-plane benchmark's table: 48 tasks a job
-        ready = work / "ready.json"
-        command = [sys.executable, "-m", "services.planner", "--bind", "127.0.0.1:0", "--journal", "off", "--runs-dir", str(work / "runs"), "--ready-file", str(ready)]
-        root = Path(__file__).resolve().parents[1]
-        server = subprocess.Popen(command, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        planner = start_planner(work / "runs", work / "state", "bursts")
         try:
-            deadline = time.monotonic() + 60
-            while not ready.exists():
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("the planner did not start")
-                time.sleep(0.05)
-            address = json.loads(ready.read_text())["address"]
-            with grpc.insecure_channel(address) as channel:
+            with grpc.insecure_channel(planner.address) as channel:
                 stub = planner_pb2_grpc.PlannerServiceStub(channel)
                 for job in range(bursts):
                     document: Any = demo_job(str(work / "data") + "/date={date}/hour={hour}", 3)
@@ -222,12 +218,9 @@ def _planner_bursts(burst: int, bursts: int) -> dict[str, Any]:
                 request = planner_pb2.LeaseTaskRequest(job_id=f"job-{round_}", executor_id=f"executor-{index}", purpose=common_pb2.TASK_PURPOSE_TRAIN)
                 return LEASE, request.SerializeToString()
 
-            before = _cpu_seconds(server.pid)
-            took = asyncio.run(_drive_bursts(address, burst, bursts, lease))
-            cpu = _cpu_seconds(server.pid) - before
+            took, cpu = asyncio.run(_drive_bursts(planner.address, burst, bursts, lease, planner.pid))
         finally:
-            server.terminate()
-            server.wait(30)
+            stop_services([planner])
     return _burst_row("planner", took, cpu)
 
 

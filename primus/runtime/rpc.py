@@ -27,6 +27,7 @@ from primus.auth.identity import Principal, Verifier
 from primus.errors import PrimusError
 from primus.runtime import hosts, telemetry
 from primus.runtime.metrics_http import MetricsEndpoint
+from primus.runtime.settings import whole_number_from_env
 from primus.v1 import common_pb2, common_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -79,12 +80,7 @@ HOT_TRACE_ENV = "PRIMUS_TRACE_HOT_ONE_IN"
 def hot_trace_one_in() -> int:
     """How many calls of a hot method go to each one traced: PRIMUS_TRACE_HOT_ONE_IN, else HOT_TRACE_ONE_IN (a value
     that is not a whole number from 1 is said in the log and ignored)."""
-    text = os.environ.get(HOT_TRACE_ENV, "").strip()
-    if text.isdigit() and int(text) >= 1:
-        return int(text)
-    if text:
-        log.warning("%s=%r is not a whole number of calls from 1 (1: every call traced); tracing one in %d", HOT_TRACE_ENV, text, HOT_TRACE_ONE_IN)
-    return HOT_TRACE_ONE_IN
+    return whole_number_from_env(HOT_TRACE_ENV, HOT_TRACE_ONE_IN, "calls", least=1, meaning="1: every call traced")
 
 
 def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], streaming: bool, guard: Guard | None, tracing: bool = True) -> Callable[..., Any]:

@@ -1,8 +1,10 @@
-"""Each service's timings as a typed, frozen dataclass: a default and a help line per field, set by --flag or PRIMUS_* variable."""
+"""Each service's timings as a typed, frozen dataclass: a default and a help line per field, set by --flag or PRIMUS_* variable;
+and the few PRIMUS_* counts read from the environment alone (whole_number_from_env)."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import sys
@@ -12,6 +14,7 @@ from typing import TypeVar
 
 from primus.errors import InvalidRequestError
 
+log = logging.getLogger(__name__)
 ENV_PREFIX = "PRIMUS_"
 JOURNAL_ENV = "PRIMUS_PLANNER_JOURNAL"  # the planner's journal (a path, sqlite:///PATH, postgresql://... or off), set by `primus up` too
 DOC = "docs/operations/settings.md"
@@ -19,6 +22,18 @@ DOC = "docs/operations/settings.md"
 
 class SettingsError(InvalidRequestError):
     """A setting that is not a number of seconds, or out of its range; the message names the flag or variable and the value."""
+
+
+def whole_number_from_env(name: str, default: int, unit: str, least: int = 0, meaning: str = "") -> int:
+    """The whole number (from `least`) an environment variable holds, else the default; a value that is not one is said
+    in the log, naming the variable, the value and what it must be (meaning: what a special value does), and ignored."""
+    text = os.environ.get(name, "").strip()
+    if text.isdigit() and int(text) >= least:
+        return int(text)
+    if text:
+        bound = f" from {least}" if least else ""
+        log.warning("%s=%r is not a whole number of %s%s%s; keeping %d", name, text, unit, bound, f" ({meaning})" if meaning else "", default)
+    return default
 
 
 def seconds(default: float, doc: str, zero_ok: bool = False) -> float:

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from primus.runtime.settings import whole_number_from_env
 from primus.sources.base import Piece
-
-log = logging.getLogger(__name__)
 
 FOOTER_CACHE_FILES = 20_000  # about 12 MB per resolving process (600 bytes a one-row-group file); least recently read go first
 FOOTER_CACHE_ENV = "PRIMUS_FOOTER_CACHE_FILES"
@@ -83,12 +80,7 @@ class FooterCache:
 def capacity_from_env() -> int:
     """PRIMUS_FOOTER_CACHE_FILES (0: no cache), else FOOTER_CACHE_FILES; a value that is not a whole number is said in
     the log and the default kept."""
-    text = os.environ.get(FOOTER_CACHE_ENV, "").strip()
-    if text.isdigit():
-        return int(text)
-    if text:
-        log.warning("%s=%r is not a whole number of files (0: no cache); keeping %d", FOOTER_CACHE_ENV, text, FOOTER_CACHE_FILES)
-    return FOOTER_CACHE_FILES
+    return whole_number_from_env(FOOTER_CACHE_ENV, FOOTER_CACHE_FILES, "files", meaning="0: no cache")
 
 
 FOOTERS = FooterCache(capacity_from_env())  # the process's: a planner's resolver workers each keep their own
