@@ -18,8 +18,9 @@ master's watches of the planner and controller, or by a call), the claims' lease
 the run (30 s; --window-seconds) with each fleet's own event-loop lag beside them, each process's CPU per window (the
 planner's resolver workers beside it), each service's memory (peak RSS less its RSS before the first submit, per
 job), and whether every job succeeded (none starved). Before the run, the floor the lease goal meets at a job's start:
-the p99 of a bare Python gRPC server (a handler that does nothing) answering a job's start, each executor's lease and
-claim (38 calls) sent at once (benchmarks/grpc_servers.py --burst; --no-floor skips it).
+the p99 of a bare Python gRPC server (a handler that does nothing) answering a job's start, each executor's first
+lease (one call for its reader's task and the one ahead: 19 calls) sent at once (benchmarks/grpc_servers.py --burst;
+--no-floor skips it).
 
 Prints a table; the last line is one JSON object of the figures.
 """
@@ -64,7 +65,7 @@ GOALS = {"lease_p99_ms": 10.0, "master_tick_p99_ms": 100.0}
 TASK_SECONDS = 0.0
 # One job in this many is the probe fleet's: 50 jobs, 1,000 clients, enough leases for a p99 (2,000 to 3,000 a run).
 PROBE_ONE_IN = 10
-FLOOR_BURSTS = 40  # the floor's bursts of a job's start (each executor's lease and claim at once)
+FLOOR_BURSTS = 40  # the floor's bursts of a job's start (each executor's first lease, all at once)
 WINDOW_SECONDS = 30  # the default window: the leases' p99, the CPU and the counts are also given per window of the run this long
 FINAL = (common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED)
 
@@ -463,7 +464,7 @@ def main() -> None:
         parser.error(f"--probe-one-in must be 1 or more (the probe takes one job in that many), not {args.probe_one_in}")
     if args.window_seconds <= 0:
         parser.error(f"--window-seconds must be above 0, not {args.window_seconds:g}")
-    floor = None if args.no_floor else measure_bursts("sync", 2 * args.executors_per_job, FLOOR_BURSTS)  # before the services start: an idle machine
+    floor = None if args.no_floor else measure_bursts("sync", args.executors_per_job, FLOOR_BURSTS)  # before the services start: an idle machine
     figures = measure(
         args.jobs,
         args.executors_per_job,
@@ -492,7 +493,7 @@ def main() -> None:
         ),
         (f"... p99 ms by {window} of the run", ", ".join(f"{k} {v}" for k, v in figures["lease_p99_ms_by_window"].items()), "-"),
         (
-            f"floor: a job's start ({2 * args.executors_per_job} calls at once), bare server p50 / p99 ms",
+            f"floor: a job's start ({args.executors_per_job} calls at once), bare server p50 / p99 ms",
             "skipped (--no-floor)" if floor is None else f"{floor['p50_ms']} / {floor['p99_ms']} ({floor['server_cpu_ms_per_call']} ms CPU a call)",
             "-",
         ),

@@ -12,6 +12,7 @@ import time
 import weakref
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -329,6 +330,60 @@ def test_a_claim_leases_the_next_task_in_the_same_call(planner: rpc.RunningServe
     assert not reply.next.exhausted and reply.next.retry_after_seconds == 0, "nothing runnable now, but leased tasks are not finished"
     refused = stub.ClaimTask(planner_pb2.ClaimTaskRequest(job_id="job-next", task_id=task.task_id, attempt=task.attempt, lease_next=True, purpose=TRAIN), timeout=10)
     assert not refused.granted and not refused.next.HasField("task")
+
+
+def test_a_lease_asks_for_several_tasks_in_one_call(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
+    stub = _plan(planner, "job-many", _job(dataset, tmp_path))
+    training = (DAYS - 1) * 24
+    five = stub.LeaseTask(planner_pb2.LeaseTaskRequest(job_id="job-many", executor_id="e", purpose=TRAIN, count=5), timeout=10)
+    leased = [five.task, *five.more]
+    assert len({task.task_id for task in leased}) == 5 and five.pending == training - 5, "five tasks, each leased once, in one answer"
+    one = stub.LeaseTask(planner_pb2.LeaseTaskRequest(job_id="job-many", executor_id="e", purpose=TRAIN, count=0), timeout=10)
+    assert one.HasField("task") and not one.more, "a count of 0 is one task"
+    for wrong in (-1, 65):
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.LeaseTask(planner_pb2.LeaseTaskRequest(job_id="job-many", executor_id="e", purpose=TRAIN, count=wrong), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert caught.value.details() == f"LeaseTaskRequest.count must be 0 to 64 (0 and 1: one task), not {wrong}"
+    rest = stub.LeaseTask(planner_pb2.LeaseTaskRequest(job_id="job-many", executor_id="e", purpose=TRAIN, count=64), timeout=10)
+    leased += [one.task, rest.task, *rest.more]
+    assert len(rest.more) == training - 7 and rest.pending == 0, "fewer than asked: what was runnable"
+    assert len({task.task_id for task in leased}) == training
+
+
+def test_a_stream_leases_for_all_its_readers_and_one_ahead_in_one_call(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
+    stub = _plan(planner, "job-start", _job(dataset, tmp_path))
+    counting = _Counting(stub)
+    leases = StreamLeases(counting, planner_pb2.LeaseTaskRequest(job_id="job-start", executor_id="e", purpose=TRAIN), readers=3)  # type: ignore[arg-type]
+    with ThreadPoolExecutor(3) as readers:
+        tasks = list(readers.map(lambda _: leases.next().task, range(3)))
+    assert len({task.task_id for task in tasks}) == 3 and counting.calls["LeaseTask"] == 1, "the three readers' tasks and the one ahead came in one call"
+    for _ in range(3):
+        leases.read_done()
+        leases.leave()
+    assert counting.calls["ReleaseTask"] == 1 and counting.calls["LeaseTask"] == 1, "the last reader out gave back the task leased ahead, asking for none"
+    leases.close()
+    assert counting.calls["ReleaseTask"] == 4, "the readers' tasks went back with the stream"
+    again = stub.LeaseTask(planner_pb2.LeaseTaskRequest(job_id="job-start", executor_id="f", purpose=TRAIN, count=64), timeout=10)
+    assert 1 + len(again.more) == (DAYS - 1) * 24, "every task given back is leased again"
+
+
+def test_a_reader_past_the_tasks_a_stream_start_brought_leases_its_own(planner: rpc.RunningServer, dataset: Path, tmp_path: Path) -> None:
+    stub = _plan(planner, "job-short", _job(dataset, tmp_path))
+    elsewhere = stub.LeaseTask(planner_pb2.LeaseTaskRequest(job_id="job-short", executor_id="f", purpose=TRAIN, count=(DAYS - 1) * 24 - 2), timeout=10)
+    counting = _Counting(stub)
+    leases = StreamLeases(counting, planner_pb2.LeaseTaskRequest(job_id="job-short", executor_id="e", purpose=TRAIN), readers=3)  # type: ignore[arg-type]
+    first, second = leases.next().task, leases.next().task
+    assert counting.calls["LeaseTask"] == 1, "the start's call brought two tasks of the four asked for"
+    back = elsewhere.task  # a task comes back for the third reader
+    stub.ReleaseTask(planner_pb2.ReleaseTaskRequest(job_id="job-short", task_id=back.task_id, attempt=back.attempt, executor_id="f"), timeout=10)
+    assert leases.next().task.task_id == back.task_id not in (first.task_id, second.task_id)
+    assert counting.calls["LeaseTask"] == 2, "the third reader asked for its own task"
+    for _ in range(3):
+        leases.read_done()
+        leases.leave()
+    assert counting.calls["LeaseTask"] == 2 and counting.calls["ReleaseTask"] == 0, "the last reader out asked for nothing to give back"
+    leases.close()
 
 
 class _ClaimedFirstElsewhere:

@@ -2,10 +2,11 @@
 
 Run as `python -m benchmarks.control_plane_support.fleet --launches FILE --out FILE --planner A --controller A --master A`.
 It follows the launches file; each line starts a client in this process's event loop:
-- a data executor registers, heartbeats, and leases, claims and reports its job's tasks as a real one does (LeaseTask,
-  then ClaimTask with the reports of what it served and lease_next), reading nothing but holding each task for
-  --task-seconds (the time a real one takes to serve it; 0: claim at once), until the job's tasks are exhausted; it
-  stops once a heartbeat says the controller no longer knows it (released);
+- a data executor registers, heartbeats, and leases, claims and reports its job's tasks as a real one with one reader
+  does (services/data_executor/leases.py): one LeaseTask for two tasks (its reader's and the one leased ahead), then
+  for each task held, after reading it (holding it --task-seconds: the time a real one takes; 0: at once), a ClaimTask
+  with lease_next carrying the reports of what it served, until the job's tasks are exhausted; it stops once a
+  heartbeat says the controller no longer knows it (released);
 - a trainer registers, heartbeats, commits what its job's executors served (CommitProgress, each commit interval) and
   reports progress; once the planner counts every task done it reports its result, which ends the job.
 On SIGTERM it writes what it measured (every lease and claim's round trip, the heartbeats') to --out as JSON.
@@ -26,6 +27,7 @@ import random
 import signal
 import time
 import zlib
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +48,7 @@ LAG_PROBE_SECONDS = 0.1  # the loop-lag probe sleeps this long, again and again
 # Connections per service, each job's clients on one of them: real executors each have their own, and thousands of
 # calls in flight on one HTTP/2 connection come back CANCELLED from the gRPC runtime (benchmarks/grpc_servers.py).
 CONNECTIONS = 50
+STREAM_START_LEASES = 2  # a stream with one reader leases its reader's task and the one ahead in one call
 
 
 @dataclass
@@ -207,7 +210,7 @@ class Fleet:
         while not released.is_set():
             started = time.perf_counter()
             try:
-                lease = planner_pb2.LeaseTaskRequest(job_id=job_id, executor_id=executor_id, purpose=TRAIN)
+                lease = planner_pb2.LeaseTaskRequest(job_id=job_id, executor_id=executor_id, purpose=TRAIN, count=STREAM_START_LEASES)
                 reply = await self._call("LeaseTask", self._planner(job_id).LeaseTask, lease)
             except grpc.aio.AioRpcError as exc:
                 self._error("LeaseTask", exc)
@@ -215,12 +218,19 @@ class Fleet:
                     break  # the plan is gone: the job ended
                 await asyncio.sleep(1.0)
                 continue
-            if reply.HasField("task"):
-                self._leased(started)
-            else:
+            if not reply.HasField("task"):
                 self.measured.empty_polls += 1
-            while reply.HasField("task"):
-                task = reply.task
+                if reply.exhausted:
+                    break
+                await asyncio.sleep(reply.retry_after_seconds or 0.2)
+                continue
+            self._leased(started)
+            held = deque([reply.task, *reply.more])  # the task being read and those leased ahead
+            last = reply
+            while held:
+                task = held.popleft()
+                if self._args.task_seconds:  # reading the task, for about task_seconds
+                    await asyncio.sleep(self._args.task_seconds * random.uniform(1 - self._args.task_jitter, 1 + self._args.task_jitter))
                 claim = planner_pb2.ClaimTaskRequest(
                     job_id=job_id, task_id=task.task_id, attempt=task.attempt, executor_id=executor_id, lease_next=True, purpose=TRAIN, completed=reports
                 )
@@ -230,19 +240,19 @@ class Fleet:
                     self._leased(started)
                     self.measured.claim_lease_ms.append(self.measured.lease_ms[-1])
                     self.measured.claim_lease_at.append(started - self._began)
-                if self._args.task_seconds:  # serving the claimed task (the next one is leased meanwhile), for about task_seconds
-                    await asyncio.sleep(self._args.task_seconds * random.uniform(1 - self._args.task_jitter, 1 + self._args.task_jitter))
+                    held.append(answer.next.task)
+                last = answer.next
+                # served at once: the trainer takes it (its commit comes with the job's next), the report with the next claim
                 job.served.append(planner_pb2.TaskProgress(task_id=task.task_id, attempt=task.attempt, rows_consumed=task.rows, finished=True, source=task.source))
                 job.rows += task.rows
                 stats = planner_pb2.TaskStats(rows=task.rows, bytes_read=task.bytes, batches=1)
                 reports = [planner_pb2.CompleteTaskRequest(job_id=job_id, task_id=task.task_id, attempt=task.attempt, executor_id=executor_id, stats=stats)]
-                reply = answer.next
             if reports:
                 await self._call("CompleteTasks", self._planner(job_id).CompleteTasks, planner_pb2.CompleteTasksRequest(job_id=job_id, tasks=reports))
                 reports = []
-            if reply.exhausted:
+            if last.exhausted:
                 break
-            await asyncio.sleep(reply.retry_after_seconds or 0.2)
+            await asyncio.sleep(last.retry_after_seconds or 0.2)
         await released.wait()
 
     async def _trainer(self, job_id: str, trainer_id: str) -> None:

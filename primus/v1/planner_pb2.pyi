@@ -178,26 +178,30 @@ class WatchPlansResponse(_message.Message):
     def __init__(self, revision: _Optional[int] = ..., snapshot: _Optional[bool] = ..., plans: _Optional[_Iterable[_Union[GetPlanResponse, _Mapping]]] = ..., dropped: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LeaseTaskRequest(_message.Message):
-    __slots__ = ("job_id", "executor_id", "purpose")
+    __slots__ = ("job_id", "executor_id", "purpose", "count")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     PURPOSE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     executor_id: str
     purpose: _common_pb2.TaskPurpose
-    def __init__(self, job_id: _Optional[str] = ..., executor_id: _Optional[str] = ..., purpose: _Optional[_Union[_common_pb2.TaskPurpose, str]] = ...) -> None: ...
+    count: int
+    def __init__(self, job_id: _Optional[str] = ..., executor_id: _Optional[str] = ..., purpose: _Optional[_Union[_common_pb2.TaskPurpose, str]] = ..., count: _Optional[int] = ...) -> None: ...
 
 class LeaseTaskResponse(_message.Message):
-    __slots__ = ("task", "exhausted", "retry_after_seconds", "pending")
+    __slots__ = ("task", "exhausted", "retry_after_seconds", "pending", "more")
     TASK_FIELD_NUMBER: _ClassVar[int]
     EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     task: DataTask
     exhausted: bool
     retry_after_seconds: float
     pending: int
-    def __init__(self, task: _Optional[_Union[DataTask, _Mapping]] = ..., exhausted: _Optional[bool] = ..., retry_after_seconds: _Optional[float] = ..., pending: _Optional[int] = ...) -> None: ...
+    more: _containers.RepeatedCompositeFieldContainer[DataTask]
+    def __init__(self, task: _Optional[_Union[DataTask, _Mapping]] = ..., exhausted: _Optional[bool] = ..., retry_after_seconds: _Optional[float] = ..., pending: _Optional[int] = ..., more: _Optional[_Iterable[_Union[DataTask, _Mapping]]] = ...) -> None: ...
 
 class TaskStats(_message.Message):
     __slots__ = ("rows", "bytes_read", "cpu_seconds", "batches", "records_quarantined", "read_seconds", "transform_seconds", "labels_joined", "records_non_finite_dense", "records_label_out_of_domain", "values_filled_non_finite")

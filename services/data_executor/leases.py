@@ -3,6 +3,8 @@
 - One task is always leased ahead, so a reader that finishes a task starts the next one without waiting for the
   planner. The stream's readers share it: whichever is free first reads it, so no reader idles at the end of a job
   while another holds work.
+- The stream's first lease asks for a task for every reader and the one ahead in one LeaseTask (count): a job's
+  executors start together, and a call each per reader would reach the planner at once.
 - After the first lease, leases come back with the claims of read tasks (ClaimTask with lease_next), and reports of
   served tasks ride along with the claims, so a task costs the planner one round trip. A report goes out on its own
   only when no reader is reading (no claim would carry it soon). A reader waiting for room in the stream's queue
@@ -58,6 +60,7 @@ class StreamLeases:
         self._reading = 0  # readers between next() and read_done(): a claim is coming
         self._reports: list[tuple[planner_pb2.CompleteTaskRequest, Callable[[bool], None]]] = []
         self._held: dict[tuple[str, int], planner_pb2.DataTask] = {}
+        self._started = False  # the first lease, for every reader and one ahead, has been asked for
 
     def next(self) -> planner_pb2.LeaseTaskResponse:
         """The planner's answer for this reader: a task, exhausted (also once the stream is closed), or retry later;
@@ -65,7 +68,14 @@ class StreamLeases:
         with self._lock:
             if self._draining:  # what is leased ahead stays for the last reader to give back
                 return planner_pb2.LeaseTaskResponse()
-            upcoming = self._upcoming.popleft() if self._upcoming else self._lease()
+            if self._upcoming:
+                upcoming = self._upcoming.popleft()
+            elif not self._started:
+                self._started = True
+                upcoming, *rest = self._lease_many(self._readers + 1)
+                self._upcoming.extend(rest)
+            else:
+                upcoming = self._lease()
         reply = upcoming()
         if reply.HasField("task"):
             with self._lock:
@@ -201,16 +211,47 @@ class StreamLeases:
             left, self._upcoming, closed = list(self._upcoming), deque(), self._closed
         for upcoming in left:
             try:
-                reply = upcoming()
+                reply = upcoming.leased() if isinstance(upcoming, _Share) else upcoming()
             except grpc.RpcError:
                 continue
-            if reply.HasField("task"):
+            if reply is not None and reply.HasField("task"):
                 self.give_back(reply.task)
         if closed:
             self._calls.shutdown(wait=False)
 
     def _lease(self) -> _Upcoming:
         return self.call(self._planner.LeaseTask, self._request).result
+
+    def _lease_many(self, count: int) -> list[_Upcoming]:
+        """One LeaseTask for `count` tasks, as one answer each, in order (see _Share)."""
+        request = planner_pb2.LeaseTaskRequest()
+        request.CopyFrom(self._request)
+        request.count = count
+        batch = self.call(self._planner.LeaseTask, request)
+        return [batch.result, *(_Share(batch, index, self._lease) for index in range(1, count))]
+
+
+class _Share:
+    """The index-th task of a batch lease: the planner's answer (exhausted, or ask again) when no task came, else the
+    task when that many came, else a lease of its own, asked only when a reader wants it."""
+
+    def __init__(self, batch: Future[planner_pb2.LeaseTaskResponse], index: int, lease: Callable[[], _Upcoming]) -> None:
+        self._batch = batch
+        self._index = index
+        self._lease = lease
+
+    def __call__(self) -> planner_pb2.LeaseTaskResponse:
+        reply = self._batch.result()
+        if not reply.HasField("task"):
+            return reply
+        return self.leased() or self._lease()()
+
+    def leased(self) -> planner_pb2.LeaseTaskResponse | None:
+        """Its task, if the batch brought one (what the last reader out gives back); None without asking for one."""
+        reply = self._batch.result()
+        if self._index > len(reply.more):
+            return None
+        return planner_pb2.LeaseTaskResponse(task=reply.more[self._index - 1], pending=reply.pending)
 
 
 def _answer(reports: list[tuple[planner_pb2.CompleteTaskRequest, Callable[[bool], None]]], done: Future[Any], results_of: Callable[[Any], Any]) -> None:

@@ -129,22 +129,37 @@ def _plan_reply(job_plan: JobPlan, revision: int) -> planner_pb2.GetPlanResponse
     )
 
 
-def _lease(ledger: TaskLedger, job_id: str, executor_id: str, purpose: int) -> planner_pb2.LeaseTaskResponse | None:
-    """A leased task, or exhausted; None when nothing is runnable yet."""
+def _lease(ledger: TaskLedger, job_id: str, executor_id: str, purpose: int, count: int = 1) -> planner_pb2.LeaseTaskResponse | None:
+    """Up to `count` leased tasks (the first in task, the rest in more), or exhausted; None when nothing is runnable yet."""
     lease = ledger.lease(purpose, executor_id)
     if lease is not None:
-        task = task_proto(job_id, lease.spec, lease.attempt, lease.deadline, lease.start_offset, lease.speculative)
-        return planner_pb2.LeaseTaskResponse(task=task, pending=ledger.pending(purpose))
+        reply = planner_pb2.LeaseTaskResponse(task=task_proto(job_id, lease.spec, lease.attempt, lease.deadline, lease.start_offset, lease.speculative))
+        for _ in range(count - 1):
+            more = ledger.lease(purpose, executor_id)
+            if more is None:
+                break
+            reply.more.append(task_proto(job_id, more.spec, more.attempt, more.deadline, more.start_offset, more.speculative))
+        reply.pending = ledger.pending(purpose)
+        return reply
     if ledger.exhausted(purpose):
         return planner_pb2.LeaseTaskResponse(exhausted=True)
     return None
 
+
+MAX_LEASE_COUNT = 64  # tasks one LeaseTask may ask for: a stream's readers (at most sizing.MAX_READERS) and one ahead, with room
 
 Timed = Callable[[str, str, float], None]  # (handler, outcome, seconds): how long a LeaseTask or ClaimTask took
 
 
 def _untimed(handler: str, outcome: str, seconds: float) -> None:
     pass
+
+
+def lease_count(request: planner_pb2.LeaseTaskRequest) -> int:
+    """How many tasks a LeaseTask asks for (0 is one); InvalidRequestError past MAX_LEASE_COUNT or below 0."""
+    if not 0 <= request.count <= MAX_LEASE_COUNT:
+        raise InvalidRequestError(f"LeaseTaskRequest.count must be 0 to {MAX_LEASE_COUNT} (0 and 1: one task), not {request.count}")
+    return max(1, request.count)
 
 
 def _lease_outcome(reply: planner_pb2.LeaseTaskResponse) -> str:
@@ -227,9 +242,10 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
     def _lease_task(self, request: planner_pb2.LeaseTaskRequest, context: grpc.ServicerContext) -> planner_pb2.LeaseTaskResponse:
         """Long-polls: with nothing runnable yet, waits up to long_poll_seconds for the ledger to change before answering;
         an empty answer says when to ask again (the pacer's wait: longer while many executors wait)."""
+        count = lease_count(request)
         ledger = self._registry.get(request.job_id).ledger
         waiter = f"{request.job_id}/{request.executor_id}"
-        reply = _lease(ledger, request.job_id, request.executor_id, request.purpose)
+        reply = _lease(ledger, request.job_id, request.executor_id, request.purpose, count)
         if reply is not None:
             self._pacer.leased(waiter)
             return reply
@@ -242,7 +258,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
                 if remaining <= 0 or not context.is_active():
                     return planner_pb2.LeaseTaskResponse(retry_after_seconds=self._pacer.retry_after(waiter))
                 ledger.wait_for_change(min(remaining, 0.25))
-                reply = _lease(ledger, request.job_id, request.executor_id, request.purpose)
+                reply = _lease(ledger, request.job_id, request.executor_id, request.purpose, count)
                 if reply is not None:
                     self._pacer.leased(waiter)
                     return reply
