@@ -188,7 +188,8 @@ def _queues_file(path: Path, jobs: int, cores_per_job: float) -> None:
     path.write_text(yaml.safe_dump({"queues": queues}))
 
 
-def _job_yaml(dataset: Path, index: int, executors: int) -> str:
+def _job_text(dataset: Path, index: int, executors: int) -> str:
+    """The job's spec as primus's client submits it (JSON)."""
     document: Any = demo_job(str(dataset) + "/date={date}/hour={hour}", 3)
     document["metadata"]["name"] = f"bench-{index}"
     document["spec"]["data"].pop("eval")
@@ -196,7 +197,7 @@ def _job_yaml(dataset: Path, index: int, executors: int) -> str:
     resources["queue"] = f"team-{index % QUEUES}"
     resources["dataExecutor"].update({"replicas": executors, "cpu": 0.5, "memoryMiB": 256})
     resources["trainer"].update({"cpu": 1, "memoryMiB": 512})
-    return parse_job(document).to_yaml()
+    return parse_job(document).to_json()
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -317,7 +318,7 @@ def measure(
                 run.fleets.append(FleetProcess(share, process, out))
             for service in run.services:
                 service.rss_before = service.rss_peak = _rss(service.process.pid)
-            specs = [_job_yaml(dataset, i, executors) for i in range(jobs)]
+            specs = [_job_text(dataset, i, executors) for i in range(jobs)]
             stub = master_pb2_grpc.MasterServiceStub(rpc.connect(master.address))
             started = time.monotonic()
             run.sample_cpu(0.0)

@@ -11,6 +11,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from primus.auth import security, tokens
 from primus.errors import NotFoundError
@@ -25,6 +26,8 @@ class _Planner(planner_pb2_grpc.PlannerServiceServicer):
     def LeaseTask(self, request: planner_pb2.LeaseTaskRequest, context: grpc.ServicerContext) -> planner_pb2.LeaseTaskResponse:
         if request.job_id == "gone":
             raise NotFoundError("no plan for job gone")
+        if request.job_id == "broken":
+            raise ValueError("a fault in the handler")
         return planner_pb2.LeaseTaskResponse(retry_after_seconds=0.5)
 
     def DropPlan(self, request: planner_pb2.DropPlanRequest, context: grpc.ServicerContext) -> planner_pb2.DropPlanResponse:
@@ -104,3 +107,25 @@ def test_a_bad_setting_is_said_and_the_default_kept(monkeypatch: pytest.MonkeyPa
     assert rpc.hot_trace_one_in() == 1
     monkeypatch.delenv(rpc.HOT_TRACE_ENV)
     assert rpc.hot_trace_one_in() == rpc.HOT_TRACE_ONE_IN
+
+
+def test_a_refusal_sets_the_spans_status_without_a_stack_and_a_fault_records_its_exception(spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(rpc.HOT_TRACE_ENV, "1")
+    running = _planner()
+    try:
+        stub = planner_pb2_grpc.PlannerServiceStub(rpc.connect(running.address))
+        codes = []
+        for job_id in ("gone", "broken"):
+            with pytest.raises(grpc.RpcError) as failed:
+                stub.LeaseTask(planner_pb2.LeaseTaskRequest(job_id=job_id, executor_id="e"), timeout=10)
+            codes.append(failed.value.code())
+    finally:
+        running.stop(0)
+    assert codes == [grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNKNOWN]
+    refused, fault = spans.get_finished_spans()
+    assert refused.status.status_code is StatusCode.ERROR and refused.status.description == "no plan for job gone"
+    assert refused.attributes is not None and refused.attributes["rpc.grpc.status_code"] == grpc.StatusCode.NOT_FOUND.value[0]
+    assert not refused.events, "a refusal formats no stack"
+    assert fault.status.status_code is StatusCode.ERROR and fault.status.description == "ValueError: a fault in the handler"
+    (event,) = fault.events
+    assert event.name == "exception" and event.attributes is not None and "a fault in the handler" in str(event.attributes["exception.stacktrace"])

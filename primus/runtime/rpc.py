@@ -83,6 +83,16 @@ def hot_trace_one_in() -> int:
     return whole_number_from_env(HOT_TRACE_ENV, HOT_TRACE_ONE_IN, "calls", least=1, meaning="1: every call traced")
 
 
+def _refused(span: trace.Span, exc: PrimusError) -> None:
+    span.set_attribute("rpc.grpc.status_code", exc.code.value[0])
+    span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+
+
+def _failed(span: trace.Span, exc: Exception) -> None:
+    span.record_exception(exc)
+    span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+
+
 def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], streaming: bool, guard: Guard | None, tracing: bool = True) -> Callable[..., Any]:
     """Wrap one handler: admit the caller (with a guard), join the caller's trace, open a server span, map domain
     errors to statuses. The caller is primus.guard.caller() inside the handler. tracing=False (a unary call of a hot
@@ -105,16 +115,21 @@ def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], stream
         return untraced
     tracer = telemetry.tracer("primus.rpc")
 
+    # A refusal (a PrimusError) sets the span's status and code only: formatting a stack for each would cost more than
+    # the call (a lease for a job that ended, thousands at once); a fault records its exception and stack.
     def unary(request: Any, ctx: grpc.ServicerContext) -> Any:
         caller = admitted(request, ctx)
         token = context.attach(telemetry.extract_cached(headers))
         try:
-            with tracer.start_as_current_span(method, kind=trace.SpanKind.SERVER) as span:
+            with tracer.start_as_current_span(method, kind=trace.SpanKind.SERVER, record_exception=False, set_status_on_exception=False) as span:
                 try:
                     return fn(request, ctx)
                 except PrimusError as exc:
-                    span.set_attribute("rpc.grpc.status_code", exc.code.value[0])
+                    _refused(span, exc)
                     ctx.abort(exc.code, str(exc))
+                except Exception as exc:
+                    _failed(span, exc)
+                    raise
         finally:
             context.detach(token)
             if caller is not None:
@@ -124,11 +139,15 @@ def _traced(method: str, headers: dict[str, str], fn: Callable[..., Any], stream
         caller = admitted(request, ctx)
         token = context.attach(telemetry.extract_cached(headers))
         try:
-            with tracer.start_as_current_span(method, kind=trace.SpanKind.SERVER):
+            with tracer.start_as_current_span(method, kind=trace.SpanKind.SERVER, record_exception=False, set_status_on_exception=False) as span:
                 try:
                     yield from fn(request, ctx)
                 except PrimusError as exc:
+                    _refused(span, exc)
                     ctx.abort(exc.code, str(exc))
+                except Exception as exc:
+                    _failed(span, exc)
+                    raise
         finally:
             context.detach(token)
             if caller is not None:

@@ -3,7 +3,7 @@ job document) and its loading; every name a caller uses is gathered here."""
 
 from primus.spec.backend_kinds import BackendKind
 from primus.spec.base import API_VERSION, MAX_MEMORY_MIB, NAME_PATTERN, NAMESPACE_PATTERN, PLACEHOLDERS, SpecModel
-from primus.spec.cache import SpecCache, job_spec, spec_of_text
+from primus.spec.cache import SpecCache, job_spec, keep_job_spec, spec_of_text
 from primus.spec.data import (
     OBJECT_STORE_SCHEMES,
     SECRET_QUERY_KEYS,
@@ -90,6 +90,7 @@ __all__ = [
     "error_message",
     "field_path",
     "job_spec",
+    "keep_job_spec",
     "load_job_file",
     "load_job_text",
     "parse_job",

@@ -42,6 +42,14 @@ class SpecCache:
                 self._jobs.popitem(last=False)
         return job
 
+    def keep(self, job_id: str, text: str, job: TrainingJob) -> None:
+        """Keep a job already parsed as the spec of its text (the master at submit: the text is job.to_yaml(), read
+        back as the same job), so that its first reader does not parse the text again."""
+        with self._lock:
+            self._jobs[(job_id, text_digest(text))] = job
+            while len(self._jobs) > self._capacity:
+                self._jobs.popitem(last=False)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._jobs)
@@ -53,6 +61,11 @@ SPECS = SpecCache()  # the process's
 def job_spec(job_id: str, text: str) -> TrainingJob:
     """The job's spec from the process's cache: its YAML text is parsed once."""
     return SPECS.job(job_id, text)
+
+
+def keep_job_spec(job_id: str, text: str, job: TrainingJob) -> None:
+    """Keep a job parsed elsewhere as its text's spec in the process's cache (see SpecCache.keep)."""
+    SPECS.keep(job_id, text, job)
 
 
 def spec_of_text(text: str, origin: str) -> TrainingJob:

@@ -25,7 +25,7 @@ from primus.records.training_result import TrainingResult
 from primus.runtime import run_store
 from primus.runtime.run_store import RunStore, read_bytes_at
 from primus.runtime.settings import MasterSettings
-from primus.spec import WarmStart, job_spec, load_job_text, resolve_paths
+from primus.spec import WarmStart, job_spec, keep_job_spec, load_job_text, resolve_paths
 from primus.spec.roles import Role, role_of_proto
 from primus.v1 import common_pb2, master_pb2, master_pb2_grpc
 from services.master import savepoints
@@ -165,11 +165,13 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         job_id = new_job_id(job.metadata.name)
         self._gate.about(job_id, job.metadata.namespace)
         now = time.time()
+        spec_yaml = job.to_yaml()
+        keep_job_spec(job_id, spec_yaml, job)  # its driver and the admission loop read the job without parsing it again
         record = JobRecord(
             job_id=job_id,
             name=job.metadata.name,
             state=JobState.PENDING,
-            spec_yaml=job.to_yaml(),
+            spec_yaml=spec_yaml,
             run_dir=self._runs.uri_of(job_id),
             created=now,
             updated=now,
