@@ -18,7 +18,6 @@ from primus.runtime.settings import (
     ControllerSettings,
     MasterSettings,
     PlannerSettings,
-    ServiceSettings,
     Settings,
     SettingsError,
     WorkerSettings,
@@ -49,8 +48,7 @@ def test_defaults_are_the_dataclasses_and_every_field_is_documented() -> None:
     assert PlannerSettings().replan_seconds == 30.0 and PlannerSettings().lease_seconds == 300.0
     assert ControllerSettings().heartbeat_timeout_seconds == 10.0 and ControllerSettings().release_grace_seconds == 10.0
     assert WorkerSettings().heartbeat_interval_seconds == 1.0 and WorkerSettings().gang_timeout_seconds == 120.0
-    shared = {f.name for f in fields(ServiceSettings)}  # every service's, one variable for all of them on purpose
-    names = [f.name for cls in ALL for f in fields(cls) if f.name not in shared]
+    names = [f.name for cls in ALL for f in fields(cls)]
     assert len(names) == len(set(names)), "a field name in two classes would share one PRIMUS_* variable"
     for cls in ALL:
         for f in fields(cls):
@@ -173,17 +171,3 @@ def test_docs_list_every_setting() -> None:
     text = (ROOT / DOC).read_text()
     for cls in ALL:
         assert markdown_table(cls) in text, f"docs/operations/settings.md: the table of {cls.__name__} is out of date (python -m primus.runtime.settings)"
-
-
-def test_a_service_sets_the_interpreters_switch_interval_from_its_settings() -> None:
-    before = sys.getswitchinterval()
-    try:
-        for cls in (MasterSettings, PlannerSettings, ControllerSettings):
-            cls(gil_switch_seconds=0.002).apply_to_process()
-            assert sys.getswitchinterval() == pytest.approx(0.002)
-            cls().apply_to_process()
-            assert sys.getswitchinterval() == pytest.approx(0.0005), f"{cls.__name__}: the default, a tenth of Python's own"
-        with pytest.raises(SettingsError, match="gil_switch_seconds=0: must be more than 0 seconds"):
-            PlannerSettings(gil_switch_seconds=0)
-    finally:
-        sys.setswitchinterval(before)

@@ -81,22 +81,7 @@ S = TypeVar("S", bound=Settings)
 
 
 @dataclass(frozen=True)
-class ServiceSettings(Settings):
-    """What every control-plane service (master, planner, resource controller) shares."""
-
-    gil_switch_seconds: float = seconds(
-        0.0005,
-        "a thread holds the interpreter lock this long before a waiting one takes it (sys.setswitchinterval; Python's own 0.005): "
-        "a call's handler waits this long, not 5 ms, each time it finds a plan being built or a watch being answered",
-    )
-
-    def apply_to_process(self) -> None:
-        """Set what these settings set in the process itself (the interpreter's switch interval)."""
-        sys.setswitchinterval(self.gil_switch_seconds)
-
-
-@dataclass(frozen=True)
-class MasterSettings(ServiceSettings):
+class MasterSettings(Settings):
     master_poll_seconds: float = seconds(
         0.5, "a job's driver with nothing to do looks at the job again after this long (at once when its record, or what it watches at a peer, changes)"
     )
@@ -112,7 +97,7 @@ class MasterSettings(ServiceSettings):
 
 
 @dataclass(frozen=True)
-class PlannerSettings(ServiceSettings):
+class PlannerSettings(Settings):
     lease_seconds: float = seconds(300.0, "a leased task not served within this long is leased again")
     replan_seconds: float = seconds(30.0, "a plan whose data still arrives (streams) looks for newly ready slots this often")
     long_poll_seconds: float = seconds(1.0, "LeaseTask with nothing runnable waits up to this long for a task before answering")
@@ -126,7 +111,7 @@ class PlannerSettings(ServiceSettings):
 
 
 @dataclass(frozen=True)
-class ControllerSettings(ServiceSettings):
+class ControllerSettings(Settings):
     heartbeat_timeout_seconds: float = seconds(10.0, "an executor silent this long is lost: ended, its leases go back (a job's resources.heartbeatTimeoutSeconds wins)")
     register_timeout_seconds: float = seconds(120.0, "an executor launched but not registered within this long is ended as failed")
     drain_timeout_seconds: float = seconds(120.0, "a drain taking longer is cut short (its streams break; the trainer commits them as lost)")

@@ -33,7 +33,6 @@ def main() -> None:
     add_arguments(parser, MasterSettings)
     args = parser.parse_args()
     settings = from_args_or_exit(MasterSettings, args, "master")
-    settings.apply_to_process()
     rpc.configure_logging("master")
     try:
         queues = load_queues(Path(args.queues)) if args.queues else None

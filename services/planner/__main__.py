@@ -66,7 +66,6 @@ def main() -> None:
     add_arguments(parser, PlannerSettings)
     args = parser.parse_args()
     settings = from_args_or_exit(PlannerSettings, args, "planner")
-    settings.apply_to_process()
     latency = args.metadata_latency_ms / 1000.0
     set_metadata_latency(latency)
     resolve: Resolve = (

@@ -42,7 +42,6 @@ def main() -> None:
     add_timing_arguments(parser, ControllerSettings)
     args = parser.parse_args()
     settings = from_args_or_exit(ControllerSettings, args, "resource controller")
-    settings.apply_to_process()
     rpc.configure_logging("resource_controller")
     runs_uri = args.runs_dir if args.runs_dir and run_store.is_object_uri(args.runs_dir) else ""
     args.runs_dir = run_store.local_folder(args.runs_dir) if args.runs_dir else None  # this host's folder from here on
