@@ -36,17 +36,17 @@ class SpecCache:
                 self._jobs.move_to_end(key)
                 return job
         job = load_job_text(text, origin or f"job {job_id}")  # outside the lock: a reader of another job does not wait
-        with self._lock:
-            self._jobs[key] = job
-            while len(self._jobs) > self._capacity:
-                self._jobs.popitem(last=False)
+        self._put(key, job)
         return job
 
     def keep(self, job_id: str, text: str, job: TrainingJob) -> None:
         """Keep a job already parsed as the spec of its text (the master at submit: the text is job.to_yaml(), read
         back as the same job), so that its first reader does not parse the text again."""
+        self._put((job_id, text_digest(text)), job)
+
+    def _put(self, key: tuple[str, bytes], job: TrainingJob) -> None:
         with self._lock:
-            self._jobs[(job_id, text_digest(text))] = job
+            self._jobs[key] = job
             while len(self._jobs) > self._capacity:
                 self._jobs.popitem(last=False)
 
