@@ -18,7 +18,7 @@ from primus.sources.wire import piece_to_split
 from primus.spec import load_job_text, spec_of_text
 from primus.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from services.planner.distributed import DistributedResolver
-from services.planner.ledger import Progress, TaskLedger, TaskStatus, WorkDone
+from services.planner.ledger import Lease, Progress, TaskLedger, TaskStatus, WorkDone
 from services.planner.manifest import decision_to_proto, partition_to_proto
 from services.planner.pacing import EmptyLeasePacer
 from services.planner.plan import Plan, build_plan
@@ -131,16 +131,12 @@ def _plan_reply(job_plan: JobPlan, revision: int) -> planner_pb2.GetPlanResponse
 
 def _lease(ledger: TaskLedger, job_id: str, executor_id: str, purpose: int, count: int = 1) -> planner_pb2.LeaseTaskResponse | None:
     """Up to `count` leased tasks (the first in task, the rest in more), or exhausted; None when nothing is runnable yet."""
-    lease = ledger.lease(purpose, executor_id)
-    if lease is not None:
-        reply = planner_pb2.LeaseTaskResponse(task=task_proto(job_id, lease.spec, lease.attempt, lease.deadline, lease.start_offset, lease.speculative))
-        for _ in range(count - 1):
-            more = ledger.lease(purpose, executor_id)
-            if more is None:
-                break
-            reply.more.append(task_proto(job_id, more.spec, more.attempt, more.deadline, more.start_offset, more.speculative))
-        reply.pending = ledger.pending(purpose)
-        return reply
+    leases: list[Lease] = []
+    while len(leases) < count and (lease := ledger.lease(purpose, executor_id)) is not None:
+        leases.append(lease)
+    if leases:
+        first, *more = (task_proto(job_id, lease.spec, lease.attempt, lease.deadline, lease.start_offset, lease.speculative) for lease in leases)
+        return planner_pb2.LeaseTaskResponse(task=first, more=more, pending=ledger.pending(purpose))
     if ledger.exhausted(purpose):
         return planner_pb2.LeaseTaskResponse(exhausted=True)
     return None
