@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.ports import unclaimed_ports
 from tests.tiers import Tier, uses
 
 __all__ = ["NODE_CPUS", "QOS_SMALL", "QOS_SMALL_CPUS", "REQUIRE_SLURM_ENV", "SlurmCluster", "slurm_available"]
@@ -44,17 +45,6 @@ def slurm_available() -> str:
 
 def _which(name: str) -> str | None:
     return shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin:/usr/bin")
-
-
-def _free_ports(count: int) -> list[int]:
-    ports: list[int] = []
-    while len(ports) < count:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if port not in ports:
-            ports.append(port)
-    return ports
 
 
 def _memory_mib() -> int:
@@ -225,7 +215,7 @@ class SlurmCluster:
         (folder / "plugstack.conf").write_text("")
         node = socket.gethostname().split(".")[0]
         conf = folder / "slurm.conf"
-        ctld_port, slurmd_port, dbd_port = _free_ports(3)
+        ctld_port, slurmd_port, dbd_port = unclaimed_ports(3)
         conf.write_text(_config(folder, node, ctld_port, slurmd_port, dbd_port))
         database = f"slurm_{folder.name.replace('-', '_')}_{os.getpid()}_{dbd_port}"
         dbd_conf = folder / "slurmdbd.conf"  # slurmdbd reads it beside SLURM_CONF; it refuses one others may read

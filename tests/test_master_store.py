@@ -6,7 +6,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from services.master.status import AdmissionState, JobStatus, Restarts, Training
 from services.master.store import READERS, JobRecord, JobStore, StaleVersionError
 from tests.conftest import DAYS, ROWS_PER_HOUR, job_document
 from tests.faults_helpers import assert_dataset_rows_exact
+from tests.ports import unclaimed_ports
 from tests.stores import POSTGRES, require_port
 
 BASE = "postgresql://postgres@127.0.0.1:5432/test"
@@ -148,12 +148,6 @@ def test_one_master_leads(pg_url: str) -> None:
         standby.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _master(cluster: ClusterState, pg_url: str, port: int, masters: str, tmp_path: Path, label: str) -> tuple[subprocess.Popen[bytes], Path]:
     ready = tmp_path / f"{label}.ready.json"
     command = [sys.executable, "-m", "services.master", "--bind", f"127.0.0.1:{port}", "--runs-dir", cluster.runs_dir, "--ready-file", str(ready)]
@@ -164,21 +158,24 @@ def _master(cluster: ClusterState, pg_url: str, port: int, masters: str, tmp_pat
     return process, ready
 
 
-def _wait_for(path: Path, timeout: float = 60.0) -> None:
+def _wait_for(master: subprocess.Popen[bytes], ready: Path, timeout: float = 60.0) -> None:
+    """Until the master serves (its ready file): a master that exits or stalls fails the test with its log."""
     deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} did not appear"
+    while not ready.exists():
+        log = ready.with_name(ready.name.replace(".ready.json", ".log"))
+        assert master.poll() is None, f"the master exited ({master.returncode}): {log.read_text()}"
+        assert time.monotonic() < deadline, f"{ready} did not appear in {timeout:.0f} s: {log.read_text()}"
         time.sleep(0.1)
 
 
 @pytest.mark.timeout(300)
 def test_standby_takes_over_a_running_job(cluster: ClusterState, dataset: Path, pg_url: str, tmp_path: Path) -> None:
     stop_services([s for s in cluster.services if s.name == "master"])  # the masters here share a PostgreSQL store
-    ports = (_free_port(), _free_port())
+    ports = unclaimed_ports(2)
     masters = ",".join(f"127.0.0.1:{p}" for p in ports)
     assert grpc_target(masters) == f"ipv4:{masters}"
     leader, leader_ready = _master(cluster, pg_url, ports[0], masters, tmp_path, "leader")
-    _wait_for(leader_ready)
+    _wait_for(leader, leader_ready)
     standby, standby_ready = _master(cluster, pg_url, ports[1], masters, tmp_path, "standby")
     try:
         document = job_document(dataset)
@@ -198,7 +195,7 @@ def test_standby_takes_over_a_running_job(cluster: ClusterState, dataset: Path, 
             assert not standby_ready.exists(), "the standby serves nothing while the leader leads"
             os.kill(leader.pid, signal.SIGKILL)
             leader.wait()
-            _wait_for(standby_ready)
+            _wait_for(standby, standby_ready)
             deadline = time.monotonic() + 240
             while not (job := client.get(job_id)).report_path:
                 assert time.monotonic() < deadline, f"the job did not finish: {job.state} {job.message}"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from primus.v1 import resource_controller_pb2 as rc_pb2
 from primus.v1 import resource_controller_pb2_grpc as rc_grpc
 from tests.conftest import finish_job, job_document
 from tests.faults_helpers import assert_job_exact, wait_for
+from tests.ports import unclaimed_port
 from tests.tiers import Tier, uses
 
 # Ray keeps one cluster per machine (its session folder and token under /tmp/ray): under xdist, every module that starts one runs on the same worker
@@ -49,16 +49,10 @@ def second_host() -> Iterator[str]:
         yield host.node_ip
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("0.0.0.0", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def two_host_ray(second_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Ray head here (2 CPUs) and a node on the second host (2 CPUs, resource host2), started with the ray CLI."""
-    address = f"{routable_ip()}:{_free_port()}"
+    address = f"{routable_ip()}:{unclaimed_port('0.0.0.0')}"
     env = {**os.environ, "RAY_DISABLE_USAGE_STATS": "1"}
     temp = tmp_path_factory.mktemp("ray")
     head = [str(RAY), "start", "--head", "--num-cpus", "2", "--port", address.rsplit(":", 1)[1], "--include-dashboard=false", "--disable-usage-stats"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import fields
@@ -164,6 +165,27 @@ def test_a_service_given_a_bad_setting_exits_2_with_one_error_line(module: str, 
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [expected], "one line, no traceback"
     assert not any(tmp_path.iterdir()), "it ended before it started anything"
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "name"),
+    [
+        ("services.master", ["--planner", "127.0.0.1:9", "--resource-controller", "127.0.0.1:9"], "master"),
+        ("services.planner", [], "planner"),
+        ("services.resource_controller", [], "resource controller"),
+    ],
+)
+def test_a_service_whose_port_is_taken_exits_2_naming_the_address(module: str, args: list[str], name: str, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        bind = f"127.0.0.1:{taken.getsockname()[1]}"
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run([sys.executable, "-m", module, "--bind", bind, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    expected = f"error: {name}: cannot bind {bind}: the port is taken, or the address is not one of this host's"
+    assert done.stderr.strip().splitlines()[-1] == expected, done.stderr
 
 
 def test_docs_list_every_setting() -> None:

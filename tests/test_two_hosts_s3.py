@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from primus.tools.cluster import start_cluster, stop_services
 from primus.v1 import master_pb2, master_pb2_grpc
 from tests.conftest import DAYS, ROWS_PER_HOUR, finished_job, job_document
 from tests.faults_helpers import assert_rows_exact
+from tests.ports import unclaimed_port
 from tests.s3_server import S3Server, start_s3
 from tests.tiers import Tier, uses
 
@@ -55,12 +55,6 @@ class TwoHosts:
     plan: FaultPlan  # in every process's environment on both hosts (Ray's workers on the second take the node's)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("0.0.0.0", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 @uses(Tier.LIVE)
 def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoHosts]:
@@ -77,7 +71,7 @@ def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoHosts]:
     host_a.mkdir()
     host_b.mkdir()
     with hosts.second_host(NETNS, SUBNET) as link, contextlib.contextmanager(start_s3)(root / "s3", link.host_ip) as s3:
-        address = f"{routable_ip()}:{_free_port()}"
+        address = f"{routable_ip()}:{unclaimed_port('0.0.0.0')}"
         env = {**os.environ, "RAY_DISABLE_USAGE_STATS": "1"}
         plan = FaultPlan(root / "faults", (Pause("trainer", KILL_AT),))
         node_env = {**env, **s3.env, **plan.env(), "PRIMUS_SCRATCH_DIR": str(host_b / "scratch")}

@@ -327,9 +327,12 @@ def start_server(
         register(server)
     host = bind.rsplit(":", 1)[0]
     tls = security.server_credentials(settings)
-    port = server.add_insecure_port(bind) if tls is None else server.add_secure_port(bind, tls)
+    try:
+        port = server.add_insecure_port(bind) if tls is None else server.add_secure_port(bind, tls)
+    except RuntimeError:  # grpcio's way of saying the bind failed
+        port = 0
     if port == 0:
-        raise OSError(f"{name}: cannot bind {bind}")
+        raise OSError(f"cannot bind {bind}: the port is taken, or the address is not one of this host's")
     address = hosts.advertised(f"{host}:{port}")
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

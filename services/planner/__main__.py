@@ -81,7 +81,11 @@ def main() -> None:
     registry = PlanRegistry(resolve, max_attempts=args.max_attempts, journal=journal, settings=settings)
     if journal is not None:
         log.info("journal at %s: %d plan(s) recovered", journal.where, registry.recover())  # before serving: no call finds a plan missing
-    running = create_server(args.bind, registry, metrics_port=args.metrics_port, settings=settings)
+    try:
+        running = create_server(args.bind, registry, metrics_port=args.metrics_port, settings=settings)
+    except OSError as exc:
+        print(f"error: planner: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     gc_policy.settle()  # serving: start-up's objects frozen, full collections rare (a 40 to 195 ms pause each with 500 jobs)
     rpc.run_until_signalled(running, on_stop=_closer(resolve), ready_file=args.ready_file)
     registry.close()  # after the server stopped: the last calls' records are written too
