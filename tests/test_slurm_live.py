@@ -186,6 +186,7 @@ def test_a_requeued_job_keeps_its_id_and_counts_the_restart(cli: SlurmCli, tmp_p
     output = tmp_path / "job.out"
     job_id = cli.submit(["sh", "-c", 'echo "run ${SLURM_RESTART_COUNT:-0}"; exec sleep 300'], name="again", output=output, requeue=True)
     assert running(cli, job_id).restarts == 0
+    wait_for(lambda: True if output.exists() and "run 0" in output.read_text() else None, "the first run's output")  # RUNNING comes before its first line
     cli.requeue(job_id)
     job = job_when(cli, job_id, lambda job: job.restarts == 1 and job.state is SlurmState.RUNNING, "running again after its requeue", timeout=30)
     assert job.job_id == job_id
