@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -10,6 +11,7 @@ import pytest
 import yaml
 
 from primus.errors import ConflictError
+from primus.sources.base import Partition, partition_key
 from primus.spec import TrainingJob, load_job_file
 from primus.v1 import common_pb2
 from services.planner.ledger import Progress, TaskLedger, TaskStatus, WorkDone
@@ -292,3 +294,11 @@ def test_in_flight_counts_follow_every_change_of_status(dataset: Path, tmp_path:
         assert running() == counted()
     ledger.lease(TRAIN, "e9", now=100.0)  # expires the rest
     assert running() == counted()
+
+
+def test_a_partitions_key_names_its_slots_hour_and_is_built_once() -> None:
+    slot = datetime(2026, 11, 1, 7, tzinfo=UTC)
+    assert partition_key("clicks", slot) == "clicks/2026-11-01T07"
+    assert partition_key("clicks", slot.astimezone(timezone(timedelta(hours=2)))) == "clicks/2026-11-01T09", "the hour in the slot's own zone, as %H"
+    partition = Partition("clicks", slot, "/data/x", True, "")
+    assert partition.key == "clicks/2026-11-01T07" and partition.key is partition.key, "formatted once per partition"

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from primus.datapath import arena
 from primus.errors import DataError, UnavailableError
 from primus.sources import csv_text
-from primus.sources.base import ManifestEntry, Partition, Piece, hourly_or_daily, register_adapter, render_uri
+from primus.sources.base import ManifestEntry, Partition, Piece, hourly_or_daily, partition_key, register_adapter, render_uri
 from primus.sources.footers import FOOTERS, FileKey, file_key
 from primus.sources.metadata import IN_FLIGHT, MetadataPipeline, list_pages, metadata_call
 from primus.sources.metadata import set_metadata_latency as set_metadata_latency
@@ -306,7 +306,7 @@ class _Batch:
     def _describe(self, fs: pafs.FileSystem, index: int, slot: datetime, location: str, entries: list[pafs.FileInfo]) -> None:
         """Resolve a ready slot: at once for text files (no footers), else once the last of its footer reads is answered."""
         adapter, source = self.adapter, self.source
-        key = f"{source.name}/{slot:%Y-%m-%dT%H}"
+        key = partition_key(source.name, slot)
         if source.format in ("csv", "json") or not entries:
             pieces, manifest, version = adapter.describe_files(fs, source, entries, self.cache.required, key, self.cache)
             self.out[index] = _ready(source, slot, location, entries, pieces, manifest, version)
@@ -348,7 +348,7 @@ class FilesAdapter:
         if source.readiness and _file_info(fs, f"{root.rstrip('/')}/{source.readiness}").type == pafs.FileType.NotFound:
             return _marker_missing(source, slot, location)
         entries = _data_files(source, _file_info(fs, pafs.FileSelector(root)))
-        key = f"{source.name}/{slot:%Y-%m-%dT%H}"
+        key = partition_key(source.name, slot)
         pieces, manifest, version = self.describe_files(fs, source, entries, required_columns, key)
         return _ready(source, slot, location, entries, pieces, manifest, version)
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pyarrow.fs as pafs
 
 from primus.errors import DataError
-from primus.sources.base import Partition, register_adapter, render_uri
+from primus.sources.base import Partition, partition_key, register_adapter, render_uri
 from primus.sources.files import SUFFIXES, TEXT_CHUNK_BYTES, FilesAdapter, open_fs, qualified_pieces
 from primus.spec import Source
 
@@ -151,7 +151,7 @@ class LandingAdapter(FilesAdapter):
         return Listing(files, markers)
 
     def _describe_slot(self, source: Source, slot: datetime, location: str, entries: list[pafs.FileInfo], required: list[str], why: str) -> Partition:
-        key = f"{source.name}/{slot:%Y-%m-%dT%H}"
+        key = partition_key(source.name, slot)
         fs, _ = open_fs(source, location)
         pieces, manifest, version = self.describe_files(fs, source, entries, required, key)
         reason = f"ready ({why}): {len(entries)} landed files, schema version {version}" if entries else f"ready ({why}) but no files landed in this hour"

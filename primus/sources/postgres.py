@@ -16,7 +16,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
 from primus.errors import DataError, UnavailableError
-from primus.sources.base import ManifestEntry, Partition, Piece, register_adapter
+from primus.sources.base import ManifestEntry, Partition, Piece, partition_key, register_adapter
 from primus.sources.schema import pick_schema_version
 from primus.spec import Source
 
@@ -198,7 +198,7 @@ class PostgresAdapter:
     def resolve(self, source: Source, slot: datetime, required_columns: list[str]) -> Partition:
         slot = slot.astimezone(UTC)
         end = slot + HOUR
-        key = f"{source.name}/{slot:%Y-%m-%dT%H}"
+        key = partition_key(source.name, slot)
         location = f"{source.table}@{slot:%Y-%m-%dT%H}"
         with connect(source) as conn:
             info = table_info(conn, source, key)
