@@ -74,7 +74,7 @@ def test_a_kept_job_is_its_texts_spec_without_a_parse(monkeypatch: pytest.Monkey
 
 
 def test_what_the_master_keeps_at_submit_is_what_its_text_reads_back_as(tmp_path: Path) -> None:
-    """The master keeps the submitted job as the spec of job.to_yaml(): the text must read back as the same job, paths
+    """The master stores and keeps the submitted job as the spec of job.to_json(): the text must read back as the same job, paths
     resolved against the spec's folder and a savepoint's warm start (a copy not validated again) included."""
     document = demo_job("data/date={date}/hour={hour}", 3)
     document["spec"]["training"]["batchSize"] = 256  # type: ignore[index]

