@@ -161,8 +161,8 @@ def _master(cluster: ClusterState, pg_url: str, port: int, masters: str, tmp_pat
 def _wait_for(master: subprocess.Popen[bytes], ready: Path, timeout: float = 60.0) -> None:
     """Until the master serves (its ready file): a master that exits or stalls fails the test with its log."""
     deadline = time.monotonic() + timeout
+    log = ready.with_name(ready.name.replace(".ready.json", ".log"))  # as _master names them
     while not ready.exists():
-        log = ready.with_name(ready.name.replace(".ready.json", ".log"))
         assert master.poll() is None, f"the master exited ({master.returncode}): {log.read_text()}"
         assert time.monotonic() < deadline, f"{ready} did not appear in {timeout:.0f} s: {log.read_text()}"
         time.sleep(0.1)
