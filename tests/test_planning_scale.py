@@ -3,6 +3,7 @@ the serial one does, and still charges every metadata call a remote store would 
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,8 +20,10 @@ from primus.sources.footers import FOOTER_CACHE_ENV, FOOTER_CACHE_FILES, FooterC
 from primus.sources.metadata import MetadataPipeline, metadata_calls, set_metadata_latency
 from primus.spec import TrainingJob, parse_job
 from primus.tools.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES
+from services.planner import builder
+from services.planner.builder import WHOLE_PLAN_SLOTS, build_new_plan, plan_slots
 from services.planner.plan import Plan, build_plan
-from services.planner.resolver import PartitionResolver, day_shards, pack, unpack
+from services.planner.resolver import WORKER_NICENESS, PartitionResolver, day_shards, pack, unpack
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
 DAYS = 3
@@ -155,6 +158,29 @@ def test_worker_processes_plan_exactly_what_the_serial_one_does(tree: Path) -> N
         workers.close()
 
 
+def test_a_short_plan_is_built_whole_on_a_worker_below_the_planners_priority(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    short, long = _job(tree, only="clicks"), _job(tree)
+    assert plan_slots(short) == 72 <= WHOLE_PLAN_SLOTS < plan_slots(long) == 171
+    serial_short, serial_long = (build_plan("serial", job, PartitionResolver(concurrency=1)) for job in (short, long))
+    built_here: list[str] = []
+
+    def here(job_id: str, job: TrainingJob, resolve: PartitionResolver) -> Plan:
+        built_here.append(job_id)
+        return build_plan(job_id, job, resolve)
+
+    monkeypatch.setattr(builder, "build_plan", here)  # this process's only: a worker imports its own
+    workers = PartitionResolver(processes=2)
+    try:
+        _assert_same(build_new_plan("short", short, short.to_json(), workers), serial_short)
+        _assert_same(build_new_plan("long", long, long.to_json(), workers), serial_long)
+        assert built_here == ["long"], "the long plan is built here, its day shards resolved by the workers"
+        assert workers.on_worker(os.nice, 0).result() == min(19, os.nice(0) + WORKER_NICENESS)
+    finally:
+        workers.close()
+    _assert_same(build_new_plan("in-process", short, short.to_json(), PartitionResolver()), serial_short)
+    assert built_here[-1] == "in-process", "a resolver without workers builds every plan here"
+
+
 def test_an_incompatible_partition_fails_every_way_with_the_same_error(tmp_path: Path) -> None:
     table = _table(8, seed=2)
     for day in range(2):
@@ -169,6 +195,8 @@ def test_an_incompatible_partition_fails_every_way_with_the_same_error(tmp_path:
         for resolver in (PartitionResolver(concurrency=1), PartitionResolver(), workers):
             with pytest.raises(DataError, match=r"partition clicks/2026-03-02T03: incompatible schema .*lacks 'item_price'"):
                 build_plan("bad", job, resolver)
+        with pytest.raises(DataError, match=r"partition clicks/2026-03-02T03: incompatible schema .*lacks 'item_price'"):
+            build_new_plan("bad", job, job.to_json(), workers)  # two days: built whole on a worker, its error brought back
     finally:
         workers.close()
 

@@ -13,6 +13,7 @@ from primus.errors import NotFoundError
 from primus.records.counters import SourceAccount
 from primus.runtime.settings import PlannerSettings
 from primus.spec import TrainingJob, job_spec
+from services.planner.builder import build_new_plan
 from services.planner.journal import (
     JOURNALLED_EVENTS,
     CheckpointCommitted,
@@ -28,7 +29,7 @@ from services.planner.journal import (
     restore_plan,
 )
 from services.planner.ledger import Progress, TaskLedger
-from services.planner.plan import PartitionResolver, Plan, Resolve, build_plan, extend_plan
+from services.planner.plan import PartitionResolver, Plan, Resolve, extend_plan
 from services.planner.shares import SourceShare
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class PlanRegistry:
         if existing is not None:
             return existing
         job = job_spec(job_id, spec_yaml)
-        plan = build_plan(job_id, job, self.resolve)
+        plan = build_new_plan(job_id, job, spec_yaml, self.resolve)
         created = JobPlan(job, plan, self._ledger(job, plan))
         with self._lock:
             created = self._plans.setdefault(job_id, created)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from primus.datapath.samples import training_schema
 from primus.runtime.settings import PlannerSettings
@@ -19,6 +20,7 @@ from primus.sources.base import ManifestEntry, Piece
 from primus.sources.metadata import IN_FLIGHT, set_metadata_latency
 from primus.spec import Source, TrainingJob
 
+T = TypeVar("T")
 Resolve = Callable[[TrainingJob, Source, Sequence[datetime]], list[Partition]]
 SHARD_DAYS = 7  # the most days of one source a worker resolves in one go
 SHARDS_PER_PROCESS = 4  # enough shards that the workers finish together
@@ -111,8 +113,13 @@ def day_shards(slots: Sequence[datetime], target: int) -> list[range]:
     return shards
 
 
+WORKER_NICENESS = 5  # a worker runs this much below its planner: resolving and building plans yield the cores to serving leases
+
+
 def _init_worker(latency_seconds: float, parent_check_seconds: float) -> None:
-    """A worker starts ready: the modelled latency set, and the files adapter (the usual one) imported before its first shard."""
+    """A worker starts ready: below its planner's priority, the modelled latency set, and the files adapter (the
+    usual one) imported before its first shard."""
+    os.nice(WORKER_NICENESS)
     set_metadata_latency(latency_seconds)
     get_adapter("files")
     threading.Thread(target=_exit_with_parent, args=(os.getppid(), parent_check_seconds), name="parent-watch", daemon=True).start()
@@ -188,6 +195,12 @@ class PartitionResolver:
         ]
         every = [future for shards in futures for _, future in shards]
         return [_arrivals(slots, shards, every) for (_, slots), shards in zip(requests, futures, strict=True)]
+
+    def on_worker(self, fn: Callable[..., T], *args: object) -> Future[T] | None:
+        """fn(*args) on one of the worker processes; None where this resolver has none (processes 1)."""
+        if self.processes <= 1 or self.concurrency <= 1:
+            return None
+        return self._workers().submit(fn, *args)
 
     def _workers(self) -> ProcessPoolExecutor:
         """The worker pool, every worker started: a pool starts a worker per task while none is idle, so one task each."""
