@@ -53,7 +53,12 @@ def main() -> None:
     metrics_http.add_port_argument(parser)
     parser.add_argument("--max-attempts", type=int, default=None, help="attempts before a task is quarantined (default: the job's data.maxAttempts)")
     parser.add_argument("--resolve-threads", type=int, default=16, help="1: a slot at a time; more: files a day at a time, other adapters on this many threads")
-    parser.add_argument("--resolve-processes", type=int, default=2, help="worker processes resolving partitions, in shards of whole days, for sources longer than a day")
+    parser.add_argument(
+        "--resolve-processes",
+        type=int,
+        default=2,
+        help="worker processes below the planner's priority: one builds a first plan of up to a week of slots, all resolve a longer one by days (1: none)",
+    )
     parser.add_argument("--replicas", type=_addresses, default=[], metavar="ADDR,ADDR", help="planner replicas that resolve partitions for CreatePlan")
     parser.add_argument("--metadata-latency-ms", type=float, default=0.0, help="benchmarks only: sleep this long before each file list, stat and footer open")
     parser.add_argument(
