@@ -135,6 +135,25 @@ def test_latest_is_the_job_as_this_store_last_wrote_or_read_it_and_a_racing_read
         other.close()
 
 
+def test_a_list_parses_only_the_rows_that_changed_since_this_store_held_them(tmp_path: Path) -> None:
+    store, other = JobStore(tmp_path / "jobs.db"), JobStore(tmp_path / "jobs.db")
+    try:
+        for job_id in ("a", "b", "c"):
+            store.insert(_record(job_id))
+        held = store.update("a", message="held"), store.update("b", message="held")
+        assert [r is h for r, h in zip(store.list(), held, strict=False)] == [True, True], "the records it holds, not parsed again"
+        changed = other.update("b", message="written by another process")  # a version this store has not seen
+        listed = {r.job_id: r for r in store.list()}
+        assert listed["a"] is held[0]
+        assert listed["b"] == changed and listed["b"].message == "written by another process", "a row at another version is read"
+        assert listed["c"].version == 1 and listed["c"] == store.get("c")
+        ended = store.update("a", state=JobState.SUCCEEDED)
+        assert [r.job_id for r in store.list(unfinished=True)] == ["b", "c"] and store.list()[0] == ended
+    finally:
+        store.close()
+        other.close()
+
+
 def test_one_master_leads(pg_url: str) -> None:
     leader, standby = Leadership(pg_url), Leadership(pg_url)
     try:

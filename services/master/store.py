@@ -220,7 +220,9 @@ class JobStore:
         """Every job, oldest first; unfinished: only those not in a final state (what admission weighs)."""
         where = f" WHERE state NOT IN ({', '.join(repr(s.value) for s in JobState if s.final)})" if unfinished else ""
         rows = self._read(f"SELECT {_COLUMNS} FROM jobs{where} ORDER BY created")
-        return [_record(r) for r in rows]
+        with self._latest_lock:
+            known = dict(self._latest)
+        return [_known_or_record(known.get(row[0]), row) for row in rows]
 
     def update(
         self, job_id: str, change: Callable[[JobStatus], JobStatus] | None = None, expected_version: int | None = None, quiet: bool = False, **changes: Any
@@ -334,6 +336,15 @@ def _only(job_id: str, rows: list[tuple[Any, ...]]) -> JobRecord:
 def _state(text: str) -> JobState:
     """A row's state: its name (a state a newer master wrote that this one does not know is UNKNOWN)."""
     return JobState(text) if text in JobState.__members__ else JobState.UNKNOWN
+
+
+_VERSION_COLUMN = _COLUMNS.split(", ").index("version")
+
+
+def _known_or_record(known: JobRecord | None, row: tuple[Any, ...]) -> JobRecord:
+    """The record this store already holds of a row at the same version (the same content: every write raises it),
+    else the row parsed: a list of every job (the admission pass, `primus get jobs`) parses only what changed."""
+    return known if known is not None and known.version == row[_VERSION_COLUMN] else _record(row)
 
 
 def _record(row: tuple[Any, ...]) -> JobRecord:
