@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,7 @@ from primus.tools.demo_data import DENSE_FEATURES, LABEL, SPARSE_FEATURES
 from services.planner import builder
 from services.planner.builder import WHOLE_PLAN_SLOTS, build_new_plan, plan_slots
 from services.planner.plan import Plan, build_plan
-from services.planner.resolver import WORKER_NICENESS, PartitionResolver, day_shards, pack, unpack
+from services.planner.resolver import WORKER_NICENESS, PartitionResolver, T, day_shards, pack, unpack
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
 DAYS = 3
@@ -174,11 +177,37 @@ def test_a_short_plan_is_built_whole_on_a_worker_below_the_planners_priority(tre
         _assert_same(build_new_plan("short", short, short.to_json(), workers), serial_short)
         _assert_same(build_new_plan("long", long, long.to_json(), workers), serial_long)
         assert built_here == ["long"], "the long plan is built here, its day shards resolved by the workers"
-        assert workers.on_worker(os.nice, 0).result() == min(19, os.nice(0) + WORKER_NICENESS)
+        niceness = workers.on_worker(os.nice, 0)
+        assert niceness is not None and niceness.result() == min(19, os.nice(0) + WORKER_NICENESS)
     finally:
         workers.close()
     _assert_same(build_new_plan("in-process", short, short.to_json(), PartitionResolver()), serial_short)
     assert built_here[-1] == "in-process", "a resolver without workers builds every plan here"
+
+
+def test_a_worker_that_dies_fails_only_the_plan_it_held(tree: Path) -> None:
+    short = _job(tree, only="clicks")
+    serial = build_plan("serial", short, PartitionResolver(concurrency=1))
+
+    class DiesOnce(PartitionResolver):
+        """Its first plan's worker dies (as one killed or out of memory would) under it."""
+
+        died = False
+
+        def on_worker(self, fn: Callable[..., T], *args: object) -> Future[T] | None:
+            if not self.died:
+                self.died = True
+                return super().on_worker(os._exit, 1)
+            return super().on_worker(fn, *args)
+
+    workers = DiesOnce(processes=2)
+    try:
+        _assert_same(build_new_plan("retried", short, short.to_json(), workers), serial)  # the workers started again
+        with pytest.raises(BrokenProcessPool):
+            workers.on_worker(os._exit, 1).result()  # type: ignore[union-attr]
+        _assert_same(build_new_plan("next", short, short.to_json(), workers), serial)
+    finally:
+        workers.close()
 
 
 def test_an_incompatible_partition_fails_every_way_with_the_same_error(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures.process import BrokenProcessPool
+
 from primus.sources import get_adapter
 from primus.spec import TrainingJob, job_spec
 from services.planner.plan import Plan, Resolve, build_plan, work_items
@@ -21,10 +23,16 @@ def plan_slots(job: TrainingJob) -> int:
 def build_new_plan(job_id: str, job: TrainingJob, spec_text: str, resolve: Resolve) -> Plan:
     """A job's first plan: on one of the resolver's worker processes where it has them and the plan is short, else here."""
     if isinstance(resolve, PartitionResolver) and plan_slots(job) <= WHOLE_PLAN_SLOTS:
-        elsewhere = resolve.on_worker(build_on_worker, job_id, spec_text, resolve.concurrency, resolve.in_flight)
-        if elsewhere is not None:
-            plan: Plan = elsewhere.result()
-            return plan
+        for attempt in (1, 2):  # a worker that died with the plan (killed, out of memory) fails it once: the workers start again
+            elsewhere = resolve.on_worker(build_on_worker, job_id, spec_text, resolve.concurrency, resolve.in_flight)
+            if elsewhere is None:
+                break
+            try:
+                plan: Plan = elsewhere.result()
+                return plan
+            except BrokenProcessPool:
+                if attempt == 2:
+                    raise
     return build_plan(job_id, job, resolve)
 
 

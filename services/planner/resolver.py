@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import gc
+import logging
 import multiprocessing
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -20,6 +22,7 @@ from primus.sources.base import ManifestEntry, Piece
 from primus.sources.metadata import IN_FLIGHT, set_metadata_latency
 from primus.spec import Source, TrainingJob
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 Resolve = Callable[[TrainingJob, Source, Sequence[datetime]], list[Partition]]
 SHARD_DAYS = 7  # the most days of one source a worker resolves in one go
@@ -185,10 +188,9 @@ class PartitionResolver:
         if self.processes <= 1 or self.concurrency <= 1 or all(len(slots) <= 24 for _, slots in requests):
             return [iter(resolve_slots(source, needed, slots, self.concurrency, self.in_flight)) for (source, slots), needed in zip(requests, required, strict=True)]
         target = min(SHARD_DAYS * 24, max(24, -(-total // (self.processes * SHARDS_PER_PROCESS))))
-        pool = self._workers()
         futures: list[list[tuple[range, Future[list[Packed]]]]] = [
             [
-                (shard, pool.submit(_resolve_shard, source, needed, [int(slots[i].timestamp()) for i in shard], self.concurrency, self.in_flight))
+                (shard, self._submit(_resolve_shard, source, needed, [int(slots[i].timestamp()) for i in shard], self.concurrency, self.in_flight))
                 for shard in day_shards(slots, target)
             ]
             for (source, slots), needed in zip(requests, required, strict=True)
@@ -200,7 +202,20 @@ class PartitionResolver:
         """fn(*args) on one of the worker processes; None where this resolver has none (processes 1)."""
         if self.processes <= 1 or self.concurrency <= 1:
             return None
-        return self._workers().submit(fn, *args)
+        return self._submit(fn, *args)
+
+    def _submit(self, fn: Callable[..., T], *args: object) -> Future[T]:
+        """fn(*args) on the workers; a pool broken by a worker that died (killed, out of memory) is replaced first."""
+        pool = self._workers()
+        try:
+            return pool.submit(fn, *args)
+        except BrokenProcessPool:
+            with self._pool_lock:
+                if self._pool is pool:
+                    log.warning("a resolver worker process died; starting the workers again")
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    self._pool = None
+            return self._workers().submit(fn, *args)
 
     def _workers(self) -> ProcessPoolExecutor:
         """The worker pool, every worker started: a pool starts a worker per task while none is idle, so one task each."""
