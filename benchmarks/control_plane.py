@@ -20,7 +20,7 @@ planner's resolver workers beside it), each service's memory (peak RSS less its 
 job), and whether every job succeeded (none starved). Before the run, the floor the lease goal meets at a job's start:
 the p99 of a bare Python gRPC server (a handler that does nothing) answering a job's start, each executor's first
 lease (one call for its reader's task and the one ahead: 19 calls) sent at once (benchmarks/grpc_servers.py --burst;
---no-floor skips it).
+--no-floor skips it), and the probe's lease p99 as a multiple of it.
 
 The lease goal is the planner's, deployed on a core of its own (its own pod: deploy/k8s/base/planner.yaml). On one
 machine that also runs the master, the controller and this 10,000-client simulator, `--nice planner=-10 --nice
@@ -485,6 +485,9 @@ def main() -> None:
         dict(args.nice),
     )
     figures["start_floor"] = floor  # the bare server's figures for a job's start, or None
+    # The probe's lease p99 as a multiple of the floor's: what the services and the load add to one bare server's answer
+    # to a job's start on this machine, comparable across machines where the p99 itself is not.
+    figures["lease_p99_over_floor"] = round(figures["lease_p99_ms"] / floor["p99_ms"], 2) if floor and floor["p99_ms"] else None
     window = f"{args.window_seconds:g} s"
     rows = [
         ("jobs / executors", f"{figures['jobs']} / {figures['executors']} ({figures['registered']} registered)", "-"),
@@ -500,7 +503,9 @@ def main() -> None:
         (f"... p99 ms by {window} of the run", ", ".join(f"{k} {v}" for k, v in figures["lease_p99_ms_by_window"].items()), "-"),
         (
             f"floor: a job's start ({args.executors_per_job} calls at once), bare server p50 / p99 ms",
-            "skipped (--no-floor)" if floor is None else f"{floor['p50_ms']} / {floor['p99_ms']} ({floor['server_cpu_ms_per_call']} ms CPU a call)",
+            "skipped (--no-floor)"
+            if floor is None
+            else f"{floor['p50_ms']} / {floor['p99_ms']} ({floor['server_cpu_ms_per_call']} ms CPU a call; the probe's p99 is {figures['lease_p99_over_floor']}x it)",
             "-",
         ),
         ("lease p50 / p99 ms timed by the bulk fleet", f"{figures['bulk_lease_p50_ms']} / {figures['bulk_lease_p99_ms']} ({figures['bulk_leases']:,} leases)", "-"),

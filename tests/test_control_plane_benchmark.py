@@ -23,6 +23,7 @@ def test_a_tiny_run_finishes_every_job_and_ends_with_its_figures() -> None:
     assert figures["hot_trace_one_in"] == 7 and "hot calls traced (PRIMUS_TRACE_HOT_ONE_IN)" in done.stdout
     floor = figures["start_floor"]  # a bare server answering a job's start: each of its 2 executors' first lease at once
     assert floor["calls"] == 2 * 40 and 0 < floor["p50_ms"] <= floor["p99_ms"] and "floor: a job's start (2 calls at once)" in done.stdout
+    assert figures["lease_p99_over_floor"] == round(figures["lease_p99_ms"] / floor["p99_ms"], 2) and f"{figures['lease_p99_over_floor']}x it" in done.stdout
     assert figures["jobs"] == 3 and figures["executors"] == 9 and figures["registered"] == 9
     assert figures["succeeded"] == 3 and figures["no_job_starved"] is True
     assert figures["leases"] > 0 and 0 < figures["claim_lease_p50_ms"] <= figures["claim_lease_p99_ms"]
