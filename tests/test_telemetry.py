@@ -5,8 +5,11 @@ from __future__ import annotations
 import enum
 import json
 import math
+import shutil
 from pathlib import Path
+from typing import Any
 
+import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -68,3 +71,35 @@ def test_exported_spans_are_otlp_json(tmp_path: Path) -> None:
     assert read["events"] == [{"timeUnixNano": read["events"][0]["timeUnixNano"], "name": "retry", "attributes": [{"key": "primus.attempt", "value": {"intValue": "1"}}]}]
     assert read["status"] == {"code": 2, "message": 'bad "input"'}
     assert "parentSpanId" not in next(s for s in spans if s["name"] == "outer")
+
+
+def test_a_jobs_trace_folder_is_made_once_and_again_once_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    resource = Resource.create({"service.name": "planner"})
+    exporter = OtlpJsonFileExporter(tmp_path, "planner", resource)
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    made: list[Path] = []
+    mkdir = Path.mkdir
+
+    def counted(path: Path, *args: Any, **kwargs: Any) -> None:
+        if path.name == "traces" and kwargs.get("parents"):  # the exporter's call, not pathlib's own for the folders above and again
+            made.append(path)
+        mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", counted)
+
+    def spans(job: str, count: int) -> None:
+        for index in range(count):
+            with tracer.start_as_current_span(f"call-{index}", attributes={JOB_KEY: job}):
+                pass
+
+    spans("job-1", 3)
+    spans("job-2", 2)
+    assert made == [exporter.path_for("job-1").parent, exporter.path_for("job-2").parent], "each job's folder made once"
+    shutil.rmtree(tmp_path / "job-1")  # its run folder deleted while the service runs
+    spans("job-1", 2)
+    assert made[-1] == exporter.path_for("job-1").parent and len(made) == 3
+    provider.shutdown()
+    assert len(exporter.path_for("job-1").read_text().splitlines()) == 2, "the spans after the removal are kept"
+    assert len(exporter.path_for("job-2").read_text().splitlines()) == 2

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from json.encoder import encode_basestring_ascii as _string_json
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import IO, Any
 
 from opentelemetry import baggage, context, propagate, trace
 from opentelemetry.sdk.resources import Resource
@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import Sampler
 
+TRACE_FILES_KEPT = 10_000  # trace files whose folder an exporter remembers making (then it forgets them all)
 TRACE_PUT_SECONDS = 30.0  # a runs folder on an object store: a growing trace file is put again at most this often
 log = logging.getLogger(__name__)
 JOB_KEY = "primus.job_id"
@@ -102,10 +103,28 @@ class OtlpJsonFileExporter(SpanExporter):
         self._line_head = '{"resourceSpans":[{"resource":' + resource_json + ',"scopeSpans":[{"scope":{"name":"primus"},"spans":['
         self._lock = threading.Lock()
         self._dropping = False  # spans are being dropped (a full disk): said once, until a write goes through
+        self._files: dict[str, str] = {}  # job id: its trace file, whose folder this exporter made
 
     def path_for(self, job_id: str) -> Path:
         folder = self._runs_dir / (job_id or "_services") / "traces"
         return folder / f"{self._service}-{os.getpid()}.otlp.jsonl"
+
+    def _open(self, job: str) -> IO[str]:
+        """The job's trace file, to append to. Its folder is made once (a path built and a folder made for each job of
+        each batch were a third of the export's time), and again if it was removed since (a run folder deleted)."""
+        path = self._files.get(job)
+        if path is not None:
+            try:
+                return open(path, "a")  # the caller's with-block closes it
+            except FileNotFoundError:
+                pass
+        made = self.path_for(job)
+        made.parent.mkdir(parents=True, exist_ok=True)
+        handle = made.open("a")
+        if len(self._files) >= TRACE_FILES_KEPT:
+            self._files.clear()
+        self._files[job] = str(made)
+        return handle
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         by_job: dict[str, list[str]] = {}
@@ -115,10 +134,8 @@ class OtlpJsonFileExporter(SpanExporter):
         dropped = 0
         with self._lock:
             for job, encoded in by_job.items():
-                path = self.path_for(job)
                 try:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    with path.open("a") as handle:
+                    with self._open(job) as handle:
                         kept = handle.tell()
                         try:
                             handle.write(self._line_head + ",".join(encoded) + "]}]}]}\n")
@@ -129,7 +146,7 @@ class OtlpJsonFileExporter(SpanExporter):
                 except OSError as exc:
                     dropped += len(encoded)
                     if not self._dropping:
-                        log.warning("spans dropped: %s cannot be written (%s); tracing goes on once it can", path, exc)
+                        log.warning("spans dropped: %s cannot be written (%s); tracing goes on once it can", self.path_for(job), exc)
                     self._dropping = True
                     continue
                 self._dropping = False
