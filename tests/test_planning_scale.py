@@ -194,7 +194,7 @@ def test_a_worker_that_dies_fails_only_the_plan_it_held(tree: Path) -> None:
 
         died = False
 
-        def on_worker(self, fn: Callable[..., T], *args: object) -> Future[T] | None:
+        def on_worker(self, fn: Callable[..., T], *args: object) -> Future[T]:
             if not self.died:
                 self.died = True
                 return super().on_worker(os._exit, 1)
@@ -204,7 +204,7 @@ def test_a_worker_that_dies_fails_only_the_plan_it_held(tree: Path) -> None:
     try:
         _assert_same(build_new_plan("retried", short, short.to_json(), workers), serial)  # the workers started again
         with pytest.raises(BrokenProcessPool):
-            workers.on_worker(os._exit, 1).result()  # type: ignore[union-attr]
+            workers.on_worker(os._exit, 1).result()
         _assert_same(build_new_plan("next", short, short.to_json(), workers), serial)
     finally:
         workers.close()

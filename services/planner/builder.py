@@ -22,18 +22,17 @@ def plan_slots(job: TrainingJob) -> int:
 
 def build_new_plan(job_id: str, job: TrainingJob, spec_text: str, resolve: Resolve) -> Plan:
     """A job's first plan: on one of the resolver's worker processes where it has them and the plan is short, else here."""
-    if isinstance(resolve, PartitionResolver) and plan_slots(job) <= WHOLE_PLAN_SLOTS:
-        for attempt in (1, 2):  # a worker that died with the plan (killed, out of memory) fails it once: the workers start again
-            elsewhere = resolve.on_worker(build_on_worker, job_id, spec_text, resolve.concurrency, resolve.in_flight)
-            if elsewhere is None:
-                break
-            try:
-                plan: Plan = elsewhere.result()
-                return plan
-            except BrokenProcessPool:
-                if attempt == 2:
-                    raise
-    return build_plan(job_id, job, resolve)
+    if not isinstance(resolve, PartitionResolver) or not resolve.has_workers or plan_slots(job) > WHOLE_PLAN_SLOTS:
+        return build_plan(job_id, job, resolve)
+    workers = resolve
+
+    def on_a_worker() -> Plan:
+        return workers.on_worker(build_on_worker, job_id, spec_text, workers.concurrency, workers.in_flight).result()
+
+    try:
+        return on_a_worker()
+    except BrokenProcessPool:  # its worker died with it (killed, out of memory): the workers start again, and build it once more
+        return on_a_worker()
 
 
 def build_on_worker(job_id: str, spec_text: str, concurrency: int, in_flight: int) -> Plan:

@@ -185,12 +185,12 @@ class PartitionResolver:
         planner packs tasks while later shards are still being resolved."""
         required = [required_columns(job, source) for source, _ in requests]
         total = sum(len(slots) for _, slots in requests)
-        if self.processes <= 1 or self.concurrency <= 1 or all(len(slots) <= 24 for _, slots in requests):
+        if not self.has_workers or all(len(slots) <= 24 for _, slots in requests):
             return [iter(resolve_slots(source, needed, slots, self.concurrency, self.in_flight)) for (source, slots), needed in zip(requests, required, strict=True)]
         target = min(SHARD_DAYS * 24, max(24, -(-total // (self.processes * SHARDS_PER_PROCESS))))
         futures: list[list[tuple[range, Future[list[Packed]]]]] = [
             [
-                (shard, self._submit(_resolve_shard, source, needed, [int(slots[i].timestamp()) for i in shard], self.concurrency, self.in_flight))
+                (shard, self.on_worker(_resolve_shard, source, needed, [int(slots[i].timestamp()) for i in shard], self.concurrency, self.in_flight))
                 for shard in day_shards(slots, target)
             ]
             for (source, slots), needed in zip(requests, required, strict=True)
@@ -198,14 +198,14 @@ class PartitionResolver:
         every = [future for shards in futures for _, future in shards]
         return [_arrivals(slots, shards, every) for (_, slots), shards in zip(requests, futures, strict=True)]
 
-    def on_worker(self, fn: Callable[..., T], *args: object) -> Future[T] | None:
-        """fn(*args) on one of the worker processes; None where this resolver has none (processes 1)."""
-        if self.processes <= 1 or self.concurrency <= 1:
-            return None
-        return self._submit(fn, *args)
+    @property
+    def has_workers(self) -> bool:
+        """Whether this resolver runs worker processes (processes above 1, and more than one slot at a time)."""
+        return self.processes > 1 and self.concurrency > 1
 
-    def _submit(self, fn: Callable[..., T], *args: object) -> Future[T]:
-        """fn(*args) on the workers; a pool broken by a worker that died (killed, out of memory) is replaced first."""
+    def on_worker(self, fn: Callable[..., T], *args: object) -> Future[T]:
+        """fn(*args) on one of the worker processes (has_workers); a pool broken by a worker that died (killed, out of
+        memory) is replaced first."""
         pool = self._workers()
         try:
             return pool.submit(fn, *args)
