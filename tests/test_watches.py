@@ -75,6 +75,34 @@ def test_a_nudge_sends_a_watch_answer_at_once_not_at_the_next_tick() -> None:
     assert nudge.wait(nudge.count, 0.0) == nudge.count, "no nudge since: the timeout"
 
 
+class _StoppingOnAClock:
+    """A server's stopping event that never fires, whose waits move a fake clock on instead of taking time."""
+
+    def __init__(self) -> None:
+        self.now, self.waits = 0.0, list[float]()
+
+    def is_set(self) -> bool:
+        return False
+
+    def wait(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        self.now += seconds
+        return False
+
+
+def test_nudges_close_together_share_one_answer_the_gap_after_the_last() -> None:
+    nudge, stopping, asked = Nudge(), _StoppingOnAClock(), []
+    answers = stream(_Active(), 600.0, lambda first: asked.append(first) or len(asked), stopping, nudge, 0.1, lambda: stopping.now)  # type: ignore[arg-type]
+    assert next(answers) == 1 and stopping.waits == [], "the snapshot at once"
+    stopping.now += 0.03
+    nudge()
+    nudge()  # a burst: two plans made 30 ms after the last answer
+    assert next(answers) == 2 and stopping.waits == [pytest.approx(0.07)], "the answer waits out the rest of the gap, once for the burst"
+    stopping.now += 5.0
+    nudge()  # long after the last answer: at once
+    assert next(answers) == 3 and stopping.waits == [pytest.approx(0.07)] and asked == [True, False, False]
+
+
 def _states(entry: list[str] | None) -> Hashable:
     return tuple(entry or ())
 

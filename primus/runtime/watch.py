@@ -73,16 +73,27 @@ class Nudge:
 
 
 def stream(
-    context: grpc.ServicerContext, tick_seconds: float, answer: Callable[[bool], Answer], stopping: threading.Event, nudge: Nudge | None = None
+    context: grpc.ServicerContext,
+    tick_seconds: float,
+    answer: Callable[[bool], Answer],
+    stopping: threading.Event,
+    nudge: Nudge | None = None,
+    min_gap_seconds: float = 0.0,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[Answer]:
     """A watch's answers: answer(True) (the snapshot) at once, then answer(False) every tick, or at once when nudged,
     until the caller leaves or the server begins to stop (stopping: its RunningServer.stopping; the watcher opens the
-    stream again elsewhere; with a nudge, seen within a tick)."""
+    stream again elsewhere; with a nudge, seen within a tick). Answers are at least min_gap_seconds apart: the nudges
+    of a burst (a plan made for each of 500 jobs submitted together) share an answer rather than each walking the state."""
     first, seen = True, nudge.count if nudge is not None else 0
     while context.is_active() and not stopping.is_set():
-        yield answer(first)
-        first = False
+        reply, answered, first = answer(first), clock(), False
+        yield reply
         if nudge is None:
             stopping.wait(tick_seconds)
-        else:
-            seen = nudge.wait(seen, tick_seconds)
+            continue
+        seen = nudge.wait(seen, tick_seconds)
+        rest = answered + min_gap_seconds - clock()
+        if rest > 0:
+            stopping.wait(rest)  # the nudges meanwhile are in the answer after it
+            seen = nudge.count

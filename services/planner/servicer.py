@@ -167,6 +167,7 @@ def _lease_outcome(reply: planner_pb2.LeaseTaskResponse) -> str:
 # the claims, reports and commits that make progress.
 LONG_POLLS = 16
 WATCH_TICK_SECONDS = 0.25  # how often a WatchPlans stream sends the plans that changed
+WATCH_GAP_SECONDS = 0.1  # the least time between two of its answers: plans made meanwhile wait for the second (a driver waits up to 2 s)
 
 
 class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
@@ -227,7 +228,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServiceServicer):
                 reply.dropped.append(job_id)
             return reply
 
-        return watch.stream(context, WATCH_TICK_SECONDS, answer, self.stopping, self._nudge)
+        return watch.stream(context, WATCH_TICK_SECONDS, answer, self.stopping, self._nudge, WATCH_GAP_SECONDS)
 
     def LeaseTask(self, request: planner_pb2.LeaseTaskRequest, context: grpc.ServicerContext) -> planner_pb2.LeaseTaskResponse:
         started = time.perf_counter()

@@ -22,6 +22,7 @@ from services.resource_controller.pool import ExecutorPool, LaunchRequest
 from services.resource_controller.records import ExecutorRecord
 
 WATCH_TICK_SECONDS = 0.1  # how often a WatchExecutors stream sends what changed (an executor's crash reaches the master within it)
+WATCH_GAP_SECONDS = 0.05  # the least time between two of its answers: launches meanwhile wait for the second
 EXIT_REASONS: dict[ExitReason, Any] = {reason: rc_pb2.ExitReason.Value(f"EXIT_REASON_{reason.name}") for reason in ExitReason}
 LIMITS: dict[LimitMechanism, Any] = {mechanism: rc_pb2.LimitMechanism.Value(f"LIMIT_MECHANISM_{mechanism.name}") for mechanism in LimitMechanism}
 
@@ -142,7 +143,7 @@ class ResourceControllerServicer(rc_grpc.ResourceControllerServiceServicer):
             changed = [rc_pb2.JobExecutors(job_id=job_id, executors=self._protos(records)) for job_id, records in jobs.items()]
             return rc_pb2.WatchExecutorsResponse(revision=since, snapshot=first, jobs=changed)
 
-        return watch.stream(context, WATCH_TICK_SECONDS, answer, self.stopping, self._nudge)
+        return watch.stream(context, WATCH_TICK_SECONDS, answer, self.stopping, self._nudge, WATCH_GAP_SECONDS)
 
     def ReleaseExecutors(self, request: rc_pb2.ReleaseExecutorsRequest, context: grpc.ServicerContext) -> rc_pb2.ReleaseExecutorsResponse:
         role = _role(request.role) if request.role else None
