@@ -13,10 +13,10 @@
 #   exit 3 -> FAILED, Reason=NonZeroExitCode, ExitCode=3:0. `scancel` -> CANCELLED, Reason=None, ExitCode=0:15 (a
 #   command that traps SIGTERM gets its own exit code instead: srun -> 143). A cancelled job can show CANCELLED with
 #   ExitCode=0:0 for a moment (once in CI): slurmctld sets the state at scancel and takes the exit code from the batch
-#   step's end when it arrives, even after the job has finished (job_mgr.c's _job_complete, exit_code still 0). The process killed with kill -9 -> FAILED,
-#   Reason=JobLaunchFailure, ExitCode=0:9. Over --mem -> no OUT_OF_MEMORY here (that needs the cgroup plugins):
-#   jobacct_gather/linux with OverMemoryKill reads /proc each second and SIGKILLs it: FAILED, Reason=JobLaunchFailure,
-#   ExitCode=0:9, and the output says "StepId=<id>.batch exceeded memory limit (108089344 > 52428800), being killed".
+#   step's end when it arrives, even after the job has finished (job_mgr.c's _job_complete, exit_code still 0). The
+#   process killed with kill -9 -> FAILED, Reason=JobLaunchFailure, ExitCode=0:9. Over --mem -> no OUT_OF_MEMORY here
+#   (that needs the cgroup plugins): jobacct_gather/linux with OverMemoryKill reads /proc each second and SIGKILLs it:
+#   FAILED, Reason=JobLaunchFailure, ExitCode=0:9, and the output says "StepId=<id>.batch exceeded memory limit (108089344 > 52428800), being killed".
 # - Signals: `scancel --signal=TERM <id>` signals only srun steps, never the batch script (a job without steps goes on
 #   running); `--batch` signals the batch shell only (a child of the shell is left running, even after the job ends:
 #   linuxproc loses it once it is orphaned); `--full` signals the shell and its children. So slurm_cli execs the

@@ -90,7 +90,7 @@ class _StoppingOnAClock:
         return False
 
 
-def test_nudges_close_together_share_one_answer_the_gap_after_the_last() -> None:
+def test_nudges_close_together_share_one_answer_a_gap_after_the_answer_before() -> None:
     nudge, stopping, asked = Nudge(), _StoppingOnAClock(), []
     answers = stream(_Active(), 600.0, lambda first: asked.append(first) or len(asked), stopping, nudge, 0.1, lambda: stopping.now)  # type: ignore[arg-type]
     assert next(answers) == 1 and stopping.waits == [], "the snapshot at once"
