@@ -101,7 +101,7 @@ class Run:
 
     def sample_cpu(self, at: float) -> None:
         processes = [(s.name, s.process.pid) for s in self.services] + [(f"fleet {f.share}", f.process.pid) for f in self.fleets]
-        workers = {f"{s.name} workers": sum(map(_cpu_seconds, _children(s.process.pid))) for s in self.services if s.name in WITH_WORKERS}
+        workers = {f"{s.name} workers": sum(map(_cpu_seconds, _children(s.process.pid))) for s in self.services if s.name.startswith(WITH_WORKERS)}
         self.cpu_at.append((at, {**{name: _cpu_seconds(pid) for name, pid in processes}, **workers, "machine": _machine_busy_seconds()}))
 
     def cpu_by_window(self) -> dict[str, list[float]]:
@@ -133,7 +133,7 @@ def _start(run: Run, name: str, module: str, args: list[str], state: Path, env: 
 
 
 SERVICES = ("planner", "resource_controller", "master")
-WITH_WORKERS = ("planner",)  # it resolves partitions in worker processes: their CPU is given beside its own
+WITH_WORKERS = "planner"  # each planner resolves partitions in worker processes: their CPU is given beside its own
 NICEABLE = (*SERVICES, "probe", "bulk")
 
 
@@ -251,8 +251,13 @@ def _master_loops(samples: list[Sample]) -> dict[str, float]:
 
 
 def _histogram_p99(samples: list[Sample], name: str, outcome: str) -> float:
-    """The upper bound (seconds) of the bucket holding the 99th percentile of a planner latency histogram."""
-    buckets = sorted((float(s.labels["le"]), s.value) for s in samples if s.name == f"{name}_bucket" and s.labels.get("outcome") == outcome)
+    """The upper bound (seconds) of the bucket holding the 99th percentile of a planner latency histogram (of every
+    planner whose samples are given)."""
+    counts: dict[float, float] = {}
+    for s in samples:
+        if s.name == f"{name}_bucket" and s.labels.get("outcome") == outcome:
+            counts[float(s.labels["le"])] = counts.get(float(s.labels["le"]), 0.0) + s.value
+    buckets = sorted(counts.items())
     total = buckets[-1][1] if buckets else 0.0
     return next((bound for bound, count in buckets if count >= 0.99 * total), 0.0) if total else 0.0
 
@@ -281,6 +286,7 @@ def measure(
     probe_one_in: int = PROBE_ONE_IN,
     window: float = WINDOW_SECONDS,
     nice: dict[str, int] | None = None,
+    planners: int = 1,
 ) -> dict[str, Any]:
     nice = nice or {}
     with tempfile.TemporaryDirectory(prefix="primus-control-plane-", ignore_cleanup_errors=True) as tmp:
@@ -294,7 +300,8 @@ def measure(
         run = Run(window=window)
         try:
             planner_args = ["--bind", "127.0.0.1:0", "--runs-dir", str(runs), "--journal", "off"]
-            planner = _start(run, "planner", "services.planner", planner_args, state, env, nice.get("planner", 0))
+            names = ["planner"] if planners == 1 else [f"planner-{i}" for i in range(planners)]
+            started_planners = [_start(run, name, "services.planner", planner_args, state, env, nice.get("planner", 0)) for name in names]
             launches = work / "launches.jsonl"
             controller_args = ["--bind", "127.0.0.1:0", "--runs-dir", str(runs), "--launches", str(launches), "--heartbeat-timeout-seconds", str(heartbeat_seconds * 4)]
             if heartbeat_spacing is not None:
@@ -304,11 +311,12 @@ def measure(
             )
             queues = work / "queues.yaml"
             _queues_file(queues, jobs, executors * 0.5 + 1)
-            master_args = ["--bind", "127.0.0.1:0", "--runs-dir", str(runs), "--planner", planner.address, "--resource-controller", controller.address]
+            master_args = ["--bind", "127.0.0.1:0", "--runs-dir", str(runs), "--planner", ",".join(p.address for p in started_planners)]
+            master_args += ["--resource-controller", controller.address]
             if launch_spacing is not None:
                 master_args += ["--launch-spacing-seconds", str(launch_spacing)]
             master = _start(run, "master", "services.master", [*master_args, "--queues", str(queues)], state, env, nice.get("master", 0))
-            fleet_args = ["--launches", str(launches), "--planner", planner.address, "--controller", controller.address, "--master", master.address]
+            fleet_args = ["--launches", str(launches), "--controller", controller.address, "--master", master.address]
             fleet_args += ["--heartbeat-seconds", str(heartbeat_seconds), "--task-seconds", str(task_seconds), "--task-jitter", str(task_jitter)]
             fleet_args += ["--probe-one-in", str(probe_one_in)]
             for share in ("probe", "bulk"):
@@ -353,9 +361,10 @@ def measure(
             wall = time.monotonic() - started
             scraped = {service.name: _scrape(service.metrics_address) for service in run.services}  # once each
             loops = _master_loops(scraped["master"])
+            at_planners = [sample for name in names for sample in scraped[name]]
             served = {
-                "lease": _histogram_p99(scraped["planner"], "primus_planner_lease_seconds", "task"),
-                "claim": _histogram_p99(scraped["planner"], "primus_planner_claim_seconds", "granted"),
+                "lease": _histogram_p99(at_planners, "primus_planner_lease_seconds", "task"),
+                "claim": _histogram_p99(at_planners, "primus_planner_claim_seconds", "granted"),
             }
             run.sample_cpu(time.monotonic() - started)  # the last sample: each process's CPU seconds over the run
             collections = {name: _full_collections(samples) for name, samples in scraped.items()}
@@ -388,6 +397,7 @@ def measure(
     return {
         "jobs": jobs,
         "executors": jobs * (executors + 1),
+        "planners": planners,
         "registered": probe.get("registered", 0) + bulk.get("registered", 0),
         "succeeded": succeeded,
         "wall_s": round(wall, 1),
@@ -455,6 +465,7 @@ def main() -> None:
         metavar="PROCESS=N",
         help=f"run a process at a nice value (-20 to 19; below 0 needs root), once per process: {', '.join(NICEABLE)} (planner=-10: as on cores of its own)",
     )
+    parser.add_argument("--planners", type=int, default=1, help="planner processes the master shares the jobs among (a hash of each job's name)")
     parser.add_argument("--probe-one-in", type=int, default=PROBE_ONE_IN, help="the probe fleet takes one job in this many (1: every job)")
     parser.add_argument("--launch-spacing", type=float, default=None, help="the master's --launch-spacing-seconds (default: its own; 0: unpaced)")
     parser.add_argument("--heartbeat-spacing", type=float, default=None, help="the controller's --heartbeat-spacing-seconds (default: its own; 0: no spacing)")
@@ -468,6 +479,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.probe_one_in < 1:
         parser.error(f"--probe-one-in must be 1 or more (the probe takes one job in that many), not {args.probe_one_in}")
+    if args.planners < 1:
+        parser.error(f"--planners must be 1 or more, not {args.planners}")
     if args.window_seconds <= 0:
         parser.error(f"--window-seconds must be above 0, not {args.window_seconds:g}")
     floor = None if args.no_floor else measure_bursts("sync", args.executors_per_job, FLOOR_BURSTS)  # before the services start: an idle machine
@@ -483,6 +496,7 @@ def main() -> None:
         args.probe_one_in,
         args.window_seconds,
         dict(args.nice),
+        args.planners,
     )
     figures["start_floor"] = floor  # the bare server's figures for a job's start, or None
     # The probe's lease p99 as a multiple of the floor's: what the services and the load add to one bare server's answer
@@ -490,7 +504,7 @@ def main() -> None:
     figures["lease_p99_over_floor"] = round(figures["lease_p99_ms"] / floor["p99_ms"], 2) if floor and floor["p99_ms"] else None
     window = f"{args.window_seconds:g} s"
     rows = [
-        ("jobs / executors", f"{figures['jobs']} / {figures['executors']} ({figures['registered']} registered)", "-"),
+        ("jobs / executors / planners", f"{figures['jobs']} / {figures['executors']} ({figures['registered']} registered) / {figures['planners']}", "-"),
         ("jobs succeeded", f"{figures['succeeded']} in {figures['wall_s']} s", "all: none starved"),
         ("nice values (--nice)", ", ".join(f"{k} {v}" for k, v in figures["nice"].items()), "-"),
         (f"hot calls traced ({rpc.HOT_TRACE_ENV})", f"one in {figures['hot_trace_one_in']}", "-"),

@@ -35,7 +35,7 @@ class SimulatedHandle:
 
 
 class SimulatedBackend(Lifecycle[SimulatedHandle, None]):
-    """Launch: one JSON line (executor, job, role) appended to the launches file; nothing runs here."""
+    """Launch: one JSON line (executor, job, role, the job's planner) appended to the launches file; nothing runs here."""
 
     name = BackendKind.LOCAL
     capabilities = Capabilities(resize_in_place=False, resize_by_migration=False, limits=LimitMechanism.SCHEDULER)
@@ -48,7 +48,8 @@ class SimulatedBackend(Lifecycle[SimulatedHandle, None]):
     def launch(self, spec: LaunchSpec) -> SimulatedHandle:
         handle = SimulatedHandle(spec.executor_id)
         self.track(handle, None, running=True)
-        line = json.dumps({"executor_id": spec.executor_id, "job_id": spec.job_id, "role": spec.role.snake})
+        planner = spec.args[spec.args.index("--planner") + 1]  # the job's planner (of several, where the master shares the jobs among them)
+        line = json.dumps({"executor_id": spec.executor_id, "job_id": spec.job_id, "role": spec.role.snake, "planner": planner})
         with self._write:
             self._file.write(line + "\n")
             self._file.flush()

@@ -1,6 +1,6 @@
 """The fleet: light gRPC clients standing in for every executor and trainer the simulated controller launches.
 
-Run as `python -m benchmarks.control_plane_support.fleet --launches FILE --out FILE --planner A --controller A --master A`.
+Run as `python -m benchmarks.control_plane_support.fleet --launches FILE --out FILE --controller A --master A`.
 It follows the launches file; each line starts a client in this process's event loop:
 - a data executor registers, heartbeats, and leases, claims and reports its job's tasks as a real one with one reader
   does (services/data_executor/leases.py): one LeaseTask for two tasks (its reader's and the one leased ahead), then
@@ -9,6 +9,7 @@ It follows the launches file; each line starts a client in this process's event 
   heartbeat says the controller no longer knows it (released);
 - a trainer registers, heartbeats, commits what its job's executors served (CommitProgress, each commit interval) and
   reports progress; once the planner counts every task done it reports its result, which ends the job.
+Each launch names its job's planner (of several where the master shares the jobs among them): the job's clients call it.
 On SIGTERM it writes what it measured (every lease and claim's round trip, the heartbeats') to --out as JSON.
 
 With --probe-one-in N the jobs are split between two such processes by a hash of their names: `--share probe` takes
@@ -103,7 +104,8 @@ class Fleet:
             options = [("grpc.max_concurrent_streams", 100_000), ("grpc.use_local_subchannel_pool", 1)]  # a connection each
             return [grpc.aio.insecure_channel(address, options=options) for _ in range(CONNECTIONS)]
 
-        self._planners = [planner_pb2_grpc.PlannerServiceStub(c) for c in channels(self._args.planner)]
+        self._planners: dict[str, list[planner_pb2_grpc.PlannerServiceStub]] = {}  # by address: each job's planner comes with its launch
+        self._planner_of: dict[str, str] = {}  # job: its planner's address
         self._controllers = [rc_grpc.ResourceControllerServiceStub(c) for c in channels(self._args.controller)]
         self._masters = [master_pb2_grpc.MasterServiceStub(c) for c in channels(self._args.master)]
         loop = asyncio.get_running_loop()
@@ -121,6 +123,9 @@ class Fleet:
                 launched, partial = json.loads(partial), ""
                 if not self._mine(launched["job_id"]):
                     continue
+                self._planner_of[launched["job_id"]] = launched["planner"]
+                if launched["planner"] not in self._planners:
+                    self._planners[launched["planner"]] = [planner_pb2_grpc.PlannerServiceStub(c) for c in channels(launched["planner"])]
                 client = self._trainer if launched["role"] == "trainer" else self._executor
                 task = asyncio.create_task(client(launched["job_id"], launched["executor_id"]))
                 self._tasks.add(task)
@@ -138,7 +143,7 @@ class Fleet:
         return probe == probing
 
     def _planner(self, job_id: str) -> planner_pb2_grpc.PlannerServiceStub:
-        return self._planners[hash(job_id) % CONNECTIONS]
+        return self._planners[self._planner_of[job_id]][hash(job_id) % CONNECTIONS]
 
     def _controller(self, job_id: str) -> rc_grpc.ResourceControllerServiceStub:
         return self._controllers[hash(job_id) % CONNECTIONS]
@@ -285,7 +290,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.control_plane_support.fleet", description=__doc__)
     parser.add_argument("--launches", required=True)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--planner", required=True)
     parser.add_argument("--controller", required=True)
     parser.add_argument("--master", required=True)
     parser.add_argument("--heartbeat-seconds", type=float, default=10.0)

@@ -1,4 +1,4 @@
-"""Run the master as its own process: python -m services.master --planner ADDR --resource-controller ADDR."""
+"""Run the master as its own process: python -m services.master --planner ADDR[,ADDR...] --resource-controller ADDR."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from primus.runtime.settings import MasterSettings, add_arguments, from_args_or_
 from services.master.leader import Leadership
 from services.master.queues import QueueConfigError, load_queues
 from services.master.server import create_server
+from services.master.shards import planner_addresses
 from services.master.store import is_url
 
 STORE_HELP = "the job store: a SQLite file (default RUNS_DIR/primus.db) or a postgresql:// URL (masters sharing it: one leads, the others stand by)"
@@ -19,7 +20,9 @@ STORE_HELP = "the job store: a SQLite file (default RUNS_DIR/primus.db) or a pos
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m services.master", description=__doc__)
     parser.add_argument("--bind", default="127.0.0.1:0")
-    parser.add_argument("--planner", required=True, help="planner address")
+    parser.add_argument(
+        "--planner", required=True, help="planner address; several comma-separated (A,B): the jobs are shared among them by a hash of each job's name, in this order"
+    )
     parser.add_argument("--resource-controller", required=True, help="resource controller address")
     parser.add_argument("--runs-dir", default="runs", help="each job's folder is created here: a folder, or an object store URI (s3://bucket/prefix; needs --store)")
     parser.add_argument("--db", "--store", dest="store", default=None, help=STORE_HELP)
@@ -34,6 +37,11 @@ def main() -> None:
     args = parser.parse_args()
     settings = from_args_or_exit(MasterSettings, args, "master")
     rpc.configure_logging("master")
+    try:
+        planners = planner_addresses(args.planner)
+    except ValueError as exc:
+        print(f"error: master: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     try:
         queues = load_queues(Path(args.queues)) if args.queues else None
     except QueueConfigError as exc:
@@ -54,7 +62,7 @@ def main() -> None:
             args.bind,
             args.runs_dir,
             store,
-            args.planner,
+            planners,
             args.resource_controller,
             advertise=args.advertise_address,
             metrics_port=args.metrics_port,

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 import grpc
 
@@ -83,12 +84,12 @@ class JobDriver:
         self.looks = Durations()  # each look of any job's driver: read its record, observe its peers, reconcile
         self.launch_waits = Durations()  # each launch's wait for its turn (launch pacing)
         self._pacer = LaunchPacer(self._settings.launch_spacing_seconds)
-        self._planning = threading.BoundedSemaphore(PLANS_AT_ONCE)
+        self._planning = [threading.BoundedSemaphore(PLANS_AT_ONCE) for _ in peers.planners]  # per planner
         self._controller_writes = threading.BoundedSemaphore(CONTROLLER_WRITES_AT_ONCE)
         self.on_job_change: Callable[[], None] = lambda: None  # a job ended or released its executors (admission looks again)
         self.watches = Watches(
             lambda: peers.rc.WatchExecutors(rc_pb2.WatchExecutorsRequest()),
-            lambda: peers.planner.WatchPlans(planner_pb2.WatchPlansRequest()),
+            [partial(stub.WatchPlans, planner_pb2.WatchPlansRequest()) for stub in peers.planners],  # one watch per planner
             store.wake,
             self._settings.master_poll_seconds,
         )
@@ -246,7 +247,7 @@ class JobDriver:
             try:
                 while True:
                     try:
-                        self._catch_up(looks)
+                        self._catch_up(job_id, looks)
                         started = time.perf_counter()
                         record = self._store.latest(job_id)  # as this master last wrote or read it: no database read
                         status = rc.JobView.of(record, spec)
@@ -278,13 +279,14 @@ class JobDriver:
                 if self._threads.get(job_id) is threading.current_thread():  # a resume may have started its next driver
                     del self._threads[job_id]
 
-    def _catch_up(self, looks: _Looks) -> None:
+    def _catch_up(self, job_id: str, looks: _Looks) -> None:
         """Before a look after the driver's own plan or launch: wait (up to CATCH_UP_SECONDS) for the watches to hold
         what it changed, as a controller waits for its informer's cache. A watch not there by then, or not connected,
         is not read: the look reads directly (view() compares the same revisions)."""
         if looks.read_directly:
             return
-        for watch, revision in ((self.watches.plans, looks.plan_read_at), (self.watches.executors, looks.executors_read_at)):
+        plans = self.watches.plans[self._peers.shard(job_id)]
+        for watch, revision in ((plans, looks.plan_read_at), (self.watches.executors, looks.executors_read_at)):
             if revision and not watch.cache.wait_for(revision, CATCH_UP_SECONDS):
                 return
 
@@ -345,7 +347,7 @@ class JobDriver:
         if status.cancel_requested or status.suspend_requested or result is not None or status.state is JobState.SUSPENDED:
             return rc.Observed(result=result)  # decided without looking further
         directly, looks.read_directly = looks.read_directly, False
-        watched = None if directly else self.watches.plans.view(record.job_id, looks.plan_read_at)
+        watched = None if directly else self.watches.plans[self._peers.shard(record.job_id)].view(record.job_id, looks.plan_read_at)
         self.watches.reads.add("planner", watched is not None)
         if watched is not None:
             if watched.entry is None:
@@ -353,7 +355,7 @@ class JobDriver:
             plan = watched.entry
         else:
             try:
-                plan = self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=record.job_id), timeout=10)
+                plan = self._peers.planner(record.job_id).GetPlan(planner_pb2.GetPlanRequest(job_id=record.job_id), timeout=10)
                 looks.planner_away_since, looks.plan_read_at = None, plan.revision
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.NOT_FOUND:  # not planned yet, or a planner without its journal restarted
@@ -393,7 +395,7 @@ class JobDriver:
     def _last_plan_view(self, job_id: str, looks: _Looks) -> rc.PlanView | None:
         """The plan as the planner holds it now, or as last seen where it cannot say."""
         try:
-            looks.last_plan = self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job_id), timeout=10)
+            looks.last_plan = self._peers.planner(job_id).GetPlan(planner_pb2.GetPlanRequest(job_id=job_id), timeout=10)
         except grpc.RpcError as exc:
             log.debug("job %s: the plan at the end, as last seen (%s)", job_id, exc.code().name)
         return _plan_view(looks.last_plan) if looks.last_plan is not None else None
@@ -442,9 +444,9 @@ class JobDriver:
     def _create_plan(self, job: JobRecord) -> tuple[planner_pb2.PlanSummary, int]:
         """Plan the job at the planner: its summary, and the planner's revision once it was made."""
         try:
-            with self._planning:
+            with self._planning[self._peers.shard(job.job_id)]:
                 spec = job_spec(job.job_id, job.spec_yaml).to_json()  # JSON: the planner reads it ~40x faster than the YAML
-                reply = self._peers.planner.CreatePlan(planner_pb2.CreatePlanRequest(job_id=job.job_id, spec_yaml=spec), timeout=600)
+                reply = self._peers.planner(job.job_id).CreatePlan(planner_pb2.CreatePlanRequest(job_id=job.job_id, spec_yaml=spec), timeout=600)
         except grpc.RpcError as exc:
             raise JobFailedError(f"planning failed: {exc.details()}") from None
         summary: planner_pb2.PlanSummary = reply.summary
@@ -476,7 +478,7 @@ class JobDriver:
                 count=replicas,
                 resources=rc_pb2.ExecutorResources(cpu=resources.cpu, memory_mib=resources.memory_mib, gpus=resources.gpus),
                 run_dir=job.run_dir,
-                planner_address=self._peers.planner_address,
+                planner_address=self._peers.planner_address(job.job_id),
                 master_address=self._own_info().address,
                 replaces_executor_id=replaces,
                 backend_kind=backend_to_proto(spec.resources.backend),
@@ -590,13 +592,13 @@ class JobDriver:
     def _drop_plan(self, job_id: str) -> None:
         """The report holds what the plan had to say: the planner forgets it, deletes its journal rows and stops re-planning."""
         try:
-            self._peers.planner.DropPlan(planner_pb2.DropPlanRequest(job_id=job_id), timeout=10)
+            self._peers.planner(job_id).DropPlan(planner_pb2.DropPlanRequest(job_id=job_id), timeout=10)
         except grpc.RpcError as exc:
             log.warning("job %s: could not drop the plan: %s", job_id, exc.details())
 
     def _fetch_plan(self, job_id: str) -> planner_pb2.GetPlanResponse | None:
         try:
-            reply: planner_pb2.GetPlanResponse = self._peers.planner.GetPlan(planner_pb2.GetPlanRequest(job_id=job_id), timeout=10)
+            reply: planner_pb2.GetPlanResponse = self._peers.planner(job_id).GetPlan(planner_pb2.GetPlanRequest(job_id=job_id), timeout=10)
         except grpc.RpcError:
             return None
         return reply

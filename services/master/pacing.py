@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 MOMENT = 1e-6  # a wait shorter than this is none (the float sums' own error)
-PLANS_AT_ONCE = 2  # CreatePlan calls in flight to the planner, all jobs together (one per core of a small planner host)
+PLANS_AT_ONCE = 2  # CreatePlan calls in flight to each planner, all its jobs together (one per core of a small planner host)
 CONTROLLER_WRITES_AT_ONCE = 4  # LaunchExecutors and ReleaseExecutors calls in flight to the controller (each waits for a state-file write)
 BURST_SECONDS = 1.0  # a second's worth of launches goes at once before any waits (0.005 s apart: 200, ten jobs of twenty)
 

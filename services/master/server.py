@@ -35,7 +35,7 @@ def create_server(
     bind: str,
     runs_dir: Path | str,
     db_path: Path | str,
-    planner_address: str,
+    planner_addresses: tuple[str, ...],
     rc_address: str,
     advertise: str = "",
     metrics_port: int = metrics_http.OFF,
@@ -43,7 +43,8 @@ def create_server(
     access_policy: str | None = None,
     queues: QueueBook | None = None,
 ) -> Master:
-    """metrics_port: where Prometheus /metrics is served, on the bind host (0: a free port; OFF: not served). settings:
+    """planner_addresses: one planner, or several the job set is shared among (a job's plan and tasks at one of them,
+    services/master/shards.py). metrics_port: where Prometheus /metrics is served, on the bind host (0: a free port; OFF: not served). settings:
     the master's timings (default: MasterSettings()). access_policy: the role bindings file (default:
     PRIMUS_ACCESS_POLICY; none: users see and change their own jobs only). Security (TLS, tokens, an identity
     provider's JWTs) comes from the environment (primus.auth.security, primus.auth.jwt_tokens). queues: the queues and priority
@@ -60,7 +61,7 @@ def create_server(
         running = holder["server"]
         return common_pb2.ServiceInfo(name="master", pid=os.getpid(), address=advertise or running.address, version=rpc.VERSION, metrics_address=running.metrics_address)
 
-    driver = JobDriver(store, Peers(planner_address, rc_address), own_info, settings)
+    driver = JobDriver(store, Peers(planner_addresses, rc_address), own_info, settings)
     admitter = Admitter(store, driver, queues or QueueBook(), records)
     driver.on_job_change = admitter.wake
     servicer = MasterServicer(store, driver, runs_dir, settings, gate, records, admitter=admitter)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -188,17 +188,23 @@ class PeerReads:
 
 
 class Watches:
-    """The master's two watches: executors at the controller, plans at the planner."""
+    """The master's watches: executors at the controller, plans at each planner (one per shard of the job set)."""
 
-    def __init__(self, open_executors: Callable[[], Iterator[Any]], open_plans: Callable[[], Iterator[Any]], wake: Callable[[str], None], retry_seconds: float) -> None:
+    def __init__(
+        self, open_executors: Callable[[], Iterator[Any]], open_plans: Sequence[Callable[[], Iterator[Any]]], wake: Callable[[str], None], retry_seconds: float
+    ) -> None:
         self.executors: PeerWatch[list[rc_pb2.Executor]] = PeerWatch("executors", open_executors, _executors_answer, WatchCache(_executor_phases), wake, retry_seconds)
-        self.plans: PeerWatch[planner_pb2.GetPlanResponse] = PeerWatch("plans", open_plans, _plans_answer, WatchCache(_plan_outline), wake, retry_seconds)
+        self.plans: tuple[PeerWatch[planner_pb2.GetPlanResponse], ...] = tuple(
+            PeerWatch(f"plans of planner {shard}", opened, _plans_answer, WatchCache(_plan_outline), wake, retry_seconds) for shard, opened in enumerate(open_plans)
+        )
         self.reads = PeerReads()
 
     def start(self) -> None:
         self.executors.start()
-        self.plans.start()
+        for watch in self.plans:
+            watch.start()
 
     def close(self) -> None:
         self.executors.close()
-        self.plans.close()
+        for watch in self.plans:
+            watch.close()
