@@ -22,6 +22,10 @@ the p99 of a bare Python gRPC server (a handler that does nothing) answering a j
 lease (one call for its reader's task and the one ahead: 19 calls) sent at once (benchmarks/grpc_servers.py --burst;
 --no-floor skips it), and the probe's lease p99 as a multiple of it.
 
+With --planners N the master shares the jobs among N planner processes (docs/operations/planners.md): each job's
+plan, leases and commits at one of them, the fleet calling the planner each launch names. The planners' lease and
+claim histograms are summed; their CPU and memory are given each.
+
 The lease goal is the planner's, deployed on a core of its own (its own pod: deploy/k8s/base/planner.yaml). On one
 machine that also runs the master, the controller and this 10,000-client simulator, `--nice planner=-10 --nice
 probe=-10` (as root) stands for that: the planner and the probe's nearly idle loop are served first, the rest share what

@@ -23,6 +23,7 @@ import yaml
 from primus.errors import SpecError
 from primus.spec import TrainingJob, parse_job
 from primus.tools.demo import demo_job
+from services.master.shards import planner_addresses
 from services.resource_controller.backends.kubernetes_pods import MANAGED_BY, ROLE_LABEL
 from tests.kubectl import kubectl_binary
 
@@ -334,6 +335,31 @@ def test_the_object_store_overlay_shares_no_volume_and_points_every_service_at_t
         assert RUNS_MOUNT not in {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
     explorer = _one(docs, "Deployment", EXPLORER)["spec"]["template"]["spec"]["containers"][0]
     assert f"--runs-dir={runs}" in explorer["args"] and {"name": "PRIMUS_SCRATCH_DIR", "value": "/var/lib/primus/cache"} in explorer["env"]
+
+
+def test_the_planner_shards_overlay_lists_each_planner_pod_in_order_and_gives_each_a_journal_of_its_own() -> None:
+    """overlays/planner-shards: the planner is a StatefulSet under a headless Service (a DNS name per pod), the master's
+    --planner names every pod in order as the master parses it, and each pod's journal is named after the pod."""
+    docs = _render(_kubectl(), K8S / "overlays" / "planner-shards")
+    for doc in docs:
+        try:
+            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"planner-shards: {doc['kind']}/{doc['metadata']['name']}: {'.'.join(str(p) for p in exc.path)}: {exc.message}")
+        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "primus", doc["metadata"]["name"]
+    name, port = SERVICES["planner"]
+    assert not [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name], "the planner Deployment is replaced"
+    planners = _one(docs, "StatefulSet", name)["spec"]
+    service = _one(docs, "Service", name)["spec"]
+    assert planners["serviceName"] == name and service["clusterIP"] == "None"
+    assert service["selector"].items() <= planners["template"]["metadata"]["labels"].items()
+    master = _flags(_one(docs, "Deployment", SERVICES["master"][0])["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert planner_addresses(master["--planner"]) == tuple(f"{name}-{i}.{name}:{port}" for i in range(planners["replicas"]))
+    (container,) = planners["template"]["spec"]["containers"]
+    flags = _flags(container["args"])
+    assert flags["--journal"] == f"{flags['--runs-dir']}/planner-journal-$(POD_NAME).db"
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
+    assert flags["--bind"] == f"0.0.0.0:{port}" and container["readinessProbe"]["grpc"]["port"] == port
 
 
 def test_executor_and_trainer_pods_start_from_templates_the_controller_names(rendered: tuple[str, tuple[Doc, ...]]) -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -18,11 +21,13 @@ from primus.spec import parse_job
 from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2, planner_pb2_grpc
 from services.master.server import create_server as create_master
 from services.master.shards import planner_addresses, planner_shard
+from services.planner.journal_store import open_store
 from services.planner.registry import PlanRegistry
 from services.planner.server import create_server as create_planner
 from services.resource_controller.server import create_server as create_controller
 from tests.conftest import job_document
 
+ROOT = Path(__file__).resolve().parent.parent
 NAMES = [f"ctr-{i}-{suffix}" for i in range(600) for suffix in ("a", "b")]
 
 
@@ -115,3 +120,30 @@ def test_a_master_plans_each_job_at_its_own_planner_and_launches_its_executors_p
         assert _has_plan(home, job_id)
         other = next(a for a in mesh["planners"] if a != home)
         assert not _has_plan(other, job_id)
+
+
+def test_a_second_planner_given_the_journal_another_holds_exits_naming_it_and_the_holder(tmp_path: Path) -> None:
+    """Planners sharing a runs dir would share its default journal, each taking over the other's plans: the one
+    that opened it holds it, the other exits 2 with one line. A process may open its own journal again."""
+    path = tmp_path / "planner-journal.db"
+    held, again = open_store(str(path)), open_store(str(path))  # this process is the first planner
+    assert held is not None and again is not None
+    try:
+        refused = subprocess.run(
+            [sys.executable, "-m", "services.planner", "--bind", "127.0.0.1:0", "--journal", str(path)], capture_output=True, text=True, timeout=120, cwd=ROOT
+        )
+    finally:
+        held.close()
+        again.close()
+    assert refused.returncode == 2, refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert (
+        refused.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"error: planner: the planner journal at {path} is held by another planner (pid {os.getpid()}): each planner needs a journal of its own")
+    )
+    taken = subprocess.run(
+        [sys.executable, "-c", "import sys; from services.planner.journal_store import open_store; open_store(sys.argv[1]).close()", str(path)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert taken.returncode == 0, f"closed, the journal is free for another planner: {taken.stderr}"

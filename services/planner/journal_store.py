@@ -7,13 +7,15 @@ none of it behind.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 from urllib.parse import urlsplit
 
 import psycopg
@@ -87,6 +89,7 @@ class SqliteJournalStore:
     def __init__(self, path: Path) -> None:
         self.where = str(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._owner: Path | None = _own(path)
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode=WAL")
@@ -121,6 +124,51 @@ class SqliteJournalStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            owner, self._owner = self._owner, None
+        if owner is not None:
+            _disown(owner)
+
+
+_owned: dict[Path, tuple[TextIO, int]] = {}  # journal files this process holds: the owner file, and how many stores hold it
+_owning = threading.Lock()
+
+
+def _own(path: Path) -> Path:
+    """Hold the journal file's owner lock (PATH.owner, an exclusive flock the kernel releases when the process ends, by
+    kill -9 too): a second planner given the same journal (several sharing one runs dir) is refused, where it would
+    take over every plan of the first. This process may open its own journal again (a store per open)."""
+    key = path.resolve()
+    with _owning:
+        if key in _owned:
+            owner, stores = _owned[key]
+            _owned[key] = (owner, stores + 1)
+            return key
+        owner = key.with_name(key.name + ".owner").open("a+")
+        try:
+            fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner.seek(0)
+            holder = owner.read().strip() or "unknown"
+            owner.close()
+            raise UnavailableError(
+                f"the planner journal at {path} is held by another planner (pid {holder}): each planner needs a journal of its own "
+                "(--journal; planners sharing the jobs take one each: docs/operations/planners.md)"
+            ) from None
+        owner.truncate(0)
+        owner.write(str(os.getpid()))
+        owner.flush()
+        _owned[key] = (owner, 1)
+        return key
+
+
+def _disown(key: Path) -> None:
+    with _owning:
+        owner, stores = _owned[key]
+        if stores > 1:
+            _owned[key] = (owner, stores - 1)
+            return
+        del _owned[key]
+        owner.close()  # the lock goes with it
 
 
 class PostgresJournalStore:
