@@ -302,16 +302,22 @@ def test_the_operator_watches_training_jobs_writes_their_status_and_events_and_r
     assert binding["roleRef"]["name"] == OPERATOR and binding["subjects"][0]["name"] == OPERATOR
 
 
-def test_the_object_store_overlay_shares_no_volume_and_points_every_service_at_the_bucket() -> None:
-    """overlays/object-store: no runs claim, no pod mounts another's volume, each service's runs folder is the bucket, the
-    job store and the planner's journal are PostgreSQL, and the credentials come from one Secret (envFrom), which the
-    controller hands to every executor pod."""
-    docs = _render(_kubectl(), K8S / "overlays" / "object-store")
+def _valid_overlay(name: str) -> tuple[Doc, ...]:
+    """An overlay of deploy/k8s/overlays rendered, each object valid against the Kubernetes schemas (strict)."""
+    docs = _render(_kubectl(), K8S / "overlays" / name)
     for doc in docs:
         try:
             kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
         except kubernetes_validate.ValidationError as exc:
-            pytest.fail(f"object-store: {doc['kind']}/{doc['metadata']['name']}: {'.'.join(str(p) for p in exc.path)}: {exc.message}")
+            pytest.fail(f"{name}: {doc['kind']}/{doc['metadata']['name']}: {'.'.join(str(p) for p in exc.path)}: {exc.message}")
+    return docs
+
+
+def test_the_object_store_overlay_shares_no_volume_and_points_every_service_at_the_bucket() -> None:
+    """overlays/object-store: no runs claim, no pod mounts another's volume, each service's runs folder is the bucket, the
+    job store and the planner's journal are PostgreSQL, and the credentials come from one Secret (envFrom), which the
+    controller hands to every executor pod."""
+    docs = _valid_overlay("object-store")
     claims = {d["metadata"]["name"] for d in docs if d["kind"] == "PersistentVolumeClaim"}
     assert claims == {"primus-controller-state"}, claims
     runs = "s3://primus-runs/runs"
@@ -340,12 +346,8 @@ def test_the_object_store_overlay_shares_no_volume_and_points_every_service_at_t
 def test_the_planner_shards_overlay_lists_each_planner_pod_in_order_and_gives_each_a_journal_of_its_own() -> None:
     """overlays/planner-shards: the planner is a StatefulSet under a headless Service (a DNS name per pod), the master's
     --planner names every pod in order as the master parses it, and each pod's journal is named after the pod."""
-    docs = _render(_kubectl(), K8S / "overlays" / "planner-shards")
+    docs = _valid_overlay("planner-shards")
     for doc in docs:
-        try:
-            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            pytest.fail(f"planner-shards: {doc['kind']}/{doc['metadata']['name']}: {'.'.join(str(p) for p in exc.path)}: {exc.message}")
         assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "primus", doc["metadata"]["name"]
     name, port = SERVICES["planner"]
     assert not [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name], "the planner Deployment is replaced"
