@@ -30,7 +30,9 @@ def test_a_tiny_run_finishes_every_job_and_ends_with_its_figures() -> None:
     assert figures["bulk_leases"] == 0 and figures["probe_one_in"] == 1  # each client in one fleet process only
     assert figures["nice"] == {"probe": 0, "bulk": 5, "master": 3}, "the bulk fleet found itself niced as asked"
     assert set(figures["full_gc"]) == {"planner-0", "planner-1", "resource_controller", "master"}, "each service's full collections, from its /metrics"
-    assert all(c["collections"] > 0 for c in figures["full_gc"].values()), "each service settled its collector and counts its pauses"
+    gc = {name: c["collections"] for name, c in figures["full_gc"].items()}
+    assert gc["master"] > 0 and gc["resource_controller"] > 0, "each service settled its collector and counts its pauses"
+    assert gc["planner-0"] + gc["planner-1"] > 0, "... a planner too (job names are random: all three may be one planner's)"
     planners = {"planner-0", "planner-0 workers", "planner-1", "planner-1 workers"}
     assert set(figures["cpu_seconds_by_window"]) == {*planners, "resource_controller", "master", "fleet probe", "fleet bulk", "machine"}
     workers = figures["cpu_seconds"]["planner-0 workers"] + figures["cpu_seconds"]["planner-1 workers"]
