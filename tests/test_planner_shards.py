@@ -18,7 +18,7 @@ import pytest
 from benchmarks.control_plane_support.controller import SimulatedBackend
 from primus.runtime import rpc
 from primus.spec import parse_job
-from primus.v1 import master_pb2, master_pb2_grpc, planner_pb2, planner_pb2_grpc
+from primus.v1 import common_pb2, master_pb2, master_pb2_grpc, planner_pb2, planner_pb2_grpc
 from services.master.server import create_server as create_master
 from services.master.shards import planner_addresses, planner_shard
 from services.planner.journal_store import open_store
@@ -77,6 +77,7 @@ def mesh(tmp_path: Path) -> Iterator[dict[str, Any]]:
     master = create_master("127.0.0.1:0", tmp_path / "runs", tmp_path / "primus.db", addresses, controller.address)
     try:
         yield {"planners": addresses, "master": master.running.address, "launches": launches}
+        _end_every_job(master.running.address)  # the jobs' drivers are this process's threads: they end with their jobs
     finally:
         master.admitter.stop()
         master.driver.close()
@@ -84,6 +85,20 @@ def mesh(tmp_path: Path) -> Iterator[dict[str, Any]]:
         controller.stop()
         for planner in planners:
             planner.stop(grace=0)
+
+
+def _end_every_job(address: str) -> None:
+    stub = master_pb2_grpc.MasterServiceStub(rpc.connect(address))
+    jobs = [job.job_id for job in stub.ListJobs(master_pb2.ListJobsRequest(), timeout=10).jobs]
+    for job_id in jobs:
+        stub.CancelJob(master_pb2.CancelJobRequest(job_id=job_id), timeout=10)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        states = [job.state for job in stub.ListJobs(master_pb2.ListJobsRequest(), timeout=10).jobs]
+        if all(state == common_pb2.JOB_STATE_CANCELLED for state in states):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the jobs did not end once cancelled: {states}")
 
 
 def _has_plan(address: str, job_id: str) -> bool:
